@@ -1,0 +1,5 @@
+"""`python -m mtsql` is the `mtsql` command."""
+
+from mtsql.cli import main
+
+main()

@@ -1,0 +1,82 @@
+"""Datasets: SParC and CoSQL turns from a data folder of the shared layout.
+
+    turns = load_turns("cosql", "dev")            # official dev.json, gold-file order
+    turns = load_turns("cosql", "train", limit=50)  # official train.json, else the raw dialogues
+
+``limit`` keeps the first N interactions (whole dialogues, never a cut one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtsql.data.cosql_raw import load_raw_dialogues
+from mtsql.data.official import load_official
+from mtsql.data.records import Turn
+from mtsql.errors import UsageError
+from mtsql.paths import data_dir
+
+DATASETS = ("sparc", "cosql")
+SPLITS = ("dev", "train")
+RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
+
+__all__ = ["DATASETS", "SPLITS", "Turn", "dataset_file", "load_turns", "gold_file", "tables_file"]
+
+
+def _check(dataset: str, split: str) -> None:
+    if dataset not in DATASETS:
+        raise UsageError(f"unknown dataset '{dataset}': choose one of {', '.join(DATASETS)}")
+    if split not in SPLITS:
+        raise UsageError(f"unknown split '{split}': choose one of {', '.join(SPLITS)}")
+
+
+def dataset_file(dataset: str, split: str, root: Path | None = None) -> Path:
+    """The file a split is read from: ``<root>/<dataset>/<split>.json``, or CoSQL's raw train dialogues."""
+    _check(dataset, split)
+    root = root or data_dir()
+    official = root / dataset / f"{split}.json"
+    if official.exists() or not (dataset == "cosql" and split == "train"):
+        return official
+    return root / RAW_COSQL_TRAIN
+
+
+def gold_file(dataset: str, root: Path | None = None) -> Path:
+    _check(dataset, "dev")
+    return (root or data_dir()) / dataset / "dev_gold.txt"
+
+
+def tables_file(dataset: str, root: Path | None = None) -> Path:
+    _check(dataset, "dev")
+    return (root or data_dir()) / dataset / "tables.json"
+
+
+def dev_db_ids(dataset: str, root: Path | None = None) -> set[str]:
+    path = (root or data_dir()) / dataset / "dev_db_ids.txt"
+    return set(path.read_text().split()) if path.exists() else set()
+
+
+def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int | None = None,
+               with_hardness: bool = True) -> list[Turn]:
+    """Every turn of a split in file order, as uniform records (hardness from the parsed gold)."""
+    root = root or data_dir()
+    path = dataset_file(dataset, split, root)
+    if path.name == RAW_COSQL_TRAIN.name:
+        turns = load_raw_dialogues(path, exclude_dbs=dev_db_ids(dataset, root), split=split)
+    else:
+        if not path.exists() and split == "train":
+            raise UsageError(f"{path}: no official {dataset} train.json in this data folder "
+                             f"(only CoSQL has a raw train split here); put one at that path")
+        turns = load_official(path, dataset, split)
+    if limit is not None:
+        turns = [t for t in turns if t.interaction_index < limit]
+    if with_hardness:
+        turns = _with_hardness(turns, root)
+    return turns
+
+
+def _with_hardness(turns: list[Turn], root: Path) -> list[Turn]:
+    from dataclasses import replace
+
+    from mtsql.sql import hardness_of
+
+    return [replace(t, hardness=hardness_of(t.gold_sql, t.db_id, data_root=root)) for t in turns]

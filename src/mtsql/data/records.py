@@ -1,0 +1,41 @@
+"""The uniform record every stage works on: one turn of one SParC / CoSQL interaction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One question of a dialogue, with everything said before it.
+
+    ``interaction_index`` and ``turn_index`` are 0-based positions, in the order of the official
+    gold file, so predictions line up with ``dev_gold.txt``.
+    """
+
+    dataset: str  # "sparc" | "cosql"
+    split: str  # "dev" | "train"
+    interaction_id: str  # stable id, e.g. "cosql-dev-0042"
+    interaction_index: int
+    turn_index: int
+    db_id: str
+    question: str
+    gold_sql: str
+    previous_questions: tuple[str, ...] = ()
+    previous_sql: tuple[str, ...] = ()  # gold SQL of the earlier turns, same length as above
+    hardness: str | None = None  # easy | medium | hard | extra, filled from the parsed gold
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def uid(self) -> str:
+        return f"{self.interaction_id}/{self.turn_index}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict) -> Turn:
+        row = dict(row)
+        row["previous_questions"] = tuple(row.get("previous_questions", ()))
+        row["previous_sql"] = tuple(row.get("previous_sql", ()))
+        return cls(**row)

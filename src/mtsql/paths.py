@@ -1,0 +1,40 @@
+"""Where things live: the data folder (MTSQL_DATA) and the cache/model home (MTSQL_HOME).
+
+These two environment variables are read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
+
+
+def data_dir() -> Path:
+    """The data folder: $MTSQL_DATA, else the small fixture subset shipped with the package."""
+    value = os.environ.get("MTSQL_DATA")
+    return Path(value).expanduser().resolve() if value else FIXTURE_DATA
+
+
+def home_dir() -> Path:
+    """Caches and converted models: $MTSQL_HOME, else ~/.cache/mtsql."""
+    value = os.environ.get("MTSQL_HOME")
+    root = Path(value).expanduser() if value else Path.home() / ".cache" / "mtsql"
+    return root.resolve()
+
+
+def database_path(db_id: str, root: Path | None = None) -> Path:
+    """The SQLite file of a Spider database (it may not exist: check before executing)."""
+    root = root or data_dir()
+    return root / "database" / db_id / f"{db_id}.sqlite"
+
+
+def schema_database_path(db_id: str, root: Path | None = None) -> Path | None:
+    """A database usable for its *schema*: the real file, else the empty schema-only stand-in."""
+    root = root or data_dir()
+    for folder in ("database", "database_schema_only"):
+        path = root / folder / db_id / f"{db_id}.sqlite"
+        if path.exists():
+            return path
+    return None

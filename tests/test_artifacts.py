@@ -1,0 +1,119 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mtsql.artifacts import Store, fingerprint, verify
+from mtsql.errors import UsageError
+
+
+def _work(records):
+    def work(ctx):
+        (ctx.out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return {"n": len(records)}
+    return work
+
+
+def test_fingerprint_stable_and_sensitive(tmp_path):
+    store = Store(tmp_path)
+    base, _ = store.run("sample", "sample", {"n": 1}, {}, _work([1]))
+    assert fingerprint("sample", {"n": 1}, {}) == fingerprint("sample", {"n": 1}, {}) == base.fingerprint
+    assert fingerprint("sample", {"n": 2}, {}) != base.fingerprint
+    assert fingerprint("reject", {"n": 1}, {}) != base.fingerprint
+    assert fingerprint("reject", {"n": 1}, {"sample": base}) != fingerprint("reject", {"n": 1}, {"sample": "0" * 64})
+
+
+def test_skip_when_complete_and_force(tmp_path):
+    store = Store(tmp_path)
+    calls = []
+
+    def work(ctx):
+        calls.append(1)
+        return _work([1, 2])(ctx)
+
+    first, cached = store.run("sample", "sample-r1", {"n": 1}, {}, work, round=1)
+    assert not cached and first.metrics == {"n": 2} and first.manifest["round"] == 1
+    again, cached = store.run("sample", "sample-r1", {"n": 1}, {}, work)
+    assert cached and again.path == first.path and len(calls) == 1
+    forced, cached = store.run("sample", "sample-r1", {"n": 1}, {}, work, force=True)
+    assert not cached and len(calls) == 2 and forced.path == first.path
+    assert (tmp_path / "sample-r1" / "latest").resolve() == first.path.resolve()
+    outputs = {o["path"]: o for o in forced.manifest["outputs"]}
+    assert outputs["items.jsonl"]["records"] == 2 and "sha256" in outputs["items.jsonl"]
+
+
+def test_failed_stage_leaves_nothing_complete(tmp_path):
+    store = Store(tmp_path)
+
+    def boom(ctx):
+        (ctx.out / "half.jsonl").write_text("{}\n")
+        raise RuntimeError("engine died")
+
+    with pytest.raises(RuntimeError):
+        store.run("sft", "sft", {}, {}, boom)
+    assert store.artifacts() == []
+    fp = fingerprint("sft", {}, {})
+    assert store.find("sft", fp) is None
+    done, cached = store.run("sft", "sft", {}, {}, _work([1]))
+    assert not cached and store.find("sft", fp) == done
+
+
+def test_sigkill_midway_leaves_no_complete_artifact(tmp_path):
+    script = textwrap.dedent(f"""
+        import time
+        from mtsql.artifacts import Store
+        def work(ctx):
+            (ctx.out / "shard-0.jsonl").write_text("{{}}\\n")
+            print("started", flush=True)
+            time.sleep(60)
+            return {{}}
+        Store({str(tmp_path)!r}).run("sample", "sample", {{}}, {{}}, work)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = Store(tmp_path)
+    assert store.artifacts() == [] and store.latest("sample") is None
+    seen = []
+
+    def resume(ctx):
+        seen.append(sorted(p.name for p in ctx.out.iterdir()))
+        return {"resumed": True}
+
+    done, cached = store.run("sample", "sample", {}, {}, resume)
+    assert not cached and "shard-0.jsonl" in seen[0], "the partial folder is handed back so stages can resume"
+    assert done.metrics == {"resumed": True}
+
+
+def test_verify_and_hand_edited_manifest(tmp_path):
+    store = Store(tmp_path)
+    art, _ = store.run("sample", "sample", {}, {}, _work([1]))
+    assert verify(art) == []
+    (art.path / "items.jsonl").write_text("tampered\n")
+    assert any("changed" in p for p in verify(art))
+    (art.path / "manifest.json").write_text("{not json")
+    with pytest.raises(UsageError, match="damaged manifest"):
+        store.artifacts()
+
+
+def test_lock_refuses_concurrent_run(tmp_path):
+    store = Store(tmp_path)
+    started = time.time()
+    inner = []
+
+    def outer(ctx):
+        from mtsql.errors import StageFailed
+        try:
+            store.run("sample", "sample", {}, {}, _work([1]))
+        except StageFailed as exc:
+            inner.append(str(exc))
+        return {}
+
+    store.run("sample", "sample", {}, {}, outer)
+    assert inner and "another mtsql process" in inner[0] and time.time() - started < 5

@@ -1,0 +1,62 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mtsql.artifacts import Store
+
+COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evaluate", "report", "run",
+            "status", "data", "models"]
+
+
+def mtsql(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def test_help_lists_every_command():
+    result = mtsql("--help")
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert f" {command} " in result.stdout, command
+
+
+def test_bad_config_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("sampel:\n  n: 2\n")
+    result = mtsql("curriculum", "--config", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "did you mean 'sample'" in result.stderr
+
+
+def test_status_and_verify(tmp_path):
+    store = Store(tmp_path / "runs" / "r1")
+
+    def work(ctx):
+        (ctx.out / "items.jsonl").write_text(json.dumps({"a": 1}) + "\n")
+        return {"ex": 0.5, "count": 1}
+
+    store.run("sample", "sample-r1", {"n": 1}, {}, work, round=1)
+    (tmp_path / "runs" / "r1" / "sft-r1" / "abc.partial").mkdir(parents=True)
+    result = mtsql("status", "r1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "sample" in result.stdout and "complete (latest)" in result.stdout and "ex=0.5" in result.stdout
+    assert "partial" in result.stdout
+    assert mtsql("data", "verify", "r1", cwd=tmp_path).returncode == 0
+    (store.latest("sample-r1").path / "items.jsonl").write_text("edited\n")
+    result = mtsql("data", "verify", "r1", cwd=tmp_path)
+    assert result.returncode == 2 and "content changed" in result.stderr
+    assert mtsql("status", "nope", cwd=tmp_path).returncode == 2
+
+
+@pytest.mark.parametrize("dataset", ["sparc", "cosql"])
+def test_data_check_on_fixture(dataset):
+    result = mtsql("data", "check", "--dataset", dataset, "--split", "dev")
+    assert result.returncode == 0, result.stderr
+    assert "wta_1" in result.stdout and "interactions" in result.stdout
+
+
+def test_data_check_unknown_dataset():
+    result = mtsql("data", "check", "--dataset", "spider")
+    assert result.returncode == 2 and "unknown dataset" in result.stderr

@@ -1,0 +1,68 @@
+"""Rebuild the packaged fixture subset (src/mtsql/fixtures/data) from a full data folder.
+
+    python tools/make_fixture.py ../shared/data
+
+Keeps a few dev and train databases (small ones) and every interaction on them, in the same
+layout and formats as the full folder, so tests and the tiny profile run anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+DEV_DBS = ["concert_singer", "pets_1", "car_1", "poker_player", "battle_death", "wta_1"]
+TRAIN_DBS = [
+    "network_2", "dorm_1", "activity_1", "game_1", "movie_1", "allergy_1", "ship_1", "student_1",
+    "icfp_1", "manufactory_1", "club_1", "university_basketball", "customers_card_transactions",
+    "roller_coaster", "restaurant_1", "insurance_policies", "product_catalog", "browser_web",
+    "cinema", "voter_2",
+]
+RAW_TRAIN = "extras/cosql_train_full_dialogues_from_QDA-SQL.json"
+ATTRIBUTION = """# Fixture subset of SParC / CoSQL / Spider
+
+A small subset of the data folder layout (see the project README), rebuilt by
+`tools/make_fixture.py`: the dev interactions on {dev} and the CoSQL train dialogues on
+{ntrain} small train databases, with their SQLite files (`wta_1` only as its empty schema-only
+stand-in, as in the full folder).
+
+Licence: CC BY-SA 4.0, like the data it is cut from. Spider (Yu et al., EMNLP 2018),
+SParC (Yu et al., ACL 2019) and CoSQL (Yu et al., EMNLP 2019), by Yale LILY and Salesforce.
+CoSQL train dialogues as repackaged by the QDA-SQL project (full-dialogue format).
+"""
+
+
+def main(src: Path, dst: Path) -> None:
+    if dst.exists():
+        shutil.rmtree(dst)
+    keep = set(DEV_DBS) | set(TRAIN_DBS)
+    for dataset in ("sparc", "cosql"):
+        (dst / dataset).mkdir(parents=True)
+        dev = [d for d in json.loads((src / dataset / "dev.json").read_text()) if d["database_id"] in keep]
+        (dst / dataset / "dev.json").write_text(json.dumps(dev, indent=1))
+        gold = []
+        for d in dev:
+            gold += [t["query"].replace("\n", " ") + "\t" + d["database_id"] for t in d["interaction"]] + [""]
+        (dst / dataset / "dev_gold.txt").write_text("\n".join(gold) + "\n")
+        tables = [t for t in json.loads((src / dataset / "tables.json").read_text()) if t["db_id"] in keep]
+        (dst / dataset / "tables.json").write_text(json.dumps(tables, indent=1))
+        for name in ("dev_db_ids.txt", "train_db_ids.txt"):
+            ids = [i for i in (src / dataset / name).read_text().split() if i in keep]
+            (dst / dataset / name).write_text("\n".join(ids) + "\n")
+    for db in sorted(keep):
+        for folder in ("database", "database_schema_only"):
+            path = src / folder / db / f"{db}.sqlite"
+            if path.exists():
+                (dst / folder / db).mkdir(parents=True)
+                shutil.copy2(path, dst / folder / db / path.name)
+                break
+    raw = [d for d in json.loads((src / RAW_TRAIN).read_text()) if d["db_name"] in keep]
+    (dst / RAW_TRAIN).parent.mkdir(parents=True)
+    (dst / RAW_TRAIN).write_text(json.dumps(raw))
+    (dst / "README.md").write_text(ATTRIBUTION.format(dev=", ".join(DEV_DBS), ntrain=len(TRAIN_DBS)))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(__file__).resolve().parents[1] / "src" / "mtsql" / "fixtures" / "data")
