@@ -113,8 +113,11 @@ class SftConfig:
     finetuning_type: str = "lora"  # lora | full
     lora_rank: int = 8
     lora_alpha: int = 16
+    lora_target: str = "all"  # LLaMA-Factory: all linear layers, or comma-separated module names
     cutoff_len: int = 4096
     learning_rate: float = 1e-4
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.0
     epochs: float = 1.0
     max_steps: int | None = None
     batch_size: int = 1
@@ -124,6 +127,7 @@ class SftConfig:
     heldout: int = 32  # eval turns scored after each round
     nnodes: int = 1
     nproc_per_node: int = 1
+    node_rank: int = 0  # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1)
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     use_cpu: bool = True
@@ -159,6 +163,11 @@ class RlConfig:
     nnodes: int = 1
     ray_address: str | None = None
     rollout_name: str = "vllm"
+    lora_alpha: int = 32
+    micro_batch_size_per_gpu: int = 1  # verl: actor update and log-prob micro-batches
+    rollout_tp: int = 1  # tensor parallel size of the vllm/sglang rollout server
+    gpu_memory_utilization: float = 0.5  # share of GPU memory the rollout server may take
+    max_turn_tokens: int | None = None  # cap per assistant message (None: the remaining response budget)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
 
-def data_dir() -> Path:
-    """The data folder: $MTSQL_DATA, else the small fixture subset shipped with the package."""
-    value = os.environ.get("MTSQL_DATA")
+def data_dir(override: str | Path | None = None) -> Path:
+    """The data folder: ``override`` (a config's ``data.root``), else $MTSQL_DATA, else the fixture subset."""
+    value = override or os.environ.get("MTSQL_DATA")
     return Path(value).expanduser().resolve() if value else FIXTURE_DATA
 
 

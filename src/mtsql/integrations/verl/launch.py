@@ -1,0 +1,321 @@
+"""Launching verl 0.9.1 GRPO, one training per curriculum stage (FACTS §5-6).
+
+    plan = build_stage_plan(cfg, stages, model_path="/models/sft", out_dir=stage_dir, data_root=root)
+    print(render_plan(plan))          # --dry-run: every file and command, runnable by hand
+    run_plan(plan, stage_dir / "log.txt")
+
+verl 0.9.1 has no curriculum sampler, so each stage is its own ``python -m verl.trainer.main_ppo``
+run that starts from the previous stage's checkpoint merged to a Hugging Face folder by
+``python -m verl.model_merger merge``. Per stage the plan has two commands: train (which writes
+the agent-loop YAML first) and merge. Every Hydra key below exists in verl 0.9.1's
+``ppo_trainer`` config (a test composes them); the ``+`` keys are ones verl reads but does not
+declare. On several nodes, start Ray by hand first and set ``rl.ray_address`` (the plan says how).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from mtsql.config import Config, to_dict
+from mtsql.errors import StageFailed, UsageError
+from mtsql.integrations.verl.dataset import AGENT_NAME
+
+AGENT_LOOP_TARGET = "mtsql.integrations.verl.agent_loop.SqlAgentLoop"
+REWARD_MODULE = "pkg://mtsql.integrations.verl.reward"
+REWARD_FUNCTION = "compute_score"
+PROJECT = "mtsql"
+
+
+@dataclass(frozen=True)
+class StageData:
+    """The training rows of one curriculum stage (an RL parquet and how many rows it has)."""
+
+    name: str
+    train_file: Path
+    rows: int
+
+
+@dataclass(frozen=True)
+class Command:
+    """One external command: ``files`` (path -> text) are written before it runs; ``produces``
+    names what it leaves behind (checkpoint, merged model); ``note`` is printed above it."""
+
+    name: str
+    argv: tuple[str, ...]
+    cwd: Path
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[Path, str] = field(default_factory=dict)
+    produces: dict[str, Path] = field(default_factory=dict)
+    note: str = ""
+
+
+def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: str, out_dir: Path,
+                     data_root: Path, python: str = sys.executable) -> list[Command]:
+    """Train + merge commands for every stage, each stage starting from the previous merged model.
+
+    ``model_path``: the first stage's model, an absolute folder or an HF id. Each stage works in
+    ``out_dir/<stage name>``: ``checkpoints/``, ``merged/`` (with ``lora_adapter/`` under LoRA) and
+    ``verl_metrics.jsonl``; ``data_root`` is where the agent loop and the reward find the databases.
+    """
+    _check(cfg, stages)
+    out_dir, data_root = Path(out_dir).resolve(), Path(data_root).resolve()
+    agent_loop_file = out_dir / "agent_loop.yaml"
+    plan: list[Command] = []
+    current, adapter = model_path, None
+    for index, stage in enumerate(stages):
+        stage_dir = out_dir / stage.name
+        checkpoint = stage_dir / "checkpoints" / f"global_step_{cfg.rl.steps_per_stage}" / "actor"
+        merged = stage_dir / "merged"
+        overrides = train_overrides(cfg, stage, model_path=current, lora_adapter=adapter, stage_dir=stage_dir,
+                                    agent_loop_file=agent_loop_file, data_root=data_root)
+        plan.append(Command(
+            name=f"{stage.name} train", argv=(python, "-m", "verl.trainer.main_ppo", *overrides), cwd=stage_dir,
+            env=_train_env(cfg), files={agent_loop_file: agent_loop_yaml(cfg, data_root)},
+            produces={"checkpoint": checkpoint}, note=_ray_note(cfg) if index == 0 else ""))
+        produces = {"merged_model": merged}
+        if cfg.rl.lora_rank:
+            produces["lora_adapter"] = merged / "lora_adapter"  # the merger keeps LoRA weights apart
+        plan.append(Command(
+            name=f"{stage.name} merge", cwd=stage_dir, produces=produces,
+            argv=(python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(checkpoint),
+                  "--target_dir", str(merged))))
+        current, adapter = str(merged), (str(produces["lora_adapter"]) if cfg.rl.lora_rank else None)
+    return plan
+
+
+def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
+    """verl's agent-loop registry file: ``SqlAgentLoop`` under ``AGENT_NAME`` with mtsql's settings."""
+    entry = {
+        "name": AGENT_NAME,
+        "_target_": AGENT_LOOP_TARGET,
+        "max_turn_tokens": cfg.rl.max_turn_tokens,
+        "data_root": str(Path(data_root).resolve()),
+        "env": to_dict(cfg.env),
+        "sql": to_dict(cfg.sql),
+    }
+    return yaml.safe_dump([entry], sort_keys=False)
+
+
+def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adapter: str | None,
+                    stage_dir: Path, agent_loop_file: Path, data_root: Path) -> list[str]:
+    """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it)."""
+    rl = cfg.rl
+    actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
+    reward_kwargs = "+reward.custom_reward_function.reward_kwargs"
+    pairs: list[tuple[str, object]] = [
+        ("algorithm.adv_estimator", "grpo"),
+        ("algorithm.use_kl_in_reward", False),
+        ("data.train_files", str(Path(stage.train_file).resolve())),
+        # verl always builds a validation set; validation itself is off (mtsql evaluate scores the models)
+        ("data.val_files", str(Path(stage.train_file).resolve())),
+        ("data.train_batch_size", rl.batch_size),
+        ("data.max_prompt_length", rl.max_prompt_len),
+        ("data.max_response_length", rl.max_response_len),
+        ("data.return_raw_chat", True),
+        (f"{model}.path", model_path),
+        (f"{model}.lora_rank", rl.lora_rank),
+        (f"{model}.lora_alpha", rl.lora_alpha),
+        (f"{model}.target_modules", "all-linear"),
+        (f"{actor}.optim.lr", rl.lr),
+        (f"{actor}.ppo_mini_batch_size", rl.mini_batch_size),
+        (f"{actor}.ppo_micro_batch_size_per_gpu", rl.micro_batch_size_per_gpu),
+        (f"{actor}.use_kl_loss", rl.kl_coef > 0),
+        (f"{actor}.kl_loss_coef", rl.kl_coef),
+        (f"{actor}.kl_loss_type", "low_var_kl"),
+        (f"{actor}.entropy_coeff", 0),
+        (f"{actor}.loss_agg_mode", "token-mean"),
+        (f"{actor}.clip_ratio", rl.clip_ratio),
+        (f"{actor}.clip_ratio_low", rl.clip_ratio),
+        (f"{actor}.clip_ratio_high", rl.clip_ratio),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", rl.micro_batch_size_per_gpu),
+        (f"{rollout}.name", rl.rollout_name),
+        (f"{rollout}.mode", "async"),
+        (f"{rollout}.n", rl.n),
+        (f"{rollout}.temperature", rl.temperature),
+        (f"{rollout}.tensor_model_parallel_size", rl.rollout_tp),
+        (f"{rollout}.gpu_memory_utilization", rl.gpu_memory_utilization),
+        (f"{rollout}.max_model_len", rl.max_prompt_len + rl.max_response_len),
+        (f"{rollout}.log_prob_micro_batch_size_per_gpu", rl.micro_batch_size_per_gpu),
+        (f"{rollout}.agent.agent_loop_config_path", str(agent_loop_file)),
+        (f"{rollout}.agent.default_agent_loop", AGENT_NAME),
+        ("reward.custom_reward_function.path", REWARD_MODULE),
+        ("reward.custom_reward_function.name", REWARD_FUNCTION),
+        *((f"{reward_kwargs}.reward.{k}", v) for k, v in to_dict(cfg.reward).items()),
+        *((f"{reward_kwargs}.sql.{k}", v) for k, v in to_dict(cfg.sql).items()),
+        (f"{reward_kwargs}.data_root", str(data_root)),
+        ("trainer.project_name", PROJECT),
+        ("trainer.experiment_name", f"{cfg.run}-{stage.name}"),
+        ("trainer.logger", ["console", "file"]),
+        ("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", str(stage_dir / "verl_metrics.jsonl")),
+        ("trainer.default_local_dir", str(stage_dir / "checkpoints")),
+        ("trainer.resume_mode", "auto"),
+        ("trainer.total_training_steps", rl.steps_per_stage),
+        # enough epochs for total_training_steps whatever the stage size (an epoch has >= 1 step)
+        ("trainer.total_epochs", rl.steps_per_stage),
+        ("trainer.save_freq", rl.steps_per_stage),
+        ("trainer.test_freq", -1),
+        ("trainer.val_before_train", False),
+        ("trainer.n_gpus_per_node", rl.n_gpus_per_node),
+        ("trainer.nnodes", rl.nnodes),
+    ]
+    if lora_adapter:
+        pairs.append((f"{model}.lora_adapter_path", lora_adapter))
+    return [f"{key}={hydra_value(value)}" for key, value in pairs]
+
+
+def compose_train_config(overrides: Sequence[str]):
+    """verl's ``main_ppo`` config with ``overrides`` applied and checked as ``main_ppo`` checks it.
+
+    Runs on CPU in seconds, so an unknown key, a bad value or inconsistent batch sizes fail here
+    (``UsageError``) rather than on the GPU cluster. Returns the composed ``DictConfig``.
+    """
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        with initialize_config_module("verl.trainer.config", version_base=None):
+            config = compose("ppo_trainer", overrides=list(overrides))
+    except HydraException as exc:
+        raise UsageError(f"verl rejects the training overrides: {str(exc).splitlines()[0]}") from None
+    try:
+        with warnings.catch_warnings():  # "Disabled critic as adv_estimator != gae": intended for GRPO
+            warnings.filterwarnings("ignore", message="Disabled critic")
+            use_critic = need_critic(config)
+        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=use_critic)
+    except (AssertionError, ValueError) as exc:
+        raise UsageError(f"verl rejects the training config: {exc}") from None
+    return config
+
+
+_PLAIN = re.compile(r"[A-Za-z_/~][A-Za-z0-9_./:@+\-~]*")
+_HYDRA_WORDS = {"true", "false", "null", "nan", "inf"}
+
+
+def hydra_value(value: object) -> str:
+    """``value`` in Hydra's override grammar: strings that could be misread are quoted."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot pass {value} to Hydra")
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _HYDRA_WORDS:
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def render_plan(plan: Sequence[Command]) -> str:
+    """The plan as a shell script: each file as a heredoc, then each command with its env and cwd."""
+    lines = ["#!/usr/bin/env bash", "# mtsql RL on verl 0.9.1: generated plan, runnable by hand", "set -euo pipefail"]
+    for command in plan:
+        lines.append("")
+        lines.extend(f"# {line}" if line else "#" for line in command.note.splitlines())
+        lines.append(f"# {command.name}")
+        for path, text in command.files.items():
+            lines.append(f"mkdir -p {shlex.quote(str(path.parent))}")
+            lines.append(f"cat > {shlex.quote(str(path))} <<'MTSQL_EOF'\n{text.rstrip()}\nMTSQL_EOF")
+        lines.append(f"mkdir -p {shlex.quote(str(command.cwd))} && cd {shlex.quote(str(command.cwd))}")
+        lines.append(shell_line(command))
+    return "\n".join(lines) + "\n"
+
+
+def shell_line(command: Command) -> str:
+    """The command with its environment variables; each override or ``--flag value`` on its own line."""
+    lines = [[f"{key}={shlex.quote(value)}" for key, value in command.env.items()]]
+    for index, arg in enumerate(command.argv):
+        if index and (arg.startswith("--") or "=" in arg):
+            lines.append([])
+        lines[-1].append(shlex.quote(arg))
+    return " \\\n    ".join(" ".join(parts) for parts in lines)
+
+
+def run_plan(plan: Sequence[Command], log_path: Path, *, echo: Callable[[str], None] | None = None) -> None:
+    """Run the commands in order, appending their output to ``log_path`` (and to ``echo``);
+    the first failure raises ``StageFailed`` quoting the command's error line."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a") as log:
+        for command in plan:
+            for path, text in command.files.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            command.cwd.mkdir(parents=True, exist_ok=True)
+            log.write(f"\n$ {shell_line(command)}\n")
+            log.flush()
+            tail: deque[str] = deque(maxlen=400)
+            proc = subprocess.Popen(command.argv, cwd=command.cwd, env={**os.environ, **command.env},
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                tail.append(line.rstrip("\n"))
+                if echo is not None:
+                    echo(line)
+            code = proc.wait()
+            if code != 0:
+                raise StageFailed(f"{command.name} failed (exit {code}): {error_line(tail)} (full log: {log_path})")
+
+
+_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b(?:\([\w.]+\))?:?")
+
+
+def error_line(lines: Iterable[str]) -> str:
+    """The most telling line of a failed command's output: its last exception line, else its last line."""
+    lines = [line for line in lines if line.strip()]
+    for line in reversed(lines):
+        if _ERROR.match(line):
+            return line.strip()
+    return lines[-1].strip() if lines else "no output"
+
+
+def _check(cfg: Config, stages: Sequence[StageData]) -> None:
+    if not stages:
+        raise UsageError("no curriculum stage to train")
+    if cfg.rl.rollout_name not in ("vllm", "sglang"):
+        raise UsageError(f"rl.rollout_name: verl 0.9.1 rolls out with vllm or sglang, not '{cfg.rl.rollout_name}'")
+    if cfg.rl.nnodes > 1 and not cfg.rl.ray_address:
+        raise UsageError(f"rl.nnodes={cfg.rl.nnodes} needs a Ray cluster: start it (ray start) and set rl.ray_address")
+    for stage in stages:
+        if stage.rows < cfg.rl.batch_size:
+            raise UsageError(f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
+                             "(verl drops incomplete batches, so it would train nothing); lower rl.batch_size")
+
+
+def _train_env(cfg: Config) -> dict[str, str]:
+    env = {"HYDRA_FULL_ERROR": "1"}
+    if cfg.rl.ray_address:
+        env["RAY_ADDRESS"] = cfg.rl.ray_address
+    return env
+
+
+def _ray_note(cfg: Config) -> str:
+    if not cfg.rl.ray_address:
+        return ""
+    port = cfg.rl.ray_address.rsplit(":", 1)[-1] if ":" in cfg.rl.ray_address else "6379"
+    return (f"Ray cluster at {cfg.rl.ray_address} ({cfg.rl.nnodes} node(s) x {cfg.rl.n_gpus_per_node} GPUs), "
+            "started before this plan runs:\n"
+            f"  head node:    ray start --head --port={port} --num-gpus={cfg.rl.n_gpus_per_node}\n"
+            f"  other nodes:  ray start --address={cfg.rl.ray_address} --num-gpus={cfg.rl.n_gpus_per_node}\n"
+            "Every node needs this Python environment (mtsql, verl, vllm) and the data folder at the same path.")

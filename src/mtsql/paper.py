@@ -1,0 +1,29 @@
+"""MTSQL-R1's published dev-set numbers (FACTS §6), for the report's comparison table.
+
+Each entry: (model, data/recipe, dataset) -> (EX, EM), in percent.
+"""
+
+from __future__ import annotations
+
+PAPER_RESULTS: dict[tuple[str, str, str], tuple[float, float]] = {
+    ("Qwen3-4B", "untrained, long-horizon", "cosql"): (60.3, 45.6),
+    ("Qwen3-4B", "untrained, long-horizon", "sparc"): (57.6, 44.1),
+    ("Qwen3-4B", "short-horizon SFT", "cosql"): (73.1, 64.8),
+    ("Qwen3-4B", "short-horizon SFT", "sparc"): (78.3, 71.5),
+    ("Qwen3-4B", "warm-start SFT round 3", "cosql"): (75.2, 63.0),
+    ("Qwen3-4B", "warm-start SFT round 3", "sparc"): (75.1, 65.6),
+    ("Qwen3-4B", "+ curriculum RL (outcome+process)", "cosql"): (79.9, 65.2),
+    ("Qwen3-4B", "+ curriculum RL (outcome+process)", "sparc"): (79.0, 68.7),
+    ("Qwen3-1.7B", "short-horizon SFT", "cosql"): (68.1, 59.3),
+    ("Qwen3-1.7B", "short-horizon SFT", "sparc"): (74.3, 69.2),
+    ("Qwen3-1.7B", "+ curriculum RL (outcome+process)", "cosql"): (77.3, 63.5),
+    ("Qwen3-1.7B", "+ curriculum RL (outcome+process)", "sparc"): (76.2, 66.1),
+}
+
+# Qwen3-4B EX by hardness and by turn: base → warm-start SFT → RL (the paper's figures).
+PAPER_BREAKDOWN_4B = {
+    "hardness": {"easy": (80.8, 89.0, 89.9), "medium": (56.9, 74.4, 77.5), "hard": (52.1, 75.5, 77.3),
+                 "extra": (26.2, 43.0, 52.3)},
+    "turn": {"1": (62.1, 78.8, 81.2), "2": (67.0, 80.4, 82.8), "3": (63.9, 74.6, 76.6), "4": (57.0, 73.7, 78.9),
+             ">4": (53.5, 73.2, 76.1)},
+}

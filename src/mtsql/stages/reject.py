@@ -1,0 +1,100 @@
+"""Difficulty-aware reject sampling (MTSQL-R1's self-taught SFT filter).
+
+Reads a sample artifact's ``trajectories.jsonl`` and keeps, per item (one turn of one dialogue):
+
+* only correct trajectories (``reject.require``: ex and em by default) that follow the protocol;
+* if the item is easy, or every sample of it was correct: at most ``keep_easy`` of the shortest;
+* otherwise: up to ``keep_hard`` long ones, chosen greedily to differ from each other in their
+  action sequence and in the edits between the SQL they proposed (Jaccard distance, deterministic).
+
+Items with no correct trajectory go to ``pool.jsonl``: the next round samples only those.
+Writes ``kept.jsonl`` (the chosen sample rows), ``pool.jsonl`` (Turn dicts) and a table by
+hardness and turn: sampled, correct, kept, unsolved.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from mtsql.artifacts import StageContext
+from mtsql.config import RejectConfig
+from mtsql.errors import StageFailed
+from mtsql.jsonl import read_jsonl, write_jsonl
+from mtsql.stages.tables import turn_bucket
+
+REQUIRE_KEYS = {"ex": "execution", "em": "exact"}
+
+
+def is_correct(row: dict, require: Iterable[str]) -> bool:
+    return bool(row.get("protocol_valid")) and all(row.get(REQUIRE_KEYS[key]) == 1 for key in require)
+
+
+def select(rows: list[dict], cfg: RejectConfig) -> tuple[list[dict], list[dict], dict]:
+    """Choose the kept rows; returns (kept rows, unsolved turn dicts, counts table)."""
+    unknown = set(cfg.require) - set(REQUIRE_KEYS)
+    if unknown:
+        raise StageFailed(f"reject.require: unknown {sorted(unknown)}; use any of {sorted(REQUIRE_KEYS)}")
+    by_item: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_item[row["uid"]].append(row)
+    kept, unsolved = [], []
+    table: dict[str, dict[str, int]] = defaultdict(lambda: {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
+    for samples in by_item.values():
+        samples.sort(key=lambda r: r["sample"])
+        correct = [r for r in samples if is_correct(r, cfg.require)]
+        first = samples[0]
+        if not correct:
+            chosen = []
+            unsolved.append(first["turn"])
+        elif first.get("hardness") == "easy" or len(correct) == len(samples):
+            chosen = sorted(correct, key=lambda r: (r["response_tokens"], r["sample"]))[: cfg.keep_easy]
+        else:
+            chosen = diverse(correct, cfg.keep_hard)
+        kept.extend(chosen)
+        for bucket in (f"hardness={first.get('hardness')}", f"turn={turn_bucket(first['turn']['turn_index'])}", "all"):
+            counts = table[bucket]
+            counts["sampled"] += len(samples)
+            counts["correct"] += len(correct)
+            counts["kept"] += len(chosen)
+            counts["unsolved"] += int(not correct)
+    return kept, unsolved, dict(sorted(table.items()))
+
+
+def diverse(rows: list[dict], k: int) -> list[dict]:
+    """Greedy farthest-first choice of ``k`` long rows, by action sequence and SQL edits."""
+    features = {id(r): _features(r) for r in rows}
+    ordered = sorted(rows, key=lambda r: (-r["response_tokens"], r["sample"]))
+    chosen = [ordered[0]]
+    while len(chosen) < min(k, len(ordered)):
+        rest = [r for r in ordered if r not in chosen]
+        chosen.append(max(rest, key=lambda r: (min(_distance(features[id(r)], features[id(c)]) for c in chosen),
+                                               r["response_tokens"], -r["sample"])))
+    return chosen
+
+
+def _features(row: dict) -> tuple[set, set]:
+    actions = ["<s>", *row.get("actions", []), "</s>"]
+    action_grams = {tuple(actions[i : i + 2]) for i in range(len(actions) - 1)}
+    edits: set = set()
+    previous: set = set()
+    for sql in row.get("proposed_sql", []):
+        tokens = set(sql.lower().split())
+        edits |= {f"+{t}" for t in tokens - previous} | {f"-{t}" for t in previous - tokens}
+        previous = tokens
+    return action_grams, edits
+
+
+def _distance(a: tuple[set, set], b: tuple[set, set]) -> float:
+    return sum(1 - len(x & y) / len(x | y) if x | y else 0.0 for x, y in zip(a, b)) / 2
+
+
+def run(ctx: StageContext, cfg: RejectConfig) -> dict:
+    """The stage body: reads the sample input's trajectories, writes kept.jsonl and pool.jsonl."""
+    rows = read_jsonl(ctx.inputs["sample"].path / "trajectories.jsonl")
+    kept, unsolved, table = select(rows, cfg)
+    write_jsonl(ctx.out / "kept.jsonl", kept)
+    write_jsonl(ctx.out / "pool.jsonl", unsolved)
+    totals = table.get("all", {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
+    items = len({r["uid"] for r in rows})
+    return {"items": items, "solved": items - totals["unsolved"], **totals, "table": table}

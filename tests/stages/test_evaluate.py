@@ -1,0 +1,129 @@
+"""The evaluate stage on the packaged fixture: files in, items.jsonl + summary.json out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtsql.data import load_turns
+from mtsql.errors import UsageError
+from mtsql.paths import FIXTURE_DATA
+from mtsql.stages.evaluate import EvaluateOptions, evaluate_files, score_pairs, write_outputs
+
+GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)
+
+
+@pytest.fixture(autouse=True)
+def fixture_data(monkeypatch):
+    monkeypatch.setenv("MTSQL_DATA", str(FIXTURE_DATA))
+
+
+@pytest.fixture()
+def gold(tmp_path) -> Path:
+    """The first three interactions of the fixture's SParC gold (8 turns on pets_1)."""
+    path = tmp_path / "gold.txt"
+    path.write_text("".join(GOLD_LINES[:11]))
+    return path
+
+
+def predictions(tmp_path, lines: list[str]) -> Path:
+    path = tmp_path / "pred.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def gold_as_predictions(gold: Path) -> list[str]:
+    return [line.split("\t")[0].rstrip("\n") for line in gold.read_text().splitlines()]
+
+
+def test_gold_as_predictions_scores_everything(gold, tmp_path):
+    result = evaluate_files("sparc", predictions(tmp_path, gold_as_predictions(gold)), gold_path=gold)
+    assert len(result.items) == 8 and result.summary["interactions"] == 3
+    for metric in ("exact", "execution"):
+        assert result.summary[metric]["question"]["accuracy"] == 1.0
+        assert result.summary[metric]["interaction"]["accuracy"] == 1.0
+    first = result.items[0]
+    assert first == {"interaction_index": 0, "turn_index": 0, "db_id": "pets_1", "gold": "SELECT * FROM pets",
+                     "pred": "SELECT * FROM pets", "hardness": "easy", "exact_match": 1, "exec_match": 1,
+                     "error": None}
+    assert result.items[-1]["interaction_index"] == 2 and result.items[-1]["turn_index"] == 1
+
+
+def test_outputs_are_written_atomically(gold, tmp_path):
+    result = evaluate_files("sparc", predictions(tmp_path, gold_as_predictions(gold)), gold_path=gold,
+                            options=EvaluateOptions(etype="match"))
+    out = tmp_path / "out"
+    write_outputs(out, result)
+    assert sorted(p.name for p in out.iterdir()) == ["items.jsonl", "summary.json"]
+    rows = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and all(r["exec_match"] is None for r in rows)
+    assert "execution" not in json.loads((out / "summary.json").read_text())
+
+
+def test_a_short_prediction_file_names_the_first_diverging_interaction(gold, tmp_path):
+    lines = gold_as_predictions(gold)
+    del lines[5]  # the last turn of interaction 1
+    with pytest.raises(UsageError, match=r"interaction 1 .*3 turn\(s\) from line 5.*2 turn\(s\) from line 5"):
+        evaluate_files("sparc", predictions(tmp_path, lines), gold_path=gold)
+
+
+def test_allow_mismatch_scores_missing_turns_zero_and_lists_them(gold, tmp_path):
+    lines = gold_as_predictions(gold)[:9]  # interaction 2 loses its second turn
+    result = evaluate_files("sparc", predictions(tmp_path, lines), gold_path=gold, allow_mismatch=True)
+    missing = [i for i in result.items if i.get("missing")]
+    assert [(i["interaction_index"], i["turn_index"], i["exact_match"], i["exec_match"]) for i in missing] == [(2, 1, 0, 0)]
+    assert result.summary["missing"] == [{"interaction_index": 2, "turn_index": 1}]
+    assert result.summary["exact"]["interaction"]["accuracy"] == 2 / 3
+
+
+def test_hostile_predictions_score_zero_and_leave_the_database_alone(gold, tmp_path):
+    db = FIXTURE_DATA / "database" / "pets_1" / "pets_1.sqlite"
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    hostile = ["DROP TABLE pets", "SELECT * FROM pets; DELETE FROM pets", "ATTACH 'x.sqlite' AS x",
+               "SELECT 1\x00", "SELECT '" + "x" * 10_000_000 + "'",
+               "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+               "SELECT count(*) FROM " + ", ".join(f"pets p{i}" for i in range(25))]
+    path = tmp_path / "pred.txt"
+    body = "\n".join(hostile[:3]) + "\n\n" + "\n".join(hostile[3:6]) + "\n\n"
+    path.write_bytes(body.encode() + b"SELECT '\xff\xfe'\n" + hostile[6].encode() + b"\n")
+    result = evaluate_files("sparc", path, gold_path=gold, options=EvaluateOptions(timeout_s=0.5))
+    assert [i["exec_match"] for i in result.items] == [0] * 8
+    assert [i["exact_match"] for i in result.items] == [0] * 8
+    errors = [i["error"] for i in result.items]
+    assert "write_refused" in errors[0] and "longer than" in errors[4]
+    assert "timeout" in errors[5] and "timeout" in errors[7]
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_score_pairs_equals_scoring_the_written_file(tmp_path):
+    turns = [t for t in load_turns("sparc", "dev", limit=3, with_hardness=False)]
+    sqls = [t.gold_sql if i % 2 else t.gold_sql.replace("*", "count(*)") + "\n" for i, t in enumerate(turns)]
+    from_pairs = score_pairs(list(zip(turns, sqls, strict=True)))
+    lines, previous = [], 0
+    for turn, sql in zip(turns, sqls, strict=True):
+        if turn.interaction_index != previous:
+            lines.append("")
+            previous = turn.interaction_index
+        lines.append(sql.strip())
+    gold = tmp_path / "gold.txt"
+    gold.write_text("".join(GOLD_LINES[:11]))
+    from_file = evaluate_files("sparc", predictions(tmp_path, lines), gold_path=gold)
+    assert from_pairs.items == from_file.items
+
+
+def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
+    pred = predictions(tmp_path, gold_as_predictions(gold))
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA)}
+    ok = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
+                         "--gold", str(gold), "--out", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "joint_all" in ok.stdout and (tmp_path / "cli" / "summary.json").exists()
+    bad = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
+                          "--out", str(tmp_path / "x"), "--exec-semantics", "nope"], capture_output=True, text=True,
+                         env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "testsuite" in bad.stderr

@@ -1,0 +1,57 @@
+import pytest
+
+from mtsql.config import RejectConfig
+from mtsql.errors import StageFailed
+from mtsql.stages.reject import diverse, is_correct, select
+
+
+def row(uid, sample, *, ok=True, valid=True, hardness="hard", tokens=100, actions=("exec_sql", "answer"), sqls=("SELECT a FROM t",), turn_index=0):
+    return {"uid": uid, "sample": sample, "hardness": hardness, "protocol_valid": valid,
+            "execution": int(ok), "exact": int(ok), "response_tokens": tokens, "actions": list(actions),
+            "proposed_sql": list(sqls), "turn": {"uid": uid, "turn_index": turn_index}}
+
+
+def test_correctness_needs_protocol_and_required_metrics():
+    assert is_correct(row("a", 0), ("ex", "em"))
+    assert not is_correct(row("a", 0, valid=False), ("ex", "em"))
+    r = row("a", 0)
+    r["exact"] = 0
+    assert not is_correct(r, ("ex", "em")) and is_correct(r, ("ex",))
+
+
+def test_easy_or_all_correct_keeps_two_shortest():
+    rows = [row("e", i, hardness="easy", tokens=t) for i, t in enumerate([50, 20, 30, 10])]
+    rows[3]["execution"] = 0  # wrong: never kept
+    kept, unsolved, _ = select(rows, RejectConfig())
+    assert [r["sample"] for r in kept] == [1, 2] and unsolved == []
+    all_ok = [row("h", i, hardness="extra", tokens=t) for i, t in enumerate([90, 70, 80])]
+    kept, _, _ = select(all_ok, RejectConfig())
+    assert [r["sample"] for r in kept] == [1, 2]
+
+
+def test_hard_items_keep_diverse_long_ones():
+    same = dict(actions=("exec_sql", "answer"), sqls=("SELECT a FROM t",))
+    rows = [
+        row("h", 0, tokens=300, **same),
+        row("h", 1, tokens=290, **same),  # a near copy of sample 0
+        row("h", 2, tokens=200, actions=("exec_sql", "exec_sql", "answer"), sqls=("SELECT b FROM t", "SELECT a FROM t")),
+        row("h", 3, tokens=150, actions=("exec_sql", "memory_retrieve", "answer"), sqls=("SELECT a FROM t WHERE x",)),
+        row("h", 4, ok=False, tokens=999),
+    ]
+    kept, unsolved, table = select(rows, RejectConfig(keep_hard=3))
+    assert sorted(r["sample"] for r in kept) == [0, 2, 3], "the copy of sample 0 is passed over"
+    assert kept[0]["sample"] == 0, "the longest comes first"
+    assert table["all"] == {"sampled": 5, "correct": 4, "kept": 3, "unsolved": 0}
+    assert diverse(rows[:4], 1) == [rows[0]]
+
+
+def test_unsolved_items_go_to_the_pool_and_table_buckets():
+    rows = [row("u", 0, ok=False, turn_index=5), row("u", 1, ok=False, turn_index=5), row("s", 0, turn_index=0)]
+    kept, unsolved, table = select(rows, RejectConfig())
+    assert unsolved == [{"uid": "u", "turn_index": 5}] and len(kept) == 1
+    assert table["turn=>4"]["unsolved"] == 1 and table["turn=1"]["kept"] == 1
+
+
+def test_unknown_requirement_is_refused():
+    with pytest.raises(StageFailed, match="unknown"):
+        select([row("a", 0)], RejectConfig(require=("bleu",)))
