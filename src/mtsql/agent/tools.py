@@ -1,0 +1,113 @@
+"""The two tools: ``exec_sql`` (the read-only sandbox) and ``memory_retrieve`` (the dialogue memory).
+
+``TOOL_SCHEMAS`` (OpenAI function JSON) is what the chat template, the SFT export and the RL tool
+configuration all show the model; ``protocol.TOOL_ARGUMENTS`` checks calls against the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtsql.agent import prompts
+from mtsql.config import SqlConfig
+from mtsql.sql.clauses import render_breakdown
+from mtsql.sql.executor import ExecResult, execute_cached
+
+TOOL_SCHEMAS: list[dict] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "exec_sql",
+            "description": "Run one read-only SQLite query on the conversation's database and return its "
+                           "result (or the error), followed by what to verify.",
+            "parameters": {
+                "type": "object",
+                "properties": {"sql": {"type": "string", "description": "One SQLite SELECT query."}},
+                "required": ["sql"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "memory_retrieve",
+            "description": "Show the earlier turns of the conversation (questions, their SQL clause by "
+                           "clause, result previews) to check the latest query against them.",
+            "parameters": {"type": "object", "properties": {}, "required": []},
+        },
+    },
+]
+
+
+@dataclass(frozen=True)
+class SqlRun:
+    """One query through the sandbox, as the environment and the rewards see it.
+
+    ``kind``: ``error`` (the sandbox's ``error_class`` says which), ``empty`` (no rows, or only NULL
+    values) or ``ok``. ``text`` is the rendered result, at most ``result_chars`` characters.
+    """
+
+    kind: str
+    error_class: str | None
+    row_count: int | None
+    text: str
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    """One earlier turn of the dialogue: its question and the SQL remembered for it (None: no answer)."""
+
+    question: str
+    sql: str | None
+
+    def to_dict(self) -> dict:
+        return {"question": self.question, "sql": self.sql}
+
+    @classmethod
+    def from_dict(cls, row: dict) -> MemoryEntry:
+        return cls(question=row["question"], sql=row.get("sql"))
+
+
+def run_sql(db_path: Path, sql: str, sql_cfg: SqlConfig, result_chars: int) -> SqlRun:
+    """Execute ``sql`` read-only (cached, with the configured timeout and row cap) and classify it."""
+    result = execute_cached(db_path, sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
+    return SqlRun(kind=result_kind(result), error_class=None if result.ok else result.error_class,
+                  row_count=len(result.rows) if result.ok else None,
+                  text=render_result(result, result_chars), elapsed_s=result.elapsed_s)
+
+
+def result_kind(result: ExecResult) -> str:
+    if not result.ok:
+        return "error"
+    if all(value is None for row in result.rows for value in row):
+        return "empty"
+    return "ok"
+
+
+def render_result(result: ExecResult, max_chars: int) -> str:
+    """The sandbox's rendering (header and rows, or the classified error), cut to ``max_chars``."""
+    return result.preview(max_chars=max_chars)
+
+
+def exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_cfg: SqlConfig,
+             result_chars: int) -> tuple[SqlRun, str]:
+    """Run the query; the observation recaps the question, the SQL and the result, then asks to verify."""
+    run = run_sql(db_path, sql, sql_cfg, result_chars)
+    return run, prompts.exec_observation(question=question, sql=sql, result=run.text, has_history=has_history)
+
+
+def memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: str, candidate: str | None,
+                    sql_cfg: SqlConfig, result_chars: int) -> str:
+    """The dialogue memory with a clause breakdown and result preview per turn, then the checklist."""
+    turns = []
+    for entry in memory:
+        if entry.sql:
+            result = run_sql(db_path, entry.sql, sql_cfg, result_chars).text
+            turns.append((entry.question, entry.sql, render_breakdown(entry.sql), result))
+        else:
+            turns.append((entry.question, None, "", ""))
+    return prompts.memory_observation(turns=turns, question=question, candidate=candidate,
+                                      candidate_clauses=render_breakdown(candidate) if candidate else "")
