@@ -1,0 +1,43 @@
+"""LLaMA-Factory 0.9.5 for the warm-start SFT (FACTS §4): dataset export, YAML, launch, LoRA merge.
+
+    stats = export_sharegpt(trajectories, work / "data", tokenizer_path=model, template="qwen3",
+                            cutoff_len=cfg.sft.cutoff_len)
+    plan = plan_sft(cfg.sft, model_path=model, template="qwen3", work_dir=work, seed=cfg.seed)
+    print(plan.describe())                      # --dry-run: the exact files and command lines
+    result = run_sft(plan, log_path=work / "log.txt", expected_examples=stats.examples)
+    plan.model_dir                              # the trained Hugging Face model folder
+
+Everything is written inside the folders it is given; marking a stage complete is the caller's job.
+"""
+
+from mtsql.integrations.llamafactory.dataset import (
+    ExportStats,
+    Tokenized,
+    dataset_entry,
+    export_sharegpt,
+    to_sharegpt,
+    tokenize_dataset,
+)
+from mtsql.integrations.llamafactory.launch import (
+    Command,
+    SftPlan,
+    export_command,
+    merge_config,
+    plan_sft,
+    train_command,
+    train_config,
+)
+from mtsql.integrations.llamafactory.process import (
+    TrainResult,
+    check_model_dir,
+    last_error_line,
+    merge_lora,
+    run_sft,
+    run_train,
+)
+
+__all__ = [
+    "Command", "ExportStats", "SftPlan", "Tokenized", "TrainResult", "check_model_dir", "dataset_entry",
+    "export_command", "export_sharegpt", "last_error_line", "merge_config", "merge_lora", "plan_sft",
+    "run_sft", "run_train", "tokenize_dataset", "to_sharegpt", "train_command", "train_config",
+]

@@ -1,0 +1,193 @@
+"""What ``llamafactory-cli`` is asked to do: the training and merge YAML files and the command lines.
+
+Pure functions with no side effect, so ``plan_sft`` shows as a dry run exactly what ``run_sft``
+then writes and executes. Layout inside a stage's work folder::
+
+    data/dataset_info.json, data/<dataset>.jsonl   (export_sharegpt)
+    train.yaml        llamafactory-cli train
+    adapter/          LoRA adapter (lora) | model/ the trained model itself (full)
+    merge.yaml        llamafactory-cli export (lora only)
+    model/            the merged Hugging Face model folder
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+
+from mtsql.config import SftConfig
+from mtsql.errors import StageFailed, UsageError
+
+FINETUNING_TYPES = ("lora", "full")
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+class Command(NamedTuple):
+    """A command line plus the environment variables it adds to the current environment."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+    def shell(self) -> str:
+        """The command as one copy-pasteable shell line."""
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
+        return " ".join(assignments + [shlex.quote(arg) for arg in self.argv])
+
+
+@dataclass(frozen=True)
+class SftPlan:
+    """Every file and command of one SFT run; ``model_dir`` is the Hugging Face folder it produces."""
+
+    dataset_dir: Path
+    dataset: str
+    train_yaml: Path
+    train_config: dict
+    train: Command
+    trainer_dir: Path  # llamafactory's output_dir: the adapter (lora) or the model (full)
+    model_dir: Path
+    merge_yaml: Path | None = None
+    merge_config: dict | None = None
+    merge: Command | None = None
+
+    def files(self) -> dict[Path, str]:
+        """The YAML files to write, path -> text."""
+        out = {self.train_yaml: yaml_text(self.train_config)}
+        if self.merge_yaml and self.merge_config:
+            out[self.merge_yaml] = yaml_text(self.merge_config)
+        return out
+
+    def commands(self) -> list[Command]:
+        return [self.train] + ([self.merge] if self.merge else [])
+
+    def describe(self) -> str:
+        """A dry run: the files (with their text) and the commands, in order."""
+        parts = [f"dataset: {self.dataset_dir / 'dataset_info.json'} ({self.dataset})"]
+        for path, text in self.files().items():
+            parts.append(f"--- {path}\n{text.rstrip()}")
+        parts += [f"$ {command.shell()}" for command in self.commands()]
+        parts.append(f"model: {self.model_dir}")
+        return "\n".join(parts) + "\n"
+
+
+def plan_sft(sft_cfg: SftConfig, *, model_path: str | Path, template: str, work_dir: Path,
+             dataset: str = "mtsql_sft", seed: int = 0) -> SftPlan:
+    """The files and commands that fine-tune ``model_path`` on ``work_dir/data/<dataset>``."""
+    work_dir = Path(work_dir)
+    dataset_dir, model_dir = work_dir / "data", work_dir / "model"
+    trainer_dir = work_dir / "adapter" if sft_cfg.finetuning_type == "lora" else model_dir
+    config = train_config(sft_cfg, model_path=model_path, template=template, dataset_dir=dataset_dir,
+                          dataset=dataset, output_dir=trainer_dir, seed=seed)
+    train_yaml = work_dir / "train.yaml"
+    plan = SftPlan(dataset_dir=dataset_dir, dataset=dataset, train_yaml=train_yaml, train_config=config,
+                   train=train_command(train_yaml, sft_cfg), trainer_dir=trainer_dir, model_dir=model_dir)
+    if sft_cfg.finetuning_type == "full":
+        return plan
+    merge_yaml = work_dir / "merge.yaml"
+    return replace(
+        plan, merge_yaml=merge_yaml, merge=export_command(merge_yaml),
+        merge_config=merge_config(model_path=model_path, adapter_dir=trainer_dir, template=template,
+                                  export_dir=model_dir))
+
+
+def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, dataset_dir: Path,
+                 dataset: str, output_dir: Path, seed: int = 0) -> dict:
+    """The ``llamafactory-cli train`` YAML as a dict: loss on every assistant turn, none on prompts."""
+    if sft_cfg.finetuning_type not in FINETUNING_TYPES:
+        raise UsageError(f"sft.finetuning_type must be one of {', '.join(FINETUNING_TYPES)}, "
+                         f"got {sft_cfg.finetuning_type!r}")
+    if not 0 <= sft_cfg.warmup_ratio < 1:
+        raise UsageError(f"sft.warmup_ratio must be in [0, 1), got {sft_cfg.warmup_ratio}")
+    config: dict = {
+        "model_name_or_path": str(model_path),
+        "stage": "sft",
+        "do_train": True,
+        "finetuning_type": sft_cfg.finetuning_type,
+    }
+    if sft_cfg.finetuning_type == "lora":
+        config.update(lora_rank=sft_cfg.lora_rank, lora_alpha=sft_cfg.lora_alpha, lora_target=sft_cfg.lora_target)
+    config.update(
+        dataset=dataset,
+        dataset_dir=str(dataset_dir),
+        template=template,
+        cutoff_len=sft_cfg.cutoff_len,
+        train_on_prompt=False,  # no loss on system/user/observation tokens
+        mask_history=False,  # true would train only the last assistant turn of a trajectory
+        overwrite_cache=True,
+        preprocessing_num_workers=1,
+        dataloader_num_workers=0,
+        output_dir=str(output_dir),
+        overwrite_output_dir=True,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        per_device_train_batch_size=sft_cfg.batch_size,
+        gradient_accumulation_steps=sft_cfg.grad_accum,
+        learning_rate=sft_cfg.learning_rate,
+        lr_scheduler_type=sft_cfg.lr_scheduler_type,
+        warmup_steps=sft_cfg.warmup_ratio,  # transformers 5: a value below 1 is a fraction of the steps
+        seed=seed,
+        bf16=sft_cfg.bf16,
+        fp16=False,
+    )
+    if sft_cfg.max_steps is not None:
+        config["max_steps"] = sft_cfg.max_steps
+    else:
+        config["num_train_epochs"] = sft_cfg.epochs
+    if sft_cfg.use_cpu:
+        config["use_cpu"] = True
+    if sft_cfg.finetuning_type == "full":
+        config["save_only_model"] = True
+    return config
+
+
+def merge_config(*, model_path: str | Path, adapter_dir: Path, template: str, export_dir: Path) -> dict:
+    """The ``llamafactory-cli export`` YAML that merges a LoRA adapter into its base model (on CPU)."""
+    return {
+        "model_name_or_path": str(model_path),
+        "adapter_name_or_path": str(adapter_dir),
+        "template": template,
+        "finetuning_type": "lora",
+        "export_dir": str(export_dir),
+        "export_device": "cpu",
+        "export_legacy_format": False,
+    }
+
+
+def train_command(yaml_path: Path, sft_cfg: SftConfig) -> Command:
+    """``llamafactory-cli train YAML``, through torchrun when more than one process is asked for."""
+    env = dict(OFFLINE_ENV)
+    if sft_cfg.nnodes > 1 or sft_cfg.nproc_per_node > 1:
+        if any(ch.isspace() for ch in str(yaml_path)):  # llamafactory splits the torchrun line on spaces
+            raise UsageError(f"{yaml_path}: a multi-process launch needs a path without spaces")
+        if not 0 <= sft_cfg.node_rank < sft_cfg.nnodes:
+            raise UsageError(f"sft.node_rank must be in [0, {sft_cfg.nnodes}), got {sft_cfg.node_rank}")
+        env.update(
+            FORCE_TORCHRUN="1", NNODES=str(sft_cfg.nnodes), NODE_RANK=str(sft_cfg.node_rank),
+            MASTER_ADDR=sft_cfg.master_addr, MASTER_PORT=str(sft_cfg.master_port),
+            NPROC_PER_NODE=str(sft_cfg.nproc_per_node),
+        )
+    return Command((cli_path(), "train", str(yaml_path)), env)
+
+
+def export_command(yaml_path: Path) -> Command:
+    return Command((cli_path(), "export", str(yaml_path)), dict(OFFLINE_ENV))
+
+
+def cli_path() -> str:
+    """``llamafactory-cli`` of this Python environment (else the one on PATH)."""
+    beside = Path(sys.executable).parent / "llamafactory-cli"
+    found = str(beside) if beside.exists() else shutil.which("llamafactory-cli")
+    if not found:
+        raise StageFailed("llamafactory-cli not found: install llamafactory==0.9.5 in this environment")
+    return found
+
+
+def yaml_text(config: dict) -> str:
+    return yaml.safe_dump(config, sort_keys=False)
+

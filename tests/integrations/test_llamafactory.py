@@ -1,0 +1,410 @@
+"""LLaMA-Factory integration: sharegpt export checked with LLaMA-Factory's own data pipeline, YAML and
+command building, failure messages; ``slow``: real CPU trainings (LoRA + merge, full) on the tiny Qwen3."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mtsql.agent.tools import TOOL_SCHEMAS
+from mtsql.config import SftConfig
+from mtsql.errors import StageFailed, UsageError
+from mtsql.integrations.llamafactory import (
+    Command,
+    export_sharegpt,
+    plan_sft,
+    run_sft,
+    to_sharegpt,
+    tokenize_dataset,
+    train_command,
+    train_config,
+)
+from mtsql.integrations.llamafactory.process import (
+    TrainWatcher,
+    check_model_dir,
+    last_error_line,
+    read_train_result,
+    run_logged,
+)
+
+IM_END = "<|im_end|>\n"
+SQL = "SELECT count(*) FROM singer"
+
+
+def call(name: str, arguments: dict) -> str:
+    """A tool call as the hermes protocol (and LLaMA-Factory's qwen tool format) writes it."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def trajectory(thinking: bool = True) -> dict:
+    """A long-horizon trajectory: exec_sql, verdict + memory_retrieve, verdict + answer."""
+    def think(text: str) -> str:
+        return f"<think>\n{text}\n</think>\n\n" if thinking else ""
+
+    return {"messages": [
+        {"role": "system", "content": "You are an expert SQLite analyst. SYSTEM-MARK"},
+        {"role": "user", "content": "Database schema: singer(name, age)\nCurrent question: how many singers? USER-MARK"},
+        {"role": "assistant", "content": think("Count the rows of singer.") + call("exec_sql", {"sql": SQL})},
+        {"role": "tool", "content": f"Question: how many singers?\nSQL: {SQL}\nResult: [(6,)]\nOBS-ONE"},
+        {"role": "assistant", "content": think("Six rows, plausible.") + "<exec_verify>pass</exec_verify>\n"
+                                         + call("memory_retrieve", {})},
+        {"role": "tool", "content": "Earlier turns of this conversation:\nTurn 1 ... OBS-TWO"},
+        {"role": "assistant", "content": think("Consistent with turn 1.") + "<memory_verify>pass</memory_verify>\n"
+                                         f"<answer_sql>{SQL}</answer_sql>"},
+    ]}
+
+
+def spans(ids: list[int], labels: list[int], trained: bool) -> list[list[int]]:
+    """Maximal runs of trained (label != -100) or masked tokens."""
+    out, run = [], []
+    for token, label in zip(ids, labels, strict=True):
+        if (label != -100) == trained:
+            run.append(token)
+        elif run:
+            out.append(run)
+            run = []
+    return out + ([run] if run else [])
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3() -> Path:
+    from mtsql.models import make_tiny
+
+    return make_tiny("qwen3")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_qwen3):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_qwen3)
+
+
+def export(trajectories, folder: Path, model: Path, template: str = "qwen3", cutoff_len: int = 4096, **kw):
+    return export_sharegpt(trajectories, folder, tokenizer_path=model, template=template,
+                           cutoff_len=cutoff_len, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: format, validation, token counts
+
+
+def test_export_writes_sharegpt_with_tools_and_registers_it(tmp_path, tiny_qwen3):
+    stats = export([trajectory(), trajectory()], tmp_path, tiny_qwen3, name="sft_r1")
+    assert (stats.examples, stats.dropped, stats.rewritten, stats.over_cutoff) == (2, {}, 0, 0)
+    assert 0 < stats.mean_tokens <= stats.max_tokens
+    info = json.loads((tmp_path / "dataset_info.json").read_text())
+    assert info["sft_r1"]["file_name"] == "sft_r1.jsonl" and info["sft_r1"]["formatting"] == "sharegpt"
+    row = json.loads((tmp_path / "sft_r1.jsonl").read_text().splitlines()[0])
+    messages = trajectory()["messages"]
+    assert row["system"] == messages[0]["content"]
+    assert isinstance(row["tools"], str) and json.loads(row["tools"]) == TOOL_SCHEMAS
+    assert [t["from"] for t in row["conversations"]] == [
+        "human", "function_call", "observation", "function_call", "observation", "gpt"]
+    assert [t["value"] for t in row["conversations"]] == [m["content"] for m in messages[1:]]
+
+
+@pytest.mark.parametrize(("template", "thinking", "prefix"), [
+    ("qwen3", True, ""),
+    ("qwen3_nothink", False, ""),
+    ("qwen3", False, "<think>\n\n</think>\n\n"),  # the thinking template trains an empty reasoning block
+])
+def test_llamafactory_trains_every_assistant_token_and_no_prompt_token(tmp_path, tiny_qwen3, tokenizer,
+                                                                      template, thinking, prefix):
+    source = trajectory(thinking)["messages"]
+    export([trajectory(thinking)], tmp_path, tiny_qwen3, template=template)
+    [example] = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template=template)
+    ids, labels = example.input_ids, example.labels
+    assert len(ids) == len(labels)
+    assert all(label in (-100, token) for token, label in zip(ids, labels, strict=True))
+    trained = [tokenizer.decode(run) for run in spans(ids, labels, trained=True)]
+    assistant = [m["content"] for m in source if m["role"] == "assistant"]
+    assert trained == [prefix + text + IM_END for text in assistant]  # reasoning, verdicts, calls, answer
+    masked = "".join(tokenizer.decode(run) for run in spans(ids, labels, trained=False))
+    for message in source:
+        if message["role"] != "assistant":
+            assert message["content"] in masked
+            assert not any(message["content"] in text for text in trained)
+    assert masked.count("<tool_response>") == 2 and "# Tools" in masked  # observations and tool schemas
+
+
+def test_real_env_trajectories_export_verbatim(tmp_path, tiny_qwen3, tokenizer):
+    """Gold-with-correction episodes of the real environment: nothing dropped, nothing re-rendered."""
+    from mtsql.agent.env import SqlAgentEnv
+    from mtsql.agent.policies import make_policy, run_episode
+    from mtsql.config import EnvConfig
+    from mtsql.data import load_turns
+    from mtsql.paths import FIXTURE_DATA
+
+    turns = load_turns("cosql", "dev", root=FIXTURE_DATA, with_hardness=False)[:3]
+    env = SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA)
+    policy = make_policy("gold_with_correction", data_root=FIXTURE_DATA)
+    trajectories = [run_episode(env, policy, turn).to_dict() for turn in turns]
+    stats = export(trajectories, tmp_path, tiny_qwen3)
+    assert (stats.examples, stats.dropped, stats.rewritten) == (3, {}, 0)
+    encoded = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3")
+    for example, source in zip(encoded, trajectories, strict=True):
+        trained = [tokenizer.decode(run) for run in spans(example.input_ids, example.labels, trained=True)]
+        assert trained == [m["content"] + IM_END for m in source["messages"] if m["role"] == "assistant"]
+
+
+def test_compact_tool_call_is_rewritten_but_verdict_still_trained(tmp_path, tiny_qwen3, tokenizer):
+    item = trajectory()
+    compact = '<exec_verify>pass</exec_verify><tool_call>{"name":"memory_retrieve","arguments":{}}</tool_call>'
+    item["messages"][4]["content"] = "<think>\nok\n</think>\n\n" + compact
+    stats = export([item], tmp_path, tiny_qwen3)
+    assert stats.rewritten == 1
+    [example] = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3")
+    second = tokenizer.decode(spans(example.input_ids, example.labels, trained=True)[1])
+    assert second == "<think>\nok\n</think>\n\n<exec_verify>pass</exec_verify>" + call("memory_retrieve", {}) + IM_END
+
+
+def test_over_cutoff_examples_are_counted(tmp_path, tiny_qwen3):
+    stats = export([trajectory(), trajectory(thinking=False)], tmp_path, tiny_qwen3, cutoff_len=300)
+    assert stats.max_tokens > 300 and stats.over_cutoff == 2
+    truncated = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3", cutoff_len=300)
+    assert all(len(e.input_ids) <= 300 for e in truncated)
+
+
+def _with(index: int, **change) -> list[dict]:
+    messages = trajectory()["messages"]
+    messages[index] = {**messages[index], **change}
+    return messages
+
+
+@pytest.mark.parametrize(("messages", "reason"), [
+    ([], "no messages"),
+    (trajectory()["messages"][:1], "no user message"),
+    (trajectory()["messages"][:4], "does not end with an assistant message"),
+    (_with(3, role="assistant"), "user/tool and assistant messages do not alternate"),
+    (_with(2, role="user"), "user/tool and assistant messages do not alternate"),
+    (_with(3, role="system"), "system message after the start"),
+    (_with(3, role="function"), "unknown role 'function'"),
+    (_with(2, content=None), "assistant content is not text"),
+    (_with(6, content="  \n"), "empty assistant message"),
+    (_with(2, content="<tool_call>{not json}</tool_call>"), "tool call is not valid JSON"),
+    (_with(2, content='<tool_call>{"name": "exec_sql"}</tool_call>'), "tool call lacks a name or an arguments object"),
+    (_with(2, content=call("exec_sql", {"sql": SQL}) + call("memory_retrieve", {})),
+     "more than one tool call in a message"),
+])
+def test_examples_llamafactory_would_skip_or_crash_on_are_dropped_with_a_reason(messages, reason):
+    assert to_sharegpt(messages, "[]") == (None, reason)
+
+
+def test_export_counts_drops_and_keeps_the_rest(tmp_path, tiny_qwen3):
+    bad = {"messages": trajectory()["messages"][:4]}
+    stats = export([trajectory(), bad, bad, {"uid": "x"}], tmp_path, tiny_qwen3)
+    assert stats.examples == 1
+    assert stats.dropped == {"does not end with an assistant message": 2, "no messages": 1}
+    assert len((tmp_path / "mtsql_sft.jsonl").read_text().splitlines()) == 1
+
+
+def test_empty_or_unusable_trajectory_sets_fail_before_writing(tmp_path, tiny_qwen3):
+    with pytest.raises(StageFailed, match="the trajectory set is empty"):
+        export([], tmp_path / "empty", tiny_qwen3)
+    with pytest.raises(StageFailed, match=r"all 1 were dropped \(no messages: 1\)"):
+        export([{"messages": []}], tmp_path / "dropped", tiny_qwen3)
+    assert not (tmp_path / "empty").exists() and not (tmp_path / "dropped").exists()
+
+
+def test_short_mode_export_without_tools(tmp_path, tiny_qwen3):
+    item = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": f"<answer_sql>{SQL}</answer_sql>"}]}
+    stats = export([item], tmp_path, tiny_qwen3, tools=())
+    row = json.loads((tmp_path / "mtsql_sft.jsonl").read_text())
+    assert stats.examples == 1 and row["tools"] == "" and row["system"] == ""
+
+
+def test_a_model_folder_llamafactory_cannot_load_fails_with_its_error(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{not json")
+    with pytest.raises(StageFailed, match=r"LLaMA-Factory cannot load the tokenizer of .*model with template 'qwen3': \w+"):
+        export([trajectory()], tmp_path / "data", tmp_path / "model")
+
+
+def test_unknown_template_fails_with_llamafactorys_message(tmp_path, tiny_qwen3):
+    with pytest.raises(StageFailed, match="Template qwen9 does not exist"):
+        export([trajectory()], tmp_path, tiny_qwen3, template="qwen9")
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML and commands
+
+
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_train_config_is_accepted_by_llamafactorys_argument_parser(tmp_path, tiny_qwen3, finetuning_type):
+    from llamafactory.hparams import get_train_args
+
+    cfg = SftConfig(finetuning_type=finetuning_type, max_steps=2, use_cpu=True)
+    config = train_config(cfg, model_path=tiny_qwen3, template="qwen3", dataset_dir=tmp_path, dataset="d",
+                          output_dir=tmp_path / "out")
+    assert config["train_on_prompt"] is False and config["mask_history"] is False
+    assert config["use_cpu"] is True and config["bf16"] is False and config["max_steps"] == 2
+    assert ("lora_rank" in config) == (finetuning_type == "lora")
+    assert config.get("save_only_model", False) == (finetuning_type == "full")
+    _, data_args, training_args, finetuning_args, _ = get_train_args(config)
+    assert not data_args.train_on_prompt and not data_args.mask_history
+    assert training_args.use_cpu and training_args.max_steps == 2
+    assert finetuning_args.finetuning_type == finetuning_type
+
+
+def test_epochs_when_no_max_steps_and_bad_values_are_usage_errors(tmp_path):
+    def config(**sft):
+        return train_config(SftConfig(**sft), model_path="m", template="qwen3", dataset_dir=tmp_path,
+                            dataset="d", output_dir=tmp_path)
+
+    assert config(epochs=2.0)["num_train_epochs"] == 2.0 and "max_steps" not in config(epochs=2.0)
+    assert "use_cpu" not in config(use_cpu=False, bf16=True)
+    with pytest.raises(UsageError, match="finetuning_type"):
+        config(finetuning_type="qlora")
+    with pytest.raises(UsageError, match="warmup_ratio"):
+        config(warmup_ratio=1.5)
+
+
+def test_train_command_single_process_and_torchrun(tmp_path):
+    argv, env = train_command(tmp_path / "train.yaml", SftConfig())
+    assert argv[1:] == ("train", str(tmp_path / "train.yaml")) and Path(argv[0]).name == "llamafactory-cli"
+    assert env == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    _, env = train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=1, nproc_per_node=4,
+                                                          master_addr="10.0.0.1", master_port=29600))
+    assert {k: env[k] for k in ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                "NPROC_PER_NODE")} == {
+        "FORCE_TORCHRUN": "1", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29600", "NPROC_PER_NODE": "4"}
+    with pytest.raises(UsageError, match="node_rank"):
+        train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=2))
+    with pytest.raises(UsageError, match="without spaces"):
+        train_command(tmp_path / "a b.yaml", SftConfig(nproc_per_node=2))
+
+
+def test_dry_run_shows_the_exact_files_and_commands(tmp_path):
+    lora = plan_sft(SftConfig(max_steps=3), model_path="base", template="qwen3", work_dir=tmp_path, seed=7)
+    text = lora.describe()
+    for path, body in lora.files().items():
+        assert f"--- {path}\n{body.rstrip()}" in text
+    assert [c.shell() in text for c in lora.commands()] == [True, True]
+    assert yaml.safe_load(lora.files()[lora.train_yaml])["output_dir"] == str(tmp_path / "adapter")
+    merge = yaml.safe_load(lora.files()[lora.merge_yaml])
+    assert merge["adapter_name_or_path"] == str(tmp_path / "adapter") and merge["export_dir"] == str(lora.model_dir)
+    assert merge["export_device"] == "cpu"
+    full = plan_sft(SftConfig(finetuning_type="full"), model_path="base", template="qwen3", work_dir=tmp_path)
+    assert full.merge is None and full.trainer_dir == full.model_dir and list(full.files()) == [full.train_yaml]
+    assert not any(tmp_path.iterdir())  # planning writes nothing
+
+
+# ---------------------------------------------------------------------------------------------
+# Running: logs, progress, error lines
+
+
+TRACEBACK = """\
+[INFO|2026-11-21] loading
+Traceback (most recent call last):
+  File "/x/llamafactory/launcher.py", line 1, in <module>
+    run_exp()
+  File "/x/transformers/modeling_utils.py", line 9, in load
+    raise OSError(msg)
+OSError: /m does not appear to have a file named config.json.
+"""
+
+
+def test_last_error_line_prefers_the_real_error_over_launcher_wrappers():
+    assert last_error_line(TRACEBACK) == "OSError: /m does not appear to have a file named config.json."
+    torchrun = (TRACEBACK.replace("\n", "\n[rank0]: ")
+                + "Traceback (most recent call last):\n  File \"torchrun\", line 3\n"
+                  "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+                  "Traceback (most recent call last):\n  File \"cli.py\", line 5\n"
+                  "subprocess.CalledProcessError: Command '['torchrun']' returned non-zero exit status 1.\n")
+    assert last_error_line(torchrun) == "OSError: /m does not appear to have a file named config.json."
+    chained = TRACEBACK + "\nDuring handling of the above exception, another exception occurred:\n\n" + \
+        "Traceback (most recent call last):\n  File \"a.py\", line 1\nRuntimeError: second\n"
+    assert last_error_line(chained) == "RuntimeError: second"
+    assert last_error_line("step 1\nKilled\n\n") == "Killed"
+    assert last_error_line("") == "(no output)"
+
+
+def test_watcher_follows_the_trainer_bar_losses_and_example_count():
+    watcher = TrainWatcher()
+    text = ("Running tokenizer on dataset: 100%|██| 4/4 [00:00<00:00]\r\n"
+            "[INFO|trainer.py:1468] >>   Num examples = 1,204\n"
+            "  0%|          | 0/3 [00:00<?, ?it/s]\r 33%|███▎      | 1/3 [00:09<00:19,  9.88s/it]"
+            "           {'loss': '11.93', 'grad_norm': '0.47', 'epoch': '0.33'}\r 67%|██▋ | 2/3 [00:1")
+    for start in range(0, len(text), 7):  # output arrives in arbitrary chunks
+        watcher.feed(text[start:start + 7])
+    assert (watcher.step, watcher.total, watcher.loss, watcher.examples) == (1, 3, "11.93", 1204)
+    watcher.feed("0<00:10, 10.2s/it]\n")
+    assert watcher.step == 2
+
+
+def test_run_logged_streams_to_the_log_and_quotes_the_error(tmp_path):
+    log = tmp_path / "log.txt"
+    boom = Command((sys.executable, "-c", "print('hello'); raise ValueError('bad yaml key')"), {"X_FLAG": "1"})
+    with pytest.raises(StageFailed, match=r"failed \(exit 1\): ValueError: bad yaml key \(full log: .*log.txt\)"):
+        run_logged(boom, log)
+    text = log.read_text()
+    assert text.startswith("$ X_FLAG=1 ") and "hello" in text and "ValueError: bad yaml key" in text
+    killed = Command((sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"), {})
+    with pytest.raises(StageFailed, match="killed by SIGKILL"):
+        run_logged(killed, log)
+    run_logged(Command((sys.executable, "-c", "import os; print(os.environ['X_FLAG'])"), {"X_FLAG": "42"}), log)
+    assert log.read_text().rstrip().endswith("42")
+
+
+def test_results_and_model_folder_checks(tmp_path):
+    with pytest.raises(StageFailed, match="left no usable metrics"):
+        read_train_result(tmp_path)
+    (tmp_path / "train_results.json").write_text('{"train_loss": 1.5, "train_runtime": 3.0}')
+    (tmp_path / "trainer_state.json").write_text('{"global_step": 4}')
+    result = read_train_result(tmp_path, examples=8, wall_s=9.04)
+    assert (result.train_loss, result.steps, result.runtime_s, result.examples, result.wall_s) == (1.5, 4, 3.0, 8, 9.0)
+    (tmp_path / "training_args.bin").write_bytes(b"")  # not weights
+    with pytest.raises(StageFailed, match="missing config.json, weights"):
+        check_model_dir(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real CPU trainings through llamafactory-cli
+
+
+def _generates(folder: Path, base: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer.chat_template == AutoTokenizer.from_pretrained(base).chat_template
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "How many singers?"}],
+                                           add_generation_prompt=True, return_dict=False)
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > len(prompt)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_cpu_training_produces_a_loadable_model(tmp_path, tiny_qwen3, finetuning_type):
+    cfg = SftConfig(finetuning_type=finetuning_type, max_steps=2, batch_size=1, grad_accum=1, cutoff_len=160,
+                    learning_rate=1e-3)
+    plan = plan_sft(cfg, model_path=tiny_qwen3, template="qwen3", work_dir=tmp_path)
+    stats = export([trajectory(), trajectory(thinking=False)], plan.dataset_dir, tiny_qwen3,
+                   cutoff_len=cfg.cutoff_len)
+    result = run_sft(plan, log_path=tmp_path / "log.txt", expected_examples=stats.examples)
+    assert result.steps == 2 and result.examples == 2 and math.isfinite(result.train_loss)
+    check_model_dir(plan.model_dir)
+    _generates(plan.model_dir, tiny_qwen3)
+
+
+@pytest.mark.slow
+def test_failed_training_quotes_llamafactorys_error(tmp_path, tiny_qwen3):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (broken / name).write_bytes((tiny_qwen3 / name).read_bytes())
+    (broken / "model.safetensors").write_text("not weights")
+    plan = plan_sft(SftConfig(max_steps=1, cutoff_len=64), model_path=broken, template="qwen3", work_dir=tmp_path)
+    export([trajectory()], plan.dataset_dir, broken)
+    with pytest.raises(StageFailed, match=r"llamafactory-cli train failed \(exit 1\): \S*SafetensorError: "):
+        run_sft(plan, log_path=tmp_path / "log.txt")
+    assert not plan.model_dir.exists()
