@@ -82,9 +82,27 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 
 @app.command()
-def evaluate(config: ConfigOpt = None, overrides: Overrides = None) -> None:
+def evaluate(
+    dataset: Annotated[str, typer.Option(help="sparc or cosql (picks the default gold and tables).")],
+    pred: Annotated[Path, typer.Option(help="Predictions in the official format (one SQL per line, blank line between interactions).")],
+    out: Annotated[Path, typer.Option(help="Folder for items.jsonl and summary.json.")],
+    gold: Annotated[Optional[Path], typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
+    db_dir: Annotated[Optional[Path], typer.Option(help="Databases folder (default: <data>/database).")] = None,
+    tables: Annotated[Optional[Path], typer.Option(help="tables.json (default: <data>/<dataset>/tables.json).")] = None,
+    etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
+    exec_semantics: Annotated[Optional[str], typer.Option(help="testsuite (default) or sparc.")] = None,
+    semantics: Annotated[Optional[str], typer.Option(help="official (default) or strict parser.")] = None,
+    allow_mismatch: Annotated[bool, typer.Option(help="Score gold turns without a prediction as 0 instead of failing.")] = False,
+    config: ConfigOpt = None, overrides: Overrides = None,
+) -> None:
     """Score predictions with the official metrics (exact set match, execution, question/interaction)."""
-    _not_yet("evaluate")
+    from mtsql.config import load_config
+    from mtsql.stages.evaluate import EvaluateOptions, run_evaluate
+
+    sql = load_config(config, overrides or []).sql
+    options = EvaluateOptions.from_config(sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics)
+    run_evaluate(dataset, pred, out, console=console, gold_path=gold, db_dir=db_dir, tables_path=tables,
+                 options=options, allow_mismatch=allow_mismatch)
 
 
 @app.command()

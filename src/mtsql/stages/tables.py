@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from rich.table import Table
 
-TURN_BUCKETS = ("1", "2", "3", "4", ">4")
+from mtsql.sql import metrics
+
+TURN_BUCKETS = tuple(b.removeprefix("turn ") for b in metrics.TURN_BUCKETS)
 
 
 def turn_bucket(turn_index: int) -> str:
-    """0-based turn index -> the evaluators' bucket (turn 1..4, then >4)."""
-    return str(turn_index + 1) if turn_index < 4 else ">4"
+    """0-based turn index -> the evaluators' bucket without its "turn " prefix (1..4, >4)."""
+    return metrics.turn_bucket(turn_index).removeprefix("turn ")
 
 
 def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:

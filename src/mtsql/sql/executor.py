@@ -1,0 +1,199 @@
+"""The SQL sandbox: run one query on a SQLite database without being able to change it.
+
+Every call opens its own connection with ``file:...?mode=ro`` and ``PRAGMA query_only``, and an
+authorizer that allows only reading (SELECT, reading columns, functions other than
+``load_extension``, recursive CTEs and a few schema-reading pragmas): DDL, DML, ATTACH (hence
+``VACUUM INTO``), transactions and pragma writes are refused before they run. The time budget is
+enforced inside SQLite by a progress handler that interrupts the statement, so a runaway query
+(cross joins, recursive CTEs) stops within the budget; fetching rows is bounded by ``max_rows`` and
+by a total size budget. ``execute`` never raises: failures come back classified, with
+SQLite's own message.
+"""
+
+from __future__ import annotations
+
+import functools
+import marshal
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+ERROR_CLASSES = ("syntax", "no_such_table", "no_such_column", "ambiguous_column", "timeout", "too_many_rows",
+                 "write_refused", "no_database", "other")
+
+MAX_SQL_CHARS = 1_000_000  # SQLite refuses longer statements (SQLITE_LIMIT_SQL_LENGTH)
+MAX_VALUE_BYTES = 5_000_000  # largest string or blob a query may build (SQLITE_LIMIT_LENGTH)
+MAX_RESULT_BYTES = 50_000_000  # total size of a fetched result (marshal bytes)
+_PROGRESS_STEPS = 1_000  # SQLite VM instructions between two deadline checks
+_FETCH_CHUNK = 64
+
+_READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
+                           "foreign_key_list"})
+_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                              sqlite3.SQLITE_RECURSIVE})
+_DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one query: typed rows, or a classified error with SQLite's message."""
+
+    ok: bool
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+    error_class: str | None
+    error_message: str | None
+    truncated: bool
+    elapsed_s: float
+
+    def preview(self, max_chars: int = 200) -> str:
+        """A short rendering: the error, or a header line and rows ("a | b"), cut to ``max_chars``."""
+        if not self.ok:
+            text = f"ERROR ({self.error_class}): {self.error_message}"
+        else:
+            lines = [" | ".join(self.columns)] + [" | ".join(_render(v) for v in row) for row in self.rows]
+            more = "+" if self.truncated else ""
+            lines.append(f"({len(self.rows)}{more} row{'s' if len(self.rows) != 1 else ''})")
+            text = "\n".join(lines)
+        if len(text) <= max_chars:
+            return text
+        return text[: max(0, max_chars - 1)] + "…"
+
+
+def _render(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    return str(value)
+
+
+def _failure(error_class: str, message: str, started: float, rows: tuple = (), columns: tuple = ()) -> ExecResult:
+    return ExecResult(False, columns, rows, error_class, message, bool(rows), time.perf_counter() - started)
+
+
+def execute(db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000) -> ExecResult:
+    """Run ``sql`` read-only on the SQLite file ``db_path``; never raises, never modifies the file.
+
+    More than ``max_rows`` rows (or more than ``MAX_RESULT_BYTES`` bytes) is a ``too_many_rows``
+    failure that keeps the first rows (``truncated``); running past ``timeout_s`` is ``timeout``.
+    """
+    started = time.perf_counter()
+    if not isinstance(sql, str):
+        sql = bytes(sql).decode("utf-8", errors="replace") if isinstance(sql, (bytes, bytearray)) else str(sql)
+    path = Path(db_path) if db_path is not None else None
+    if path is None or not path.is_file():
+        return _failure("no_database", f"no database file at {db_path}", started)
+    if len(sql) > MAX_SQL_CHARS:
+        return _failure("other", f"query longer than {MAX_SQL_CHARS} characters", started)
+    try:
+        conn = _connect(path)
+    except sqlite3.Error as exc:
+        return _failure("no_database", f"cannot open {path}: {exc}", started)
+    deadline = started + timeout_s
+    conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_STEPS)
+    try:
+        return _run(conn, sql, started, deadline, max_rows)
+    finally:
+        conn.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA query_only = 1")
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.set_authorizer(_authorize)
+    return conn
+
+
+def _authorize(action: int, arg1, arg2, _db, _trigger) -> int:
+    if action == sqlite3.SQLITE_FUNCTION:
+        return sqlite3.SQLITE_DENY if (arg2 or "").lower() in _DENIED_FUNCTIONS else sqlite3.SQLITE_OK
+    if action in _ALLOWED_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _READ_PRAGMAS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _run(conn: sqlite3.Connection, sql: str, started: float, deadline: float, max_rows: int) -> ExecResult:
+    try:
+        return _fetch(conn, sql, started, deadline, max_rows)
+    except sqlite3.OperationalError as exc:
+        if "could not decode" not in str(exc).lower():
+            raise
+    conn.text_factory = _decode_lossy  # rare: text that is not UTF-8; decode it dropping bad bytes
+    return _fetch(conn, sql, started, deadline, max_rows)
+
+
+def _decode_lossy(data: bytes) -> str:
+    return data.decode("utf-8", errors="ignore")
+
+
+def _fetch(conn: sqlite3.Connection, sql: str, started: float, deadline: float, max_rows: int) -> ExecResult:
+    rows: list[tuple] = []
+    columns: tuple[str, ...] = ()
+    try:
+        cursor = conn.execute(sql)
+        columns = tuple(d[0] for d in cursor.description or ())
+        size = 0
+        while chunk := cursor.fetchmany(_FETCH_CHUNK):
+            size += len(marshal.dumps(chunk))  # bytes held, measured in C
+            rows.extend(chunk)
+            if len(rows) > max_rows:
+                return _failure("too_many_rows", f"more than {max_rows} rows", started, tuple(rows[:max_rows]),
+                                columns)
+            if size > MAX_RESULT_BYTES:
+                return _failure("too_many_rows", f"result larger than {MAX_RESULT_BYTES} bytes", started,
+                                tuple(rows), columns)
+            if time.perf_counter() > deadline:
+                return _failure("timeout", "interrupted: time budget exceeded", started, tuple(rows), columns)
+    except sqlite3.OperationalError as exc:
+        if "could not decode" in str(exc).lower() and conn.text_factory is str:
+            raise
+        return _error(exc, started, deadline)
+    except sqlite3.Error as exc:
+        return _error(exc, started, deadline)
+    except (ValueError, UnicodeError, OverflowError, MemoryError) as exc:
+        error_class = "syntax" if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError) else "other"
+        return _failure(error_class, f"{type(exc).__name__}: {exc}", started)
+    return ExecResult(True, columns, tuple(rows), None, None, False, time.perf_counter() - started)
+
+
+def _error(exc: sqlite3.Error, started: float, deadline: float) -> ExecResult:
+    message = str(exc)
+    if message == "interrupted" and time.perf_counter() >= deadline:
+        return _failure("timeout", "interrupted: time budget exceeded", started)
+    return _failure(classify_error(message), message, started)
+
+
+def classify_error(message: str) -> str:
+    """Error class of a SQLite error message."""
+    text = message.lower()
+    if any(word in text for word in ("not authorized", "authorization denied", "readonly database", "read-only")):
+        return "write_refused"
+    if text.startswith("no such table"):
+        return "no_such_table"
+    if text.startswith("no such column"):
+        return "no_such_column"
+    if text.startswith("ambiguous column"):
+        return "ambiguous_column"
+    if ("syntax error" in text or "incomplete input" in text or "unrecognized token" in text
+            or "one statement at a time" in text or "null character" in text):
+        return "syntax"
+    return "other"
+
+
+@functools.lru_cache(maxsize=16_384)
+def _execute_cached(db_key: str, sql: str, timeout_s: float, max_rows: int) -> ExecResult:
+    return execute(db_key, sql, timeout_s=timeout_s, max_rows=max_rows)
+
+
+def execute_cached(db_path, sql, *, timeout_s=5.0, max_rows=10_000) -> ExecResult:
+    """``execute`` memoised per (database, query, limits): for gold queries, whose results never change."""
+    return _execute_cached(str(db_path), sql, float(timeout_s), int(max_rows))

@@ -1,0 +1,75 @@
+"""Execution match: the test-suite algorithm (default) and the SParC-script one."""
+
+from __future__ import annotations
+
+import pytest
+
+from mtsql.sql.exec_match import remove_distinct, results_equal
+from mtsql.sql.scoring import score
+
+
+@pytest.mark.parametrize("gold, pred, order_matters, expected", [
+    ([], [], False, True),                                   # both empty
+    ([], [], True, True),
+    ([(1,)], [], False, False),                              # row counts differ
+    ([(1, 2)], [(1,)], False, False),                        # column counts differ
+    ([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], False, True),  # column permutation + row order
+    ([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], True, False),  # ... but rows must line up when ordered
+    ([(1, "a"), (2, "b")], [("a", 1), ("b", 2)], True, True),
+    ([(1,), (1,), (2,)], [(1,), (2,), (2,)], False, False),     # bags, not sets
+    ([(1, 2, 3, 4, 5)], [(5, 4, 3, 2, 1)], False, True),        # wide rows: any permutation
+    ([(1.0, 2)], [(1, 2)], False, True),                         # 1 == 1.0
+    ([(1, 1.5)], [(1.0, 1.5)], False, False),  # official quick-reject: 1 and 1.0 sort differently in a row
+])
+def test_results_equal(gold, pred, order_matters, expected):
+    assert results_equal(gold, pred, order_matters=order_matters) is expected
+
+
+def test_remove_distinct_drops_every_distinct_token_of_the_first_statement():
+    assert remove_distinct("SELECT DISTINCT count(DISTINCT a) FROM t") == "SELECT  count( a) FROM t"
+    assert remove_distinct("SELECT distinct_id FROM t") == "SELECT distinct_id FROM t"
+    assert remove_distinct("SELECT a FROM t; DROP TABLE t") == "SELECT a FROM t; "  # sqlparse keeps the blank
+
+
+def ex(school, gold, pred, **kw):
+    return score(gold, pred, "school", school, etype="exec", **kw).execution
+
+
+def test_testsuite_ignores_distinct_and_column_order(school):
+    assert ex(school, "SELECT dept_id FROM student", "SELECT DISTINCT dept_id FROM student") == 1
+    assert ex(school, "SELECT name, age FROM student", "SELECT age, name FROM student") == 1
+    assert ex(school, "SELECT name FROM student WHERE age > 100", "SELECT name FROM dept WHERE id > 100") == 1
+
+
+def test_order_matters_only_with_the_substring_order_by_in_the_gold(school):
+    pred = "SELECT name FROM student ORDER BY name DESC"
+    assert ex(school, "SELECT name FROM student ORDER BY name", pred) == 0
+    assert ex(school, "SELECT name FROM student ORDER  BY name", pred) == 1  # two blanks: no "order by"
+    assert ex(school, "SELECT name FROM student WHERE id IN (SELECT id FROM student ORDER BY age)",
+              "SELECT name FROM student ORDER BY name DESC") == 0  # an ORDER BY in a subquery counts
+
+
+def test_spaced_operators_are_joined(school):
+    assert ex(school, "SELECT name FROM student WHERE age > = 22", "SELECT name FROM student WHERE age >= 22") == 1
+
+
+def test_failures_score_zero_and_a_failing_gold_is_unscorable(school):
+    assert ex(school, "SELECT name FROM student", "SELECT nosuch FROM student") == 0
+    # the global alias map lets this gold parse, but SQLite rejects it (like SParC's battle_death gold)
+    gold = "SELECT T1.name FROM student EXCEPT SELECT T1.name FROM student AS T1"
+    result = score(gold, "SELECT name FROM student", "school", school, etype="exec")
+    assert result.execution is None and "gold fails" in result.error
+
+
+def test_sparc_script_semantics(school):
+    kw = {"exec_semantics": "sparc"}
+    # DISTINCT and row order matter, columns are matched by their SELECT key, not by position
+    assert ex(school, "SELECT dept_id FROM student", "SELECT DISTINCT dept_id FROM student", **kw) == 0
+    assert ex(school, "SELECT name FROM student ORDER BY age", "SELECT name FROM student ORDER BY age DESC", **kw) == 0
+    assert ex(school, "SELECT name, age FROM student", "SELECT age, name FROM student", **kw) == 1
+    # the aggregate is not part of the key: duplicate keys collapse, the last column wins
+    assert ex(school, "SELECT max(age), min(age) FROM student", "SELECT count(age), min(age) FROM student", **kw) == 1
+    # the raw gold runs as written: a spaced operator fails, the prediction first (0) or else the gold (null)
+    spaced = "SELECT name FROM student WHERE age > = 22"
+    assert ex(school, spaced, spaced, **kw) == 0
+    assert ex(school, spaced, "SELECT name FROM student", **kw) is None

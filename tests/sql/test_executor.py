@@ -1,0 +1,142 @@
+"""The read-only sandbox: refuses writes, stops runaway queries, survives hostile input."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mtsql.sql.executor import ERROR_CLASSES, execute, execute_cached
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture()
+def db(school_db, tmp_path):
+    """A private copy of the school database (tests compare its bytes before and after)."""
+    path = tmp_path / "school.sqlite"
+    shutil.copy(school_db, path)
+    return path
+
+
+def test_typed_rows_and_preview(db):
+    result = execute(db, "SELECT name, age, age / 3.0, NULL FROM student ORDER BY id LIMIT 2")
+    assert result.ok and result.columns == ("name", "age", "age / 3.0", "NULL")
+    assert result.rows == (("ann", 20, 20 / 3.0, None), ("bob", 22, 22 / 3.0, None))
+    assert result.preview() .startswith("name | age | age / 3.0 | NULL\nann | 20 |")
+    assert result.preview().endswith("(2 rows)")
+    assert len(result.preview(max_chars=20)) == 20
+
+
+@pytest.mark.parametrize("sql, error_class", [
+    ("DELETE FROM student", "write_refused"),
+    ("UPDATE student SET age = 1", "write_refused"),
+    ("DROP TABLE student", "write_refused"),
+    ("CREATE TABLE x (a)", "write_refused"),
+    ("CREATE TEMP TABLE x (a)", "write_refused"),
+    ("ATTACH ':memory:' AS m", "write_refused"),
+    ("VACUUM", "write_refused"),
+    ("PRAGMA query_only = 0", "write_refused"),
+    ("PRAGMA user_version = 3", "write_refused"),
+    ("BEGIN", "write_refused"),
+    ("SELECT load_extension('x')", "write_refused"),
+    ("SELEC name FROM student", "syntax"),
+    ("SELECT name FROM student; SELECT 1", "syntax"),
+    ("SELECT name FROM nowhere", "no_such_table"),
+    ("SELECT nosuch FROM student", "no_such_column"),
+    ("SELECT id FROM student JOIN dept", "ambiguous_column"),
+    ("SELECT 1\x00", "syntax"),
+    ("SELECT '\udcff'", "other"),
+    ("SELECT '" + "x" * 10_000_000 + "'", "other"),
+    ("SELECT zeroblob(100000000)", "other"),
+])
+def test_errors_are_classified_and_the_database_is_unchanged(db, sql, error_class):
+    before = sha256(db)
+    result = execute(db, sql)
+    assert not result.ok and result.error_class == error_class and result.error_message
+    assert sha256(db) == before
+
+
+def test_vacuum_into_cannot_write_a_file(db, tmp_path):
+    target = tmp_path / "copy.sqlite"
+    assert execute(db, f"VACUUM INTO '{target}'").error_class == "write_refused"
+    assert not target.exists()
+
+
+def test_read_only_pragmas_are_allowed(db):
+    assert execute(db, "PRAGMA table_info(student)").ok
+
+
+def test_missing_database():
+    assert execute(None, "SELECT 1").error_class == "no_database"
+    assert execute("/nonexistent/x.sqlite", "SELECT 1").error_class == "no_database"
+
+
+def test_row_cap_keeps_the_first_rows(db):
+    result = execute(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c", max_rows=50)
+    assert result.error_class == "too_many_rows" and result.truncated and len(result.rows) == 50
+
+
+@pytest.mark.parametrize("sql", [
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+    "SELECT count(*) FROM student a, student b, student c, student d, student e, student f, student g, "
+    "student h, student i, student j, student k, student l, student m, student n",
+])
+def test_pathological_queries_stop_within_the_budget(db, sql):
+    budget = 0.5
+    started = time.perf_counter()
+    result = execute(db, sql, timeout_s=budget)
+    elapsed = time.perf_counter() - started
+    assert result.error_class == "timeout"
+    assert elapsed < 1.5 * budget
+
+
+def test_text_that_is_not_utf8_is_decoded_leniently(tmp_path):
+    path = tmp_path / "bad.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (a TEXT)")
+    conn.execute("INSERT INTO t VALUES (CAST(x'41ff42' AS TEXT))")
+    conn.commit()
+    conn.close()
+    assert execute(path, "SELECT a FROM t").rows == (("AB",),)
+
+
+def test_gold_results_are_cached(db):
+    first = execute_cached(db, "SELECT count(*) FROM student")
+    assert execute_cached(db, "SELECT count(*) FROM student") is first and first.rows == ((4,),)
+
+
+SQL_PIECES = st.sampled_from([
+    "SELECT", "*", "FROM", "student", "likes", "dept", "WHERE", "age", ">", "=", "1", "'x'", "(", ")", ",",
+    "JOIN", "ON", "UNION", "ORDER BY", "LIMIT", "DELETE", "DROP TABLE", "INSERT INTO", "VALUES", "UPDATE", "SET",
+    "ATTACH", "DETACH", "PRAGMA", "VACUUM", "CREATE", "TEMP", "TRIGGER", "WITH RECURSIVE", "AS", ";", "--",
+    "\x00", "\udcff", "zeroblob(1000000)", "randomblob(99)", "count(*)", "name", "id", "BEGIN", "COMMIT",
+    "REINDEX", "ANALYZE", "load_extension('a')", "writefile('x', 'y')", "printf('%.*c', 9999999, 'x')",
+])
+
+
+WHOLE_STATEMENTS = st.sampled_from([
+    "DELETE FROM student", "INSERT INTO dept VALUES (9, 'x')", "UPDATE student SET age = age + 1",
+    "DROP TABLE likes", "ALTER TABLE student ADD COLUMN z", "CREATE INDEX i ON student(age)",
+    "CREATE TRIGGER t AFTER INSERT ON dept BEGIN DELETE FROM student; END", "REPLACE INTO dept VALUES (1, 'y')",
+    "PRAGMA journal_mode = WAL", "PRAGMA writable_schema = 1", "VACUUM", "REINDEX", "ANALYZE",
+    "ATTACH 'other.sqlite' AS o", "SAVEPOINT s", "SELECT * FROM student; DELETE FROM student",
+    "WITH d AS (DELETE FROM student RETURNING *) SELECT * FROM d", "DELETE FROM student RETURNING *",
+])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(SQL_PIECES | st.text(max_size=20) | WHOLE_STATEMENTS, max_size=12))
+def test_fuzz_never_raises_and_never_changes_the_database(db, pieces):
+    before = sha256(db)
+    result = execute(db, " ".join(pieces) if len(pieces) != 1 else pieces[0], timeout_s=0.5, max_rows=100)
+    assert result.ok or result.error_class in ERROR_CLASSES
+    assert isinstance(result.preview(), str)
+    assert sha256(db) == before
