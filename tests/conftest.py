@@ -24,3 +24,44 @@ def full_data() -> Path:
     if not value or not (Path(value) / "sparc" / "dev.json").exists():
         pytest.skip("needs the full data folder: set MTSQL_DATA (CI sets ../shared/data)")
     return Path(value)
+
+
+# Real models for the model/backend/rollout tests: one cache under .mtsql_home/ shared by every run,
+# so the tiny Qwen3 is built once (~20 s) and SmolLM2 pulled once (slow tests only).
+MODELS_HOME = REPO / ".mtsql_home" / "tests"
+
+
+@pytest.fixture(scope="session")
+def models_home():
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MTSQL_HOME", str(MODELS_HOME))
+    yield MODELS_HOME
+    patch.undo()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(models_home) -> Path:
+    from mtsql import models
+
+    return models.make_tiny("qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_qwen3):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_qwen3)
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_qwen3):
+    from mtsql.backends.hf import HFBackend
+
+    return HFBackend(tiny_qwen3)
+
+
+@pytest.fixture(scope="session")
+def smollm2(models_home) -> Path:
+    from mtsql import models
+
+    return models.pull("smollm2-135m")

@@ -106,7 +106,7 @@ class Store:
     """The artifacts of one run: ``<runs_dir>/<run>/``."""
 
     def __init__(self, root: Path):
-        self.root = Path(root)
+        self.root = Path(root).resolve()
 
     def folder(self, label: str, fp: str) -> Path:
         return self.root / label / fp[:12]

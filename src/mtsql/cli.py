@@ -37,55 +37,119 @@ def _not_yet(command: str) -> None:
     raise UsageError(f"'mtsql {command}' is not available yet: its stage is not built in this version")
 
 
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", help="base, sft, rl (this run's last round/stage), an artifact label (sft-r2, rl-c1) or auto.")]
+
+
+def _cfg(config: Optional[Path], overrides: Optional[list[str]]):
+    from mtsql.config import load_config
+
+    return load_config(config, overrides or [])
+
+
 @app.command()
-def sample(config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def sample(config: ConfigOpt = None, overrides: Overrides = None,
+           policy: Annotated[Optional[str], typer.Option(help="model, gold or gold_with_correction (default: sample.policy).")] = None,
+           dataset: Annotated[Optional[str], typer.Option(help="Dataset to sample (default: data.train_dataset).")] = None,
+           split: Annotated[Optional[str], typer.Option(help="train (the training pool) or dev (the eval slice).")] = None,
+           model: ModelOpt = "auto", label: Annotated[str, typer.Option(help="Artifact label.")] = "sample",
+           force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
-    _not_yet("sample")
+    import dataclasses
+
+    from mtsql import pipeline
+    from mtsql.data import load_turns
+    from mtsql.paths import data_dir
+
+    cfg = _cfg(config, overrides)
+    if dataset or split:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(
+            cfg.data, train_dataset=dataset or cfg.data.train_dataset, train_split=split or cfg.data.train_split))
+    turns = (pipeline.train_pool(cfg) if cfg.data.train_split == "train" else
+             load_turns(cfg.data.train_dataset, cfg.data.train_split, root=data_dir(cfg.data.root), limit=cfg.data.eval_limit))
+    pipeline.sample(cfg, label=label, turns=turns, policy=policy or cfg.sample.policy,
+                    model=pipeline.find_model(cfg, model), force=force, dry_run=dry_run)
 
 
 @app.command()
-def reject(config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def reject(config: ConfigOpt = None, overrides: Overrides = None,
+           source: Annotated[str, typer.Option("--from", help="Label of the sample artifact to filter.")] = "sample",
+           label: Annotated[str, typer.Option(help="Artifact label.")] = "reject",
+           force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Difficulty-aware reject sampling: keep correct, diverse trajectories for SFT."""
-    _not_yet("reject")
+    from mtsql import pipeline
+    from mtsql.stages.tables import counts_table
+
+    cfg = _cfg(config, overrides)
+    done = pipeline.reject(cfg, pipeline.find_artifact(cfg, source), label=label, force=force, dry_run=dry_run)
+    if done is not None:
+        console.print(counts_table(f"reject sampling ({label})", done.metrics["table"]))
 
 
 @app.command()
-def sft(config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def sft(config: ConfigOpt = None, overrides: Overrides = None,
+        source: Annotated[str, typer.Option("--from", help="Label of the reject artifact to train on.")] = "reject",
+        model: ModelOpt = "base", label: Annotated[str, typer.Option(help="Artifact label.")] = "sft",
+        force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Fine-tune with LLaMA-Factory on kept tool-integrated trajectories (tool outputs masked)."""
-    _not_yet("sft")
+    from mtsql import pipeline
+
+    cfg = _cfg(config, overrides)
+    pipeline.sft(cfg, pipeline.find_artifact(cfg, source), label=label, model=pipeline.find_model(cfg, model),
+                 force=force, dry_run=dry_run)
 
 
 @app.command("sft-iterate")
 def sft_iterate(config: ConfigOpt = None, overrides: Overrides = None,
-                rounds: Annotated[Optional[int], typer.Option(help="Number of self-taught rounds.")] = None,
+                rounds: Annotated[Optional[int], typer.Option(help="Number of self-taught rounds (default: sft.rounds).")] = None,
                 force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Self-taught warm-start: sample -> reject -> sft, repeated for several rounds."""
-    _not_yet("sft-iterate")
+    from mtsql import pipeline
+
+    pipeline.sft_iterate(_cfg(config, overrides), rounds, force=force, dry_run=dry_run)
 
 
 @app.command()
-def curriculum(config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def curriculum(config: ConfigOpt = None, overrides: Overrides = None, model: ModelOpt = "auto",
+               force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Partition the RL pool into ordered difficulty stages."""
-    from mtsql.config import load_config
+    from mtsql import pipeline
+    from mtsql.stages.tables import counts_table
 
-    load_config(config, overrides or [])
-    _not_yet("curriculum")
+    cfg = _cfg(config, overrides)
+    done = pipeline.curriculum(cfg, model=pipeline.find_model(cfg, model), force=force, dry_run=dry_run)
+    if done is not None:
+        console.print(counts_table("curriculum stages", done.metrics["table"]))
 
 
 @app.command()
 def rl(config: ConfigOpt = None, overrides: Overrides = None,
-       use_curriculum: Annotated[bool, typer.Option("--curriculum", help="Train stage by stage on the curriculum.")] = False,
-       engine: Annotated[Optional[str], typer.Option(help="verl (GPU, Ray) or local (CPU / one GPU).")] = None,
-       force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+       use_curriculum: Annotated[bool, typer.Option("--curriculum", help="Train stage by stage on the curriculum "
+                                                    "(else one stage with the whole pool).")] = False,
+       engine: Annotated[Optional[str], typer.Option(help="verl (GPU, Ray) or local (CPU / one GPU); default rl.engine.")] = None,
+       model: ModelOpt = "auto", force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Multi-turn GRPO with outcome + process rewards (verl on GPUs, a local engine on CPU)."""
-    _not_yet("rl")
+    import dataclasses
+
+    from mtsql import pipeline
+    from mtsql.stages.curriculum import LABELS
+
+    cfg = _cfg(config, overrides)
+    if not use_curriculum:
+        single = (LABELS[cfg.curriculum.by],)
+        cfg = dataclasses.replace(cfg, curriculum=dataclasses.replace(cfg.curriculum, stages=single))
+    start = pipeline.find_model(cfg, model)
+    plan = pipeline.curriculum(cfg, model=start, force=force, dry_run=dry_run)
+    if plan is None:
+        return
+    pipeline.rl(cfg, curriculum_art=plan, model=start, engine=engine, force=force, dry_run=dry_run)
 
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str, typer.Option(help="sparc or cosql (picks the default gold and tables).")],
-    pred: Annotated[Path, typer.Option(help="Predictions in the official format (one SQL per line, blank line between interactions).")],
-    out: Annotated[Path, typer.Option(help="Folder for items.jsonl and summary.json.")],
+    dataset: Annotated[Optional[str], typer.Option(help="sparc or cosql (picks the default gold and tables).")] = None,
+    pred: Annotated[Optional[Path], typer.Option(help="Predictions in the official format (one SQL per line, blank line between interactions).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
     gold: Annotated[Optional[Path], typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
     db_dir: Annotated[Optional[Path], typer.Option(help="Databases folder (default: <data>/database).")] = None,
     tables: Annotated[Optional[Path], typer.Option(help="tables.json (default: <data>/<dataset>/tables.json).")] = None,
@@ -93,29 +157,49 @@ def evaluate(
     exec_semantics: Annotated[Optional[str], typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[Optional[str], typer.Option(help="official (default) or strict parser.")] = None,
     allow_mismatch: Annotated[bool, typer.Option(help="Score gold turns without a prediction as 0 instead of failing.")] = False,
-    config: ConfigOpt = None, overrides: Overrides = None,
+    model: ModelOpt = None, label: Annotated[Optional[str], typer.Option(help="Artifact label (model mode).")] = None,
+    config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False,
 ) -> None:
-    """Score predictions with the official metrics (exact set match, execution, question/interaction)."""
-    from mtsql.config import load_config
+    """Score predictions with the official metrics (exact set match, execution, question/interaction).
+
+    With --pred: score an official-format prediction file. Without it: evaluate a model of the run
+    (--model) on the profile's eval datasets, greedy or with evaluate.vote samples."""
     from mtsql.stages.evaluate import EvaluateOptions, run_evaluate
 
-    sql = load_config(config, overrides or []).sql
+    cfg = _cfg(config, overrides)
+    if pred is None:
+        from mtsql import pipeline
+
+        ref = model or "auto"
+        artifact = pipeline.find_model(cfg, ref)
+        pipeline.evaluate(cfg, label=label or f"eval-{artifact.label if artifact else 'base'}", model=artifact,
+                          force=force, dry_run=dry_run)
+        return
+    if dataset is None or out is None:
+        raise UsageError("evaluate --pred needs --dataset and --out")
+    sql = cfg.sql
     options = EvaluateOptions.from_config(sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics)
     run_evaluate(dataset, pred, out, console=console, gold_path=gold, db_dir=db_dir, tables_path=tables,
                  options=options, allow_mismatch=allow_mismatch)
 
 
 @app.command()
-def report(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")]) -> None:
+def report(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
+           runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
-    _not_yet("report")
+    from mtsql.report import build_report
+    from mtsql.status import run_folder
+
+    console.print(f"report: {build_report(run_folder(run, runs_dir))}")
 
 
 @app.command("run")
 def run_pipeline(pipeline: Annotated[Path, typer.Argument(help="pipelines/*.yaml")], config: ConfigOpt = None,
                  overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Run a whole pipeline (e.g. pipelines/reproduce.yaml), skipping stages already done."""
-    _not_yet("run")
+    from mtsql.pipeline import run_pipeline as run_steps
+
+    run_steps(pipeline, config, overrides or [], force=force, dry_run=dry_run)
 
 
 @app.command()
@@ -178,9 +262,33 @@ def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or
 
 
 @models_app.command("pull")
-def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")]) -> None:
+def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
+                force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Fetch and convert an offline model into the cache ($MTSQL_HOME/models)."""
-    _not_yet("models pull")
+    from mtsql import models
+
+    console.print(f"{name}: {models.pull(name, force=force)}")
+
+
+@models_app.command("make-tiny")
+def models_make_tiny(family: Annotated[str, typer.Argument(help="qwen3")] = "qwen3",
+                     force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
+    """Build the seeded random-init tiny model (on the real tokenizer) used by fast tests."""
+    from mtsql import models
+
+    console.print(f"tiny-{family}: {models.make_tiny(family, force=force)}")
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The known model aliases and whether they are in the cache."""
+    from mtsql import models
+
+    table = Table("alias", "cached", "size", "path")
+    for row in models.list_models():
+        size = f"{row['bytes'] / 1e6:,.0f} MB" if row["present"] else "-"
+        table.add_row(row["alias"], "yes" if row["present"] else "no", size, row["path"])
+    console.print(table)
 
 
 def _existing_run(run: str, runs_dir: Path) -> Path:

@@ -78,6 +78,7 @@ class ModelConfig:
     name: str = "smollm2-135m"
     template: str = "qwen3_nothink"  # LLaMA-Factory template of this chat format
     dtype: str = "float32"
+    device: str = "cpu"  # hf backend: cpu | cuda | cuda:N
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class SampleConfig:
     batch_size: int = 16
     seed: int = 0
     openai_base_url: str = "http://127.0.0.1:8000/v1"
+    openai_model: str | None = None  # the name the server serves the model under (default: its path or id)
     openai_concurrency: int = 8
     openai_timeout_s: float = 120.0
 

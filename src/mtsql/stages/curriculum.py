@@ -22,11 +22,12 @@ from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.jsonl import read_jsonl, write_jsonl
 from mtsql.stages.reject import is_correct
-from mtsql.stages.tables import turn_bucket
+from mtsql.sql.hardness import HARDNESS_LEVELS
+from mtsql.stages.tables import TURN_BUCKETS, turn_bucket
 
 LABELS = {
-    "hardness": ("easy", "medium", "hard", "extra"),
-    "turn": ("1", "2", "3", "4", ">4"),
+    "hardness": HARDNESS_LEVELS,
+    "turn": TURN_BUCKETS,
     "pass_rate": ("high", "low", "zero"),
 }
 

@@ -29,7 +29,7 @@ SECTIONS = {
 
 
 def store_for(cfg: Config) -> Store:
-    return Store(Path(cfg.runs_dir) / cfg.run)
+    return Store(Path(cfg.runs_dir).resolve() / cfg.run)
 
 
 def stage_config(stage: str, cfg: Config, params: dict | None = None) -> dict:

@@ -1,0 +1,104 @@
+"""The generation interface every backend implements: token ids in, token ids out.
+
+    backend = make_backend("hf", model_path)
+    outs = backend.generate([prompt_ids, ...], SamplingParams(temperature=0.7, max_new_tokens=256,
+                                                             stop=("</tool_call>",)), seeds=[11, 12])
+    outs[0].token_ids, outs[0].text, outs[0].finish_reason  # "stop" or "length"
+
+A generation stops at an end-of-turn token (kept as the last id, not in ``text``), right after a
+stop string (kept in both), or after ``max_new_tokens`` ids (``finish_reason == "length"``).
+Each prompt has its own seed, so a sampled continuation does not depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one assistant message. ``temperature == 0`` is greedy decoding."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int = 0  # base seed: prompt i gets seed + i unless seeds are given
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+
+    def __post_init__(self):
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
+            raise ValueError(f"invalid sampling parameters: {self}")
+
+
+@dataclass
+class Generation:
+    """One continuation: its ids, its text (without a final end-of-turn token), why it ended."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str  # "stop" | "length"
+    logprobs: list[float] | None = field(default=None, repr=False)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+class Backend(ABC):
+    """A model that continues token-id prompts. ``end_of_turn_ids``: ids that end an assistant message."""
+
+    tokenizer: object
+    end_of_turn_ids: frozenset[int]
+
+    @abstractmethod
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """One continuation per prompt, in order."""
+
+    def close(self) -> None:  # noqa: B027 (a default, not a stub: most backends hold nothing to release)
+        """Release the model or connections."""
+
+    def _seeds(self, prompts: Sequence, params: SamplingParams, seeds: Sequence[int] | None) -> list[int]:
+        if seeds is None:
+            return [params.seed + i for i in range(len(prompts))]
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        return list(seeds)
+
+    def _finish(self, token_ids: list[int], finish_reason: str, logprobs: list[float] | None = None) -> Generation:
+        """A ``Generation`` of ids already cut at their stop; the text leaves out a final end-of-turn id."""
+        body = token_ids[:-1] if token_ids and token_ids[-1] in self.end_of_turn_ids else token_ids
+        text = self.tokenizer.decode(body, skip_special_tokens=False)
+        return Generation(list(token_ids), text, finish_reason, logprobs)
+
+
+def completes_stop_string(tokenizer, ids: Sequence[int], stop: Sequence[str]) -> bool:
+    """Whether the last id of ``ids`` completes one of the ``stop`` strings."""
+    if not stop or not ids:
+        return False
+    width = max(len(s) for s in stop)  # every id decodes to at least one character
+    tail = tokenizer.decode(list(ids[-width:]), skip_special_tokens=False)
+    before = tokenizer.decode(list(ids[-width:-1]), skip_special_tokens=False)
+    return any(s in tail and s not in before for s in stop)
+
+
+def make_backend(kind: str, model: str | Path, **options) -> Backend:
+    """A backend by name: ``hf``, ``vllm`` or ``openai`` (options go to its constructor)."""
+    if kind == "hf":
+        from mtsql.backends.hf import HFBackend
+
+        return HFBackend(model, **options)
+    if kind == "vllm":
+        from mtsql.backends.vllm import VLLMBackend
+
+        return VLLMBackend(model, **options)
+    if kind == "openai":
+        from mtsql.backends.openai import OpenAIBackend
+
+        return OpenAIBackend(model, **options)
+    raise ValueError(f"unknown backend '{kind}': choose hf, vllm or openai")

@@ -1,0 +1,298 @@
+"""Generation with transformers: batched, left-padded, per-prompt seeds, KV reuse across turns.
+
+``model.generate`` runs greedily. To sample, ``_RowSampler`` first reduces the logits to one
+choice per row, drawn with the row's own ``torch.Generator`` (temperature, top-p), so a row's
+continuation depends on its seed only, never on its neighbours in the batch; it also records
+logprobs. ``_StopCriteria`` ends each row at an end-of-turn id or right after a stop string.
+
+Multi-turn prompts repeat the whole conversation so far. With ``prefix_cache`` the backend keeps
+each finished row's keys/values (prompt + continuation) and, when a later prompt extends one of
+them, feeds only the new ids: rows are laid out ``[pad][cached ids][pad][new ids]``, and the
+attention mask and positions (cumulative sum of the mask) skip the pads.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+from mtsql.backends.base import Backend, Generation, SamplingParams, completes_stop_string
+from mtsql.errors import UsageError
+
+
+class HFBackend(Backend):
+    """A transformers causal LM on one device (CPU by default)."""
+
+    def __init__(self, model: str | Path, dtype: str = "float32", device: str = "cpu",
+                 prefix_cache: bool = True, max_cached_tokens: int = 65_536):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model)
+            self.model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device)
+        except (OSError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"cannot load '{model}' as a causal language model: {first}") from None
+        self.model.eval()
+        self.device = device
+        self.end_of_turn_ids = frozenset(self._end_ids())
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = min(self.end_of_turn_ids)
+        self.cache = _PrefixCache(max_cached_tokens) if prefix_cache and self._cache_supported() else None
+
+    def _end_ids(self) -> set[int]:
+        ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        configured = self.model.generation_config.eos_token_id
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return {i for i in ids if i is not None and i != self.tokenizer.unk_token_id}
+
+    def _cache_supported(self) -> bool:
+        text_config = self.model.config.get_text_config(decoder=True)
+        layer_types = getattr(text_config, "layer_types", None) or ["full_attention"]
+        sliding = getattr(text_config, "use_sliding_window", False) and getattr(text_config, "sliding_window", None)
+        return set(layer_types) == {"full_attention"} and not sliding
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
+        torch = self.torch
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        prompts = [list(p) for p in prompts]
+        input_ids, attention_mask, past = self._batch(prompts)
+        sampler = _RowSampler(torch, params, self._seeds(prompts, params, seeds), self.device)
+        processors = [sampler] if params.temperature > 0 or params.logprobs else []  # plain greedy: argmax
+        stopper = _StopCriteria(torch, self.tokenizer, self.end_of_turn_ids, params.stop, input_ids.shape[1])
+        config = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=False, use_cache=True,
+                                  eos_token_id=sorted(self.end_of_turn_ids), pad_token_id=self.pad_id,
+                                  return_dict_in_generate=True)
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, past_key_values=past,
+                generation_config=config, logits_processor=LogitsProcessorList(processors),
+                stopping_criteria=StoppingCriteriaList([stopper]),
+            )
+        new = out.sequences[:, input_ids.shape[1]:].tolist()
+        results = []
+        for row in range(len(prompts)):
+            length = stopper.stopped_at.get(row, len(new[row]))
+            ids = new[row][:length]
+            reason = "stop" if row in stopper.stopped_at else "length"
+            logprobs = sampler.logprobs[row][:length] if params.logprobs else None
+            results.append(self._finish(ids, reason, logprobs))
+        if self.cache is not None:
+            self._remember(prompts, results, attention_mask, out.past_key_values)
+        return results
+
+    # -----------------------------------------------------------------------------------------
+    # Batch layout and the prefix cache
+
+    def _batch(self, prompts: list[list[int]]):
+        """(input_ids, attention_mask, cache or None) for left-padded prompts, reusing cached prefixes.
+
+        With the prefix cache, each row's new ids but the last are first run alone (no padding, so
+        no masked attention over pads), and the batch starts from one new id per row.
+        """
+        torch = self.torch
+        hits = [self.cache.take(p) if self.cache is not None else None for p in prompts]
+        if self.cache is not None:
+            hits = [self._prefill(p, h) if len(p) - (len(h.tokens) if h else 0) > 1 else h
+                    for p, h in zip(prompts, hits, strict=True)]
+        cached = [len(h.tokens) if h else 0 for h in hits]
+        head, tail = max(cached), max(len(p) - c for p, c in zip(prompts, cached, strict=True))
+        ids, mask = [], []
+        for prompt, c in zip(prompts, cached, strict=True):
+            new = prompt[c:]
+            ids.append([self.pad_id] * (head - c) + prompt[:c] + [self.pad_id] * (tail - len(new)) + new)
+            mask.append([0] * (head - c) + [1] * c + [0] * (tail - len(new)) + [1] * len(new))
+        input_ids = torch.tensor(ids, device=self.device)
+        attention_mask = torch.tensor(mask, device=self.device)
+        past = self._stack_cache(hits, head) if head else None
+        return input_ids, attention_mask, past
+
+    def _prefill(self, prompt: list[int], hit: _CachedPrefix | None) -> _CachedPrefix:
+        """Run ``prompt[:-1]`` past its cached part through the model alone; its keys/values as a prefix."""
+        from transformers import DynamicCache
+
+        torch = self.torch
+        start = len(hit.tokens) if hit else 0
+        past = DynamicCache([(k[None], v[None]) for k, v in hit.layers] if hit else None, config=self.model.config)
+        with torch.inference_mode():
+            self.model(input_ids=torch.tensor([prompt[start:-1]], device=self.device), past_key_values=past,
+                       use_cache=True, logits_to_keep=1)
+        return _CachedPrefix(tuple(prompt[:-1]), [(layer.keys[0], layer.values[0]) for layer in past.layers])
+
+    def _stack_cache(self, hits, length: int):
+        """A batch cache of ``length`` positions, each row's cached keys/values right-aligned."""
+        from transformers import DynamicCache
+
+        template = next(h for h in hits if h)
+        layers = []
+        for layer, (k0, v0) in enumerate(template.layers):  # each [heads, positions, head_dim]
+            keys = k0.new_zeros((len(hits), k0.shape[0], length, k0.shape[2]))
+            values = v0.new_zeros((len(hits), v0.shape[0], length, v0.shape[2]))
+            for row, hit in enumerate(hits):
+                if hit:
+                    k, v = hit.layers[layer]
+                    keys[row, :, length - k.shape[1]:] = k
+                    values[row, :, length - v.shape[1]:] = v
+            layers.append((keys, values))
+        return DynamicCache(layers, config=self.model.config)
+
+    def _remember(self, prompts, results, attention_mask, past) -> None:
+        """Keep each row's keys/values for prompt + continuation (minus the last id, never fed back)."""
+        torch = self.torch
+        width = attention_mask.shape[1]
+        for row, (prompt, gen) in enumerate(zip(prompts, results, strict=True)):
+            fed = gen.token_ids[:-1]
+            positions = attention_mask[row].nonzero().flatten().tolist() + list(range(width, width + len(fed)))
+            index = torch.tensor(positions, device=self.device)
+            layers = [(layer.keys[row, :, index].clone(), layer.values[row, :, index].clone())
+                      for layer in past.layers]
+            self.cache.put(prompt + fed, layers)
+
+
+GROUPED_SDPA = "mtsql_grouped_sdpa"
+
+
+def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """Scaled dot-product attention for grouped-query models under a padding mask, without copies.
+
+    Given a mask, transformers' ``sdpa`` copies every key/value head once per query head sharing it
+    (the whole cache, per layer and step). Folding each group's query heads into the query length
+    lets all of them attend to the shared key/value head as it is. Other cases go to ``sdpa``.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    batch, heads, length, dim = query.shape
+    groups = heads // key.shape[1]
+    if (attention_mask is None or groups == 1 or attention_mask.shape[1] != 1 or dropout
+            or kwargs.get("sliding_window") or kwargs.get("softcap")):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    folded = query.reshape(batch, key.shape[1], groups * length, dim)  # query head h = kv head h // groups
+    out = torch.nn.functional.scaled_dot_product_attention(
+        folded, key, value, attn_mask=attention_mask.repeat(1, 1, groups, 1), scale=scaling)
+    return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous(), None
+
+
+def _use_grouped_sdpa(model) -> None:
+    """Switch an ``sdpa`` model to ``_grouped_sdpa`` (same masks, same results, no key/value copies)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if model.config._attn_implementation != "sdpa":
+        return
+    AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa)
+    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    model.set_attn_implementation(GROUPED_SDPA)
+
+
+class _CachedPrefix:
+    __slots__ = ("tokens", "layers")
+
+    def __init__(self, tokens: tuple[int, ...], layers: list):
+        self.tokens, self.layers = tokens, layers
+
+
+class _PrefixCache:
+    """Finished sequences' keys/values, least recently stored evicted beyond ``max_tokens`` positions."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+        self.entries: OrderedDict[tuple[int, ...], _CachedPrefix] = OrderedDict()
+        self.size = 0
+        self.reused_tokens = 0  # prompt ids not recomputed thanks to the cache, over its lifetime
+
+    def put(self, tokens: list[int], layers: list) -> None:
+        key = tuple(tokens)
+        if not key or key in self.entries or len(key) > self.max_tokens:
+            return
+        self.entries[key] = _CachedPrefix(key, layers)
+        self.size += len(key)
+        while self.size > self.max_tokens:
+            old, _ = self.entries.popitem(last=False)
+            self.size -= len(old)
+
+    def take(self, prompt: list[int]) -> _CachedPrefix | None:
+        """The longest stored strict prefix of ``prompt``, removed from the cache (a turn is continued once)."""
+        best = None
+        for key in self.entries:
+            n = len(key)
+            if n < len(prompt) and (best is None or n > len(best)) and key[-1] == prompt[n - 1] \
+                    and tuple(prompt[:n]) == key:
+                best = key
+        if best is None:
+            return None
+        self.size -= len(best)
+        self.reused_tokens += len(best)
+        return self.entries.pop(best)
+
+
+class _RowSampler:
+    """A logits processor that picks each row's next id with its own generator and records its logprob."""
+
+    def __init__(self, torch, params: SamplingParams, seeds: list[int], device: str):
+        self.torch, self.params = torch, params
+        self.generators = []
+        for seed in seeds:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(seed)
+            self.generators.append(generator)
+        self.logprobs: list[list[float]] = [[] for _ in seeds]
+
+    def __call__(self, input_ids, scores):
+        torch, params = self.torch, self.params
+        if params.temperature == 0:
+            choice = scores.argmax(dim=-1)
+        else:
+            probs = torch.softmax(scores / params.temperature, dim=-1)
+            if params.top_p < 1:
+                probs = _top_p(torch, probs, params.top_p)
+            choice = torch.stack([
+                torch.multinomial(probs[row], 1, generator=self.generators[row])[0] for row in range(len(probs))
+            ])
+        if params.logprobs:
+            picked = torch.log_softmax(scores, dim=-1).gather(1, choice[:, None])[:, 0].tolist()
+            for row, value in enumerate(picked):
+                self.logprobs[row].append(value)
+        return scores.fill_(float("-inf")).scatter_(1, choice[:, None], 0.0)  # generate's argmax takes it
+
+
+def _top_p(torch, probs, top_p: float):
+    """Keep the smallest set of most likely ids whose mass reaches ``top_p``; renormalize."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+class _StopCriteria:
+    """Per-row stop: an end-of-turn id or a completed stop string. Records where each row stopped."""
+
+    def __init__(self, torch, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], prompt_width: int):
+        self.torch, self.tokenizer = torch, tokenizer
+        self.end_ids, self.stop, self.prompt_width = end_ids, stop, prompt_width
+        self.width = max((len(s) for s in stop), default=0)  # ids that can hold a stop string
+        self.stopped_at: dict[int, int] = {}
+
+    def __call__(self, input_ids, scores, **kwargs):
+        new = input_ids[:, self.prompt_width:]
+        last = new[:, -1].tolist()
+        done = []
+        for row, token in enumerate(last):
+            if row not in self.stopped_at:
+                if token in self.end_ids or (self.stop and completes_stop_string(
+                        self.tokenizer, new[row, -self.width:].tolist(), self.stop)):
+                    self.stopped_at[row] = new.shape[1]
+            done.append(row in self.stopped_at)
+        return self.torch.tensor(done, device=input_ids.device)

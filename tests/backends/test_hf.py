@@ -1,0 +1,142 @@
+"""The transformers backend on the tiny Qwen3: batching, stops, seeds, logprobs, KV reuse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mtsql.backends.base import Generation, SamplingParams, make_backend
+from mtsql.backends.hf import HFBackend, _PrefixCache
+from mtsql.chat_format import ChatFormat
+from mtsql.errors import UsageError
+
+QUESTIONS = ["Hi.", "How many singers are there in the database?", "List all concerts held in 2014, newest first.",
+             "x"]
+
+
+@pytest.fixture(scope="module")
+def chat(tiny_backend):
+    return ChatFormat(tiny_backend.tokenizer)
+
+
+@pytest.fixture(scope="module")
+def prompts(chat):
+    return [chat.prompt_ids([{"role": "system", "content": "Answer with SQL."}, {"role": "user", "content": q}])
+            for q in QUESTIONS]
+
+
+def ids_of(generations: list[Generation]) -> list[list[int]]:
+    return [g.token_ids for g in generations]
+
+
+def test_batched_greedy_equals_one_prompt_at_a_time(tiny_backend, prompts):
+    params = SamplingParams(max_new_tokens=12)
+    batched = tiny_backend.generate(prompts, params)
+    alone = [tiny_backend.generate([p], params)[0] for p in prompts]
+    assert ids_of(batched) == ids_of(alone)
+    assert len({len(p) for p in prompts}) == len(prompts)  # really different lengths, so really padded
+    assert all(g.finish_reason == "length" and len(g.token_ids) == 12 for g in batched)
+    assert [g.text for g in batched] == [tiny_backend.tokenizer.decode(g.token_ids) for g in batched]
+
+
+def test_stop_string_ends_the_row_where_it_is_completed(tiny_backend, prompts):
+    free = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=10))
+    stop = tiny_backend.tokenizer.decode(free[1].token_ids[3:5])  # text the greedy model writes for prompt 1
+    stopped = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=10, stop=(stop,)))
+    assert stopped[1].finish_reason == "stop" and stopped[1].text.endswith(stop)
+    assert stopped[1].token_ids == free[1].token_ids[: len(stopped[1].token_ids)]
+    assert len(stopped[1].token_ids) <= 5
+    for before, after in zip(free, stopped, strict=True):  # other rows run on, unchanged, unless they write it too
+        assert after.token_ids == before.token_ids[: len(after.token_ids)]
+
+
+def test_end_of_turn_id_is_kept_but_not_in_the_text(tiny_backend, prompts, monkeypatch):
+    backend = tiny_backend
+    first = backend.generate(prompts[:1], SamplingParams(max_new_tokens=4))[0].token_ids
+    monkeypatch.setattr(backend, "end_of_turn_ids", frozenset({first[2]}))  # the third id ends the turn
+    end = first.index(first[2]) + 1
+    out = backend.generate(prompts[:1], SamplingParams(max_new_tokens=8))[0]
+    assert out.token_ids == first[:end] and out.finish_reason == "stop"
+    assert out.text == backend.tokenizer.decode(first[: end - 1])
+
+
+def test_sampling_depends_on_the_seed_not_the_batch(tiny_backend, prompts):
+    params = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=8)
+    full = tiny_backend.generate(prompts, params, seeds=[10, 11, 12, 13])
+    part = tiny_backend.generate(prompts[2:], params, seeds=[12, 13])
+    assert ids_of(full[2:]) == ids_of(part)
+    other = tiny_backend.generate(prompts, params, seeds=[20, 21, 22, 23])
+    assert ids_of(other) != ids_of(full)
+    assert ids_of(tiny_backend.generate(prompts, params, seeds=[10, 11, 12, 13])) == ids_of(full)
+
+
+def test_top_p_keeps_only_the_likeliest_ids(tiny_backend, prompts):
+    import torch
+
+    from mtsql.backends.hf import _top_p
+
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    assert torch.allclose(_top_p(torch, probs, 0.7), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    greedy = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=6))
+    tiny = tiny_backend.generate(prompts, SamplingParams(temperature=1.0, top_p=1e-6, max_new_tokens=6))
+    assert ids_of(tiny) == ids_of(greedy)  # a vanishing nucleus is the argmax
+
+
+def test_logprobs_are_the_model_log_probabilities(tiny_backend, prompts):
+    import torch
+
+    out = tiny_backend.generate(prompts[:2], SamplingParams(max_new_tokens=5, logprobs=True))
+    for prompt, generation in zip(prompts[:2], out, strict=True):
+        assert len(generation.logprobs) == len(generation.token_ids)
+        with torch.inference_mode():
+            logits = tiny_backend.model(torch.tensor([prompt + generation.token_ids])).logits[0]
+        expected = torch.log_softmax(logits[len(prompt) - 1: -1].float(), dim=-1)
+        picked = expected[torch.arange(len(generation.token_ids)), torch.tensor(generation.token_ids)]
+        assert torch.allclose(torch.tensor(generation.logprobs), picked, atol=1e-4)
+
+
+def test_prefix_cache_reuses_earlier_turns_without_changing_results(tiny_backend, prompts, chat, monkeypatch):
+    params = SamplingParams(max_new_tokens=6)
+    cache = _PrefixCache(max_tokens=100_000)
+    monkeypatch.setattr(tiny_backend, "cache", cache)
+    first = tiny_backend.generate(prompts, params)
+    observation = chat.observation_ids({"role": "tool", "content": "Result: [(4,)]"})
+    follow = [p + g.token_ids + [chat.end_of_turn_id] + observation for p, g in zip(prompts, first, strict=True)]
+    follow[3] = prompts[3] + [11, 12]  # a prompt that extends no cached sequence, in the same batch
+    second = tiny_backend.generate(follow, params)
+    assert cache.reused_tokens == sum(len(p) + 5 for p in prompts[:3])  # prompt + 6 ids minus the last
+    monkeypatch.setattr(tiny_backend, "cache", None)
+    assert ids_of(first) == ids_of(tiny_backend.generate(prompts, params))
+    assert ids_of(second) == ids_of(tiny_backend.generate(follow, params))
+
+
+def test_prefix_cache_is_bounded(tiny_backend, prompts, monkeypatch):
+    cache = _PrefixCache(max_tokens=max(map(len, prompts)) + 10)
+    monkeypatch.setattr(tiny_backend, "cache", cache)
+    tiny_backend.generate(prompts, SamplingParams(max_new_tokens=3))
+    assert len(cache.entries) == 1 and cache.size <= cache.max_tokens
+
+
+def test_prefix_cache_can_be_off(tiny_qwen3):
+    assert HFBackend(tiny_qwen3, prefix_cache=False).cache is None
+
+
+def test_empty_inputs(tiny_backend):
+    assert tiny_backend.generate([], SamplingParams()) == []
+    with pytest.raises(ValueError, match="at least one token"):
+        tiny_backend.generate([[]], SamplingParams())
+    with pytest.raises(ValueError, match="2 seeds for 1 prompts"):
+        tiny_backend.generate([[1, 2]], SamplingParams(), seeds=[1, 2])
+    with pytest.raises(ValueError, match="invalid sampling parameters"):
+        SamplingParams(top_p=0)
+
+
+def test_a_folder_that_is_not_a_causal_lm_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot load .* as a causal language model"):
+        make_backend("hf", tmp_path / "missing")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    with pytest.raises(UsageError, match="cannot load .* as a causal language model"):
+        make_backend("hf", tmp_path)
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("tgi", tmp_path)

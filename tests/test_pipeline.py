@@ -1,0 +1,121 @@
+"""Stages chained through the artifact store: scripted policies (fast) and the tiny Qwen3 (engines)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mtsql import pipeline
+from mtsql.config import load_config
+from mtsql.errors import UsageError
+from mtsql.jsonl import read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "profiles" / "tiny.yaml"
+
+
+def cfg_for(tmp_path, *overrides):
+    return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=4", *overrides])
+
+
+def test_scripted_sample_reject_curriculum_and_cache(tmp_path):
+    cfg = cfg_for(tmp_path, "sample.n=2")
+    turns = pipeline.train_pool(cfg)
+    assert turns and all(t.hardness for t in turns)
+    sampled = pipeline.sample(cfg, label="sample-r1", turns=turns, policy="gold_with_correction", round=1)
+    rows = read_jsonl(sampled.path / "trajectories.jsonl")
+    assert len(rows) == 2 * len(turns) and not (sampled.path / "rollout").exists()
+    assert sampled.metrics["ex"] == 1.0 and sampled.metrics["self_correction_rate"] == 1.0
+    assert all(r["reward"]["score"] > 2 and r["actions"][0] == "exec_sql" for r in rows)
+    kept = pipeline.reject(cfg, sampled, label="reject-r1")
+    assert kept.metrics["kept"] > 0 and kept.metrics["unsolved"] == 0
+    plan = pipeline.curriculum(cfg)
+    sizes = [len(read_jsonl(plan.path / f"stage-{k}.jsonl")) for k in (1, 2, 3)]
+    assert sum(sizes) == len(turns) == plan.metrics["pool"]
+    again = pipeline.sample(cfg, label="sample-r1", turns=turns, policy="gold_with_correction", round=1)
+    assert again.manifest["created_at"] == sampled.manifest["created_at"], "a rerun is a cache hit"
+    other = pipeline.sample(cfg_for(tmp_path, "sample.n=1"), label="sample-r1", turns=turns, policy="gold", round=1)
+    assert other.fingerprint != sampled.fingerprint
+
+
+def test_pool_restricts_the_next_round(tmp_path):
+    cfg = cfg_for(tmp_path)
+    turns = pipeline.train_pool(cfg)
+    sampled = pipeline.sample(cfg, label="s", turns=turns[:3], policy="gold")
+    pool_dir = tmp_path / "pool"
+    pool_dir.mkdir()
+    (pool_dir / "pool.jsonl").write_text(json.dumps(turns[1].to_dict()) + "\n")
+    from mtsql.artifacts import Artifact
+
+    pool = Artifact(pool_dir, {"fingerprint": "f" * 64, "label": "reject-r1"})
+    again = pipeline.sample(cfg, label="s2", turns=turns, policy="gold", pool=pool)
+    assert {r["uid"] for r in read_jsonl(again.path / "trajectories.jsonl")} == {turns[1].uid}
+    assert sampled.metrics["items"] == 3
+
+
+def test_pipeline_files_validate_and_dry_run_plans(tmp_path, capsys):
+    for path in (REPO / "pipelines").glob("*.yaml"):
+        steps = pipeline.load_pipeline(path).steps
+        assert steps and path.read_text().startswith("#")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps:\n  - stage: evaluat\n")
+    with pytest.raises(UsageError, match="not one of"):
+        pipeline.load_pipeline(bad)
+    bad.write_text("steps:\n  - stage: evaluate\n    modle: base\n")
+    with pytest.raises(UsageError, match="did you mean 'steps\\[0\\].model'"):
+        pipeline.load_pipeline(bad)
+    pipeline.run_pipeline(REPO / "pipelines" / "reproduce.yaml", TINY, [f"runs_dir={tmp_path / 'runs'}"], dry_run=True)
+    err = capsys.readouterr().err
+    assert "eval-base" in err and "will run" in err and "sample-r1" in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("manifest.json"))
+
+
+def test_find_model_references(tmp_path):
+    cfg = cfg_for(tmp_path)
+    assert pipeline.find_model(cfg, "base") is None and pipeline.find_model(cfg, "auto") is None
+    with pytest.raises(UsageError, match="no sft model yet"):
+        pipeline.find_model(cfg, "sft")
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path, models_home, tiny_qwen3):
+    return cfg_for(tmp_path, "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",
+                   "rl.steps_per_stage=1", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8")
+
+
+def test_local_rl_runs_every_curriculum_stage_and_caches(tiny_cfg):
+    plan = pipeline.curriculum(tiny_cfg)
+    last = pipeline.rl(tiny_cfg, curriculum_art=plan, engine="local")
+    stages = sorted(p.name for p in Path(last.path).parents[1].iterdir() if p.name.startswith("rl-c"))
+    nonempty = [k for k in (1, 2, 3) if read_jsonl(plan.path / f"stage-{k}.jsonl")]
+    assert stages == [f"rl-c{k}" for k in nonempty]
+    curve = read_jsonl(last.path / "metrics.jsonl")
+    assert len(curve) == 1 and {"reward_mean", "response_length", "tool_calls_per_turn", "ex", "pg_loss"} <= set(curve[0])
+    assert (last.path / "model" / "config.json").exists()
+    again = pipeline.rl(tiny_cfg, curriculum_art=plan, engine="local")
+    assert again.manifest["created_at"] == last.manifest["created_at"]
+
+
+def test_evaluate_model_writes_official_items(tiny_cfg):
+    import dataclasses
+
+    cfg = dataclasses.replace(tiny_cfg, data=dataclasses.replace(tiny_cfg.data, eval_limit=1))
+    art = pipeline.evaluate(cfg, label="eval-base")
+    for name in cfg.data.eval_datasets:
+        block = art.metrics["datasets"][name]
+        items = read_jsonl(art.path / name / "items.jsonl")
+        assert len(items) == block["turns"] and {"exact_match", "exec_match", "hardness"} <= set(items[0])
+        assert block["ex"] == 0.0 and set(block["by_turn"]) == {"1", "2", "3", "4", ">4"}
+
+
+@pytest.mark.slow
+def test_sft_iterate_two_rounds_then_all_cached(tiny_cfg):
+    import dataclasses
+
+    cfg = dataclasses.replace(tiny_cfg, sft=dataclasses.replace(tiny_cfg.sft, max_steps=1, batch_size=1, heldout=1,
+                                                                 cutoff_len=4096))
+    model = pipeline.sft_iterate(cfg, rounds=2)
+    assert model is not None and model.label == "sft-r1", "round 2 of an untrained model keeps nothing"
+    assert (model.path / "model" / "config.json").exists()
+    again = pipeline.sft_iterate(cfg, rounds=2)
+    assert again.manifest["created_at"] == model.manifest["created_at"]
