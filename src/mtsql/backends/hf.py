@@ -5,6 +5,8 @@ choice per row, drawn with the row's own ``torch.Generator`` (temperature, top-p
 continuation depends on its seed only, never on its neighbours in the batch; it also records
 logprobs. ``_StopCriteria`` ends each row at an end-of-turn id or right after a stop string.
 
+Grouped-query models attend through ``_grouped_sdpa`` (no per-head copies of the cache).
+
 Multi-turn prompts repeat the whole conversation so far. With ``prefix_cache`` the backend keeps
 each finished row's keys/values (prompt + continuation) and, when a later prompt extends one of
 them, feeds only the new ids: rows are laid out ``[pad][cached ids][pad][new ids]``, and the
@@ -37,12 +39,18 @@ class HFBackend(Backend):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"cannot load '{model}' as a causal language model: {first}") from None
         self.model.eval()
+        _use_grouped_sdpa(self.model)
         self.device = device
         self.end_of_turn_ids = frozenset(self._end_ids())
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = min(self.end_of_turn_ids)
         self.cache = _PrefixCache(max_cached_tokens) if prefix_cache and self._cache_supported() else None
+
+    def clear_prefix_cache(self) -> None:
+        """Drop every kept key/value (frees memory; later prompts are computed in full)."""
+        if self.cache is not None:
+            self.cache = _PrefixCache(self.cache.max_tokens)
 
     def _end_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
