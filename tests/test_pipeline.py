@@ -73,6 +73,12 @@ def test_pipeline_files_validate_and_dry_run_plans(tmp_path, capsys):
 def test_find_model_references(tmp_path):
     cfg = cfg_for(tmp_path)
     assert pipeline.find_model(cfg, "base") is None and pipeline.find_model(cfg, "auto") is None
+    fake = Path(cfg.runs_dir) / cfg.run / "rl-c1" / "abc"
+    (fake / "model").mkdir(parents=True)
+    (fake.parent / "latest").symlink_to("abc")
+    (fake / "manifest.json").write_text(json.dumps({"stage": "rl", "label": "rl-c1", "fingerprint": "abc", "outputs": []}))
+    assert pipeline.find_model(cfg, "auto").label == "rl-c1"
+    assert pipeline.find_model(cfg, "auto", auto=("sft",)) is None, "rl starts from sft or base, never its own output"
     with pytest.raises(UsageError, match="no sft model yet"):
         pipeline.find_model(cfg, "sft")
 

@@ -34,7 +34,8 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (and 
 
 
 ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", help="base, sft, rl (this run's last round/stage), an artifact label (sft-r2, rl-c1) or auto.")]
+    "--model", help="base, sft, rl (this run's last round/stage), an artifact label (sft-r2, rl-c1) or auto "
+    "(the newest trained model; for curriculum and rl the last SFT round).")]
 
 
 def _cfg(config: Optional[Path], overrides: Optional[list[str]]):
@@ -113,7 +114,7 @@ def curriculum(config: ConfigOpt = None, overrides: Overrides = None, model: Mod
     from mtsql.stages.tables import counts_table
 
     cfg = _cfg(config, overrides)
-    done = pipeline.curriculum(cfg, model=pipeline.find_model(cfg, model), force=force, dry_run=dry_run)
+    done = pipeline.curriculum(cfg, model=pipeline.find_model(cfg, model, auto=("sft",)), force=force, dry_run=dry_run)
     if done is not None:
         console.print(counts_table("curriculum stages", done.metrics["table"]))
 
@@ -134,7 +135,7 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
     if not use_curriculum:
         single = (LABELS[cfg.curriculum.by],)
         cfg = dataclasses.replace(cfg, curriculum=dataclasses.replace(cfg.curriculum, stages=single))
-    start = pipeline.find_model(cfg, model)
+    start = pipeline.find_model(cfg, model, auto=("sft",))
     plan = pipeline.curriculum(cfg, model=start, force=force, dry_run=dry_run)
     if plan is None:
         return

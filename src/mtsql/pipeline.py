@@ -283,16 +283,16 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
         waiting("(rest of the pipeline)", str(exc))
 
 
-def find_model(cfg: Config, ref: str | None) -> Artifact | None:
+def find_model(cfg: Config, ref: str | None, *, auto: tuple[str, ...] = ("rl", "sft")) -> Artifact | None:
     """A ``--model`` reference: ``base``; ``sft`` / ``rl`` (the last round or stage of this run);
-    an artifact label such as ``sft-r2``; or (``auto``/None) the newest of rl, sft, else base."""
+    an artifact label such as ``sft-r2``; or ``auto``/None: the first of ``auto`` this run has, else base
+    (RL starts from ``auto=("sft",)``, so a rerun never starts from its own output)."""
     from mtsql.stages.runner import store_for
 
     store = store_for(cfg)
     labels = sorted((p.name for p in store.root.iterdir() if p.is_dir()), key=_label_order) if store.root.exists() else []
     if ref in (None, "auto"):
-        candidates = [l for l in labels if l.startswith(("rl-c", "sft-r"))]
-        ref = candidates[-1] if candidates else "base"
+        ref = next((kind for kind in auto if any(l.startswith(f"{kind}-") for l in labels)), "base")
     if ref == "base":
         return None
     if ref in ("sft", "rl"):

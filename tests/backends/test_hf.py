@@ -77,7 +77,7 @@ def test_top_p_keeps_only_the_likeliest_ids(tiny_backend, prompts):
     from mtsql.backends.hf import _top_p
 
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
-    assert torch.allclose(_top_p(torch, probs, 0.7), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    assert torch.allclose(_top_p(probs, 0.7), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
     greedy = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=6))
     tiny = tiny_backend.generate(prompts, SamplingParams(temperature=1.0, top_p=1e-6, max_new_tokens=6))
     assert ids_of(tiny) == ids_of(greedy)  # a vanishing nucleus is the argmax
@@ -118,8 +118,13 @@ def test_prefix_cache_is_bounded(tiny_backend, prompts, monkeypatch):
     assert len(cache.entries) == 1 and cache.size <= cache.max_tokens
 
 
-def test_prefix_cache_can_be_off(tiny_qwen3):
+def test_prefix_cache_can_be_off_or_cleared(tiny_qwen3, tiny_backend, prompts, monkeypatch):
     assert HFBackend(tiny_qwen3, prefix_cache=False).cache is None
+    monkeypatch.setattr(tiny_backend, "cache", _PrefixCache(max_tokens=1000))
+    tiny_backend.generate(prompts[:1], SamplingParams(max_new_tokens=2))
+    assert tiny_backend.cache.entries
+    tiny_backend.clear_prefix_cache()
+    assert not tiny_backend.cache.entries and tiny_backend.cache.size == 0
 
 
 def test_empty_inputs(tiny_backend):
@@ -140,3 +145,22 @@ def test_a_folder_that_is_not_a_causal_lm_is_a_usage_error(tmp_path):
         make_backend("hf", tmp_path)
     with pytest.raises(ValueError, match="unknown backend"):
         make_backend("tgi", tmp_path)
+
+
+def test_grouped_attention_equals_sdpa_under_padding(tiny_qwen3, tiny_backend):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mtsql.backends.hf import GROUPED_SDPA
+
+    reference = AutoModelForCausalLM.from_pretrained(tiny_qwen3, attn_implementation="sdpa")
+    assert tiny_backend.model.config._attn_implementation == GROUPED_SDPA
+    assert reference.config.num_key_value_heads < reference.config.num_attention_heads  # really grouped
+    ids = torch.randint(0, 5000, (3, 30), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(3, 30, dtype=torch.long)
+    mask[0, :7], mask[1, :20], mask[2, 10:15] = 0, 0, 0  # left padding and a hole, as the prefix cache makes
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        ours = tiny_backend.model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+        theirs = reference(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+    assert torch.allclose(ours[mask.bool()], theirs[mask.bool()], atol=1e-5)

@@ -1,16 +1,19 @@
 """Generation with transformers: batched, left-padded, per-prompt seeds, KV reuse across turns.
 
+Imported only when the ``hf`` backend is used (``make_backend`` imports it lazily).
+
 ``model.generate`` runs greedily. To sample, ``_RowSampler`` first reduces the logits to one
 choice per row, drawn with the row's own ``torch.Generator`` (temperature, top-p), so a row's
 continuation depends on its seed only, never on its neighbours in the batch; it also records
 logprobs. ``_StopCriteria`` ends each row at an end-of-turn id or right after a stop string.
 
-Grouped-query models attend through ``_grouped_sdpa`` (no per-head copies of the cache).
-
 Multi-turn prompts repeat the whole conversation so far. With ``prefix_cache`` the backend keeps
 each finished row's keys/values (prompt + continuation) and, when a later prompt extends one of
-them, feeds only the new ids: rows are laid out ``[pad][cached ids][pad][new ids]``, and the
-attention mask and positions (cumulative sum of the mask) skip the pads.
+them, computes only the new ids: first alone, row by row (no padding), all but the last new id;
+then the batch starts from the last one, rows laid out ``[pad][cached ids][last id]`` with the
+attention mask and positions (cumulative sum of the mask) skipping the pads. The batch cache is
+preallocated (``_ReservedLayer``) and grouped-query models attend through ``_grouped_sdpa``, so no
+decoding step copies the cache.
 """
 
 from __future__ import annotations
@@ -19,8 +22,24 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+from transformers import (
+    AttentionInterface,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    GenerationConfig,
+    LogitsProcessorList,
+    StoppingCriteriaList,
+)
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
 from mtsql.backends.base import Backend, Generation, SamplingParams, completes_stop_string
 from mtsql.errors import UsageError
+
+GROUPED_SDPA = "mtsql_grouped_sdpa"
 
 
 class HFBackend(Backend):
@@ -28,10 +47,6 @@ class HFBackend(Backend):
 
     def __init__(self, model: str | Path, dtype: str = "float32", device: str = "cpu",
                  prefix_cache: bool = True, max_cached_tokens: int = 65_536):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.torch = torch
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             self.model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device)
@@ -66,18 +81,15 @@ class HFBackend(Backend):
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:
-        torch = self.torch
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
-
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         prompts = [list(p) for p in prompts]
-        input_ids, attention_mask, past = self._batch(prompts)
-        sampler = _RowSampler(torch, params, self._seeds(prompts, params, seeds), self.device)
+        input_ids, attention_mask, past = self._batch(prompts, params.max_new_tokens)
+        sampler = _RowSampler(params, self._seeds(prompts, params, seeds), self.device)
         processors = [sampler] if params.temperature > 0 or params.logprobs else []  # plain greedy: argmax
-        stopper = _StopCriteria(torch, self.tokenizer, self.end_of_turn_ids, params.stop, input_ids.shape[1])
+        stopper = _StopCriteria(self.tokenizer, self.end_of_turn_ids, params.stop, input_ids.shape[1])
         config = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=False, use_cache=True,
                                   eos_token_id=sorted(self.end_of_turn_ids), pad_token_id=self.pad_id,
                                   return_dict_in_generate=True)
@@ -91,10 +103,9 @@ class HFBackend(Backend):
         results = []
         for row in range(len(prompts)):
             length = stopper.stopped_at.get(row, len(new[row]))
-            ids = new[row][:length]
             reason = "stop" if row in stopper.stopped_at else "length"
             logprobs = sampler.logprobs[row][:length] if params.logprobs else None
-            results.append(self._finish(ids, reason, logprobs))
+            results.append(self._finish(new[row][:length], reason, logprobs))
         if self.cache is not None:
             self._remember(prompts, results, attention_mask, out.past_key_values)
         return results
@@ -102,13 +113,8 @@ class HFBackend(Backend):
     # -----------------------------------------------------------------------------------------
     # Batch layout and the prefix cache
 
-    def _batch(self, prompts: list[list[int]]):
-        """(input_ids, attention_mask, cache or None) for left-padded prompts, reusing cached prefixes.
-
-        With the prefix cache, each row's new ids but the last are first run alone (no padding, so
-        no masked attention over pads), and the batch starts from one new id per row.
-        """
-        torch = self.torch
+    def _batch(self, prompts: list[list[int]], max_new_tokens: int):
+        """(input_ids, attention_mask, cache or None) for left-padded prompts, reusing cached prefixes."""
         hits = [self.cache.take(p) if self.cache is not None else None for p in prompts]
         if self.cache is not None:
             hits = [self._prefill(p, h) if len(p) - (len(h.tokens) if h else 0) > 1 else h
@@ -122,14 +128,11 @@ class HFBackend(Backend):
             mask.append([0] * (head - c) + [1] * c + [0] * (tail - len(new)) + [1] * len(new))
         input_ids = torch.tensor(ids, device=self.device)
         attention_mask = torch.tensor(mask, device=self.device)
-        past = self._stack_cache(hits, head) if head else None
+        past = self._stack_cache(hits, head, capacity=head + tail + max_new_tokens) if head else None
         return input_ids, attention_mask, past
 
     def _prefill(self, prompt: list[int], hit: _CachedPrefix | None) -> _CachedPrefix:
         """Run ``prompt[:-1]`` past its cached part through the model alone; its keys/values as a prefix."""
-        from transformers import DynamicCache
-
-        torch = self.torch
         start = len(hit.tokens) if hit else 0
         past = DynamicCache([(k[None], v[None]) for k, v in hit.layers] if hit else None, config=self.model.config)
         with torch.inference_mode():
@@ -137,26 +140,25 @@ class HFBackend(Backend):
                        use_cache=True, logits_to_keep=1)
         return _CachedPrefix(tuple(prompt[:-1]), [(layer.keys[0], layer.values[0]) for layer in past.layers])
 
-    def _stack_cache(self, hits, length: int):
-        """A batch cache of ``length`` positions, each row's cached keys/values right-aligned."""
-        from transformers import DynamicCache
-
+    def _stack_cache(self, hits, length: int, capacity: int) -> DynamicCache:
+        """A batch cache of ``length`` positions (room for ``capacity``), each row's cached part right-aligned."""
         template = next(h for h in hits if h)
         layers = []
         for layer, (k0, v0) in enumerate(template.layers):  # each [heads, positions, head_dim]
-            keys = k0.new_zeros((len(hits), k0.shape[0], length, k0.shape[2]))
-            values = v0.new_zeros((len(hits), v0.shape[0], length, v0.shape[2]))
+            keys = k0.new_zeros((len(hits), k0.shape[0], capacity, k0.shape[2]))
+            values = v0.new_zeros((len(hits), v0.shape[0], capacity, v0.shape[2]))
             for row, hit in enumerate(hits):
                 if hit:
                     k, v = hit.layers[layer]
-                    keys[row, :, length - k.shape[1]:] = k
-                    values[row, :, length - v.shape[1]:] = v
-            layers.append((keys, values))
-        return DynamicCache(layers, config=self.model.config)
+                    keys[row, :, length - k.shape[1]:length] = k
+                    values[row, :, length - v.shape[1]:length] = v
+            layers.append(_ReservedLayer(keys, values, length))
+        cache = DynamicCache(config=self.model.config)
+        cache.layers = layers
+        return cache
 
     def _remember(self, prompts, results, attention_mask, past) -> None:
         """Keep each row's keys/values for prompt + continuation (minus the last id, never fed back)."""
-        torch = self.torch
         width = attention_mask.shape[1]
         for row, (prompt, gen) in enumerate(zip(prompts, results, strict=True)):
             fed = gen.token_ids[:-1]
@@ -167,7 +169,27 @@ class HFBackend(Backend):
             self.cache.put(prompt + fed, layers)
 
 
-GROUPED_SDPA = "mtsql_grouped_sdpa"
+class _ReservedLayer(DynamicLayer):
+    """A ``DynamicLayer`` that writes new keys/values into a preallocated buffer instead of
+    concatenating the whole cache at every step. Past its capacity (or once transformers replaced
+    its tensors) it concatenates like a plain ``DynamicLayer``."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self.buffers = (keys, values)
+        self.keys, self.values = keys[..., :length, :], values[..., :length, :]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        keys, values = self.buffers
+        start = self.keys.shape[-2]
+        end = start + key_states.shape[-2]
+        if end > keys.shape[-2] or self.keys.data_ptr() != keys.data_ptr() or self.keys.shape[0] != keys.shape[0]:
+            return super().update(key_states, value_states, *args, **kwargs)
+        keys[..., start:end, :] = key_states
+        values[..., start:end, :] = value_states
+        self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+        return self.keys, self.values
 
 
 def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -177,9 +199,6 @@ def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scalin
     (the whole cache, per layer and step). Folding each group's query heads into the query length
     lets all of them attend to the shared key/value head as it is. Other cases go to ``sdpa``.
     """
-    import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     batch, heads, length, dim = query.shape
     groups = heads // key.shape[1]
     if (attention_mask is None or groups == 1 or attention_mask.shape[1] != 1 or dropout
@@ -194,9 +213,6 @@ def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scalin
 
 def _use_grouped_sdpa(model) -> None:
     """Switch an ``sdpa`` model to ``_grouped_sdpa`` (same masks, same results, no key/value copies)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
     if model.config._attn_implementation != "sdpa":
         return
     AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa)
@@ -248,23 +264,19 @@ class _PrefixCache:
 class _RowSampler:
     """A logits processor that picks each row's next id with its own generator and records its logprob."""
 
-    def __init__(self, torch, params: SamplingParams, seeds: list[int], device: str):
-        self.torch, self.params = torch, params
-        self.generators = []
-        for seed in seeds:
-            generator = torch.Generator(device=device)
-            generator.manual_seed(seed)
-            self.generators.append(generator)
+    def __init__(self, params: SamplingParams, seeds: list[int], device: str):
+        self.params = params
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         self.logprobs: list[list[float]] = [[] for _ in seeds]
 
     def __call__(self, input_ids, scores):
-        torch, params = self.torch, self.params
+        params = self.params
         if params.temperature == 0:
             choice = scores.argmax(dim=-1)
         else:
             probs = torch.softmax(scores / params.temperature, dim=-1)
             if params.top_p < 1:
-                probs = _top_p(torch, probs, params.top_p)
+                probs = _top_p(probs, params.top_p)
             choice = torch.stack([
                 torch.multinomial(probs[row], 1, generator=self.generators[row])[0] for row in range(len(probs))
             ])
@@ -275,7 +287,7 @@ class _RowSampler:
         return scores.fill_(float("-inf")).scatter_(1, choice[:, None], 0.0)  # generate's argmax takes it
 
 
-def _top_p(torch, probs, top_p: float):
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely ids whose mass reaches ``top_p``; renormalize."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     before = sorted_probs.cumsum(dim=-1) - sorted_probs
@@ -287,9 +299,8 @@ def _top_p(torch, probs, top_p: float):
 class _StopCriteria:
     """Per-row stop: an end-of-turn id or a completed stop string. Records where each row stopped."""
 
-    def __init__(self, torch, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], prompt_width: int):
-        self.torch, self.tokenizer = torch, tokenizer
-        self.end_ids, self.stop, self.prompt_width = end_ids, stop, prompt_width
+    def __init__(self, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], prompt_width: int):
+        self.tokenizer, self.end_ids, self.stop, self.prompt_width = tokenizer, end_ids, stop, prompt_width
         self.width = max((len(s) for s in stop), default=0)  # ids that can hold a stop string
         self.stopped_at: dict[int, int] = {}
 
@@ -303,4 +314,4 @@ class _StopCriteria:
                         self.tokenizer, new[row, -self.width:].tolist(), self.stop)):
                     self.stopped_at[row] = new.shape[1]
             done.append(row in self.stopped_at)
-        return self.torch.tensor(done, device=input_ids.device)
+        return torch.tensor(done, device=input_ids.device)
