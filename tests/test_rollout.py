@@ -284,21 +284,3 @@ def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, f
         assert len(record["generations"]) == record["trajectory"]["num_assistant_turns"] == 2
         assert record["trajectory"]["finish_reason"] == "max_turns"
 
-
-def test_engine_from_config(tiny_backend, fixture_root):
-    from mtsql.config import load_config
-    from mtsql.data import load_turns
-    from mtsql.errors import UsageError
-    from mtsql.rollout import backend_from_config, engine_from_config
-
-    turns = load_turns("cosql", "dev", root=fixture_root, with_hardness=False)[:3]
-    gold = engine_from_config(load_config(None, ["sample.policy=gold", "env.memory=predicted"]), fixture_root)
-    assert gold.memory == "predicted" and gold.backend is None
-    assert all(r["trajectory"]["protocol_valid"] for r in gold.run(turns, progress=False))
-    cfg = load_config(None, ["model.template=qwen3", "sample.max_new_tokens=7", "env.mode=short"])
-    model = engine_from_config(cfg, fixture_root, backend=tiny_backend)
-    assert model.chat.thinking and model.params.max_new_tokens == 7 and model.tools == []
-    with pytest.raises(UsageError, match="model.template: unsupported chat template 'llama3'"):
-        engine_from_config(load_config(None, ["model.template=llama3"]), fixture_root, backend=tiny_backend)
-    with pytest.raises(UsageError, match="sample.backend must be"):
-        backend_from_config(load_config(None, ["sample.backend=tgi", "model.name=Qwen/Qwen3-1.7B"]))

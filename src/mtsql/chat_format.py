@@ -18,6 +18,14 @@ token for token. ``thinking=True`` is the ``qwen3`` template: an assistant messa
 For token-in/token-out rollouts: ``prompt_ids(messages)`` + the generated ids (ending with
 ``<|im_end|>``) + ``observation_ids(tool_message)`` + ... equals ``render_ids`` of the whole
 conversation, when the generated ids are the canonical encoding of the assistant text.
+
+Where LLaMA-Factory's training data can still differ from a rollout (checked in the tests):
+* it re-serializes a ``function_call`` message: the JSON inside ``<tool_call>`` is re-dumped
+  (``json.dumps``, ``ensure_ascii=False``) and free text after the call moves before it, so export
+  tool calls in that canonical form (as the scripted policies write them);
+* it trains the ``\\n`` after each assistant ``<|im_end|>``; a rollout counts it as prompt (mask 0);
+* ``qwen3`` (thinking) adds an empty think block to assistant messages that have none, ids the
+  model never generated; with a ``<think>`` block in every message both templates agree.
 """
 
 from __future__ import annotations

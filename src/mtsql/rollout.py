@@ -2,7 +2,6 @@
 
     engine = RolloutEngine(make_env, backend=backend, chat=chat, params=params, tools=TOOL_SCHEMAS)
     records = engine.run(turns, n=4, seed=0, out_dir=run_dir / "rollout")
-    engine = engine_from_config(cfg)   # the same from a profile: env, model backend or scripted policy
 
 Each step makes ONE backend call for every active episode, feeds each reply to its environment,
 drops the finished episodes and starts waiting ones (up to ``batch_size`` active). Work is token-in /
@@ -32,12 +31,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtsql.backends.base import Backend, SamplingParams, make_backend
+from mtsql.backends.base import Backend, SamplingParams
 from mtsql.chat_format import ChatFormat
-from mtsql.config import Config
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.models import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -254,45 +251,6 @@ class RolloutEngine:
             "response_logprobs": episode.response_logprobs if model and self.params.logprobs else None,
             "elapsed_s": round(time.perf_counter() - episode.started, 3),
         }
-
-
-def backend_from_config(cfg: Config) -> Backend:
-    """The generation backend ``cfg.sample.backend`` names, on ``cfg.model`` (aliases resolved)."""
-    model = resolve_model(cfg.model.name)
-    if cfg.sample.backend == "hf":
-        return make_backend("hf", model, dtype=cfg.model.dtype, device=cfg.model.device)
-    if cfg.sample.backend == "vllm":
-        return make_backend("vllm", model, dtype=cfg.model.dtype, seed=cfg.sample.seed)
-    if cfg.sample.backend == "openai":
-        return make_backend("openai", model, base_url=cfg.sample.openai_base_url,
-                            served_model=cfg.sample.openai_model, concurrency=cfg.sample.openai_concurrency,
-                            timeout_s=cfg.sample.openai_timeout_s)
-    raise UsageError(f"sample.backend must be hf, vllm or openai, got {cfg.sample.backend!r}")
-
-
-def engine_from_config(cfg: Config, data_root: Path | None = None, backend: Backend | None = None) -> RolloutEngine:
-    """The engine a config describes: ``SqlAgentEnv`` episodes driven by the model (``sample.policy:
-    model``; ``backend`` or one built from the config) or by a scripted policy (``gold``, ...)."""
-    from mtsql.agent.env import SqlAgentEnv
-    from mtsql.agent.policies import make_policy
-    from mtsql.agent.tools import TOOL_SCHEMAS
-
-    def make_env() -> SqlAgentEnv:
-        return SqlAgentEnv(cfg.env, cfg.sql, data_root)
-
-    common = {"tools": TOOL_SCHEMAS if cfg.env.mode == "long" else (), "memory": cfg.env.memory,
-              "batch_size": cfg.sample.batch_size}
-    if cfg.sample.policy != "model":
-        policy = make_policy(cfg.sample.policy, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=data_root)
-        return RolloutEngine(make_env, policy=policy, **common)
-    backend = backend or backend_from_config(cfg)
-    params = SamplingParams(temperature=cfg.sample.temperature, top_p=cfg.sample.top_p,
-                            max_new_tokens=cfg.sample.max_new_tokens, seed=cfg.sample.seed, stop=STOP_STRINGS)
-    try:
-        chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
-    except ValueError as exc:
-        raise UsageError(f"model.template: {exc}") from None
-    return RolloutEngine(make_env, backend=backend, chat=chat, params=params, **common)
 
 
 class _ShardWriter:

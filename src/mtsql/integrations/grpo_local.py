@@ -43,7 +43,7 @@ def _actor_config(settings: GrpoSettings):
                              "clip_ratio_c": 3.0, "global_batch_info": {}})
 
 
-def pad_batch(episodes: list[Episode], pad_id: int) -> dict[str, torch.Tensor]:
+def pad_batch(episodes: list[Episode], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Left-pad prompts and right-pad responses so every response starts at the same column."""
     p_len = max(len(e.prompt_ids) for e in episodes)
     r_len = max(len(e.response_ids) for e in episodes)
@@ -56,7 +56,8 @@ def pad_batch(episodes: list[Episode], pad_id: int) -> dict[str, torch.Tensor]:
         ids[row, p_len : p_len + r] = torch.tensor(ep.response_ids)
         attention[row, p_len - p : p_len + r] = 1
         mask[row, :r] = torch.tensor(ep.response_mask, dtype=torch.float32)
-    return {"input_ids": ids, "attention_mask": attention, "response_mask": mask, "prompt_len": p_len}
+    return {"input_ids": ids.to(device), "attention_mask": attention.to(device), "response_mask": mask.to(device),
+            "prompt_len": p_len}
 
 
 def response_logprobs(model, batch: dict, micro_batch: int) -> torch.Tensor:
@@ -93,10 +94,11 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
     from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 
     policy_loss = get_policy_loss_fn("vanilla")
+    device = next(model.parameters()).device
     actor_cfg = _actor_config(settings)
     model.eval()
     with torch.no_grad():
-        full = pad_batch(episodes, pad_id)
+        full = pad_batch(episodes, pad_id, device)
         adv_all = advantages(episodes, full["response_mask"])
     stats: dict[str, list[float]] = {"pg_loss": [], "kl": [], "grad_norm": [], "clipfrac": []}
     order = list(range(len(episodes)))
@@ -104,13 +106,13 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
     chunks = [order[i : i + size] for i in range(0, len(order), size)]
     with torch.no_grad():  # one update per batch is on-policy: the old log-probs are the new ones, detached
         olds = [None if len(chunks) == 1 else
-                response_logprobs(model, pad_batch([episodes[i] for i in chunk], pad_id), settings.micro_batch)
+                response_logprobs(model, pad_batch([episodes[i] for i in chunk], pad_id, device), settings.micro_batch)
                 for chunk in chunks]
-        refs = ([response_logprobs(ref_model, pad_batch([episodes[i] for i in chunk], pad_id), settings.micro_batch)
+        refs = ([response_logprobs(ref_model, pad_batch([episodes[i] for i in chunk], pad_id, device), settings.micro_batch)
                  for chunk in chunks] if ref_model is not None and settings.kl_coef > 0 else [None] * len(chunks))
     model.train()
     for chunk, old, ref in zip(chunks, olds, refs):
-        batch = pad_batch([episodes[i] for i in chunk], pad_id)
+        batch = pad_batch([episodes[i] for i in chunk], pad_id, device)
         mask = batch["response_mask"]
         adv = torch.stack([adv_all[i, : mask.shape[1]] for i in chunk])
         new = response_logprobs(model, batch, settings.micro_batch)
@@ -157,7 +159,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     from mtsql.stages.sample import make_engine, score_record
 
     torch.manual_seed(cfg.seed)
-    backend = HFBackend(base_model, dtype=cfg.model.dtype, prefix_cache=False)
+    backend = HFBackend(base_model, dtype=cfg.model.dtype, device=cfg.model.device, prefix_cache=False)
     model = backend.model
     if cfg.rl.lora_rank > 0:
         from peft import LoraConfig, get_peft_model

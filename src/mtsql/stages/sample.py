@@ -60,12 +60,13 @@ def make_engine(cfg: Config, *, policy: str, model: str | None, temperature: flo
 
 
 def backend_options(cfg: Config) -> dict:
+    """Constructor options of the ``sample.backend`` named in the config."""
     if cfg.sample.backend == "hf":
-        return {"dtype": cfg.model.dtype}
+        return {"dtype": cfg.model.dtype, "device": cfg.model.device}
     if cfg.sample.backend == "openai":
-        return {"base_url": cfg.sample.openai_base_url, "concurrency": cfg.sample.openai_concurrency,
-                "timeout_s": cfg.sample.openai_timeout_s}
-    return {"dtype": cfg.model.dtype}
+        return {"base_url": cfg.sample.openai_base_url, "served_model": cfg.sample.openai_model,
+                "concurrency": cfg.sample.openai_concurrency, "timeout_s": cfg.sample.openai_timeout_s}
+    return {"dtype": cfg.model.dtype, "seed": cfg.sample.seed}
 
 
 def score_record(record: dict, cfg: Config) -> dict:
