@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mtsql.sql.exec_match import remove_distinct, results_equal
-from mtsql.sql.scoring import score
+from mtsql.sql.scoring import MAX_PREDICTION_CHARS, DataSources, score
 
 
 @pytest.mark.parametrize("gold, pred, order_matters, expected", [
@@ -73,3 +73,20 @@ def test_sparc_script_semantics(school):
     spaced = "SELECT name FROM student WHERE age > = 22"
     assert ex(school, spaced, spaced, **kw) == 0
     assert ex(school, spaced, "SELECT name FROM student", **kw) is None
+
+
+@pytest.mark.parametrize("exec_semantics", ["testsuite", "sparc"])
+@pytest.mark.parametrize("etype", ["exec", "all"])
+def test_a_missing_database_is_unscorable_whatever_the_prediction(school, tmp_path, exec_semantics, etype):
+    # only a schema stand-in (as for wta_1): exact match still works, execution has nothing to run on
+    stand_in = tmp_path / "schema_only"
+    (stand_in / "school").mkdir(parents=True)
+    (stand_in / "school" / "school.sqlite").write_bytes(school.database("school").read_bytes())
+    sources = DataSources(tmp_path / "no_databases", school.tables_json, (stand_in,))
+    gold = "SELECT name FROM student"
+    for pred in ("", "SELECT name FROM student", "SELECT nosuch FROM student", "x" * (MAX_PREDICTION_CHARS + 1)):
+        result = score(gold, pred, "school", sources, etype=etype, exec_semantics=exec_semantics)
+        assert result.execution is None, pred[:30]
+    if etype == "all":
+        assert score(gold, gold, "school", sources, etype=etype, exec_semantics=exec_semantics).exact == 1
+        assert score(gold, "", "school", sources, etype=etype, exec_semantics=exec_semantics).exact == 0

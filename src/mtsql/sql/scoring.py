@@ -88,7 +88,8 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
         return TurnScore(None, None, None, f"gold: {exc}")
     wants_exact, wants_execution = etype in ("all", "match"), etype in ("all", "exec")
     if len(pred_sql) > MAX_PREDICTION_CHARS:
-        return TurnScore(0 if wants_exact else None, 0 if wants_execution else None, gold_hardness,
+        runnable = wants_execution and bool(_execution_databases(db_id, sources, exec_semantics))
+        return TurnScore(0 if wants_exact else None, 0 if runnable else None, gold_hardness,
                          f"prediction longer than {MAX_PREDICTION_CHARS} characters: not run")
     errors: list[str] = []
     if not wants_exact and exec_semantics == "testsuite":  # the test-suite algorithm never parses
@@ -120,18 +121,25 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
     return TurnScore(exact, execution, gold_hardness, "; ".join(errors) or None)
 
 
+def _execution_databases(db_id: str, sources: DataSources, exec_semantics: str) -> list[Path]:
+    """The database files execution runs on (test-suite: every ``*.sqlite`` of the folder)."""
+    if exec_semantics == "sparc":
+        db_path = sources.database(db_id)
+        return [db_path] if db_path.is_file() else []
+    return testsuite_databases(sources.db_dir / db_id)
+
+
 def _execution(gold_sql, pred_sql, db_id, sources, exec_semantics, timeout_s, gold_select, pred_select):
+    # A missing database makes the turn unscorable whatever the prediction, so that every model is
+    # scored on the same turns (an empty prediction must not turn it into a 0).
+    db_paths = _execution_databases(db_id, sources, exec_semantics)
+    if not db_paths:
+        return None, f"no database file for {db_id}"
     if not pred_sql.strip():
         return 0, "empty prediction"
     try:
         if exec_semantics == "sparc":
-            db_path = sources.database(db_id)
-            if not db_path.is_file():
-                return None, f"no database file for {db_id}"
-            return sparc_exec_match(gold_sql, pred_sql, db_path, gold_select, pred_select, timeout_s=timeout_s)
-        db_paths = testsuite_databases(sources.db_dir / db_id)
-        if not db_paths:
-            return None, f"no database file for {db_id}"
+            return sparc_exec_match(gold_sql, pred_sql, db_paths[0], gold_select, pred_select, timeout_s=timeout_s)
         return testsuite_exec_match(gold_sql, pred_sql, db_paths, timeout_s=timeout_s)
     except OfficialCrash as exc:
         return None, str(exc)
