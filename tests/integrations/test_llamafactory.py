@@ -239,15 +239,16 @@ def test_unknown_template_fails_with_llamafactorys_message(tmp_path, tiny_qwen3)
 def test_train_config_is_accepted_by_llamafactorys_argument_parser(tmp_path, tiny_qwen3, finetuning_type):
     from llamafactory.hparams import get_train_args
 
-    cfg = SftConfig(finetuning_type=finetuning_type, max_steps=2, use_cpu=True)
+    cfg = SftConfig(finetuning_type=finetuning_type, max_steps=2, use_cpu=True, gradient_checkpointing=False)
     config = train_config(cfg, model_path=tiny_qwen3, template="qwen3", dataset_dir=tmp_path, dataset="d",
                           output_dir=tmp_path / "out")
     assert config["train_on_prompt"] is False and config["mask_history"] is False
     assert config["use_cpu"] is True and config["bf16"] is False and config["max_steps"] == 2
     assert ("lora_rank" in config) == (finetuning_type == "lora")
     assert config.get("save_only_model", False) == (finetuning_type == "full")
-    _, data_args, training_args, finetuning_args, _ = get_train_args(config)
+    model_args, data_args, training_args, finetuning_args, _ = get_train_args(config)
     assert not data_args.train_on_prompt and not data_args.mask_history
+    assert model_args.disable_gradient_checkpointing
     assert training_args.use_cpu and training_args.max_steps == 2
     assert finetuning_args.finetuning_type == finetuning_type
 
@@ -259,6 +260,7 @@ def test_epochs_when_no_max_steps_and_bad_values_are_usage_errors(tmp_path):
 
     assert config(epochs=2.0)["num_train_epochs"] == 2.0 and "max_steps" not in config(epochs=2.0)
     assert "use_cpu" not in config(use_cpu=False, bf16=True)
+    assert "disable_gradient_checkpointing" not in config()  # LLaMA-Factory's default: checkpointing on
     with pytest.raises(UsageError, match="finetuning_type"):
         config(finetuning_type="qlora")
     with pytest.raises(UsageError, match="warmup_ratio"):

@@ -141,6 +141,8 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         config["num_train_epochs"] = sft_cfg.epochs
     if sft_cfg.use_cpu:
         config["use_cpu"] = True
+    if not sft_cfg.gradient_checkpointing:
+        config["disable_gradient_checkpointing"] = True
     if sft_cfg.finetuning_type == "full":
         config["save_only_model"] = True
     return config
