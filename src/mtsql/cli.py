@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -27,18 +27,18 @@ models_app = typer.Typer(help="Offline models: pull SmolLM2, make a tiny Qwen3, 
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="Profile YAML (configs/profiles/*.yaml).")]
-Overrides = Annotated[Optional[list[str]], typer.Argument(help="Config overrides: section.key=value ...", show_default=False)]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Profile YAML (configs/profiles/*.yaml).")]
+Overrides = Annotated[list[str] | None, typer.Argument(help="Config overrides: section.key=value ...", show_default=False)]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Rerun even when a complete artifact exists.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (and commands), run nothing.")]
 
 
-ModelOpt = Annotated[Optional[str], typer.Option(
+ModelOpt = Annotated[str | None, typer.Option(
     "--model", help="base, sft, rl (this run's last round/stage), an artifact label (sft-r2, rl-c1) or auto "
     "(the newest trained model; for curriculum and rl the last SFT round).")]
 
 
-def _cfg(config: Optional[Path], overrides: Optional[list[str]]):
+def _cfg(config: Path | None, overrides: list[str] | None):
     from mtsql.config import load_config
 
     return load_config(config, overrides or [])
@@ -46,9 +46,9 @@ def _cfg(config: Optional[Path], overrides: Optional[list[str]]):
 
 @app.command()
 def sample(config: ConfigOpt = None, overrides: Overrides = None,
-           policy: Annotated[Optional[str], typer.Option(help="model, gold or gold_with_correction (default: sample.policy).")] = None,
-           dataset: Annotated[Optional[str], typer.Option(help="Dataset to sample (default: data.train_dataset).")] = None,
-           split: Annotated[Optional[str], typer.Option(help="train (the training pool) or dev (the eval slice).")] = None,
+           policy: Annotated[str | None, typer.Option(help="model, gold or gold_with_correction (default: sample.policy).")] = None,
+           dataset: Annotated[str | None, typer.Option(help="Dataset to sample (default: data.train_dataset).")] = None,
+           split: Annotated[str | None, typer.Option(help="train (the training pool) or dev (the eval slice).")] = None,
            model: ModelOpt = "auto", label: Annotated[str, typer.Option(help="Artifact label.")] = "sample",
            force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
@@ -98,7 +98,7 @@ def sft(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command("sft-iterate")
 def sft_iterate(config: ConfigOpt = None, overrides: Overrides = None,
-                rounds: Annotated[Optional[int], typer.Option(help="Number of self-taught rounds (default: sft.rounds).")] = None,
+                rounds: Annotated[int | None, typer.Option(help="Number of self-taught rounds (default: sft.rounds).")] = None,
                 force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Self-taught warm-start: sample -> reject -> sft, repeated for several rounds."""
     from mtsql import pipeline
@@ -123,7 +123,7 @@ def curriculum(config: ConfigOpt = None, overrides: Overrides = None, model: Mod
 def rl(config: ConfigOpt = None, overrides: Overrides = None,
        use_curriculum: Annotated[bool, typer.Option("--curriculum", help="Train stage by stage on the curriculum "
                                                     "(else one stage with the whole pool).")] = False,
-       engine: Annotated[Optional[str], typer.Option(help="verl (GPU, Ray) or local (CPU / one GPU); default rl.engine.")] = None,
+       engine: Annotated[str | None, typer.Option(help="verl (GPU, Ray) or local (CPU / one GPU); default rl.engine.")] = None,
        model: ModelOpt = "auto", force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Multi-turn GRPO with outcome + process rewards (verl on GPUs, a local engine on CPU)."""
     import dataclasses
@@ -144,17 +144,17 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command()
 def evaluate(
-    dataset: Annotated[Optional[str], typer.Option(help="sparc or cosql (picks the default gold and tables).")] = None,
-    pred: Annotated[Optional[Path], typer.Option(help="Predictions in the official format (one SQL per line, blank line between interactions).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
-    gold: Annotated[Optional[Path], typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
-    db_dir: Annotated[Optional[Path], typer.Option(help="Databases folder (default: <data>/database).")] = None,
-    tables: Annotated[Optional[Path], typer.Option(help="tables.json (default: <data>/<dataset>/tables.json).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="sparc or cosql (picks the default gold and tables).")] = None,
+    pred: Annotated[Path | None, typer.Option(help="Predictions in the official format (one SQL per line, blank line between interactions).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
+    gold: Annotated[Path | None, typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
+    db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
+    tables: Annotated[Path | None, typer.Option(help="tables.json (default: <data>/<dataset>/tables.json).")] = None,
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
-    exec_semantics: Annotated[Optional[str], typer.Option(help="testsuite (default) or sparc.")] = None,
-    semantics: Annotated[Optional[str], typer.Option(help="official (default) or strict parser.")] = None,
+    exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
+    semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
     allow_mismatch: Annotated[bool, typer.Option(help="Score gold turns without a prediction as 0 instead of failing.")] = False,
-    model: ModelOpt = None, label: Annotated[Optional[str], typer.Option(help="Artifact label (model mode).")] = None,
+    model: ModelOpt = None, label: Annotated[str | None, typer.Option(help="Artifact label (model mode).")] = None,
     config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False,
 ) -> None:
     """Score predictions with the official metrics (exact set match, execution, question/interaction).
@@ -200,7 +200,7 @@ def run_pipeline(pipeline: Annotated[Path, typer.Argument(help="pipelines/*.yaml
 
 
 @app.command()
-def status(run: Annotated[Optional[str], typer.Argument(help="Run name under runs/ or a run folder.")] = None,
+def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ or a run folder.")] = None,
            runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """Table of a run's artifacts: stage, round, fingerprint, state, created, key metrics."""
     from mtsql.status import run_folder, status_rows
@@ -224,7 +224,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name under run
 @data_app.command("check")
 def data_check(dataset: Annotated[str, typer.Option(help="sparc or cosql")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
-               root: Annotated[Optional[Path], typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
+               root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases and gold queries that fail to execute, as a table."""
     from rich.progress import track
 

@@ -292,11 +292,11 @@ def find_model(cfg: Config, ref: str | None, *, auto: tuple[str, ...] = ("rl", "
     store = store_for(cfg)
     labels = sorted((p.name for p in store.root.iterdir() if p.is_dir()), key=_label_order) if store.root.exists() else []
     if ref in (None, "auto"):
-        ref = next((kind for kind in auto if any(l.startswith(f"{kind}-") for l in labels)), "base")
+        ref = next((kind for kind in auto if any(name.startswith(f"{kind}-") for name in labels)), "base")
     if ref == "base":
         return None
     if ref in ("sft", "rl"):
-        matching = [l for l in labels if l.startswith(f"{ref}-")]
+        matching = [name for name in labels if name.startswith(f"{ref}-")]
         if not matching:
             raise UsageError(f"run '{cfg.run}' has no {ref} model yet; run `mtsql {'sft-iterate' if ref == 'sft' else 'rl'}` first")
         ref = matching[-1]

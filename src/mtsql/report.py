@@ -114,7 +114,7 @@ def _breakdown_plot(evals: dict[str, Artifact], key: str, buckets: tuple[str, ..
     names = sorted({n for a in evals.values() for n in _datasets(a)})
     plt, fig, axes = _figure(len(names))
     width = 0.8 / max(1, len(evals))
-    for ax, name in zip(axes, names):
+    for ax, name in zip(axes, names, strict=True):
         for i, (label, art) in enumerate(evals.items()):
             block = _datasets(art).get(name, {}).get(key, {})
             values = [100 * block.get(b, {}).get("ex", 0.0) for b in buckets]
@@ -150,7 +150,7 @@ def _protocol_plot(evals: dict[str, Artifact], path: Path) -> Path:
 
 def _rl_curve(arts: dict[str, Artifact]) -> list[dict]:
     rows = []
-    for label in sorted(l for l in arts if l.startswith("rl-c")):
+    for label in sorted(name for name in arts if name.startswith("rl-c")):
         path = arts[label].path / "metrics.jsonl"
         if path.exists():
             rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -173,7 +173,7 @@ def _curve_plot(rows: list[dict], path: Path) -> Path:
 
 
 def _sft_rounds(arts: dict[str, Artifact]) -> list[str]:
-    rounds = sorted((a.manifest.get("round") or 0, a) for l, a in arts.items() if l.startswith("sft-r"))
+    rounds = sorted((a.manifest.get("round") or 0, a) for name, a in arts.items() if name.startswith("sft-r"))
     if not rounds:
         return []
     lines = ["## Self-taught SFT rounds", "", "| round | kept examples | train loss | over cutoff | wall s |",

@@ -5,7 +5,14 @@ import copy
 import pytest
 import torch
 
-from mtsql.integrations.grpo_local import Episode, GrpoSettings, advantages, grpo_update, pad_batch, response_logprobs
+from mtsql.integrations.grpo_local import (
+    Episode,
+    GrpoSettings,
+    advantages,
+    grpo_update,
+    pad_batch,
+    response_logprobs,
+)
 
 
 @pytest.fixture(scope="module")

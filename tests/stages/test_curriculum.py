@@ -30,7 +30,7 @@ def test_by_turn_and_unknown_labels():
 
 def test_pass_rate_and_drop_solved():
     rows = [{"uid": t.uid, "protocol_valid": True, "execution": ok, "exact": ok}
-            for t, oks in zip(POOL, [(1, 1), (1, 0), (0, 0), (0, 0), (1, 1)]) for ok in oks]
+            for t, oks in zip(POOL, [(1, 1), (1, 0), (0, 0), (0, 0), (1, 1)], strict=True) for ok in oks]
     rates = pass_rates(rows)
     assert rates[POOL[1].uid] == 0.5
     cfg = CurriculumConfig(by="pass_rate", stages=(("high",), ("low", "zero")))

@@ -111,7 +111,7 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
         refs = ([response_logprobs(ref_model, pad_batch([episodes[i] for i in chunk], pad_id, device), settings.micro_batch)
                  for chunk in chunks] if ref_model is not None and settings.kl_coef > 0 else [None] * len(chunks))
     model.train()
-    for chunk, old, ref in zip(chunks, olds, refs):
+    for chunk, old, ref in zip(chunks, olds, refs, strict=True):
         batch = pad_batch([episodes[i] for i in chunk], pad_id, device)
         mask = batch["response_mask"]
         adv = torch.stack([adv_all[i, : mask.shape[1]] for i in chunk])

@@ -21,8 +21,8 @@ from mtsql.config import CurriculumConfig
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.jsonl import read_jsonl, write_jsonl
-from mtsql.stages.reject import is_correct
 from mtsql.sql.hardness import HARDNESS_LEVELS
+from mtsql.stages.reject import is_correct
 from mtsql.stages.tables import TURN_BUCKETS, turn_bucket
 
 LABELS = {

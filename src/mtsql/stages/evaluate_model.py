@@ -22,7 +22,6 @@ from mtsql.jsonl import write_jsonl
 from mtsql.paths import data_dir, database_path
 
 
-
 def vote(rows: list[dict], root: Path, timeout_s: float) -> dict:
     """The sample whose final query's result (a multiset of rows) most samples share."""
     from mtsql.sql.executor import execute_cached
@@ -109,7 +108,7 @@ def run_model(ctx: StageContext, cfg: Config, datasets: dict[str, list[Turn]], *
         for row in rows:
             by_uid[row["uid"]].append(row)
         chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) if voting else by_uid[t.uid][0] for t in turns]
-        evaluation = score_pairs([(t, row["final_sql"] or "") for t, row in zip(turns, chosen)], data_root=root,
+        evaluation = score_pairs([(t, row["final_sql"] or "") for t, row in zip(turns, chosen, strict=True)], data_root=root,
                                  options=options)
         evaluation.summary["dataset"] = name
         write_outputs(folder, evaluation)

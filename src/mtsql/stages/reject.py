@@ -86,7 +86,7 @@ def _features(row: dict) -> tuple[set, set]:
 
 
 def _distance(a: tuple[set, set], b: tuple[set, set]) -> float:
-    return sum(1 - len(x & y) / len(x | y) if x | y else 0.0 for x, y in zip(a, b)) / 2
+    return sum(1 - len(x & y) / len(x | y) if x | y else 0.0 for x, y in zip(a, b, strict=True)) / 2
 
 
 def run(ctx: StageContext, cfg: RejectConfig) -> dict:
