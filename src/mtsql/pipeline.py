@@ -190,6 +190,10 @@ def rl(cfg: Config, *, curriculum_art: Artifact, model: Artifact | None = None, 
             ctx, cfg, turns, engine=engine, base_model=start, stage=k)
         done = run_stage("rl", cfg, work, label=f"rl-c{k}", inputs=inputs, params={"stage": k}, round=k,
                          force=force, dry_run=dry_run)
+        if done is not None and done.metrics.get("steps_without_signal"):
+            console.print(f"[yellow]rl-c{k}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
+                          "steps had equal rewards in every group, so no policy gradient (raise rl.n, or "
+                          "lower rl.temperature if every sample fails the protocol)[/]")
         if dry_run and done is None and engine == "verl":
             rl_stage.print_plan(cfg, turns, base_model=start, out=Path(cfg.runs_dir) / cfg.run / f"rl-c{k}", stage=k)
         model = _need(done, f"rl-c{k}", dry_run)

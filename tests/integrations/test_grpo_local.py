@@ -12,6 +12,7 @@ from mtsql.integrations.grpo_local import (
     grpo_update,
     pad_batch,
     response_logprobs,
+    signal_share,
 )
 
 
@@ -41,6 +42,14 @@ def test_group_normalised_advantages_only_on_model_tokens():
     adv = advantages(eps, pad_batch(eps, 0)["response_mask"])
     assert adv[0, 0] > 0 > adv[1, 0]
     assert adv[0, 2] == 0 and adv[0, 3] == 0, "observation tokens get no advantage"
+
+
+def test_signal_share_counts_groups_whose_rewards_differ():
+    prompt = [1, 2]
+    flat = [Episode("q2", prompt, [5], [1], reward=0.0), Episode("q2", prompt, [6], [1], reward=0.0)]
+    assert signal_share(episodes()) == 1.0
+    assert signal_share(episodes() + flat) == 0.5
+    assert signal_share(flat) == 0.0 and signal_share([]) == 0.0
 
 
 def test_update_moves_probability_towards_the_rewarded_episode(tiny_model):

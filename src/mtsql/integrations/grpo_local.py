@@ -88,6 +88,15 @@ def advantages(episodes: list[Episode], response_mask: torch.Tensor) -> torch.Te
     return adv
 
 
+def signal_share(episodes: list[Episode]) -> float:
+    """The share of groups whose rewards differ: a group of equal rewards has zero advantage and
+    gives no policy gradient."""
+    groups: dict[str, set[float]] = {}
+    for ep in episodes:
+        groups.setdefault(ep.group, set()).add(ep.reward)
+    return sum(len(rewards) > 1 for rewards in groups.values()) / len(groups) if groups else 0.0
+
+
 def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSettings, *, pad_id: int,
                 ref_model=None) -> dict[str, float]:
     """One rollout batch of GRPO: old log-probs, advantages, then ``mini_batches`` optimizer steps."""
@@ -193,6 +202,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
             "tool_calls_per_turn": float(np.mean([r["tool_calls"] for r in rows])),
             "ex": float(np.mean([r["execution"] or 0 for r in rows])), "em": float(np.mean([r["exact"] or 0 for r in rows])),
             "protocol_valid": float(np.mean([r["protocol_valid"] for r in rows])),
+            "groups_with_signal": signal_share(episodes),
             **stats, "wall_s": round(time.perf_counter() - started, 2),
         }
         history.append(line)
@@ -201,7 +211,8 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     save_model(model, backend.tokenizer, out_dir / "model")
     first, last = history[0], history[-1]
     return {"steps": len(history), "reward_first": first["reward_mean"], "reward_last": last["reward_mean"],
-            "ex_last": last["ex"], "response_length_last": last["response_length"]}
+            "ex_last": last["ex"], "response_length_last": last["response_length"],
+            "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history)}
 
 
 def save_model(model, tokenizer, folder) -> None:
