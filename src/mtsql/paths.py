@@ -29,12 +29,3 @@ def database_path(db_id: str, root: Path | None = None) -> Path:
     root = root or data_dir()
     return root / "database" / db_id / f"{db_id}.sqlite"
 
-
-def schema_database_path(db_id: str, root: Path | None = None) -> Path | None:
-    """A database usable for its *schema*: the real file, else the empty schema-only stand-in."""
-    root = root or data_dir()
-    for folder in ("database", "database_schema_only"):
-        path = root / folder / db_id / f"{db_id}.sqlite"
-        if path.exists():
-            return path
-    return None
