@@ -20,8 +20,8 @@ from rich.table import Table  # noqa: E402
 
 from mtsql.paths import data_dir  # noqa: E402
 from mtsql.sql import clear_caches  # noqa: E402
+from mtsql.sql.evaluation import EvaluateOptions, evaluate_files  # noqa: E402
 from mtsql.sql.tokenizer import tokenize  # noqa: E402
-from mtsql.stages.evaluate import EvaluateOptions, evaluate_files  # noqa: E402
 
 
 def timed(dataset: str, etype: str) -> tuple[int, float]:

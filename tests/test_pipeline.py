@@ -8,7 +8,7 @@ import pytest
 from mtsql import pipeline
 from mtsql.config import load_config
 from mtsql.errors import UsageError
-from mtsql.jsonl import read_jsonl
+from mtsql.files import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"

@@ -33,6 +33,7 @@ import yaml
 
 import mtsql
 from mtsql.errors import StageFailed, UsageError
+from mtsql.files import write_json
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -223,20 +224,6 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(2**20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temp sibling + rename)."""
-    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically (temp sibling + rename): readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def code_version() -> dict:

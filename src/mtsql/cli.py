@@ -75,7 +75,6 @@ def reject(config: ConfigOpt = None, overrides: Overrides = None,
            force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Difficulty-aware reject sampling: keep correct, diverse trajectories for SFT."""
     from mtsql import pipeline
-    from mtsql.stages.tables import counts_table
 
     cfg = _cfg(config, overrides)
     done = pipeline.reject(cfg, pipeline.find_artifact(cfg, source), label=label, force=force, dry_run=dry_run)
@@ -111,7 +110,6 @@ def curriculum(config: ConfigOpt = None, overrides: Overrides = None, model: Mod
                force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Partition the RL pool into ordered difficulty stages."""
     from mtsql import pipeline
-    from mtsql.stages.tables import counts_table
 
     cfg = _cfg(config, overrides)
     done = pipeline.curriculum(cfg, model=pipeline.find_model(cfg, model, auto=("sft",)), force=force, dry_run=dry_run)
@@ -161,7 +159,7 @@ def evaluate(
 
     With --pred: score an official-format prediction file. Without it: evaluate a model of the run
     (--model) on the profile's eval datasets, greedy or with evaluate.vote samples."""
-    from mtsql.stages.evaluate import EvaluateOptions, run_evaluate
+    from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
 
     cfg = _cfg(config, overrides)
     if pred is None:
@@ -292,6 +290,18 @@ def _existing_run(run: str, runs_dir: Path) -> Path:
     from mtsql.status import run_folder
 
     return run_folder(run, runs_dir)
+
+
+def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:
+    """A rich table of {row label: {column: value}} (a stage's ``table`` metric)."""
+    columns = list(next(iter(table.values()), {}))
+    out = Table(title=title)
+    out.add_column("bucket")
+    for column in columns:
+        out.add_column(column, justify="right")
+    for label, row in table.items():
+        out.add_row(label, *(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns))
+    return out
 
 
 def main() -> None:

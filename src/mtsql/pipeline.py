@@ -19,7 +19,7 @@ from mtsql.artifacts import Artifact
 from mtsql.config import Config, load_config
 from mtsql.data import Turn, load_turns
 from mtsql.errors import UsageError
-from mtsql.jsonl import read_jsonl
+from mtsql.files import read_jsonl
 from mtsql.paths import data_dir, database_path
 from mtsql.stages import curriculum as curriculum_stage
 from mtsql.stages import reject as reject_stage
@@ -206,7 +206,7 @@ def rl(cfg: Config, *, curriculum_art: Artifact, model: Artifact | None = None, 
 
 def evaluate(cfg: Config, *, label: str, model: Artifact | None = None, force=False, dry_run=False) -> Artifact | None:
     """Score a model (greedy, or voting) on every eval dataset with the official metrics."""
-    from mtsql.stages import evaluate_model as evaluate_stage
+    from mtsql.stages import evaluate as evaluate_stage
 
     datasets = {name: eval_turns(cfg, name) for name in cfg.data.eval_datasets}
     inputs = {"model": model} if model else {}

@@ -14,7 +14,7 @@ from mtsql.artifacts import Artifact, Store
 from mtsql.errors import UsageError
 from mtsql.paper import PAPER_BREAKDOWN_4B, PAPER_RESULTS
 from mtsql.sql.hardness import HARDNESS_LEVELS
-from mtsql.stages.tables import TURN_BUCKETS
+from mtsql.sql.metrics import TURN_BUCKETS
 
 PHASES = ("base", "sft", "rl")
 

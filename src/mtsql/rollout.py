@@ -31,6 +31,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtsql.agent.env import SqlAgentEnv
+from mtsql.agent.policies import SCRIPTED, make_policy
+from mtsql.agent.tools import TOOL_SCHEMAS, MemoryEntry
+from mtsql.backends import make_backend
 from mtsql.backends.base import Backend, SamplingParams
 from mtsql.chat_format import ChatFormat
 from mtsql.data.records import Turn
@@ -123,6 +127,31 @@ class RolloutEngine:
         self.make_env, self.backend, self.chat, self.params = make_env, backend, chat, params
         self.policy, self.tools, self.memory, self.batch_size = policy, list(tools), memory, batch_size
 
+    @classmethod
+    def from_config(cls, cfg, *, data_root: Path, policy: str, model: str | None = None,
+                    temperature: float | None = None, backend: Backend | None = None) -> RolloutEngine:
+        """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model`` sections) with a
+        model backend (``policy="model"``) or a scripted policy (``gold``, ``gold_with_correction``).
+
+        ``backend``: an already loaded backend (the RL engine samples from the model it trains);
+        ``temperature`` overrides ``sample.temperature``."""
+        def make_env():
+            return SqlAgentEnv(cfg.env, cfg.sql, data_root)
+
+        common = {"memory": cfg.env.memory, "batch_size": cfg.sample.batch_size}
+        if policy in SCRIPTED:
+            return cls(make_env, policy=make_policy(policy, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=data_root),
+                       **common)
+        if policy != "model":
+            raise UsageError(f"sample.policy: unknown '{policy}'; choose model, {', '.join(SCRIPTED)}")
+        backend = backend or make_backend(cfg.sample.backend, model, **backend_options(cfg))
+        params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
+                                top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
+                                seed=cfg.sample.seed, stop=STOP_STRINGS)
+        chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
+        tools = TOOL_SCHEMAS if cfg.env.mode == "long" else ()
+        return cls(make_env, backend=backend, chat=chat, params=params, tools=tools, **common)
+
     # -----------------------------------------------------------------------------------------
 
     def run(self, turns: Sequence[Turn], *, n: int = 1, seed: int = 0, out_dir: Path | None = None,
@@ -191,8 +220,6 @@ class RolloutEngine:
         env = self.make_env()
         memory = None
         if self.memory == "predicted" and chain.position:
-            from mtsql.agent.tools import MemoryEntry
-
             done_turns = chain.turns[: chain.position]
             memory = [MemoryEntry(t.question, sql) for t, sql in zip(done_turns, chain.answers, strict=True)]
         messages = env.reset(turn, memory)
@@ -308,6 +335,16 @@ class _Meter:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+def backend_options(cfg) -> dict:
+    """Constructor options of the ``sample.backend`` a config names (``model`` and ``sample`` sections)."""
+    if cfg.sample.backend == "hf":
+        return {"dtype": cfg.model.dtype, "device": cfg.model.device}
+    if cfg.sample.backend == "openai":
+        return {"base_url": cfg.sample.openai_base_url, "served_model": cfg.sample.openai_model,
+                "concurrency": cfg.sample.openai_concurrency, "timeout_s": cfg.sample.openai_timeout_s}
+    return {"dtype": cfg.model.dtype, "seed": cfg.sample.seed}
 
 
 def iter_keys(turns: Iterable[Turn], n: int) -> list[str]:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from mtsql.backends.base import Generation, SamplingParams, make_backend
+from mtsql.backends import make_backend
+from mtsql.backends.base import Generation, SamplingParams
 from mtsql.backends.hf import HFBackend, _PrefixCache
 from mtsql.chat_format import ChatFormat
 from mtsql.errors import UsageError
@@ -143,7 +144,7 @@ def test_a_folder_that_is_not_a_causal_lm_is_a_usage_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     with pytest.raises(UsageError, match="cannot load .* as a causal language model"):
         make_backend("hf", tmp_path)
-    with pytest.raises(ValueError, match="unknown backend"):
+    with pytest.raises(UsageError, match="unknown backend"):
         make_backend("tgi", tmp_path)
 
 

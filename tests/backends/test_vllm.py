@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mtsql.backends.base import SamplingParams, make_backend
+from mtsql.backends import make_backend
+from mtsql.backends.base import SamplingParams
 from mtsql.errors import UsageError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.stages.evaluate import EvaluateOptions, evaluate_files
+from mtsql.sql.evaluation import EvaluateOptions, evaluate_files
 
 pytestmark = pytest.mark.data
 

@@ -9,7 +9,7 @@ def item(interaction, turn, exact, execution, hardness="easy"):
 
 
 def test_turn_buckets():
-    assert [turn_bucket(i) for i in range(6)] == ["turn 1", "turn 2", "turn 3", "turn 4", "turn >4", "turn >4"]
+    assert [turn_bucket(i) for i in range(6)] == ["1", "2", "3", "4", ">4", ">4"]
 
 
 def test_unscorable_items_are_counted_but_never_folded_into_accuracies():
@@ -22,7 +22,7 @@ def test_unscorable_items_are_counted_but_never_folded_into_accuracies():
     assert summary["execution"]["interaction"]["accuracy"] == 0.5
     assert summary["exact"]["interaction"]["accuracy"] == 2 / 3
     assert summary["execution"]["by_hardness"]["hard"]["accuracy"] is None
-    assert summary["exact"]["by_turn"]["turn 2"] == {"count": 1, "scored": 1, "correct": 1, "unscorable": 0,
+    assert summary["exact"]["by_turn"]["2"] == {"count": 1, "scored": 1, "correct": 1, "unscorable": 0,
                                                      "accuracy": 1.0}
     assert [u["metrics"] for u in summary["unscorable"]] == [["execution"]]
 

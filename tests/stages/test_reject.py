@@ -2,7 +2,8 @@ import pytest
 
 from mtsql.config import RejectConfig
 from mtsql.errors import StageFailed
-from mtsql.stages.reject import diverse, is_correct, select
+from mtsql.stages.reject import diverse, select
+from mtsql.trajectories import is_correct
 
 
 def row(uid, sample, *, ok=True, valid=True, hardness="hard", tokens=100, actions=("exec_sql", "answer"), sqls=("SELECT a FROM t",), turn_index=0):

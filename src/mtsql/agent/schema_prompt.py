@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from mtsql.data import DATASETS, tables_file
-from mtsql.data.jsonio import read_json
 from mtsql.errors import UsageError
+from mtsql.files import read_json
 from mtsql.paths import data_dir, database_path
 from mtsql.sql.executor import execute
 

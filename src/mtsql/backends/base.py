@@ -1,6 +1,6 @@
 """The generation interface every backend implements: token ids in, token ids out.
 
-    backend = make_backend("hf", model_path)
+    backend = make_backend("hf", model_path)      # mtsql.backends
     outs = backend.generate([prompt_ids, ...], SamplingParams(temperature=0.7, max_new_tokens=256,
                                                              stop=("</tool_call>",)), seeds=[11, 12])
     outs[0].token_ids, outs[0].text, outs[0].finish_reason  # "stop" or "length"
@@ -15,7 +15,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -85,20 +84,3 @@ def completes_stop_string(tokenizer, ids: Sequence[int], stop: Sequence[str]) ->
     tail = tokenizer.decode(list(ids[-width:]), skip_special_tokens=False)
     before = tokenizer.decode(list(ids[-width:-1]), skip_special_tokens=False)
     return any(s in tail and s not in before for s in stop)
-
-
-def make_backend(kind: str, model: str | Path, **options) -> Backend:
-    """A backend by name: ``hf``, ``vllm`` or ``openai`` (options go to its constructor)."""
-    if kind == "hf":
-        from mtsql.backends.hf import HFBackend
-
-        return HFBackend(model, **options)
-    if kind == "vllm":
-        from mtsql.backends.vllm import VLLMBackend
-
-        return VLLMBackend(model, **options)
-    if kind == "openai":
-        from mtsql.backends.openai import OpenAIBackend
-
-        return OpenAIBackend(model, **options)
-    raise ValueError(f"unknown backend '{kind}': choose hf, vllm or openai")

@@ -1,6 +1,6 @@
 """Generation with transformers: batched, left-padded, per-prompt seeds, KV reuse across turns.
 
-Imported only when the ``hf`` backend is used (``make_backend`` imports it lazily).
+Imported only when the ``hf`` backend is made (``mtsql.backends.make_backend``).
 
 ``model.generate`` runs greedily. To sample, ``_RowSampler`` first reduces the logits to one
 choice per row, drawn with the row's own ``torch.Generator`` (temperature, top-p), so a row's

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtsql.data.jsonio import expect, read_json
 from mtsql.data.official import normalise_sql
 from mtsql.data.records import Turn
+from mtsql.files import expect, read_json
 
 SKIPPED_USER_ACTS = {"IMPROPER"}
 KEPT_SYSTEM_LABELS = {"CLARIFY"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtsql.data.jsonio import expect, read_json
 from mtsql.data.records import Turn
+from mtsql.files import expect, read_json
 
 
 def normalise_sql(sql: str) -> str:

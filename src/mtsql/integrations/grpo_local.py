@@ -164,8 +164,9 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     import time
 
     from mtsql.backends.hf import HFBackend
-    from mtsql.rollout import derive_seed
-    from mtsql.stages.sample import make_engine, score_record
+    from mtsql.paths import data_dir
+    from mtsql.rollout import RolloutEngine, derive_seed
+    from mtsql.trajectories import score_record
 
     torch.manual_seed(cfg.seed)
     backend = HFBackend(base_model, dtype=cfg.model.dtype, device=cfg.model.device, prefix_cache=False)
@@ -179,7 +180,9 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.rl.lr, weight_decay=0.0)
-    engine = make_engine(cfg, policy="model", model=base_model, temperature=cfg.rl.temperature, backend=backend)
+    root = data_dir(cfg.data.root)
+    engine = RolloutEngine.from_config(cfg, data_root=root, policy="model", temperature=cfg.rl.temperature,
+                                       backend=backend)
     settings = GrpoSettings(clip_ratio=cfg.rl.clip_ratio, kl_coef=cfg.rl.kl_coef,
                             mini_batches=max(1, cfg.rl.batch_size // max(1, cfg.rl.mini_batch_size)))
     order: list = []
@@ -191,7 +194,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
             order += rng.sample(turns, len(turns))
         batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
         records = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False)
-        rows = [score_record(r, cfg) for r in records]
+        rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
         episodes = [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
                     for r in rows if r["response_ids"]]
         stats = grpo_update(model, optimizer, episodes, settings, pad_id=backend.pad_id, ref_model=ref_model)

@@ -14,12 +14,12 @@ from mtsql.sql.hardness import HARDNESS_LEVELS
 
 METRICS = ("exact", "execution")
 ITEM_FIELDS = {"exact": "exact_match", "execution": "exec_match"}
-TURN_BUCKETS = ("turn 1", "turn 2", "turn 3", "turn 4", "turn >4")
+TURN_BUCKETS = ("1", "2", "3", "4", ">4")  # the evaluators print them as "turn 1" ... "turn >4"
 
 
 def turn_bucket(turn_index: int) -> str:
-    """The official turn bucket of a 0-based turn index."""
-    return f"turn {turn_index + 1}" if turn_index < 4 else "turn >4"
+    """The official turn bucket (1-4, then >4) of a 0-based turn index."""
+    return str(turn_index + 1) if turn_index < 4 else ">4"
 
 
 def _tally(scores: Iterable[int | None]) -> dict:

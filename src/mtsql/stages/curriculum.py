@@ -20,10 +20,10 @@ from mtsql.artifacts import StageContext
 from mtsql.config import CurriculumConfig
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.jsonl import read_jsonl, write_jsonl
+from mtsql.files import read_jsonl, write_jsonl
 from mtsql.sql.hardness import HARDNESS_LEVELS
-from mtsql.stages.reject import is_correct
-from mtsql.stages.tables import TURN_BUCKETS, turn_bucket
+from mtsql.sql.metrics import TURN_BUCKETS, turn_bucket
+from mtsql.trajectories import is_correct
 
 LABELS = {
     "hardness": HARDNESS_LEVELS,

@@ -1,236 +1,125 @@
-"""The evaluate stage: score predictions against SParC / CoSQL gold with official semantics.
+"""Evaluating a *model*: roll it out on every eval dataset, then score its answers officially.
 
-    result = evaluate_files("sparc", Path("pred.txt"))             # official-format files
-    result = score_pairs([(turn, sql), ...])                        # the same, from Turn records
-    write_outputs(Path("out"), result)                              # items.jsonl + summary.json
-    render(result.summary, console)                                 # rich tables
-
-Each item is one gold turn: ``interaction_index``/``turn_index`` (0-based positions in the gold
-file), ``db_id``, ``gold``, ``pred``, ``hardness``, ``exact_match`` and ``exec_match`` (1, 0, or
-null when unscorable or not computed), ``error``, and ``missing`` for turns without a prediction.
+Decoding is greedy, or with ``evaluate.vote > 1`` SQL-R1's self-consistency: that many samples at
+``sample.temperature``, each final query executed, and the query whose result most samples share
+wins (among those that run; ties go to the earliest sample). The chosen queries are scored by the
+same code as `mtsql evaluate` on a prediction file, so the numbers are the official ones. Per
+dataset it writes ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl``; the
+stage metrics hold, per dataset, EX / EM (question and interaction), the breakdowns by hardness
+and turn, and the protocol abilities (tool calls, verification accuracy, self-correction).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import dataclasses
+from collections import Counter, defaultdict
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
-
-from mtsql.config import SqlConfig
-from mtsql.data import gold_file, tables_file
+from mtsql.artifacts import StageContext
+from mtsql.config import Config
 from mtsql.data.records import Turn
-from mtsql.errors import UsageError
-from mtsql.paths import data_dir
-from mtsql.sql.hardness import HARDNESS_LEVELS
-from mtsql.sql.metrics import TURN_BUCKETS, summarize
-from mtsql.sql.official_format import FileTurn, prediction_line, read_interactions, replace_value_placeholder
-from mtsql.sql.parser import SEMANTICS
-from mtsql.sql.scoring import ETYPES, EXEC_SEMANTICS, DataSources, hardness_of, score
-
-ETYPE_METRICS = {"all": ("exact", "execution"), "match": ("exact",), "exec": ("execution",)}
+from mtsql.files import write_jsonl
+from mtsql.paths import data_dir, database_path
+from mtsql.rollout import RolloutEngine
+from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
+from mtsql.trajectories import score_record, summarize_trajectories
 
 
-@dataclass(frozen=True)
-class EvaluateOptions:
-    """How to score: which metrics, which execution algorithm, which parser semantics, time budget."""
+def vote(rows: list[dict], root: Path, timeout_s: float) -> dict:
+    """The sample whose final query's result (a multiset of rows) most samples share."""
+    from mtsql.sql.executor import execute_cached
 
-    etype: str = "all"
-    exec_semantics: str = "testsuite"
-    semantics: str = "official"
-    timeout_s: float = 5.0
-
-    def __post_init__(self):
-        for name, value, allowed in (("etype", self.etype, ETYPES), ("exec-semantics", self.exec_semantics,
-                                     EXEC_SEMANTICS), ("semantics", self.semantics, SEMANTICS)):
-            if value not in allowed:
-                raise UsageError(f"--{name} {value!r}: choose one of {', '.join(allowed)}")
-
-    @classmethod
-    def from_config(cls, sql: SqlConfig, **overrides) -> EvaluateOptions:
-        values = {"exec_semantics": sql.exec_semantics, "semantics": sql.semantics, "timeout_s": sql.timeout_s}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-
-@dataclass
-class Evaluation:
-    """Scored items (one per gold turn) and their summary."""
-
-    items: list[dict]
-    summary: dict = field(default_factory=dict)
-
-
-def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = None, db_dir: Path | None = None,
-                   tables_path: Path | None = None, options: EvaluateOptions = EvaluateOptions(),
-                   allow_mismatch: bool = False, progress: bool = False) -> Evaluation:
-    """Score an official-format prediction file against a gold file (defaults: the data folder's)."""
-    root = data_dir()
-    gold_path = gold_path or gold_file(dataset, root)
-    sources = DataSources(db_dir or root / "database", tables_path or tables_file(dataset, root),
-                          (root / "database_schema_only",))
-    _check_inputs(gold_path, pred_path, sources)
-    keep_last = options.exec_semantics != "sparc"  # the SParC script drops an unterminated last interaction
-    gold = read_interactions(gold_path, gold=True, keep_unterminated=keep_last)
-    pred = read_interactions(pred_path, gold=False, keep_unterminated=keep_last)
-    rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch)
+    results = {}
     for row in rows:
-        row["pred"] = replace_value_placeholder(row["pred"], options.exec_semantics)
-    result = _score_rows(rows, sources, options, progress)
-    result.summary.update({"dataset": dataset, "gold_file": str(gold_path), "pred_file": str(pred_path),
-                           "extra_predictions": extra})
-    return result
+        sql = row["final_sql"]
+        if sql:
+            result = execute_cached(database_path(row["turn"]["db_id"], root), sql, timeout_s=timeout_s)
+            if result.ok:
+                results[row["sample"]] = frozenset(Counter(map(repr, result.rows)).items())
+    if not results:
+        return rows[0]
+    counts = Counter(results.values())
+    best = max(counts.values())
+    return next(r for r in rows if r["sample"] in results and counts[results[r["sample"]]] == best)
 
 
-def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = None,
-                options: EvaluateOptions = EvaluateOptions(), progress: bool = False) -> Evaluation:
-    """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file."""
-    rows = [{"interaction_index": turn.interaction_index, "turn_index": turn.turn_index, "db_id": turn.db_id,
-             "gold": turn.gold_sql,
-             "pred": replace_value_placeholder(prediction_line(sql), options.exec_semantics)}
-            for turn, sql in pairs]
-    return _score_rows(rows, DataSources.from_root(data_root), options, progress)
+def verification_accuracy(rows: list[dict], cfg: Config) -> float | None:
+    """How often an exec_verify verdict agrees with whether the executed query was right (EX)."""
+    from mtsql.sql import score_turn
+
+    agree = total = 0
+    root = data_dir(cfg.data.root)
+    for row in rows:
+        for step in row["trajectory"]["steps"]:
+            if step.get("tool") == "exec_sql" and step.get("sql") and step.get("verdict") in ("pass", "no_pass"):
+                ex = score_turn(row["turn"]["gold_sql"], step["sql"], row["turn"]["db_id"], data_root=root,
+                                exec_semantics=cfg.sql.exec_semantics).execution
+                if ex is not None:
+                    total += 1
+                    agree += int((step["verdict"] == "pass") == (ex == 1))
+    return agree / total if total else None
 
 
-def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> None:
-    for what, path in (("gold file", gold_path), ("prediction file", pred_path), ("tables file", sources.tables_json)):
-        if not Path(path).is_file():
-            raise UsageError(f"{what} not found: {path}")
-    if not sources.db_dir.is_dir():
-        raise UsageError(f"database folder not found: {sources.db_dir} (pass --db-dir)")
+def dataset_block(summary: dict, rows: list[dict], cfg: Config) -> dict:
+    """The official summary reshaped for reports, plus protocol abilities of the chosen samples."""
+    def acc(metric, *path):
+        node = summary[metric]
+        for key in path:
+            node = node[key]
+        return node["accuracy"]
+
+    protocol = summarize_trajectories(rows)
+    return {
+        "turns": summary["turns"], "interactions": summary["interactions"],
+        "ex": acc("execution", "question"), "em": acc("exact", "question"),
+        "interaction_ex": acc("execution", "interaction"), "interaction_em": acc("exact", "interaction"),
+        "unscorable_ex": summary["execution"]["question"]["unscorable"],
+        "by_hardness": {level: {"count": summary["exact"]["by_hardness"][level]["count"],
+                                "ex": acc("execution", "by_hardness", level) or 0.0,
+                                "em": acc("exact", "by_hardness", level) or 0.0}
+                        for level in summary["exact"]["by_hardness"]},
+        "by_turn": {bucket: {"count": summary["exact"]["by_turn"][bucket]["count"],
+                             "ex": acc("execution", "by_turn", bucket) or 0.0,
+                             "em": acc("exact", "by_turn", bucket) or 0.0}
+                    for bucket in summary["exact"]["by_turn"]},
+        "protocol": {key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
+                                                    "self_correction_rate", "self_correction_success")}
+        | {"verification_accuracy": verification_accuracy(rows, cfg)},
+        "generated_tokens": protocol["generated_tokens"],
+    }
 
 
-def _align(gold: list[list[FileTurn]], pred: list[list[FileTurn]], gold_path: Path, pred_path: Path,
-           allow_mismatch: bool) -> tuple[list[dict], int]:
-    """One row per gold turn with its prediction; (rows, number of predictions without a gold turn)."""
-    divergence = next((i for i in range(max(len(gold), len(pred)))
-                       if i >= len(gold) or i >= len(pred) or len(gold[i]) != len(pred[i])), None)
-    if divergence is not None and not allow_mismatch:
-        raise UsageError(_mismatch_message(gold, pred, gold_path, pred_path, divergence))
-    rows = []
-    for i, interaction in enumerate(gold):
-        predicted = pred[i] if i < len(pred) else []
-        for j, turn in enumerate(interaction):
-            missing = j >= len(predicted)
-            rows.append({"interaction_index": i, "turn_index": j, "db_id": turn.db_id, "gold": turn.sql,
-                         "pred": "" if missing else predicted[j].sql, "missing": missing})
-    extra = sum(max(0, len(p) - (len(gold[i]) if i < len(gold) else 0)) for i, p in enumerate(pred))
-    return rows, extra
+def run_model(ctx: StageContext, cfg: Config, datasets: dict[str, list[Turn]], *, model: str) -> dict:
+    """Stage body: roll out ``model`` on each dataset's turns and score the answers."""
+    voting = cfg.evaluate.vote > 1
+    decoding = cfg if voting else dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, temperature=0.0))
+    root = data_dir(cfg.data.root)
+    engine = RolloutEngine.from_config(decoding, data_root=root, policy="model", model=model)
+    options = EvaluateOptions.from_config(cfg.sql)
+    out = {"model": model, "model_name": cfg.model.name, "mode": cfg.env.mode, "memory": cfg.env.memory,
+           "decoding": f"vote@{cfg.evaluate.vote}" if voting else "greedy", "datasets": {}}
+    for name, turns in datasets.items():
+        folder = ctx.out / name
+        records = engine.run(turns, n=cfg.evaluate.vote, seed=cfg.seed, out_dir=folder / "rollout")
+        rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
+        by_uid: dict[str, list[dict]] = defaultdict(list)
+        for row in rows:
+            by_uid[row["uid"]].append(row)
+        chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) if voting else by_uid[t.uid][0] for t in turns]
+        evaluation = score_pairs([(t, row["final_sql"] or "") for t, row in zip(turns, chosen, strict=True)], data_root=root,
+                                 options=options)
+        evaluation.summary["dataset"] = name
+        write_outputs(folder, evaluation)
+        write_jsonl(folder / "trajectories.jsonl", rows)
+        render(evaluation.summary, _console())
+        out["datasets"][name] = dataset_block(evaluation.summary, chosen, cfg)
+        for shard in (folder / "rollout").glob("*"):
+            shard.unlink()
+        (folder / "rollout").rmdir()
+    return out
 
 
-def _mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
-    def describe(interactions, path):
-        if index >= len(interactions):
-            return f"{path} has only {len(interactions)} interactions"
-        turns = interactions[index]
-        where = f" from line {turns[0].line}" if turns else ""
-        return f"{path} has {len(turns)} turn(s){where}"
-    return (f"predictions do not line up with the gold at interaction {index} (0-based): "
-            f"{describe(gold, gold_path)}, {describe(pred, pred_path)} "
-            f"({len(gold)} gold vs {len(pred)} predicted interactions in all). Write one line per gold turn "
-            f"and a blank line after each interaction, or pass --allow-mismatch to score missing turns as 0")
+def _console():
+    from rich.console import Console
 
-
-def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions, progress: bool) -> Evaluation:
-    metrics = ETYPE_METRICS[options.etype]
-    columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        for row in bar.track(rows):
-            row.update(_score_row(row, sources, options))
-    items = [_item(row) for row in rows]
-    summary = summarize(items, metrics)
-    summary.update({"etype": options.etype, "exec_semantics": options.exec_semantics,
-                    "semantics": options.semantics, "timeout_s": options.timeout_s})
-    return Evaluation(items, summary)
-
-
-def _score_row(row: dict, sources: DataSources, options: EvaluateOptions) -> dict:
-    if row.get("missing"):
-        metrics = ETYPE_METRICS[options.etype]
-        return {"hardness": hardness_of(row["gold"], row["db_id"], sources=sources),
-                "exact": 0 if "exact" in metrics else None, "execution": 0 if "execution" in metrics else None,
-                "error": "missing prediction"}
-    result = score(row["gold"], row["pred"], row["db_id"], sources, etype=options.etype,
-                   exec_semantics=options.exec_semantics, semantics=options.semantics, timeout_s=options.timeout_s)
-    return {"hardness": result.hardness, "exact": result.exact, "execution": result.execution, "error": result.error}
-
-
-def _item(row: dict) -> dict:
-    item = {"interaction_index": row["interaction_index"], "turn_index": row["turn_index"], "db_id": row["db_id"],
-            "gold": row["gold"], "pred": row["pred"], "hardness": row["hardness"],
-            "exact_match": row["exact"], "exec_match": row["execution"], "error": row["error"]}
-    if row.get("missing"):
-        item["missing"] = True
-    return item
-
-
-def write_outputs(out_dir: Path, result: Evaluation) -> tuple[Path, Path]:
-    """Write ``items.jsonl`` and ``summary.json`` into ``out_dir``, each atomically (temp file + rename)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    items_path, summary_path = out_dir / "items.jsonl", out_dir / "summary.json"
-    _atomic_write(items_path, "".join(json.dumps(item) + "\n" for item in result.items))
-    _atomic_write(summary_path, json.dumps(result.summary, indent=2) + "\n")
-    return items_path, summary_path
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def render(summary: dict, console: Console) -> None:
-    """Print the summary as the official programs lay it out (by hardness, then by turn), plus a
-    row of unscorable (null) counts per metric where there are any."""
-    levels = [*HARDNESS_LEVELS, "all", "joint_all"]
-
-    def cells_by_level(metric: str) -> list[dict]:
-        tables = summary[metric]
-        return [*(tables["by_hardness"][lv] for lv in HARDNESS_LEVELS), tables["question"], tables["interaction"]]
-
-    title = (f"{summary.get('dataset', '')} {summary['turns']} turns, {summary['interactions']} interactions "
-             f"({summary['exec_semantics']} execution, {summary['semantics']} parser)")
-    console.print(_table(title, levels, summary, cells_by_level))
-    console.print(_table("by turn", list(TURN_BUCKETS), summary,
-                         lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
-    if summary["missing"]:
-        console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
-
-
-def _table(title: str, columns: list[str], summary: dict, cells_of) -> Table:
-    metrics = [m for m in ("exact", "execution") if m in summary]
-    table = Table(title=title)
-    table.add_column("")
-    for column in columns:
-        table.add_column(column, justify="right")
-    table.add_row("count", *(str(c["count"]) for c in cells_of(metrics[0])))
-    for metric in metrics:
-        cells = cells_of(metric)
-        table.add_row(_LABELS[metric], *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in cells))
-        if any(c["unscorable"] for c in cells):
-            table.add_row(f"{_LABELS[metric]} null", *(str(c["unscorable"]) for c in cells))
-    return table
-
-
-_LABELS = {"exact": "exact match", "execution": "execution"}
-
-
-def run_evaluate(dataset: str, pred_path: Path, out_dir: Path, *, console: Console, **kwargs) -> Evaluation:
-    """The ``mtsql evaluate`` command: score, write the two files, print the tables."""
-    result = evaluate_files(dataset, pred_path, progress=True, **kwargs)
-    items_path, summary_path = write_outputs(out_dir, result)
-    render(result.summary, console)
-    console.print(f"wrote {items_path} and {summary_path}")
-    return result
-
+    return Console(stderr=True)

@@ -15,19 +15,13 @@ hardness and turn: sampled, correct, kept, unsolved.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 
 from mtsql.artifacts import StageContext
 from mtsql.config import RejectConfig
 from mtsql.errors import StageFailed
-from mtsql.jsonl import read_jsonl, write_jsonl
-from mtsql.stages.tables import turn_bucket
-
-REQUIRE_KEYS = {"ex": "execution", "em": "exact"}
-
-
-def is_correct(row: dict, require: Iterable[str]) -> bool:
-    return bool(row.get("protocol_valid")) and all(row.get(REQUIRE_KEYS[key]) == 1 for key in require)
+from mtsql.files import read_jsonl, write_jsonl
+from mtsql.sql.metrics import turn_bucket
+from mtsql.trajectories import REQUIRE_KEYS, is_correct
 
 
 def select(rows: list[dict], cfg: RejectConfig) -> tuple[list[dict], list[dict], dict]:

@@ -14,7 +14,10 @@ from mtsql.artifacts import StageContext
 from mtsql.config import Config
 from mtsql.data.records import Turn
 from mtsql.errors import StageFailed
-from mtsql.jsonl import read_jsonl
+from mtsql.files import read_jsonl
+from mtsql.paths import data_dir
+from mtsql.rollout import RolloutEngine
+from mtsql.trajectories import score_record, summarize_trajectories
 
 
 def plan(ctx_out, cfg: Config, base_model: str):
@@ -47,9 +50,9 @@ def run(ctx: StageContext, cfg: Config, *, base_model: str, heldout: list[Turn] 
 
 def heldout_scores(cfg: Config, turns: list[Turn], model: str) -> dict:
     """Greedy EX / EM / protocol-valid rate of ``model`` on ``turns`` (no artifact: a quick check)."""
-    from mtsql.stages.sample import make_engine, score_record, summarize
-
     greedy = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, n=1, temperature=0.0))
-    engine = make_engine(greedy, policy="model", model=model)
-    summary = summarize([score_record(r, greedy) for r in engine.run(turns, n=1, seed=cfg.seed, progress=False)])
+    root = data_dir(cfg.data.root)
+    engine = RolloutEngine.from_config(greedy, data_root=root, policy="model", model=model)
+    records = engine.run(turns, n=1, seed=cfg.seed, progress=False)
+    summary = summarize_trajectories([score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records])
     return {k: summary[k] for k in ("count", "ex", "em", "protocol_valid", "tool_calls_per_turn")}

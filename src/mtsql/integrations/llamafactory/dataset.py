@@ -28,9 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mtsql.artifacts import write_json
 from mtsql.errors import StageFailed
-from mtsql.jsonl import iter_jsonl, write_jsonl
+from mtsql.files import iter_jsonl, write_json, write_jsonl
 
 ROLE_TAGS = {"user": "human", "tool": "observation"}  # assistant -> gpt or function_call
 SOURCE_TAGS = ("human", "observation")  # LLaMA-Factory wants these at even positions, the rest at odd

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mtsql.artifacts import write_text
 from mtsql.errors import StageFailed
+from mtsql.files import write_text
 from mtsql.integrations.llamafactory.launch import Command, SftPlan
 
 TAIL_BYTES = 256 * 1024  # output kept in memory to find the error line

@@ -13,7 +13,7 @@ import pytest
 from mtsql.data import load_turns
 from mtsql.errors import UsageError
 from mtsql.paths import FIXTURE_DATA
-from mtsql.stages.evaluate import EvaluateOptions, evaluate_files, score_pairs, write_outputs
+from mtsql.sql.evaluation import EvaluateOptions, evaluate_files, score_pairs, write_outputs
 
 GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)
 

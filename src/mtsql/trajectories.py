@@ -1,0 +1,90 @@
+"""Scored trajectories: the rewards and protocol statistics of a rollout record, and their summary.
+
+Every consumer of rollouts (sampling, reject sampling, the curriculum's pass rates, SFT's held-out
+check, evaluation, the local RL engine) reads a record the same way:
+
+    row = score_record(record, reward=cfg.reward, sql=cfg.sql, data_root=root)
+    is_correct(row, ("ex", "em"))        # protocol-valid and scored 1 on each
+    summarize_trajectories(rows)         # EX, EM, protocol and reward statistics by hardness and turn
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from statistics import mean
+
+from mtsql.agent.env import Trajectory
+from mtsql.config import RewardConfig, SqlConfig
+from mtsql.data.records import Turn
+from mtsql.rewards import compute_rewards
+from mtsql.sql.metrics import TURN_BUCKETS, turn_bucket
+
+REQUIRE_KEYS = {"ex": "execution", "em": "exact"}
+
+
+def score_record(record: dict, *, reward: RewardConfig, sql: SqlConfig, data_root: Path) -> dict:
+    """A rollout record plus its rewards and the statistics reject sampling and reports read."""
+    trajectory = Trajectory.from_dict(record["trajectory"])
+    turn = Turn.from_dict(record["turn"])
+    mask = record.get("response_mask") or []
+    tokens = sum(mask) if mask else sum(len(m["content"].split()) for m in trajectory.messages if m["role"] == "assistant")
+    terms = compute_rewards(trajectory, turn.gold_sql, reward, sql_cfg=sql, data_root=data_root, response_tokens=tokens)
+    exec_steps = trajectory.tool_steps("exec_sql")
+    corrected = any(s.verdict == "no_pass" for s in exec_steps[:-1])
+    return {
+        **record,
+        "hardness": turn.hardness,
+        "final_sql": trajectory.final_sql,
+        "protocol_valid": trajectory.protocol_valid,
+        "execution": int(terms["ex"]) if terms["ex_scored"] else None,
+        "exact": int(terms["em"]) if terms["em_scored"] else None,
+        "reward": terms,
+        "actions": [s.tool if s.action == "tool_call" else s.action for s in trajectory.steps],
+        "proposed_sql": trajectory.proposed_sql(),
+        "tool_calls": sum(s.action == "tool_call" for s in trajectory.steps),
+        "self_corrected": corrected,
+        "response_tokens": tokens,
+    }
+
+
+def is_correct(row: dict, require: Iterable[str]) -> bool:
+    """A scored row that followed the protocol and scored 1 on every required metric (``ex``, ``em``)."""
+    return bool(row.get("protocol_valid")) and all(row.get(REQUIRE_KEYS[key]) == 1 for key in require)
+
+
+def summarize_trajectories(rows: list[dict]) -> dict:
+    """EX, EM, protocol and reward statistics of scored rows, overall and by hardness and turn."""
+    def block(group: list[dict]) -> dict:
+        scored_ex = [r["execution"] for r in group if r["execution"] is not None]
+        scored_em = [r["exact"] for r in group if r["exact"] is not None]
+        corrected = [r for r in group if r["self_corrected"]]
+        return {
+            "count": len(group),
+            "ex": mean(scored_ex) if scored_ex else 0.0,
+            "em": mean(scored_em) if scored_em else 0.0,
+            "unscorable": len(group) - len(scored_ex),
+            "protocol_valid": mean(float(r["protocol_valid"]) for r in group),
+            "answered": mean(float(r["final_sql"] is not None) for r in group),
+            "tool_calls_per_turn": mean(r["tool_calls"] for r in group),
+            "self_correction_rate": len(corrected) / len(group),
+            "self_correction_success": mean(float(r["execution"] == 1) for r in corrected) if corrected else 0.0,
+            "reward": mean(r["reward"]["score"] for r in group),
+            "response_tokens": mean(r["response_tokens"] for r in group),
+        }
+
+    if not rows:
+        return {"count": 0}
+    by_hardness, by_turn = defaultdict(list), defaultdict(list)
+    for row in rows:
+        by_hardness[row["hardness"] or "unknown"].append(row)
+        by_turn[turn_bucket(row["turn"]["turn_index"])].append(row)
+    return {
+        **block(rows),
+        "items": len({r["uid"] for r in rows}),
+        "truncated": sum(bool(r.get("truncated")) for r in rows),
+        "generated_tokens": sum(r.get("generated_tokens") or 0 for r in rows),
+        "by_hardness": {k: block(v) for k, v in sorted(by_hardness.items())},
+        "by_turn": {k: block(by_turn[k]) for k in TURN_BUCKETS if k in by_turn},
+    }
