@@ -46,7 +46,7 @@ def test_status_and_verify(tmp_path):
     assert mtsql("data", "verify", "r1", cwd=tmp_path).returncode == 0
     (store.latest("sample-r1").path / "items.jsonl").write_text("edited\n")
     result = mtsql("data", "verify", "r1", cwd=tmp_path)
-    assert result.returncode == 2 and "content changed" in result.stderr
+    assert result.returncode == 2 and "changed since the stage wrote it" in result.stderr
     assert mtsql("status", "nope", cwd=tmp_path).returncode == 2
 
 

@@ -60,3 +60,37 @@ def test_base_inheritance_and_roundtrip(tmp_path):
     again = load_config(None, [f"{k}.{kk}={v!r}" for k, sect in to_dict(cfg).items() if isinstance(sect, dict)
                                for kk, v in sect.items() if isinstance(v, (int, float)) and not isinstance(v, bool)])
     assert again.sample == cfg.sample
+
+
+@pytest.mark.parametrize("override, legal", [
+    ("env.mode=lng", "long, short"), ("env.memory=oracle", "gold, predicted"),
+    ("reward.family=sql-r1", "process, outcome, sqlr1"), ("sample.policy=greedy", "model, gold, gold_with_correction"),
+    ("sample.backend=tgi", "hf, vllm, openai"), ("rl.engine=trl", "auto, verl, local"),
+    ("curriculum.by=length", "hardness, turn, pass_rate"), ("sft.finetuning_type=qlora", "lora, full"),
+    ("data.eval_datasets=[cosql, spdier]", "sparc, cosql"), ("model.template=chatml", "qwen3_nothink, qwen3"),
+])
+def test_a_bad_choice_names_the_key_the_legal_values_and_the_override(override, legal):
+    key = override.split("=")[0]
+    with pytest.raises(UsageError) as err:
+        load_config(REPO / "configs/profiles/tiny.yaml", [override])
+    message = str(err.value)
+    assert f"override {override!r}" in message and f"'{key}' must be one of {legal}" in message
+    assert "tiny.yaml" not in message, "an override is not blamed on the profile file"
+
+
+def test_a_bad_choice_in_a_file_names_that_file_even_through_base(tmp_path):
+    (tmp_path / "parent.yaml").write_text("env:\n  mode: lng\n")
+    (tmp_path / "child.yaml").write_text("base: parent.yaml\nsample:\n  n: 2\n")
+    with pytest.raises(UsageError, match=r"parent.yaml: 'env.mode' must be one of long, short; got 'lng'"):
+        load_config(tmp_path / "child.yaml")
+
+
+def test_a_bad_choice_on_the_command_line_exits_2_before_anything_is_written(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "mtsql", "sample", "--config", str(REPO / "configs/profiles/tiny.yaml"),
+                             "env.mode=lng", f"runs_dir={tmp_path / 'runs'}"], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "override 'env.mode=lng': 'env.mode' must be one of long, short" in result.stderr
+    assert not (tmp_path / "runs").exists()

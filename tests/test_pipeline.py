@@ -6,9 +6,13 @@ from pathlib import Path
 import pytest
 
 from mtsql import pipeline
-from mtsql.config import load_config
+from mtsql.artifacts import Artifact
+from mtsql.config import load_config, replace
+from mtsql.data import train_pool
 from mtsql.errors import UsageError
 from mtsql.files import read_jsonl
+from mtsql.paths import data_dir
+from mtsql.runner import run_stage, store_for
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -20,37 +24,33 @@ def cfg_for(tmp_path, *overrides):
 
 def test_scripted_sample_reject_curriculum_and_cache(tmp_path):
     cfg = cfg_for(tmp_path, "sample.n=2")
-    turns = pipeline.train_pool(cfg)
+    turns = train_pool(cfg.data, data_dir())
     assert turns and all(t.hardness for t in turns)
-    sampled = pipeline.sample(cfg, label="sample-r1", turns=turns, policy="gold_with_correction", round=1)
+    sampled = pipeline.sample(cfg, label="sample-r1", policy="gold_with_correction", round=1)
     rows = read_jsonl(sampled.path / "trajectories.jsonl")
     assert len(rows) == 2 * len(turns) and not (sampled.path / "rollout").exists()
     assert sampled.metrics["ex"] == 1.0 and sampled.metrics["self_correction_rate"] == 1.0
     assert all(r["reward"]["score"] > 2 and r["actions"][0] == "exec_sql" for r in rows)
-    kept = pipeline.reject(cfg, sampled, label="reject-r1")
+    kept = run_stage("reject", cfg, label="reject-r1", inputs={"sample": sampled})
     assert kept.metrics["kept"] > 0 and kept.metrics["unsolved"] == 0
     plan = pipeline.curriculum(cfg)
     sizes = [len(read_jsonl(plan.path / f"stage-{k}.jsonl")) for k in (1, 2, 3)]
     assert sum(sizes) == len(turns) == plan.metrics["pool"]
-    again = pipeline.sample(cfg, label="sample-r1", turns=turns, policy="gold_with_correction", round=1)
+    again = pipeline.sample(cfg, label="sample-r1", policy="gold_with_correction", round=1)
     assert again.manifest["created_at"] == sampled.manifest["created_at"], "a rerun is a cache hit"
-    other = pipeline.sample(cfg_for(tmp_path, "sample.n=1"), label="sample-r1", turns=turns, policy="gold", round=1)
+    other = pipeline.sample(cfg_for(tmp_path, "sample.n=1"), label="sample-r1", policy="gold", round=1)
     assert other.fingerprint != sampled.fingerprint
 
 
 def test_pool_restricts_the_next_round(tmp_path):
     cfg = cfg_for(tmp_path)
-    turns = pipeline.train_pool(cfg)
-    sampled = pipeline.sample(cfg, label="s", turns=turns[:3], policy="gold")
+    turns = train_pool(cfg.data, data_dir())
     pool_dir = tmp_path / "pool"
     pool_dir.mkdir()
     (pool_dir / "pool.jsonl").write_text(json.dumps(turns[1].to_dict()) + "\n")
-    from mtsql.artifacts import Artifact
-
     pool = Artifact(pool_dir, {"fingerprint": "f" * 64, "label": "reject-r1"})
-    again = pipeline.sample(cfg, label="s2", turns=turns, policy="gold", pool=pool)
+    again = pipeline.sample(cfg, label="s2", policy="gold", pool=pool)
     assert {r["uid"] for r in read_jsonl(again.path / "trajectories.jsonl")} == {turns[1].uid}
-    assert sampled.metrics["items"] == 3
 
 
 def test_pipeline_files_validate_and_dry_run_plans(tmp_path, capsys):
@@ -70,17 +70,17 @@ def test_pipeline_files_validate_and_dry_run_plans(tmp_path, capsys):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("manifest.json"))
 
 
-def test_find_model_references(tmp_path):
-    cfg = cfg_for(tmp_path)
-    assert pipeline.find_model(cfg, "base") is None and pipeline.find_model(cfg, "auto") is None
-    fake = Path(cfg.runs_dir) / cfg.run / "rl-c1" / "abc"
+def test_model_references(tmp_path):
+    store = store_for(cfg_for(tmp_path))
+    assert store.model("base") is None and store.model("auto") is None
+    fake = store.root / "rl-c1" / "abc"
     (fake / "model").mkdir(parents=True)
     (fake.parent / "latest").symlink_to("abc")
     (fake / "manifest.json").write_text(json.dumps({"stage": "rl", "label": "rl-c1", "fingerprint": "abc", "outputs": []}))
-    assert pipeline.find_model(cfg, "auto").label == "rl-c1"
-    assert pipeline.find_model(cfg, "auto", auto=("sft",)) is None, "rl starts from sft or base, never its own output"
+    assert store.model("auto").label == "rl-c1"
+    assert store.model("auto", auto=("sft",)) is None, "rl starts from sft or base, never its own output"
     with pytest.raises(UsageError, match="no sft model yet"):
-        pipeline.find_model(cfg, "sft")
+        store.model("sft")
 
 
 @pytest.fixture
@@ -103,9 +103,7 @@ def test_local_rl_runs_every_curriculum_stage_and_caches(tiny_cfg):
 
 
 def test_evaluate_model_writes_official_items(tiny_cfg):
-    import dataclasses
-
-    cfg = dataclasses.replace(tiny_cfg, data=dataclasses.replace(tiny_cfg.data, eval_limit=1))
+    cfg = replace(tiny_cfg, data={"eval_limit": 1})
     art = pipeline.evaluate(cfg, label="eval-base")
     for name in cfg.data.eval_datasets:
         block = art.metrics["datasets"][name]
@@ -116,10 +114,7 @@ def test_evaluate_model_writes_official_items(tiny_cfg):
 
 @pytest.mark.slow
 def test_sft_iterate_two_rounds_then_all_cached(tiny_cfg):
-    import dataclasses
-
-    cfg = dataclasses.replace(tiny_cfg, sft=dataclasses.replace(tiny_cfg.sft, max_steps=1, batch_size=1, heldout=1,
-                                                                 cutoff_len=4096))
+    cfg = replace(tiny_cfg, sft={"max_steps": 1, "batch_size": 1, "heldout": 1, "cutoff_len": 4096})
     model = pipeline.sft_iterate(cfg, rounds=2)
     assert model is not None and model.label == "sft-r1", "round 2 of an untrained model keeps nothing"
     assert (model.path / "model" / "config.json").exists()

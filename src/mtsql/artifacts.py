@@ -6,10 +6,15 @@ Layout::
     runs/<run>/<label>/latest -> <fp12>
 
 ``label`` is the stage name, with ``-r<k>`` for SFT rounds or ``-c<k>`` for curriculum stages.
-The fingerprint hashes the stage name, its resolved config, the fingerprints of its inputs and
-the code version. A stage works in ``<fp12>.partial/`` (kept across a crash so that stages can
-resume from their own shards) and becomes complete only when ``manifest.json`` is written, last,
-and the folder is renamed into place. No manifest, not done.
+The fingerprint hashes the stage name, the config it reads, the fingerprints of its inputs and the
+digest of the code it runs; the label is not part of it, so the same work asked for under a new label
+is served from the store (the new label's ``latest`` points at the existing folder).
+
+A stage works in ``<fp12>.partial/`` (kept across a crash so that stages can resume from their own
+shards) and becomes complete only when ``manifest.json`` is written, last, and the folder is renamed
+into place. Files the stage wrote that name the ``.partial`` folder (a training YAML, a recorded
+command) are rewritten to name the final folder first, so everything an artifact records stays valid.
+No manifest, not done.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -31,14 +35,15 @@ from typing import Any
 
 import yaml
 
-import mtsql
 from mtsql.errors import StageFailed, UsageError
-from mtsql.files import write_json
+from mtsql.files import write_json, write_text
+from mtsql.provenance import code_version, package_versions
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
-HASH_LIMIT = 64 * 2**20  # bigger files (checkpoints) are recorded by size only
-PACKAGES = ("torch", "transformers", "llamafactory", "verl", "vllm", "sqlparse")
+MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
+PARTIAL = ".partial"
+REWRITE_LIMIT = 256 * 2**20  # files this large are weights or data, never a record of a path
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,10 @@ class Artifact:
 
 @dataclass
 class StageContext:
-    """What a stage function gets: where to write, its config, its inputs, a log file."""
+    """What a stage function gets: where to write, its inputs, a log file."""
 
     label: str
     out: Path
-    config: dict
     inputs: dict[str, Artifact]
     log_path: Path
     extra_manifest: dict = field(default_factory=dict)
@@ -80,11 +84,18 @@ class StageContext:
             handle.write(line.rstrip("\n") + "\n")
 
 
-def fingerprint(stage: str, config: dict, inputs: dict[str, Artifact] | dict[str, str]) -> str:
-    """sha256 over the stage name, its resolved config, the input fingerprints and the code version."""
+class StageInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a stage ran: its ``.partial`` folder is kept for the next run to resume."""
+
+    def __init__(self, label: str, partial: Path):
+        super().__init__(label)
+        self.label, self.partial = label, partial
+
+
+def fingerprint(stage: str, config: dict, inputs: dict[str, Artifact] | dict[str, str], code: str = "") -> str:
+    """sha256 over the stage name, the config it reads, the input fingerprints and its code digest."""
     fps = {k: (v.fingerprint if isinstance(v, Artifact) else v) for k, v in sorted(inputs.items())}
-    blob = json.dumps({"stage": stage, "config": config, "inputs": fps, "code": mtsql.__version__},
-                      sort_keys=True, default=str)
+    blob = json.dumps({"stage": stage, "config": config, "inputs": fps, "code": code}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -113,14 +124,16 @@ class Store:
         return self.root / label / fp[:12]
 
     def find(self, label: str, fp: str) -> Artifact | None:
-        folder = self.folder(label, fp)
-        manifest = read_manifest(folder)
-        if manifest is None:
-            return None
-        if manifest["fingerprint"] != fp:
-            raise UsageError(f"{folder / MANIFEST}: fingerprint does not match its folder (edited by hand?); "
-                             "delete that folder or rerun with --force")
-        return Artifact(folder, manifest)
+        """The complete artifact with fingerprint ``fp``: under ``label``, else under any label."""
+        for folder in (self.folder(label, fp), *sorted(self.root.glob(f"*/{fp[:12]}"))):
+            manifest = read_manifest(folder)
+            if manifest is None:
+                continue
+            if manifest["fingerprint"] != fp:
+                raise UsageError(f"{folder / MANIFEST}: fingerprint does not match its folder (edited by hand?); "
+                                 "delete that folder or rerun with --force")
+            return Artifact(folder.resolve(), manifest)
+        return None
 
     def latest(self, label: str) -> Artifact | None:
         link = self.root / label / "latest"
@@ -129,8 +142,40 @@ class Store:
         manifest = read_manifest(link.resolve())
         return Artifact(link.resolve(), manifest) if manifest else None
 
+    def labels(self) -> list[str]:
+        """Labels that have a complete artifact (their ``latest`` link)."""
+        return sorted(p.parent.name for p in self.root.glob("*/latest") if p.exists()) if self.root.exists() else []
+
+    def require(self, label: str) -> Artifact:
+        """The latest complete artifact of ``label``, or a UsageError saying how to see what exists."""
+        artifact = self.latest(label)
+        if artifact is None:
+            raise UsageError(f"run '{self.root.name}' has no complete '{label}' artifact (see `mtsql status {self.root.name}`)")
+        return artifact
+
+    def model(self, ref: str | None, *, auto: tuple[str, ...] = ("rl", "sft")) -> Artifact | None:
+        """A ``--model`` reference: ``base`` (None); ``sft`` / ``rl``: this run's last round or
+        stage; an artifact label such as ``sft-r2``; ``auto`` (or None): the first kind of ``auto``
+        this run has, else base. RL starts from ``auto=("sft",)``, so a rerun never starts from its
+        own output."""
+        labels = sorted(self.labels(), key=_label_order)
+        if ref in (None, "auto"):
+            ref = next((kind for kind in auto if any(name.startswith(f"{kind}-") for name in labels)), "base")
+        if ref == "base":
+            return None
+        if ref in ("sft", "rl"):
+            matching = [name for name in labels if name.startswith(f"{ref}-")]
+            if not matching:
+                command = "sft-iterate" if ref == "sft" else "rl"
+                raise UsageError(f"run '{self.root.name}' has no {ref} model yet; run `mtsql {command}` first")
+            ref = matching[-1]
+        artifact = self.require(ref)
+        if not (artifact.path / MODEL_DIR).is_dir():
+            raise UsageError(f"'{ref}' of run '{self.root.name}' is not a model artifact (no {MODEL_DIR}/ folder)")
+        return artifact
+
     def artifacts(self) -> list[Artifact]:
-        """Every complete artifact of the run, oldest first."""
+        """Every complete artifact of the run (each folder once), oldest first."""
         found = []
         if self.root.exists():
             for manifest_path in self.root.glob(f"*/*/{MANIFEST}"):
@@ -141,33 +186,43 @@ class Store:
         return sorted(found, key=lambda a: a.manifest.get("created_at", ""))
 
     def run(self, stage: str, label: str, config: dict, inputs: dict[str, Artifact],
-            work: Callable[[StageContext], dict], *, force: bool = False, round: int | None = None) -> tuple[Artifact, bool]:
+            work: Callable[[StageContext], dict], *, code: str = "", force: bool = False,
+            round: int | None = None) -> tuple[Artifact, bool]:
         """Run ``work`` unless a complete artifact with the same fingerprint exists.
 
         Returns (artifact, cached). ``work`` writes into ``ctx.out`` and returns its metrics.
         """
-        fp = fingerprint(stage, config, inputs)
+        fp = fingerprint(stage, config, inputs, code)
         if not force and (done := self.find(label, fp)):
             self._point_latest(label, done.path)
             return done, True
         final = self.folder(label, fp)
-        partial = final.with_name(final.name + ".partial")
+        partial = final.with_name(final.name + PARTIAL)
         final.parent.mkdir(parents=True, exist_ok=True)
         with _locked(final.with_name(final.name + ".lock")):
             if force and partial.exists():
                 shutil.rmtree(partial)
+            resumed = partial.exists()
             partial.mkdir(exist_ok=True)
-            ctx = StageContext(label, partial, config, inputs, partial / "log.txt")
-            (partial / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+            ctx = StageContext(label, partial, inputs, partial / "log.txt")
+            now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            ctx.log(f"=== {label}: attempt started {now}" + (" (resuming the .partial folder)" if resumed else ""))
+            write_text(partial / "config.yaml", yaml.safe_dump(config, sort_keys=False))
             start = time.time()
-            metrics = work(ctx)
+            try:
+                metrics = work(ctx)
+            except KeyboardInterrupt:
+                ctx.log("=== interrupted")
+                raise StageInterrupted(label, partial) from None
             if not isinstance(metrics, dict):
                 raise StageFailed(f"stage {label} returned {type(metrics).__name__}, not a metrics dict")
             write_json(partial / "metrics.json", metrics)
+            _point_paths_at(partial, final)
             manifest = {
                 "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": round,
                 "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "duration_s": round_(time.time() - start), "code": code_version(), "packages": package_versions(),
+                "duration_s": round_(time.time() - start), "code": {**code_version(), "digest": code},
+                "packages": package_versions(),
                 "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
                 "inputs": {name: art.ref() for name, art in inputs.items()},
                 "outputs": describe_outputs(partial), "argv": sys.argv, "metrics": metrics, **ctx.extra_manifest,
@@ -184,11 +239,33 @@ class Store:
 
     def _point_latest(self, label: str, folder: Path) -> None:
         link = self.root / label / "latest"
+        link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(f".latest.{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-        tmp.symlink_to(folder.name)
+        target = folder.name if folder.parent == link.parent else os.path.relpath(folder, link.parent)
+        tmp.symlink_to(target)
         os.replace(tmp, link)
+
+
+def _label_order(label: str) -> tuple[str, int]:
+    """``sft-r10`` after ``sft-r2``."""
+    stem, _, number = label.rpartition("-")
+    return (stem, int(number[1:])) if number[1:].isdigit() else (label, 0)
+
+
+def _point_paths_at(partial: Path, final: Path) -> None:
+    """Rewrite the text files of ``partial`` that name it so that they name ``final`` instead."""
+    old, new = str(partial).encode(), str(final).encode()
+    for path in partial.rglob("*"):
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > REWRITE_LIMIT:
+            continue
+        data = path.read_bytes()
+        if old in data and b"\0" not in data[:8192]:
+            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+            tmp.write_bytes(data.replace(old, new))
+            shutil.copymode(path, tmp)
+            os.replace(tmp, path)
 
 
 def verify(artifact: Artifact) -> list[str]:
@@ -198,19 +275,21 @@ def verify(artifact: Artifact) -> list[str]:
         path = artifact.path / entry["path"]
         if not path.exists():
             problems.append(f"{path}: missing")
-        elif "sha256" in entry and sha256_file(path) != entry["sha256"]:
-            problems.append(f"{path}: content changed since the stage wrote it")
         elif path.stat().st_size != entry["size"]:
             problems.append(f"{path}: size changed since the stage wrote it")
+        elif "sha256" not in entry:
+            problems.append(f"{path}: recorded by size only (an artifact of an older mtsql); size unchanged")
+        elif sha256_file(path) != entry["sha256"]:
+            problems.append(f"{path}: content changed since the stage wrote it")
     return problems
 
 
 def describe_outputs(folder: Path) -> list[dict]:
+    """Every file with its size and sha256 (streamed; checkpoints too), and the records of .jsonl files."""
     out = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        entry: dict[str, Any] = {"path": str(path.relative_to(folder)), "size": path.stat().st_size}
-        if entry["size"] <= HASH_LIMIT:
-            entry["sha256"] = sha256_file(path)
+        entry: dict[str, Any] = {"path": str(path.relative_to(folder)), "size": path.stat().st_size,
+                                 "sha256": sha256_file(path)}
         if path.suffix == ".jsonl":
             with path.open("rb") as handle:
                 entry["records"] = sum(1 for line in handle if line.strip())
@@ -224,33 +303,6 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(2**20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def code_version() -> dict:
-    """Package version plus the git commit of the source tree (and whether it had local edits)."""
-    root = Path(mtsql.__file__).resolve().parents[2]
-    info: dict[str, Any] = {"version": mtsql.__version__, "git_commit": None, "dirty": None}
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if commit.returncode == 0:
-            status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=5)
-            info.update(git_commit=commit.stdout.strip(), dirty=bool(status.stdout.strip()))
-    except (OSError, subprocess.TimeoutExpired):
-        info["git_commit"] = None  # not a git checkout (an installed wheel): the version says enough
-    return info
-
-
-def package_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in PACKAGES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = None
-    return found
 
 
 def round_(x: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -10,9 +11,18 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import track
 from rich.table import Table
 
+from mtsql import models, pipeline
+from mtsql.artifacts import Artifact, StageInterrupted, Store, verify
+from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace
+from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
+from mtsql.report import build_report
+from mtsql.runner import STAGES, Pending, run_stage, store_for
+from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
+from mtsql.status import run_folder, status_rows
 
 console = Console()
 err_console = Console(stderr=True)
@@ -34,65 +44,44 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (and 
 
 
 ModelOpt = Annotated[str | None, typer.Option(
-    "--model", help="base, sft, rl (this run's last round/stage), an artifact label (sft-r2, rl-c1) or auto "
-    "(the newest trained model; for curriculum and rl the last SFT round).")]
+    "--model", help="base, sft, rl (this run's last round/stage), a label (sft-r2, rl-c1) or auto (the newest "
+    "trained model; for curriculum and rl the last SFT round).")]
+LabelOpt = Annotated[str | None, typer.Option(help="Artifact label (default: the stage name).")]
 
 
-def _cfg(config: Path | None, overrides: list[str] | None):
-    from mtsql.config import load_config
-
+def _cfg(config: Path | None, overrides: list[str] | None) -> Config:
     return load_config(config, overrides or [])
+
+
+def _print_table(title: str, artifact) -> None:
+    """A stage's ``table`` metric (counts by bucket), when it has one."""
+    if isinstance(artifact, Artifact) and "table" in artifact.metrics:
+        console.print(counts_table(title, artifact.metrics["table"]))
 
 
 @app.command()
 def sample(config: ConfigOpt = None, overrides: Overrides = None,
            policy: Annotated[str | None, typer.Option(help="model, gold or gold_with_correction (default: sample.policy).")] = None,
            dataset: Annotated[str | None, typer.Option(help="Dataset to sample (default: data.train_dataset).")] = None,
-           split: Annotated[str | None, typer.Option(help="train (the training pool) or dev (the eval slice).")] = None,
-           model: ModelOpt = "auto", label: Annotated[str, typer.Option(help="Artifact label.")] = "sample",
-           force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+           split: Annotated[str | None, typer.Option(help="train (the training pool) or dev.")] = None,
+           model: ModelOpt = "auto", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
-    import dataclasses
-
-    from mtsql import pipeline
-    from mtsql.data import load_turns
-    from mtsql.paths import data_dir
-
-    cfg = _cfg(config, overrides)
-    if dataset or split:
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(
-            cfg.data, train_dataset=dataset or cfg.data.train_dataset, train_split=split or cfg.data.train_split))
-    turns = (pipeline.train_pool(cfg) if cfg.data.train_split == "train" else
-             load_turns(cfg.data.train_dataset, cfg.data.train_split, root=data_dir(cfg.data.root), limit=cfg.data.eval_limit))
-    pipeline.sample(cfg, label=label, turns=turns, policy=policy or cfg.sample.policy,
-                    model=pipeline.find_model(cfg, model), force=force, dry_run=dry_run)
-
-
-@app.command()
-def reject(config: ConfigOpt = None, overrides: Overrides = None,
-           source: Annotated[str, typer.Option("--from", help="Label of the sample artifact to filter.")] = "sample",
-           label: Annotated[str, typer.Option(help="Artifact label.")] = "reject",
-           force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
-    """Difficulty-aware reject sampling: keep correct, diverse trajectories for SFT."""
-    from mtsql import pipeline
-
-    cfg = _cfg(config, overrides)
-    done = pipeline.reject(cfg, pipeline.find_artifact(cfg, source), label=label, force=force, dry_run=dry_run)
-    if done is not None:
-        console.print(counts_table(f"reject sampling ({label})", done.metrics["table"]))
+    cfg = _cfg(config, [*(overrides or []), *([f"data.train_dataset={dataset}"] if dataset else []),
+                        *([f"data.train_split={split}"] if split else [])])
+    pipeline.sample(cfg, label=label or "sample", policy=policy, model=store_for(cfg).model(model), force=force,
+                    dry_run=dry_run)
 
 
 @app.command()
 def sft(config: ConfigOpt = None, overrides: Overrides = None,
         source: Annotated[str, typer.Option("--from", help="Label of the reject artifact to train on.")] = "reject",
-        model: ModelOpt = "base", label: Annotated[str, typer.Option(help="Artifact label.")] = "sft",
-        force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+        model: ModelOpt = "base", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Fine-tune with LLaMA-Factory on kept tool-integrated trajectories (tool outputs masked)."""
-    from mtsql import pipeline
-
     cfg = _cfg(config, overrides)
-    pipeline.sft(cfg, pipeline.find_artifact(cfg, source), label=label, model=pipeline.find_model(cfg, model),
-                 force=force, dry_run=dry_run)
+    store = store_for(cfg)
+    reject = store.latest(source) or (Pending(source, None) if dry_run else store.require(source))
+    run_stage("sft", cfg, label=label, inputs={"reject": reject, "model": store.model(model)}, force=force,
+              dry_run=dry_run)
 
 
 @app.command("sft-iterate")
@@ -100,8 +89,6 @@ def sft_iterate(config: ConfigOpt = None, overrides: Overrides = None,
                 rounds: Annotated[int | None, typer.Option(help="Number of self-taught rounds (default: sft.rounds).")] = None,
                 force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Self-taught warm-start: sample -> reject -> sft, repeated for several rounds."""
-    from mtsql import pipeline
-
     pipeline.sft_iterate(_cfg(config, overrides), rounds, force=force, dry_run=dry_run)
 
 
@@ -109,12 +96,9 @@ def sft_iterate(config: ConfigOpt = None, overrides: Overrides = None,
 def curriculum(config: ConfigOpt = None, overrides: Overrides = None, model: ModelOpt = "auto",
                force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Partition the RL pool into ordered difficulty stages."""
-    from mtsql import pipeline
-
     cfg = _cfg(config, overrides)
-    done = pipeline.curriculum(cfg, model=pipeline.find_model(cfg, model, auto=("sft",)), force=force, dry_run=dry_run)
-    if done is not None:
-        console.print(counts_table("curriculum stages", done.metrics["table"]))
+    done = pipeline.curriculum(cfg, model=store_for(cfg).model(model, auto=("sft",)), force=force, dry_run=dry_run)
+    _print_table("curriculum stages", done)
 
 
 @app.command()
@@ -124,26 +108,20 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
        engine: Annotated[str | None, typer.Option(help="verl (GPU, Ray) or local (CPU / one GPU); default rl.engine.")] = None,
        model: ModelOpt = "auto", force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Multi-turn GRPO with outcome + process rewards (verl on GPUs, a local engine on CPU)."""
-    import dataclasses
-
-    from mtsql import pipeline
-    from mtsql.stages.curriculum import LABELS
-
-    cfg = _cfg(config, overrides)
+    extra = [f"rl.engine={engine}"] if engine else []
+    cfg = _cfg(config, [*(overrides or []), *extra])
     if not use_curriculum:
-        single = (LABELS[cfg.curriculum.by],)
-        cfg = dataclasses.replace(cfg, curriculum=dataclasses.replace(cfg.curriculum, stages=single))
-    start = pipeline.find_model(cfg, model, auto=("sft",))
+        cfg = replace(cfg, curriculum={"stages": (CURRICULUM_LABELS[cfg.curriculum.by],)})
+    start = store_for(cfg).model(model, auto=("sft",))
     plan = pipeline.curriculum(cfg, model=start, force=force, dry_run=dry_run)
-    if plan is None:
-        return
-    pipeline.rl(cfg, curriculum_art=plan, model=start, engine=engine, force=force, dry_run=dry_run)
+    pipeline.rl(cfg, curriculum_art=plan, model=start, force=force, dry_run=dry_run)
 
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str | None, typer.Option(help="sparc or cosql (picks the default gold and tables).")] = None,
-    pred: Annotated[Path | None, typer.Option(help="Predictions in the official format (one SQL per line, blank line between interactions).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="sparc or cosql (picks the gold and tables).")] = None,
+    pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, blank line "
+                                              "between interactions.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
     gold: Annotated[Path | None, typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
@@ -151,29 +129,23 @@ def evaluate(
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
     exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
-    allow_mismatch: Annotated[bool, typer.Option(help="Score gold turns without a prediction as 0 instead of failing.")] = False,
-    model: ModelOpt = None, label: Annotated[str | None, typer.Option(help="Artifact label (model mode).")] = None,
+    allow_mismatch: Annotated[bool, typer.Option(help="Score gold turns without a prediction as 0.")] = False,
+    model: ModelOpt = None, label: Annotated[str | None, typer.Option(help="Artifact label (with --model).")] = None,
     config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False,
 ) -> None:
-    """Score predictions with the official metrics (exact set match, execution, question/interaction).
+    """Score with the official metrics: exact set match, execution, question and interaction.
 
-    With --pred: score an official-format prediction file. Without it: evaluate a model of the run
+    With --pred: score an official-format prediction file. Without: evaluate a model of the run
     (--model) on the profile's eval datasets, greedy or with evaluate.vote samples."""
-    from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
-
     cfg = _cfg(config, overrides)
     if pred is None:
-        from mtsql import pipeline
-
-        ref = model or "auto"
-        artifact = pipeline.find_model(cfg, ref)
+        artifact = store_for(cfg).model(model or "auto")
         pipeline.evaluate(cfg, label=label or f"eval-{artifact.label if artifact else 'base'}", model=artifact,
                           force=force, dry_run=dry_run)
         return
     if dataset is None or out is None:
         raise UsageError("evaluate --pred needs --dataset and --out")
-    sql = cfg.sql
-    options = EvaluateOptions.from_config(sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics)
+    options = EvaluateOptions.from_config(cfg.sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics)
     run_evaluate(dataset, pred, out, console=console, gold_path=gold, db_dir=db_dir, tables_path=tables,
                  options=options, allow_mismatch=allow_mismatch)
 
@@ -182,27 +154,21 @@ def evaluate(
 def report(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
            runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
-    from mtsql.report import build_report
-    from mtsql.status import run_folder
-
     console.print(f"report: {build_report(run_folder(run, runs_dir))}")
 
 
 @app.command("run")
-def run_pipeline(pipeline: Annotated[Path, typer.Argument(help="pipelines/*.yaml")], config: ConfigOpt = None,
-                 overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def run_steps(steps: Annotated[Path, typer.Argument(metavar="PIPELINE", help="pipelines/*.yaml")],
+              config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False,
+              dry_run: DryRunOpt = False) -> None:
     """Run a whole pipeline (e.g. pipelines/reproduce.yaml), skipping stages already done."""
-    from mtsql.pipeline import run_pipeline as run_steps
-
-    run_steps(pipeline, config, overrides or [], force=force, dry_run=dry_run)
+    pipeline.run_pipeline(steps, config, overrides or [], force=force, dry_run=dry_run)
 
 
 @app.command()
 def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ or a run folder.")] = None,
            runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """Table of a run's artifacts: stage, round, fingerprint, state, created, key metrics."""
-    from mtsql.status import run_folder, status_rows
-
     if run is None:
         runs = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
         if not runs:
@@ -219,15 +185,43 @@ def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ 
     console.print(table)
 
 
+def stage_command(name: str):
+    """A command for stage ``name`` built from its module: one ``--<input>`` label option per entry of
+    its ``INPUTS`` (default: the label it names), plus the options every stage command has."""
+    module = STAGES[name]
+    common = [
+        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigOpt),
+        inspect.Parameter("overrides", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Overrides),
+        inspect.Parameter("label", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=LabelOpt),
+        inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=ForceOpt),
+        inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=DryRunOpt),
+    ]
+    inputs = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[
+        str | None, typer.Option(f"--{key}", help=f"Label of the {key} artifact to read.")])
+        for key, default in module.INPUTS.items()]
+
+    def command(*, config, overrides, label, force, dry_run, **labels) -> None:
+        cfg = _cfg(config, overrides)
+        store = store_for(cfg)
+        found = {key: store.latest(value) or (Pending(value, None) if dry_run else store.require(value))
+                 for key, value in labels.items() if value}
+        _print_table(f"{label or name}", run_stage(name, cfg, label=label, inputs=found, force=force, dry_run=dry_run))
+
+    command.__signature__ = inspect.Signature(common + inputs)
+    command.__doc__ = (module.__doc__ or name).split("\n\n")[0].strip()
+    return command
+
+
+app.command("reject")(stage_command("reject"))
+for _name in STAGES.keys() - {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}:
+    app.command(_name)(stage_command(_name))  # a stage without a command of its own gets the generic one
+
+
 @data_app.command("check")
 def data_check(dataset: Annotated[str, typer.Option(help="sparc or cosql")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases and gold queries that fail to execute, as a table."""
-    from rich.progress import track
-
-    from mtsql.data.check import check_split
-
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, description="executing gold", console=err_console))
     table = Table(title=f"{dataset} {split} ({report_['root']})", show_header=False)
     for key in ("interactions", "turns", "databases", "turns_without_database", "gold_fail_as_written"):
@@ -245,9 +239,7 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc or cosql")],
 def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
                 runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """Check every artifact's files against the hashes in its manifest."""
-    from mtsql.artifacts import Store, verify
-
-    folder = _existing_run(run, runs_dir)
+    folder = run_folder(run, runs_dir)
     problems = [p for artifact in Store(folder).artifacts() for p in verify(artifact)]
     for problem in problems:
         err_console.print(problem)
@@ -260,8 +252,6 @@ def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or
 def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
                 force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Fetch and convert an offline model into the cache ($MTSQL_HOME/models)."""
-    from mtsql import models
-
     console.print(f"{name}: {models.pull(name, force=force)}")
 
 
@@ -269,27 +259,17 @@ def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
 def models_make_tiny(family: Annotated[str, typer.Argument(help="qwen3")] = "qwen3",
                      force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Build the seeded random-init tiny model (on the real tokenizer) used by fast tests."""
-    from mtsql import models
-
     console.print(f"tiny-{family}: {models.make_tiny(family, force=force)}")
 
 
 @models_app.command("list")
 def models_list() -> None:
     """The known model aliases and whether they are in the cache."""
-    from mtsql import models
-
     table = Table("alias", "cached", "size", "path")
     for row in models.list_models():
         size = f"{row['bytes'] / 1e6:,.0f} MB" if row["present"] else "-"
         table.add_row(row["alias"], "yes" if row["present"] else "no", size, row["path"])
     console.print(table)
-
-
-def _existing_run(run: str, runs_dir: Path) -> Path:
-    from mtsql.status import run_folder
-
-    return run_folder(run, runs_dir)
 
 
 def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:
@@ -315,6 +295,10 @@ def main() -> None:
             raise
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except StageInterrupted as exc:
+        err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", highlight=False,
+                          soft_wrap=True)
+        sys.exit(130)
     except KeyboardInterrupt:
         err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
         sys.exit(130)

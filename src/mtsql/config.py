@@ -16,11 +16,19 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from mtsql.errors import UsageError
+from mtsql.sql.hardness import HARDNESS_LEVELS
+from mtsql.sql.metrics import TURN_BUCKETS
+
+# Choice-valued settings: a value outside these is a config error when the config loads.
+Dataset = Literal["sparc", "cosql"]
+Split = Literal["dev", "train"]
+Policy = Literal["model", "gold", "gold_with_correction"]
+CURRICULUM_LABELS = {"hardness": HARDNESS_LEVELS, "turn": TURN_BUCKETS, "pass_rate": ("high", "low", "zero")}
 
 
 @dataclass(frozen=True)
@@ -28,11 +36,11 @@ class DataConfig:
     """Which data a run uses. ``root: null`` means $MTSQL_DATA (else the packaged fixture)."""
 
     root: str | None = None
-    train_dataset: str = "cosql"
-    train_split: str = "train"
+    train_dataset: Dataset = "cosql"
+    train_split: Split = "train"
     train_limit: int | None = None  # first N interactions (a slice for small profiles)
-    eval_datasets: tuple[str, ...] = ("cosql", "sparc")
-    eval_split: str = "dev"
+    eval_datasets: tuple[Dataset, ...] = ("cosql", "sparc")
+    eval_split: Split = "dev"
     eval_limit: int | None = None
 
 
@@ -42,17 +50,17 @@ class SqlConfig:
 
     timeout_s: float = 5.0
     max_rows: int = 10_000
-    semantics: str = "official"  # official | strict
-    exec_semantics: str = "testsuite"  # testsuite | sparc
+    semantics: Literal["official", "strict"] = "official"
+    exec_semantics: Literal["testsuite", "sparc"] = "testsuite"
 
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """The agent environment (FACTS §6)."""
+    """The agent environment (docs/protocol.md)."""
 
-    mode: str = "long"  # long (tools, verification) | short (direct SQL answer)
+    mode: Literal["long", "short"] = "long"  # long: tools and verification; short: a direct SQL answer
     max_turns: int = 4  # assistant messages per question
-    memory: str = "gold"  # gold (the paper's oracle) | predicted (the agent's own answers)
+    memory: Literal["gold", "predicted"] = "gold"  # gold: the paper's oracle; predicted: the agent's own answers
     result_chars: int = 200  # rendered result preview in an observation
     sample_values: int = 3  # example values per column in the schema prompt
     thinking: bool = True
@@ -60,9 +68,9 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Reward weights (FACTS §6-7). ``family``: process | outcome | sqlr1."""
+    """Reward weights (``mtsql.rewards``): ``family`` picks the total a trajectory is trained on."""
 
-    family: str = "process"
+    family: Literal["process", "outcome", "sqlr1"] = "process"
     ex: float = 1.0
     em: float = 1.0
     exec_verify: float = 0.1
@@ -76,8 +84,8 @@ class ModelConfig:
     """A model: an alias known to ``mtsql models`` (smollm2-135m, tiny-qwen3), an HF id or a folder."""
 
     name: str = "smollm2-135m"
-    template: str = "qwen3_nothink"  # LLaMA-Factory template of this chat format
-    dtype: str = "float32"
+    template: Literal["qwen3_nothink", "qwen3"] = "qwen3_nothink"  # LLaMA-Factory template of this chat format
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"  # hf backend: cpu | cuda | cuda:N
 
 
@@ -85,14 +93,13 @@ class ModelConfig:
 class SampleConfig:
     """Trajectory sampling (rollout)."""
 
-    policy: str = "model"  # model | gold | gold_with_correction
-    backend: str = "hf"  # hf | vllm | openai
+    policy: Policy = "model"
+    backend: Literal["hf", "vllm", "openai"] = "hf"
     n: int = 1
     temperature: float = 0.7
     top_p: float = 1.0
     max_new_tokens: int = 512
     batch_size: int = 16
-    seed: int = 0
     openai_base_url: str = "http://127.0.0.1:8000/v1"
     openai_model: str | None = None  # the name the server serves the model under (default: its path or id)
     openai_concurrency: int = 8
@@ -101,18 +108,18 @@ class SampleConfig:
 
 @dataclass(frozen=True)
 class RejectConfig:
-    """Difficulty-aware reject sampling (FACTS §6)."""
+    """Difficulty-aware reject sampling (``mtsql.stages.reject``)."""
 
-    require: tuple[str, ...] = ("ex", "em")
+    require: tuple[Literal["ex", "em"], ...] = ("ex", "em")
     keep_easy: int = 2
     keep_hard: int = 3
 
 
 @dataclass(frozen=True)
 class SftConfig:
-    """LLaMA-Factory SFT (FACTS §4)."""
+    """LLaMA-Factory SFT (``mtsql.integrations.llamafactory``)."""
 
-    finetuning_type: str = "lora"  # lora | full
+    finetuning_type: Literal["lora", "full"] = "lora"
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_target: str = "all"  # LLaMA-Factory: all linear layers, or comma-separated module names
@@ -125,7 +132,7 @@ class SftConfig:
     batch_size: int = 1
     grad_accum: int = 4
     rounds: int = 3
-    first_round_policy: str = "model"  # model | gold | gold_with_correction
+    first_round_policy: Policy = "model"
     heldout: int = 32  # eval turns scored after each round
     nnodes: int = 1
     nproc_per_node: int = 1
@@ -141,16 +148,16 @@ class SftConfig:
 class CurriculumConfig:
     """How the RL pool is cut into ordered stages."""
 
-    by: str = "hardness"  # hardness | turn | pass_rate
+    by: Literal["hardness", "turn", "pass_rate"] = "hardness"
     stages: tuple[tuple[str, ...], ...] = (("easy", "medium"), ("hard",), ("extra",))
     drop_solved: bool = True
 
 
 @dataclass(frozen=True)
 class RlConfig:
-    """GRPO (FACTS §5-6); ``engine: auto`` = verl when CUDA is visible, else local."""
+    """GRPO (``mtsql.stages.rl``); ``engine: auto`` = verl when CUDA is visible, else local."""
 
-    engine: str = "auto"  # auto | verl | local
+    engine: Literal["auto", "verl", "local"] = "auto"
     n: int = 5
     lr: float = 1e-6
     kl_coef: float = 0.0
@@ -165,7 +172,7 @@ class RlConfig:
     n_gpus_per_node: int = 4
     nnodes: int = 1
     ray_address: str | None = None
-    rollout_name: str = "vllm"
+    rollout_name: Literal["vllm", "sglang"] = "vllm"
     lora_alpha: int = 32
     micro_batch_size_per_gpu: int = 1  # verl: actor update and log-prob micro-batches
     rollout_tp: int = 1  # tensor parallel size of the vllm/sglang rollout server
@@ -187,7 +194,7 @@ class Config:
 
     run: str = "default"
     runs_dir: str = "runs"
-    seed: int = 0
+    seed: int = 0  # every sampling, shuffling and training seed derives from it
     data: DataConfig = field(default_factory=DataConfig)
     sql: SqlConfig = field(default_factory=SqlConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -206,12 +213,13 @@ class Config:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML profile (with ``base:`` inheritance), apply ``a.b=value`` overrides, validate."""
+    """Read a YAML profile (with ``base:`` inheritance), apply ``a.b=value`` overrides, validate.
+
+    Every error names the key and where its value came from: the file that set it, or the override."""
     raw: dict = {}
-    source = "<defaults>"
+    origins: dict[str, str] = {}
     if path is not None:
-        source = str(path)
-        raw = _read_yaml_chain(Path(path), seen=())
+        raw = _read_yaml_chain(Path(path), (), origins)
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
@@ -221,7 +229,34 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         except yaml.YAMLError as exc:
             raise UsageError(f"override {item!r}: value is not valid YAML ({exc.__class__.__name__})") from None
         _set_dotted(raw, key.strip().split("."), value)
-    return build(Config, raw, source=source, prefix="")
+        origins[key.strip()] = f"override {item!r}"
+    where = _Origins(origins, str(path) if path is not None else "<defaults>")
+    cfg = build(Config, raw, source=where, prefix="")
+    _check_curriculum(cfg.curriculum, where)
+    return cfg
+
+
+class _Origins:
+    """Where each dotted key's value came from (a file or an override), for error messages."""
+
+    def __init__(self, origins: dict[str, str], default: str):
+        self.origins, self.default = origins, default
+
+    def of(self, key: str) -> str:
+        parts = key.split(".")
+        for n in range(len(parts), 0, -1):
+            found = self.origins.get(".".join(parts[:n]))
+            if found:
+                return found
+        return self.default
+
+
+def _check_curriculum(cfg: CurriculumConfig, where: _Origins) -> None:
+    labels = CURRICULUM_LABELS[cfg.by]
+    stray = sorted({label for stage in cfg.stages for label in stage} - set(labels))
+    if stray:
+        raise UsageError(f"{where.of('curriculum.stages')}: 'curriculum.stages' has {stray}, which are not "
+                         f"{cfg.by} labels; with curriculum.by={cfg.by} use {', '.join(labels)}")
 
 
 def to_dict(cfg: Any) -> Any:
@@ -242,7 +277,7 @@ def replace(cfg: Config, **sections: dict) -> Config:
     return dataclasses.replace(cfg, **changed)
 
 
-def _read_yaml_chain(path: Path, seen: tuple[Path, ...]) -> dict:
+def _read_yaml_chain(path: Path, seen: tuple[Path, ...], origins: dict[str, str]) -> dict:
     path = path.expanduser()
     if path.resolve() in seen:
         raise UsageError(f"{path}: 'base:' chain loops back to itself")
@@ -259,10 +294,17 @@ def _read_yaml_chain(path: Path, seen: tuple[Path, ...]) -> dict:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a config must be a mapping of sections, got {type(data).__name__}")
     base = data.pop("base", None)
-    if base is None:
-        return data
-    parent = _read_yaml_chain(path.parent / base, seen + (path.resolve(),))
+    parent = {} if base is None else _read_yaml_chain(path.parent / base, seen + (path.resolve(),), origins)
+    origins.update(dict.fromkeys(_leaf_keys(data), str(path)))
     return _deep_merge(parent, data)
+
+
+def _leaf_keys(tree: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        keys += _leaf_keys(value, f"{dotted}.") if isinstance(value, dict) and value else [dotted]
+    return keys
 
 
 def _deep_merge(base: dict, top: dict) -> dict:
@@ -284,11 +326,12 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
     tree[keys[-1]] = value
 
 
-def build(cls: type, raw: Any, *, source: str, prefix: str) -> Any:
-    """Validate a mapping into dataclass ``cls``; errors name the dotted key and the source file."""
-    where = prefix.rstrip(".") or "top level"
+def build(cls: type, raw: Any, *, source: str | _Origins, prefix: str) -> Any:
+    """Validate a mapping into dataclass ``cls``; errors name the dotted key and where it came from."""
+    where = source if isinstance(source, _Origins) else _Origins({}, source)
+    name = prefix.rstrip(".") or "top level"
     if not isinstance(raw, dict):
-        raise UsageError(f"{source}: '{where}' must be a mapping, got {type(raw).__name__}")
+        raise UsageError(f"{where.of(name)}: '{name}' must be a mapping, got {type(raw).__name__}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     values = {}
@@ -296,23 +339,27 @@ def build(cls: type, raw: Any, *, source: str, prefix: str) -> Any:
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
-            raise UsageError(f"{source}: unknown key '{prefix}{key}'{hint}")
-        values[key] = _coerce(hints[key], value, source=source, key=f"{prefix}{key}")
+            raise UsageError(f"{where.of(f'{prefix}{key}')}: unknown key '{prefix}{key}'{hint}")
+        values[key] = _coerce(hints[key], value, where=where, key=f"{prefix}{key}")
     return cls(**values)
 
 
-def _coerce(tp: Any, value: Any, *, source: str, key: str) -> Any:
+def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
-        return build(tp, value if value is not None else {}, source=source, prefix=f"{key}.")
+        return build(tp, value if value is not None else {}, source=where, prefix=f"{key}.")
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is Literal:
+        if value not in args:
+            raise UsageError(f"{where.of(key)}: '{key}' must be one of {', '.join(map(str, args))}; got {value!r}")
+        return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _coerce(arg, value, source=source, key=key)
+                return _coerce(arg, value, where=where, key=key)
             except UsageError as exc:
                 errors.append(exc)
         raise errors[-1]
@@ -320,7 +367,7 @@ def _coerce(tp: Any, value: Any, *, source: str, key: str) -> Any:
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             value = [value]
         inner = args[0] if args else Any
-        return tuple(_coerce(inner, v, source=source, key=key) for v in value)
+        return tuple(_coerce(inner, v, where=where, key=key) for v in value)
     if tp is Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -329,5 +376,47 @@ def _coerce(tp: Any, value: Any, *, source: str, key: str) -> Any:
         with contextlib.suppress(ValueError):  # not a number: the type error below names the key
             return float(value)
     if tp in (int, float, str, bool) and (type(value) is not tp):
-        raise UsageError(f"{source}: '{key}' must be {tp.__name__}, got {value!r} ({type(value).__name__})")
+        raise UsageError(f"{where.of(key)}: '{key}' must be {tp.__name__}, got {value!r} ({type(value).__name__})")
     return value
+
+
+class UndeclaredSection(AttributeError):
+    """A stage read a config section it did not declare: its fingerprint would miss that input."""
+
+
+class ConfigView:
+    """A stage's view of a config: only the sections the stage declares (``SECTIONS``) can be read.
+
+    What a stage reads and what its fingerprint covers are the same thing by construction: the runner
+    hashes ``view.hashed()``, and reading any other section raises ``UndeclaredSection``. ``run`` and
+    ``runs_dir`` (where results are stored, not what they are) are always readable; ``data_root`` is
+    the resolved data folder, always hashed.
+    """
+
+    STORAGE = ("run", "runs_dir")
+
+    def __init__(self, cfg: Config, sections: typing.Iterable[str], *, owner: str, data_root: Path):
+        unknown = set(sections) - {f.name for f in dataclasses.fields(Config)}
+        if unknown:
+            raise ValueError(f"{owner}: SECTIONS names unknown config sections {sorted(unknown)}")
+        self._cfg, self._sections, self._owner = cfg, tuple(sections), owner
+        self.data_root = Path(data_root)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._sections or name in self.STORAGE:
+            return getattr(self._cfg, name)
+        raise UndeclaredSection(f"{self._owner} reads config section '{name}' but its SECTIONS "
+                                f"{self._sections} do not declare it, so its fingerprint would not cover it")
+
+    def replace(self, **sections: dict) -> ConfigView:
+        """A view of a config with some fields of declared sections changed: ``view.replace(sample={"n": 1})``."""
+        for name in sections:
+            getattr(self, name)  # only declared sections may change
+        return ConfigView(replace(self._cfg, **sections), self._sections, owner=self._owner, data_root=self.data_root)
+
+    def hashed(self) -> dict:
+        """What a fingerprint covers: the declared sections and the data folder."""
+        return {**{name: to_dict(getattr(self._cfg, name)) for name in self._sections},
+                "data_root": str(self.data_root)}

@@ -25,6 +25,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from mtsql.artifacts import MODEL_DIR
 from mtsql.chat_format import CHAT_TEMPLATE, ChatFormat
 from mtsql.errors import MtsqlError, UsageError
 from mtsql.paths import home_dir
@@ -93,6 +94,14 @@ def resolve_model(name: str) -> Path | str:
         known = ", ".join([*_PULLABLE, *_MAKEABLE])
         raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
     return name
+
+
+def stage_model(base: str, trained=None, *, resolve: bool = True) -> str:
+    """The model a stage loads: the ``model/`` folder of a training artifact ``trained``, else the
+    base model ``base`` (resolved on first use, unless ``resolve`` is off, as in a dry run)."""
+    if trained is not None:
+        return str(Path(trained.path) / MODEL_DIR)
+    return str(resolve_model(base)) if resolve else base
 
 
 def list_models() -> list[dict]:

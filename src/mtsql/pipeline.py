@@ -1,149 +1,82 @@
 """Chaining stages: self-taught SFT rounds, curriculum RL, evaluation, and `mtsql run PIPELINE`.
 
-Each function here decides *which* artifacts feed *which* stage; the stage bodies live in
-``mtsql.stages``. Every stage goes through ``run_stage`` so it is fingerprinted, skipped when done
-and planned by ``--dry-run``. In a dry run a stage whose input is not built yet is shown as
-waiting, and everything after it too.
+Each function here decides *which* artifacts feed *which* stage; the stages themselves are the
+modules of ``runner.STAGES``, run through ``runner.run_stage`` (fingerprinted, skipped when done,
+planned by ``--dry-run``). In a dry run a stage that would run yields a ``Pending`` placeholder and
+the plan goes on: later stages show ``<from LABEL>`` where they would read its outputs, and an
+unknown outcome (how many trajectories a round keeps, which curriculum stages are empty) is
+assumed to let every later step run.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.table import Table
 
 from mtsql.artifacts import Artifact
-from mtsql.config import Config, load_config
-from mtsql.data import Turn, load_turns
+from mtsql.config import Config, build, load_config, replace
 from mtsql.errors import UsageError
-from mtsql.files import read_jsonl
-from mtsql.paths import data_dir, database_path
+from mtsql.report import build_report
+from mtsql.runner import STAGES, Pending, run_stage, store_for
 from mtsql.stages import curriculum as curriculum_stage
-from mtsql.stages import reject as reject_stage
-from mtsql.stages.runner import run_stage, waiting
+from mtsql.stages.rl import pick_engine
 
 console = Console(stderr=True)
-MODEL_DIR = "model"
-
-
-class Waiting(Exception):
-    """Raised in a dry run when a stage's input does not exist yet: the rest of the plan waits on it."""
-
-
-def model_path(cfg: Config, artifact: Artifact | None, *, resolve: bool = True) -> str:
-    """The model a stage should load: a trained artifact's ``model/`` folder, else the base model
-    (an alias is fetched or built on first use unless ``resolve`` is off, as in a dry run)."""
-    if artifact is not None:
-        return str(artifact.path / MODEL_DIR)
-    if not resolve:
-        return cfg.model.name
-    from mtsql.models import resolve_model
-
-    return str(resolve_model(cfg.model.name))
-
-
-def train_pool(cfg: Config) -> list[Turn]:
-    """Training turns that can be rewarded: their database exists and their gold SQL parses
-    (a gold the official parser rejects has no hardness and can never score exact match)."""
-    root = data_dir(cfg.data.root)
-    turns = load_turns(cfg.data.train_dataset, cfg.data.train_split, root=root, limit=cfg.data.train_limit)
-    return [t for t in turns if t.hardness is not None and database_path(t.db_id, root).exists()]
-
-
-def eval_turns(cfg: Config, dataset: str) -> list[Turn]:
-    return load_turns(dataset, cfg.data.eval_split, root=data_dir(cfg.data.root), limit=cfg.data.eval_limit)
-
-
-def _need(artifact: Artifact | None, label: str, dry_run: bool) -> Artifact | None:
-    if artifact is None and dry_run:
-        raise Waiting(label)
-    return artifact
 
 
 # ---------------------------------------------------------------------------------------------
 # Self-taught warm-start SFT
 
 
-def sample(cfg: Config, *, label: str, turns: list[Turn], policy: str, model: Artifact | None = None,
-           pool: Artifact | None = None, round: int | None = None, force: bool = False, dry_run: bool = False):
-    from mtsql.stages import sample as sample_stage
-
-    inputs = {k: v for k, v in {"model": model, "pool": pool}.items() if v is not None}
-    if pool is not None:
-        pool_uids = {Turn.from_dict(row).uid for row in read_jsonl(pool.path / "pool.jsonl")}
-        turns = [t for t in turns if t.uid in pool_uids]
-    params = {"policy": policy, "items": [t.uid for t in turns]}
-    work = lambda ctx: sample_stage.run(ctx, cfg, turns, policy=policy,  # noqa: E731
-                                        model=model_path(cfg, model) if policy == "model" else None)
-    return run_stage("sample", cfg, work, label=label, inputs=inputs, params=params, round=round,
-                     force=force, dry_run=dry_run)
+def sample(cfg: Config, *, label: str = "sample", policy: str | None = None, model=None, pool=None,
+           round: int | None = None, force=False, dry_run=False) -> Artifact | Pending:
+    """Roll out ``policy`` (default ``sample.policy``); a model policy samples ``model`` (None: base)."""
+    if policy is not None:
+        cfg = replace(cfg, sample={"policy": policy})
+    inputs = {"model": model if cfg.sample.policy == "model" else None, "pool": pool}
+    return run_stage("sample", cfg, label=label, inputs=inputs, round=round, force=force, dry_run=dry_run)
 
 
-def reject(cfg: Config, sample_art: Artifact, *, label: str, round: int | None = None, force=False, dry_run=False):
-    return run_stage("reject", cfg, lambda ctx: reject_stage.run(ctx, cfg.reject), label=label,
-                     inputs={"sample": sample_art}, round=round, force=force, dry_run=dry_run)
-
-
-def sft(cfg: Config, reject_art: Artifact, *, label: str, model: Artifact | None = None, round: int | None = None,
-        force=False, dry_run=False):
-    from mtsql.stages import sft as sft_stage
-
-    inputs = {"data": reject_art, **({"model": model} if model else {})}
-    heldout = eval_turns(cfg, cfg.data.eval_datasets[0])[: cfg.sft.heldout] if cfg.sft.heldout else []
-    base = model_path(cfg, model, resolve=not dry_run)
-    done = run_stage("sft", cfg, lambda ctx: sft_stage.run(ctx, cfg, base_model=base, heldout=heldout),
-                     label=label, inputs=inputs, round=round, params={"heldout": [t.uid for t in heldout]},
-                     force=force, dry_run=dry_run)
-    if dry_run and done is None:
-        console.print(sft_stage.plan(Path(cfg.runs_dir) / cfg.run / label / "<fingerprint>", cfg, base).describe(),
-                      markup=False, highlight=False)
-    return done
-
-
-def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=False) -> Artifact | None:
+def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=False) -> Artifact | Pending | None:
     """Round k samples the pool with round k-1's model (round 1: ``sft.first_round_policy``),
     keeps correct diverse trajectories, and fine-tunes round k-1's model on them. Items the model
     solved leave the pool (a scripted policy solves nothing by itself: the pool stays). A round
     with nothing kept trains nothing and the previous model carries over."""
-    rounds = rounds or cfg.sft.rounds
-    turns = train_pool(cfg)
-    model: Artifact | None = None
-    pool: Artifact | None = None
+    model = pool = None
     summary = []
-    for k in range(1, rounds + 1):
+    for k in range(1, (rounds or cfg.sft.rounds) + 1):
         policy = cfg.sft.first_round_policy if k == 1 else "model"
-        sampled = _need(sample(cfg, label=f"sample-r{k}", turns=turns, policy=policy, model=model, pool=pool,
-                               round=k, force=force, dry_run=dry_run), f"sample-r{k}", dry_run)
-        kept = _need(reject(cfg, sampled, label=f"reject-r{k}", round=k, force=force, dry_run=dry_run),
-                     f"reject-r{k}", dry_run)
+        sampled = sample(cfg, label=f"sample-r{k}", policy=policy, model=model, pool=pool, round=k, force=force,
+                         dry_run=dry_run)
+        kept = run_stage("reject", cfg, label=f"reject-r{k}", inputs={"sample": sampled}, round=k, force=force,
+                         dry_run=dry_run)
         if policy == "model":
             pool = kept
-        if kept.metrics.get("kept", 0) == 0:
+        if isinstance(kept, Artifact) and kept.metrics.get("kept", 0) == 0:
             console.print(f"[yellow]round {k}: no correct trajectory kept; the previous model carries over[/]")
             summary.append({"round": k, **_round_row(kept, None)})
             continue
-        trained = _need(sft(cfg, kept, label=f"sft-r{k}", model=model, round=k, force=force, dry_run=dry_run),
-                        f"sft-r{k}", dry_run)
-        model = trained
-        summary.append({"round": k, **_round_row(kept, trained)})
-    _print_rounds(summary)
+        model = run_stage("sft", cfg, label=f"sft-r{k}", inputs={"reject": kept, "model": model}, round=k,
+                          force=force, dry_run=dry_run)
+        summary.append({"round": k, **_round_row(kept, model)})
+    if not dry_run:
+        _print_rounds(summary)
     return model
 
 
-def _round_row(kept: Artifact, trained: Artifact | None) -> dict:
+def _round_row(kept: Artifact, trained: Artifact | Pending | None) -> dict:
     m = kept.metrics
-    t = trained.metrics if trained else {}
+    t = trained.metrics if trained is not None else {}
     return {"pool": m.get("items"), "solved": m.get("solved"), "kept": m.get("kept"),
             "train_loss": t.get("train_loss"), "heldout_ex": t.get("heldout", {}).get("ex"),
             "heldout_em": t.get("heldout", {}).get("em")}
 
 
 def _print_rounds(rows: list[dict]) -> None:
-    from rich.table import Table
-
     if not rows:
         return
     table = Table(title="self-taught SFT rounds")
@@ -158,45 +91,30 @@ def _print_rounds(rows: list[dict]) -> None:
 # Curriculum RL
 
 
-def curriculum(cfg: Config, *, model: Artifact | None = None, force=False, dry_run=False) -> Artifact | None:
+def curriculum(cfg: Config, *, model=None, force=False, dry_run=False) -> Artifact | Pending:
     """Stages of the RL pool; with ``curriculum.by=pass_rate`` or ``drop_solved``, the SFT model is sampled first."""
-    turns = train_pool(cfg)
-    inputs = {}
+    probe = None
     if cfg.curriculum.by == "pass_rate" or (cfg.curriculum.drop_solved and model is not None):
-        probe = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, n=max(cfg.sample.n, 2)))
-        sampled = _need(sample(probe, label="sample-pool", turns=turns, policy="model", model=model,
-                               force=force, dry_run=dry_run), "sample-pool", dry_run)
-        inputs["sample"] = sampled
-    return run_stage("curriculum", cfg, lambda ctx: curriculum_stage.run(ctx, turns, cfg.curriculum),
-                     inputs=inputs, params={"items": [t.uid for t in turns]}, force=force, dry_run=dry_run)
+        probe = sample(replace(cfg, sample={"n": max(cfg.sample.n, 2)}), label="sample-pool", policy="model",
+                       model=model, force=force, dry_run=dry_run)
+    return run_stage("curriculum", cfg, inputs={"sample": probe}, force=force, dry_run=dry_run)
 
 
-def rl(cfg: Config, *, curriculum_art: Artifact, model: Artifact | None = None, engine: str | None = None,
-       force=False, dry_run=False) -> Artifact | None:
-    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model.
-    A dry run with the verl engine also prints every command and file of the stage."""
-    from mtsql.stages import rl as rl_stage
-
-    engine = rl_stage.pick_engine(engine or cfg.rl.engine)
-    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, engine=engine))
+def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, force=False,
+       dry_run=False) -> Artifact | Pending | None:
+    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model."""
+    cfg = replace(cfg, rl={"engine": pick_engine(engine or cfg.rl.engine)})
     for k in range(1, len(cfg.curriculum.stages) + 1):
-        turns = curriculum_stage.load_stage(curriculum_art.path, k)
-        if not turns:
+        if isinstance(curriculum_art, Artifact) and not curriculum_stage.load_stage(curriculum_art.path, k):
             console.print(f"[yellow]curriculum stage {k} is empty: skipped[/]")
             continue
-        start = model_path(cfg, model, resolve=not dry_run)
-        inputs = {"curriculum": curriculum_art, **({"model": model} if model else {})}
-        work = lambda ctx, turns=turns, start=start, k=k: rl_stage.run(  # noqa: E731
-            ctx, cfg, turns, engine=engine, base_model=start, stage=k)
-        done = run_stage("rl", cfg, work, label=f"rl-c{k}", inputs=inputs, params={"stage": k}, round=k,
-                         force=force, dry_run=dry_run)
-        if done is not None and done.metrics.get("steps_without_signal"):
+        done = run_stage("rl", cfg, label=f"rl-c{k}", inputs={"curriculum": curriculum_art, "model": model},
+                         params={"stage": k}, round=k, force=force, dry_run=dry_run)
+        if done.metrics.get("steps_without_signal"):
             console.print(f"[yellow]rl-c{k}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
                           "steps had equal rewards in every group, so no policy gradient (raise rl.n, or "
                           "lower rl.temperature if every sample fails the protocol)[/]")
-        if dry_run and done is None and engine == "verl":
-            rl_stage.print_plan(cfg, turns, base_model=start, out=Path(cfg.runs_dir) / cfg.run / f"rl-c{k}", stage=k)
-        model = _need(done, f"rl-c{k}", dry_run)
+        model = done
     return model
 
 
@@ -204,15 +122,13 @@ def rl(cfg: Config, *, curriculum_art: Artifact, model: Artifact | None = None, 
 # Evaluation and whole pipelines
 
 
-def evaluate(cfg: Config, *, label: str, model: Artifact | None = None, force=False, dry_run=False) -> Artifact | None:
+def evaluate(cfg: Config, *, label: str, model=None, force=False, dry_run=False) -> Artifact | Pending:
     """Score a model (greedy, or voting) on every eval dataset with the official metrics."""
-    from mtsql.stages import evaluate as evaluate_stage
+    return run_stage("evaluate", cfg, label=label, inputs={"model": model}, force=force, dry_run=dry_run)
 
-    datasets = {name: eval_turns(cfg, name) for name in cfg.data.eval_datasets}
-    inputs = {"model": model} if model else {}
-    work = lambda ctx: evaluate_stage.run_model(ctx, cfg, datasets, model=model_path(cfg, model))  # noqa: E731
-    return run_stage("evaluate", cfg, work, label=label, inputs=inputs,
-                     params={"items": {k: len(v) for k, v in datasets.items()}}, force=force, dry_run=dry_run)
+
+MODEL_REFS = ("base", "sft", "rl", "latest")  # latest: the newest trained model so far
+COMPOSITE_STEPS = ("sft-iterate", "rl", "report")
 
 
 @dataclass(frozen=True)
@@ -221,7 +137,7 @@ class Step:
 
     stage: str
     label: str | None = None
-    model: str = "latest"  # base | sft | rl | latest (the newest trained model so far)
+    model: str = "latest"
     overrides: tuple[str, ...] = ()
 
 
@@ -230,12 +146,7 @@ class Pipeline:
     steps: tuple[Step, ...] = field(default_factory=tuple)
 
 
-STEP_STAGES = ("sft-iterate", "curriculum", "rl", "evaluate", "report")
-
-
 def load_pipeline(path: Path) -> Pipeline:
-    from mtsql.config import build
-
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as exc:
@@ -249,76 +160,48 @@ def load_pipeline(path: Path) -> Pipeline:
         raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a pipeline has only 'steps'")
     pipeline = Pipeline(tuple(build(Step, s, source=str(path), prefix=f"steps[{i}].") for i, s in enumerate(raw["steps"])))
     for i, step in enumerate(pipeline.steps):
-        if step.stage not in STEP_STAGES:
-            raise UsageError(f"{path}: steps[{i}].stage '{step.stage}' is not one of {', '.join(STEP_STAGES)}")
-        if step.model not in ("base", "sft", "rl", "latest"):
-            raise UsageError(f"{path}: steps[{i}].model must be base, sft, rl or latest")
+        if step.stage not in (*COMPOSITE_STEPS, *STAGES):
+            raise UsageError(f"{path}: steps[{i}].stage '{step.stage}' is not one of "
+                             f"{', '.join((*COMPOSITE_STEPS, *STAGES))}")
+        if step.model not in MODEL_REFS:
+            raise UsageError(f"{path}: steps[{i}].model must be one of {', '.join(MODEL_REFS)}")
     return pipeline
 
 
 def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, force=False, dry_run=False) -> None:
-    """Run every step in order; finished stages are cache hits. Prints where the report is."""
+    """Run every step in order; finished stages are cache hits. Prints where the report is.
+
+    ``sft-iterate`` runs the SFT rounds, ``curriculum`` (with the SFT model) and ``rl`` the curriculum
+    RL stages, ``evaluate`` a model picked by the step's ``model``, ``report`` builds the report; any
+    other stage of ``runner.STAGES`` runs on the latest artifacts of its ``INPUTS``' default labels
+    (the ones this pipeline made first)."""
     pipeline = load_pipeline(path)
     base_cfg = load_config(config_path, overrides)
-    models: dict[str, Artifact | None] = {"base": None, "sft": None, "rl": None, "latest": None}
-    console.print(f"[bold]{path}[/] with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else ""))
-    try:
-        for step in pipeline.steps:
-            cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
-            if step.stage == "sft-iterate":
-                models["sft"] = models["latest"] = sft_iterate(cfg, force=force, dry_run=dry_run)
-            elif step.stage == "curriculum":
-                models["curriculum"] = curriculum(cfg, model=models["sft"], force=force, dry_run=dry_run)
-            elif step.stage == "rl":
-                curriculum_art = _need(models.get("curriculum"), "curriculum", dry_run)
-                if curriculum_art is None:
-                    raise UsageError(f"{path}: an rl step needs a curriculum step before it")
-                models["rl"] = models["latest"] = rl(cfg, curriculum_art=curriculum_art, model=models["sft"],
-                                                     force=force, dry_run=dry_run)
-            elif step.stage == "evaluate":
-                evaluate(cfg, label=step.label or f"eval-{step.model}", model=models[step.model],
-                         force=force, dry_run=dry_run)
-            elif step.stage == "report" and not dry_run:
-                from mtsql.report import build_report
-
-                report_path = build_report(Path(cfg.runs_dir) / cfg.run)
-                console.print(f"[bold green]report:[/] {report_path}")
-    except Waiting as exc:
-        waiting("(rest of the pipeline)", str(exc))
-
-
-def find_model(cfg: Config, ref: str | None, *, auto: tuple[str, ...] = ("rl", "sft")) -> Artifact | None:
-    """A ``--model`` reference: ``base``; ``sft`` / ``rl`` (the last round or stage of this run);
-    an artifact label such as ``sft-r2``; or ``auto``/None: the first of ``auto`` this run has, else base
-    (RL starts from ``auto=("sft",)``, so a rerun never starts from its own output)."""
-    from mtsql.stages.runner import store_for
-
-    store = store_for(cfg)
-    labels = sorted((p.name for p in store.root.iterdir() if p.is_dir()), key=_label_order) if store.root.exists() else []
-    if ref in (None, "auto"):
-        ref = next((kind for kind in auto if any(name.startswith(f"{kind}-") for name in labels)), "base")
-    if ref == "base":
-        return None
-    if ref in ("sft", "rl"):
-        matching = [name for name in labels if name.startswith(f"{ref}-")]
-        if not matching:
-            raise UsageError(f"run '{cfg.run}' has no {ref} model yet; run `mtsql {'sft-iterate' if ref == 'sft' else 'rl'}` first")
-        ref = matching[-1]
-    artifact = store.latest(ref)
-    if artifact is None or not (artifact.path / MODEL_DIR).is_dir():
-        raise UsageError(f"run '{cfg.run}' has no model artifact '{ref}' (see `mtsql status {cfg.run}`)")
-    return artifact
-
-
-def _label_order(label: str) -> tuple[str, int]:
-    stem, _, number = label.rpartition("-")
-    return (stem, int(number[1:])) if number[1:].isdigit() else (label, 0)
-
-
-def find_artifact(cfg: Config, label: str) -> Artifact:
-    from mtsql.stages.runner import store_for
-
-    artifact = store_for(cfg).latest(label)
-    if artifact is None:
-        raise UsageError(f"run '{cfg.run}' has no complete '{label}' artifact (see `mtsql status {cfg.run}`)")
-    return artifact
+    models: dict[str, object] = dict.fromkeys(MODEL_REFS)
+    made: dict[str, object] = {}
+    console.print(f"[bold]{path}[/] with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else ""),
+                  soft_wrap=True)
+    for step in pipeline.steps:
+        cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
+        if step.stage == "sft-iterate":
+            models["sft"] = models["latest"] = sft_iterate(cfg, force=force, dry_run=dry_run)
+        elif step.stage == "curriculum":
+            made["curriculum"] = curriculum(cfg, model=models["sft"], force=force, dry_run=dry_run)
+        elif step.stage == "rl":
+            if "curriculum" not in made:
+                raise UsageError(f"{path}: an rl step needs a curriculum step before it")
+            models["rl"] = models["latest"] = rl(cfg, curriculum_art=made["curriculum"], model=models["sft"],
+                                                 force=force, dry_run=dry_run)
+        elif step.stage == "evaluate":
+            evaluate(cfg, label=step.label or f"eval-{step.model}", model=models[step.model], force=force,
+                     dry_run=dry_run)
+        elif step.stage == "report":
+            if not dry_run:
+                console.print(f"[bold green]report:[/] {build_report(store_for(cfg).root)}")
+        else:
+            store = store_for(cfg)
+            inputs = {name: made.get(default) or store.latest(default)
+                      or (Pending(default, None) if dry_run else store.require(default))
+                      for name, default in STAGES[step.stage].INPUTS.items() if default is not None}
+            made[step.label or step.stage] = run_stage(step.stage, cfg, label=step.label, inputs=inputs, force=force,
+                                                       dry_run=dry_run)

@@ -130,7 +130,7 @@ class RolloutEngine:
     @classmethod
     def from_config(cls, cfg, *, data_root: Path, policy: str, model: str | None = None,
                     temperature: float | None = None, backend: Backend | None = None) -> RolloutEngine:
-        """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model`` sections) with a
+        """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model``, ``seed``) with a
         model backend (``policy="model"``) or a scripted policy (``gold``, ``gold_with_correction``).
 
         ``backend``: an already loaded backend (the RL engine samples from the model it trains);
@@ -147,7 +147,7 @@ class RolloutEngine:
         backend = backend or make_backend(cfg.sample.backend, model, **backend_options(cfg))
         params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
                                 top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
-                                seed=cfg.sample.seed, stop=STOP_STRINGS)
+                                seed=cfg.seed, stop=STOP_STRINGS)
         chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
         tools = TOOL_SCHEMAS if cfg.env.mode == "long" else ()
         return cls(make_env, backend=backend, chat=chat, params=params, tools=tools, **common)
@@ -338,13 +338,13 @@ class _Meter:
 
 
 def backend_options(cfg) -> dict:
-    """Constructor options of the ``sample.backend`` a config names (``model`` and ``sample`` sections)."""
+    """Constructor options of the ``sample.backend`` a config names (``model``, ``sample``, ``seed``)."""
     if cfg.sample.backend == "hf":
         return {"dtype": cfg.model.dtype, "device": cfg.model.device}
     if cfg.sample.backend == "openai":
         return {"base_url": cfg.sample.openai_base_url, "served_model": cfg.sample.openai_model,
                 "concurrency": cfg.sample.openai_concurrency, "timeout_s": cfg.sample.openai_timeout_s}
-    return {"dtype": cfg.model.dtype, "seed": cfg.sample.seed}
+    return {"dtype": cfg.model.dtype, "seed": cfg.seed}
 
 
 def iter_keys(turns: Iterable[Turn], n: int) -> list[str]:

@@ -161,7 +161,7 @@ def test_multi_node_needs_a_ray_address_and_says_how_to_start_ray(tmp_path):
 def test_bad_plans_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="fewer than rl.batch_size=256"):
         plan_for(tmp_path, rows=100)
-    with pytest.raises(UsageError, match="vllm or sglang"):
+    with pytest.raises(UsageError, match="'rl.rollout_name' must be one of vllm, sglang"):
         plan_for(tmp_path, "rl.rollout_name=hf")
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from mtsql.config import CurriculumConfig
+from mtsql.config import CurriculumConfig, load_config
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.stages.curriculum import partition, pass_rates, size_table
@@ -24,8 +24,8 @@ def test_default_stages_by_hardness():
 def test_by_turn_and_unknown_labels():
     stages, dropped = partition(POOL, CurriculumConfig(by="turn", stages=(("1",), ("2", "3"))))
     assert [len(s) for s in stages] == [2, 2] and dropped["not_in_any_stage"] == 1
-    with pytest.raises(UsageError, match="not turn labels"):
-        partition(POOL, CurriculumConfig(by="turn", stages=(("easy",),)))
+    with pytest.raises(UsageError, match=r"override 'curriculum.stages=\[\[easy\]\]'.*not turn labels"):
+        load_config(None, ["curriculum.by=turn", "curriculum.stages=[[easy]]"])
 
 
 def test_pass_rate_and_drop_solved():

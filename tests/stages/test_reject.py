@@ -1,7 +1,7 @@
 import pytest
 
-from mtsql.config import RejectConfig
-from mtsql.errors import StageFailed
+from mtsql.config import RejectConfig, load_config
+from mtsql.errors import UsageError
 from mtsql.stages.reject import diverse, select
 from mtsql.trajectories import is_correct
 
@@ -53,6 +53,6 @@ def test_unsolved_items_go_to_the_pool_and_table_buckets():
     assert table["turn=>4"]["unsolved"] == 1 and table["turn=1"]["kept"] == 1
 
 
-def test_unknown_requirement_is_refused():
-    with pytest.raises(StageFailed, match="unknown"):
-        select([row("a", 0)], RejectConfig(require=("bleu",)))
+def test_unknown_requirement_is_refused_when_the_config_loads():
+    with pytest.raises(UsageError, match="'reject.require' must be one of ex, em; got 'bleu'"):
+        load_config(None, ["reject.require=[ex, bleu]"])

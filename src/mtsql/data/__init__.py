@@ -8,19 +8,24 @@
 
 from __future__ import annotations
 
+import typing
+from dataclasses import replace
 from pathlib import Path
 
+from mtsql.config import DataConfig, Dataset, Split
 from mtsql.data.cosql_raw import load_raw_dialogues
 from mtsql.data.official import load_official
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.paths import data_dir
+from mtsql.paths import data_dir, database_path
+from mtsql.sql import hardness_of
 
-DATASETS = ("sparc", "cosql")
-SPLITS = ("dev", "train")
+DATASETS = typing.get_args(Dataset)
+SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
-__all__ = ["DATASETS", "SPLITS", "Turn", "dataset_file", "load_turns", "gold_file", "tables_file"]
+__all__ = ["DATASETS", "SPLITS", "Turn", "dataset_file", "eval_turns", "gold_file", "load_turns", "tables_file",
+           "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -74,9 +79,17 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
     return turns
 
 
+def train_pool(cfg: DataConfig, root: Path) -> list[Turn]:
+    """The training turns of a config that can be rewarded: their database exists and their gold parses
+    (a gold the official parser rejects has no hardness and can never score exact match)."""
+    turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit)
+    return [t for t in turns if t.hardness is not None and database_path(t.db_id, root).exists()]
+
+
+def eval_turns(cfg: DataConfig, dataset: str, root: Path) -> list[Turn]:
+    """The evaluation slice of ``dataset``: the first ``eval_limit`` interactions of ``eval_split``."""
+    return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit)
+
+
 def _with_hardness(turns: list[Turn], root: Path) -> list[Turn]:
-    from dataclasses import replace
-
-    from mtsql.sql import hardness_of
-
     return [replace(t, hardness=hardness_of(t.gold_sql, t.db_id, data_root=root)) for t in turns]

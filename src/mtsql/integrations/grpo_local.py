@@ -164,7 +164,6 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     import time
 
     from mtsql.backends.hf import HFBackend
-    from mtsql.paths import data_dir
     from mtsql.rollout import RolloutEngine, derive_seed
     from mtsql.trajectories import score_record
 
@@ -180,7 +179,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.rl.lr, weight_decay=0.0)
-    root = data_dir(cfg.data.root)
+    root = cfg.data_root
     engine = RolloutEngine.from_config(cfg, data_root=root, policy="model", temperature=cfg.rl.temperature,
                                        backend=backend)
     settings = GrpoSettings(clip_ratio=cfg.rl.clip_ratio, kl_coef=cfg.rl.kl_coef,

@@ -8,28 +8,29 @@
   (``high`` ≥ 0.5 > ``low`` > 0 = ``zero``).
 
 ``curriculum.stages`` lists the labels of each stage in order. With ``drop_solved`` and a sample
-artifact, items that every sample already solved are dropped (they carry no GRPO signal). Writes
-``stage-<k>.jsonl`` (Turn dicts) and a table of stage sizes by hardness and turn.
+artifact, items that every sample already solved are dropped (they carry no GRPO signal).
+
+Reads: the RL pool (config section ``data``: the training split); optionally a ``sample`` input of
+the SFT model on that pool (pass rates); config section ``curriculum``.
+Writes: ``stage-<k>.jsonl`` (Turn dicts) and, in the metrics, a table of stage sizes by hardness and turn.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
-from mtsql.artifacts import StageContext
-from mtsql.config import CurriculumConfig
+from mtsql.artifacts import Artifact, StageContext
+from mtsql.config import CURRICULUM_LABELS, ConfigView, CurriculumConfig
+from mtsql.data import train_pool
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.files import read_jsonl, write_jsonl
-from mtsql.sql.hardness import HARDNESS_LEVELS
-from mtsql.sql.metrics import TURN_BUCKETS, turn_bucket
+from mtsql.sql.metrics import turn_bucket
 from mtsql.trajectories import is_correct
 
-LABELS = {
-    "hardness": HARDNESS_LEVELS,
-    "turn": TURN_BUCKETS,
-    "pass_rate": ("high", "low", "zero"),
-}
+SECTIONS = ("data", "curriculum")
+INPUTS = {"sample": None}
 
 
 def pass_rates(rows: list[dict]) -> dict[str, float]:
@@ -53,13 +54,8 @@ def label_of(turn: Turn, by: str, rates: dict[str, float]) -> str | None:
 
 def partition(turns: list[Turn], cfg: CurriculumConfig, rates: dict[str, float] | None = None) -> tuple[list[list[Turn]], dict]:
     """Ordered stages of turns, and counts of what was dropped and why."""
-    if cfg.by not in LABELS:
-        raise UsageError(f"curriculum.by: unknown '{cfg.by}'; choose one of {', '.join(LABELS)}")
     if cfg.by == "pass_rate" and rates is None:
         raise UsageError("curriculum.by=pass_rate needs a sample artifact of the SFT model on the RL pool")
-    stray = {label for stage in cfg.stages for label in stage} - set(LABELS[cfg.by])
-    if stray:
-        raise UsageError(f"curriculum.stages: {sorted(stray)} are not {cfg.by} labels ({', '.join(LABELS[cfg.by])})")
     rates = rates or {}
     stage_of = {label: k for k, stage in enumerate(cfg.stages) for label in stage}
     stages: list[list[Turn]] = [[] for _ in cfg.stages]
@@ -81,17 +77,17 @@ def partition(turns: list[Turn], cfg: CurriculumConfig, rates: dict[str, float] 
 def size_table(stages: list[list[Turn]]) -> dict[str, dict[str, int]]:
     table = {}
     for k, stage in enumerate(stages, 1):
-        row = {h: sum(t.hardness == h for t in stage) for h in LABELS["hardness"]}
-        row.update({f"turn {b}": sum(turn_bucket(t.turn_index) == b for t in stage) for b in LABELS["turn"]})
+        row = {h: sum(t.hardness == h for t in stage) for h in CURRICULUM_LABELS["hardness"]}
+        row.update({f"turn {b}": sum(turn_bucket(t.turn_index) == b for t in stage) for b in CURRICULUM_LABELS["turn"]})
         row["total"] = len(stage)
         table[f"stage {k}"] = row
     return table
 
 
-def run(ctx: StageContext, turns: list[Turn], cfg: CurriculumConfig) -> dict:
-    """Stage body: ``turns`` is the RL pool; an optional ``sample`` input gives pass rates."""
-    rates = pass_rates(read_jsonl(ctx.inputs["sample"].path / "trajectories.jsonl")) if "sample" in ctx.inputs else None
-    stages, dropped = partition(turns, cfg, rates)
+def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact | None = None) -> dict:
+    turns = train_pool(cfg.data, cfg.data_root)
+    rates = pass_rates(read_jsonl(sample.path / "trajectories.jsonl")) if sample is not None else None
+    stages, dropped = partition(turns, cfg.curriculum, rates)
     if not any(stages):
         raise UsageError(f"curriculum: every stage is empty ({len(turns)} items in the pool, dropped {dropped})")
     for k, stage in enumerate(stages, 1):
@@ -99,5 +95,6 @@ def run(ctx: StageContext, turns: list[Turn], cfg: CurriculumConfig) -> dict:
     return {"pool": len(turns), "stages": len(stages), "dropped": dropped, "table": size_table(stages)}
 
 
-def load_stage(artifact_path, k: int) -> list[Turn]:
-    return [Turn.from_dict(row) for row in read_jsonl(artifact_path / f"stage-{k}.jsonl")]
+def load_stage(artifact_path: Path, k: int) -> list[Turn]:
+    """The turns of curriculum stage ``k`` (1-based) of a curriculum artifact."""
+    return [Turn.from_dict(row) for row in read_jsonl(Path(artifact_path) / f"stage-{k}.jsonl")]

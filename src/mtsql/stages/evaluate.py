@@ -3,32 +3,40 @@
 Decoding is greedy, or with ``evaluate.vote > 1`` SQL-R1's self-consistency: that many samples at
 ``sample.temperature``, each final query executed, and the query whose result most samples share
 wins (among those that run; ties go to the earliest sample). The chosen queries are scored by the
-same code as `mtsql evaluate` on a prediction file, so the numbers are the official ones. Per
-dataset it writes ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl``; the
+same code as `mtsql evaluate` on a prediction file, so the numbers are the official ones.
+
+Reads: the ``model`` input (a training artifact; none: the base model); the eval slices of config
+section ``data``; config sections ``sql``, ``env``, ``model``, ``sample``, ``reward``, ``evaluate``, ``seed``.
+Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl``; the
 stage metrics hold, per dataset, EX / EM (question and interaction), the breakdowns by hardness
 and turn, and the protocol abilities (tool calls, verification accuracy, self-correction).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from mtsql.artifacts import StageContext
-from mtsql.config import Config
-from mtsql.data.records import Turn
+from rich.console import Console
+
+from mtsql.artifacts import Artifact, StageContext
+from mtsql.config import ConfigView
+from mtsql.data import eval_turns
 from mtsql.files import write_jsonl
-from mtsql.paths import data_dir, database_path
+from mtsql.models import stage_model
+from mtsql.paths import database_path
 from mtsql.rollout import RolloutEngine
+from mtsql.sql import score_turn
 from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
+from mtsql.sql.executor import execute_cached
 from mtsql.trajectories import score_record, summarize_trajectories
+
+SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
+INPUTS = {"model": None}
 
 
 def vote(rows: list[dict], root: Path, timeout_s: float) -> dict:
     """The sample whose final query's result (a multiset of rows) most samples share."""
-    from mtsql.sql.executor import execute_cached
-
     results = {}
     for row in rows:
         sql = row["final_sql"]
@@ -43,12 +51,10 @@ def vote(rows: list[dict], root: Path, timeout_s: float) -> dict:
     return next(r for r in rows if r["sample"] in results and counts[results[r["sample"]]] == best)
 
 
-def verification_accuracy(rows: list[dict], cfg: Config) -> float | None:
+def verification_accuracy(rows: list[dict], cfg: ConfigView) -> float | None:
     """How often an exec_verify verdict agrees with whether the executed query was right (EX)."""
-    from mtsql.sql import score_turn
-
     agree = total = 0
-    root = data_dir(cfg.data.root)
+    root = cfg.data_root
     for row in rows:
         for step in row["trajectory"]["steps"]:
             if step.get("tool") == "exec_sql" and step.get("sql") and step.get("verdict") in ("pass", "no_pass"):
@@ -60,7 +66,7 @@ def verification_accuracy(rows: list[dict], cfg: Config) -> float | None:
     return agree / total if total else None
 
 
-def dataset_block(summary: dict, rows: list[dict], cfg: Config) -> dict:
+def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
     """The official summary reshaped for reports, plus protocol abilities of the chosen samples."""
     def acc(metric, *path):
         node = summary[metric]
@@ -89,16 +95,16 @@ def dataset_block(summary: dict, rows: list[dict], cfg: Config) -> dict:
     }
 
 
-def run_model(ctx: StageContext, cfg: Config, datasets: dict[str, list[Turn]], *, model: str) -> dict:
-    """Stage body: roll out ``model`` on each dataset's turns and score the answers."""
+def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
     voting = cfg.evaluate.vote > 1
-    decoding = cfg if voting else dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, temperature=0.0))
-    root = data_dir(cfg.data.root)
-    engine = RolloutEngine.from_config(decoding, data_root=root, policy="model", model=model)
+    decoding = cfg if voting else cfg.replace(sample={"temperature": 0.0})
+    root = cfg.data_root
+    engine = RolloutEngine.from_config(decoding, data_root=root, policy="model", model=stage_model(cfg.model.name, model))
     options = EvaluateOptions.from_config(cfg.sql)
-    out = {"model": model, "model_name": cfg.model.name, "mode": cfg.env.mode, "memory": cfg.env.memory,
-           "decoding": f"vote@{cfg.evaluate.vote}" if voting else "greedy", "datasets": {}}
-    for name, turns in datasets.items():
+    out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
+           "memory": cfg.env.memory, "decoding": f"vote@{cfg.evaluate.vote}" if voting else "greedy", "datasets": {}}
+    for name in cfg.data.eval_datasets:
+        turns = eval_turns(cfg.data, name, root)
         folder = ctx.out / name
         records = engine.run(turns, n=cfg.evaluate.vote, seed=cfg.seed, out_dir=folder / "rollout")
         rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
@@ -111,15 +117,10 @@ def run_model(ctx: StageContext, cfg: Config, datasets: dict[str, list[Turn]], *
         evaluation.summary["dataset"] = name
         write_outputs(folder, evaluation)
         write_jsonl(folder / "trajectories.jsonl", rows)
-        render(evaluation.summary, _console())
+        render(evaluation.summary, Console(stderr=True))
         out["datasets"][name] = dataset_block(evaluation.summary, chosen, cfg)
         for shard in (folder / "rollout").glob("*"):
             shard.unlink()
         (folder / "rollout").rmdir()
     return out
 
-
-def _console():
-    from rich.console import Console
-
-    return Console(stderr=True)

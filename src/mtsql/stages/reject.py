@@ -8,27 +8,28 @@ Reads a sample artifact's ``trajectories.jsonl`` and keeps, per item (one turn o
   action sequence and in the edits between the SQL they proposed (Jaccard distance, deterministic).
 
 Items with no correct trajectory go to ``pool.jsonl``: the next round samples only those.
-Writes ``kept.jsonl`` (the chosen sample rows), ``pool.jsonl`` (Turn dicts) and a table by
-hardness and turn: sampled, correct, kept, unsolved.
+
+Reads: the ``sample`` input's ``trajectories.jsonl``; config section ``reject``.
+Writes: ``kept.jsonl`` (the chosen sample rows), ``pool.jsonl`` (Turn dicts) and, in the metrics, a
+table by hardness and turn: sampled, correct, kept, unsolved.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from mtsql.artifacts import StageContext
-from mtsql.config import RejectConfig
-from mtsql.errors import StageFailed
+from mtsql.artifacts import Artifact, StageContext
+from mtsql.config import ConfigView, RejectConfig
 from mtsql.files import read_jsonl, write_jsonl
 from mtsql.sql.metrics import turn_bucket
-from mtsql.trajectories import REQUIRE_KEYS, is_correct
+from mtsql.trajectories import is_correct
+
+SECTIONS = ("reject",)
+INPUTS = {"sample": "sample"}
 
 
 def select(rows: list[dict], cfg: RejectConfig) -> tuple[list[dict], list[dict], dict]:
     """Choose the kept rows; returns (kept rows, unsolved turn dicts, counts table)."""
-    unknown = set(cfg.require) - set(REQUIRE_KEYS)
-    if unknown:
-        raise StageFailed(f"reject.require: unknown {sorted(unknown)}; use any of {sorted(REQUIRE_KEYS)}")
     by_item: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_item[row["uid"]].append(row)
@@ -83,10 +84,9 @@ def _distance(a: tuple[set, set], b: tuple[set, set]) -> float:
     return sum(1 - len(x & y) / len(x | y) if x | y else 0.0 for x, y in zip(a, b, strict=True)) / 2
 
 
-def run(ctx: StageContext, cfg: RejectConfig) -> dict:
-    """The stage body: reads the sample input's trajectories, writes kept.jsonl and pool.jsonl."""
-    rows = read_jsonl(ctx.inputs["sample"].path / "trajectories.jsonl")
-    kept, unsolved, table = select(rows, cfg)
+def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:
+    rows = read_jsonl(sample.path / "trajectories.jsonl")
+    kept, unsolved, table = select(rows, cfg.reject)
     write_jsonl(ctx.out / "kept.jsonl", kept)
     write_jsonl(ctx.out / "pool.jsonl", unsolved)
     totals = table.get("all", {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})

@@ -4,6 +4,12 @@ Both engines sample with the shared agent environment, score with the configured
 (``reward.family``) and leave the trained model in ``model/``. The local engine (CPU or one GPU,
 no Ray) logs one line per step to ``metrics.jsonl``; verl runs ``main_ppo`` then the model merger
 as subprocesses (their exact commands are in ``log.txt`` and, with ``--dry-run``, printed).
+
+Reads: curriculum stage ``stage`` of the ``curriculum`` input; the ``model`` input to start from (a
+training artifact; none: the base model); config sections ``data``, ``sql``, ``env``, ``reward``,
+``model``, ``sample`` (generation settings of the local engine), ``rl``, ``seed``. ``rl.engine``
+must be resolved (``verl`` or ``local``, see ``pick_engine``) before the stage runs.
+Writes: ``model/``, ``metrics.jsonl`` (one line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
 """
 
 from __future__ import annotations
@@ -12,80 +18,85 @@ import json
 import shutil
 from pathlib import Path
 
-from rich.console import Console
-
-from mtsql.artifacts import StageContext
-from mtsql.config import Config
+from mtsql.artifacts import MODEL_DIR, Artifact, StageContext
+from mtsql.chat_format import ChatFormat
+from mtsql.config import ConfigView
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.paths import data_dir
+from mtsql.integrations.verl.dataset import write_rl_parquet
+from mtsql.integrations.verl.launch import StageData, build_stage_plan, render_plan, run_plan
+from mtsql.models import stage_model
+from mtsql.stages.curriculum import load_stage
 
+SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
+INPUTS = {"curriculum": "curriculum", "model": None}
 ENGINES = ("verl", "local")
-console = Console(stderr=True)
 
 
 def pick_engine(name: str) -> str:
     """``auto``: verl where a CUDA device is visible, else the local engine."""
-    if name == "auto":
-        import torch
+    if name != "auto":
+        return name
+    import torch  # only to look for a GPU
 
-        return "verl" if torch.cuda.is_available() else "local"
-    if name not in ENGINES:
-        raise UsageError(f"rl.engine: unknown '{name}'; choose auto, verl or local")
-    return name
+    return "verl" if torch.cuda.is_available() else "local"
 
 
-def verl_plan(cfg: Config, turns: list[Turn], *, base_model: str, out: Path, stage: int, write_data: bool):
-    """The verl commands of one curriculum stage; ``write_data`` also exports its RL parquet."""
-    from mtsql.integrations.verl.launch import StageData, build_stage_plan
-
-    train_file = out / "data" / f"stage-{stage}.parquet"
-    rows = len(turns)
-    if write_data:
-        from transformers import AutoTokenizer
-
-        from mtsql.chat_format import ChatFormat
-        from mtsql.integrations.verl.dataset import write_rl_parquet
-
-        chat = ChatFormat.for_template(AutoTokenizer.from_pretrained(base_model), cfg.model.template)
-        report = write_rl_parquet(turns, train_file, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=data_dir(cfg.data.root),
-                                  chat=chat, max_prompt_len=cfg.rl.max_prompt_len)
-        rows = report.rows
-    stage_data = StageData(name=f"stage-{stage}", train_file=train_file, rows=rows)
-    return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
-                            data_root=data_dir(cfg.data.root)), stage_data
-
-
-def print_plan(cfg: Config, turns: list[Turn], *, base_model: str, out: Path, stage: int) -> None:
-    from mtsql.integrations.verl.launch import render_plan
-
-    plan, _ = verl_plan(cfg, turns, base_model=base_model, out=out, stage=stage, write_data=False)
-    console.print(f"# curriculum stage {stage}: {len(turns)} items; the RL parquet is written by the stage itself",
-                  markup=False)
-    console.print(render_plan(plan), markup=False, highlight=False)
-
-
-def run(ctx: StageContext, cfg: Config, turns: list[Turn], *, engine: str, base_model: str, stage: int) -> dict:
-    """Stage body: train on ``turns`` from ``base_model``; the result goes to ``ctx.out / 'model'``."""
+def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> dict:
+    turns = load_stage(curriculum.path, stage)
     if not turns:
-        raise UsageError(f"rl stage {stage}: no items to train on")
-    if engine == "local":
-        from mtsql.integrations.grpo_local import train_stage
+        raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
+    base = stage_model(cfg.model.name, model)
+    if cfg.rl.engine == "local":
+        from mtsql.integrations.grpo_local import train_stage  # torch and verl's core_algos: load on use
 
         return {"engine": "local", "items": len(turns),
-                **train_stage(cfg, turns, base_model=base_model, out_dir=ctx.out,
-                              metrics_path=ctx.out / "metrics.jsonl", stage=stage)}
-    from mtsql.integrations.verl.launch import run_plan
-
-    plan, stage_data = verl_plan(cfg, turns, base_model=base_model, out=ctx.out, stage=stage, write_data=True)
-    run_plan(plan, ctx.log_path)
-    merged = ctx.out / "verl" / stage_data.name / "merged"
-    shutil.move(str(merged), ctx.out / "model")
+                **train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
+                              stage=stage)}
+    if cfg.rl.engine != "verl":
+        raise UsageError(f"rl.engine={cfg.rl.engine}: resolve 'auto' with pick_engine before running the stage")
+    rows = _write_parquet(cfg, turns, base, _train_file(ctx.out, stage))
+    commands, stage_data = _verl_plan(cfg, base_model=base, out=ctx.out, stage=stage, rows=rows)
+    run_plan(commands, ctx.log_path)
+    shutil.move(str(ctx.out / "verl" / stage_data.name / "merged"), ctx.out / MODEL_DIR)
     curve = _verl_curve(ctx.out / "verl" / stage_data.name / "verl_metrics.jsonl", stage)
     (ctx.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in curve))
     last = curve[-1] if curve else {}
     return {"engine": "verl", "items": stage_data.rows, "steps": len(curve),
             "reward_last": last.get("reward_mean"), "response_length_last": last.get("response_length")}
+
+
+def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:
+    """What this stage would run (``--dry-run``): the verl files and commands, or the local engine's steps."""
+    base = stage_model(cfg.model.name, model, resolve=False)
+    if cfg.rl.engine == "local":
+        return (f"# local GRPO in this process: {cfg.rl.steps_per_stage} steps of {cfg.rl.batch_size} questions "
+                f"x {cfg.rl.n} samples from {base}; curriculum stage {stage} of {curriculum.path}\n")
+    stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
+    rows = len(load_stage(curriculum.path, stage)) if stage_file.exists() else None  # unknown before curriculum runs
+    commands, _ = _verl_plan(cfg, base_model=base, out=out, stage=stage, rows=rows)
+    items = f"{rows} items" if rows is not None else f"the items of curriculum stage {stage} ({curriculum.path})"
+    return f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n" + render_plan(commands)
+
+
+def _train_file(out: Path, stage: int) -> Path:
+    return out / "data" / f"stage-{stage}.parquet"
+
+
+def _write_parquet(cfg: ConfigView, turns: list[Turn], base_model: str, path: Path) -> int:
+    """Export the stage's turns as verl's RL parquet; returns the rows written."""
+    from transformers import AutoTokenizer
+
+    chat = ChatFormat.for_template(AutoTokenizer.from_pretrained(base_model), cfg.model.template)
+    return write_rl_parquet(turns, path, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=cfg.data_root,
+                            chat=chat, max_prompt_len=cfg.rl.max_prompt_len).rows
+
+
+def _verl_plan(cfg: ConfigView, *, base_model: str, out: Path, stage: int, rows: int | None):
+    """The verl train + merge commands of one curriculum stage (``rows``: None when not known yet)."""
+    stage_data = StageData(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows)
+    return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
+                            data_root=cfg.data_root), stage_data
 
 
 VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean"}

@@ -1,36 +1,48 @@
 """`mtsql sample`: roll out trajectories with a model or a scripted policy, then score them.
 
-Reads the turns to sample (a split, or the pool a reject artifact left), runs them through the
-agent environment with the rollout engine (``sample.n`` samples each; shards in ``rollout/`` make a
-killed run resume), scores every trajectory with the rewards (EX, EM, process and SQL-R1 terms) and
-writes ``trajectories.jsonl``: one row per (turn, sample) with the turn, the trajectory, its token
+Runs the turns through the agent environment with the rollout engine (``sample.n`` samples each;
+shards in ``rollout/`` make a killed run resume) and scores every trajectory with the rewards (EX,
+EM, process and SQL-R1 terms).
+
+Reads: the training pool of config section ``data`` (the ``pool`` input, a reject artifact, narrows
+it to the items earlier rounds left unsolved); the ``model`` input (a training artifact; none: the
+base model) when ``sample.policy`` is ``model``; config sections ``data``, ``sql``, ``env``,
+``reward``, ``model``, ``sample``, ``seed``.
+Writes: ``trajectories.jsonl``, one row per (turn, sample) with the turn, the trajectory, its token
 ids and mask (model policies), the reward terms and the protocol statistics reject sampling needs.
 """
 
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
-from mtsql.artifacts import StageContext
-from mtsql.config import Config
+from mtsql.artifacts import Artifact, StageContext
+from mtsql.config import ConfigView
+from mtsql.data import train_pool
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.files import write_jsonl
-from mtsql.paths import data_dir
+from mtsql.files import read_jsonl, write_jsonl
+from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
 from mtsql.trajectories import score_record, summarize_trajectories
 
+SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
+INPUTS = {"model": None, "pool": None}
 
-def run(ctx: StageContext, cfg: Config, turns: list[Turn], *, policy: str, model: str | None) -> dict:
-    """Stage body: roll out, score, write ``trajectories.jsonl``; returns the summary metrics."""
+
+def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, pool: Artifact | None = None) -> dict:
+    turns = train_pool(cfg.data, cfg.data_root)
+    if pool is not None:
+        unsolved = {Turn.from_dict(row).uid for row in read_jsonl(pool.path / "pool.jsonl")}
+        turns = [t for t in turns if t.uid in unsolved]
     if not turns:
         raise UsageError("sample: no turns to sample (empty split, slice or pool)")
-    root = data_dir(cfg.data.root)
-    engine = RolloutEngine.from_config(cfg, data_root=root, policy=policy, model=model)
-    shards = Path(ctx.out) / "rollout"
-    records = engine.run(turns, n=cfg.sample.n, seed=cfg.sample.seed, out_dir=shards)
-    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
+    policy = cfg.sample.policy
+    model_path = stage_model(cfg.model.name, model) if policy == "model" else None
+    engine = RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy=policy, model=model_path)
+    shards = ctx.out / "rollout"
+    records = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards)
+    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root) for r in records]
     write_jsonl(ctx.out / "trajectories.jsonl", rows)
     shutil.rmtree(shards)  # every record is in trajectories.jsonl now
-    return {"policy": policy, "model": model, **summarize_trajectories(rows)}
+    return {"policy": policy, "model": model.label if model else cfg.model.name, **summarize_trajectories(rows)}

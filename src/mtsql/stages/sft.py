@@ -3,56 +3,69 @@
 Exports the kept trajectories as sharegpt tool conversations (observations masked from the loss),
 writes ``dataset_info.json`` and the training YAML here, runs ``llamafactory-cli train`` (and
 ``export`` to merge LoRA) with its log streamed to ``log.txt``, and leaves the model in ``model/``.
-With ``heldout`` turns it then scores the new model on them (greedy), for the round summary.
+With ``sft.heldout`` > 0 it then scores the new model greedily on that many turns of the first eval
+dataset, for the round summary.
+
+Reads: the ``reject`` input's ``kept.jsonl``; the ``model`` input to start from (a training
+artifact; none: the base model); config sections ``model``, ``sft``, ``env`` (the tools of the
+protocol), ``seed``, and for the held-out check ``data``, ``sample``, ``sql``, ``reward``.
+Writes: ``data/`` (the exported dataset), ``train.yaml`` (+ ``merge.yaml`` with LoRA), ``model/``.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from pathlib import Path
 
-from mtsql.artifacts import StageContext
-from mtsql.config import Config
+from mtsql.agent.tools import TOOL_SCHEMAS
+from mtsql.artifacts import Artifact, StageContext
+from mtsql.config import ConfigView
+from mtsql.data import eval_turns
 from mtsql.data.records import Turn
 from mtsql.errors import StageFailed
 from mtsql.files import read_jsonl
-from mtsql.paths import data_dir
+from mtsql.integrations.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
+from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
 from mtsql.trajectories import score_record, summarize_trajectories
 
-
-def plan(ctx_out, cfg: Config, base_model: str):
-    from mtsql.integrations.llamafactory import plan_sft
-
-    return plan_sft(cfg.sft, model_path=base_model, template=cfg.model.template, work_dir=ctx_out, seed=cfg.seed)
+SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
+INPUTS = {"reject": "reject", "model": None}
 
 
-def run(ctx: StageContext, cfg: Config, *, base_model: str, heldout: list[Turn] = ()) -> dict:
-    from mtsql.agent.tools import TOOL_SCHEMAS
-    from mtsql.integrations.llamafactory import export_sharegpt, run_sft
-
-    rows = read_jsonl(ctx.inputs["data"].path / "kept.jsonl")
+def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact | None = None) -> dict:
+    rows = read_jsonl(reject.path / "kept.jsonl")
     if not rows:
-        raise StageFailed(f"sft: the reject set {ctx.inputs['data'].path} kept no trajectory; "
+        raise StageFailed(f"sft: the reject set {reject.path} kept no trajectory; "
                           "sample more (sample.n, a scripted first round) or relax reject.require")
-    tools = TOOL_SCHEMAS if cfg.env.mode == "long" else ()
+    base = stage_model(cfg.model.name, model)
     stats = export_sharegpt(({"messages": r["trajectory"]["messages"]} for r in rows), ctx.out / "data",
-                            tokenizer_path=base_model, template=cfg.model.template, cutoff_len=cfg.sft.cutoff_len,
-                            tools=tools)
-    sft_plan = plan(ctx.out, cfg, base_model)
+                            tokenizer_path=base, template=cfg.model.template, cutoff_len=cfg.sft.cutoff_len,
+                            tools=TOOL_SCHEMAS if cfg.env.mode == "long" else ())
+    sft_plan = _plan(cfg, ctx.out, base)
     result = run_sft(sft_plan, log_path=ctx.log_path, expected_examples=stats.examples)
     metrics = {"examples": stats.examples, "dropped": stats.dropped, "over_cutoff": stats.over_cutoff,
                "max_tokens": stats.max_tokens, "mean_tokens": stats.mean_tokens, "rewritten": stats.rewritten,
                "train_loss": result.train_loss, "steps": result.steps, "train_runtime_s": result.runtime_s}
-    if heldout:
-        metrics["heldout"] = heldout_scores(cfg, list(heldout), str(sft_plan.model_dir))
+    if cfg.sft.heldout:
+        heldout = eval_turns(cfg.data, cfg.data.eval_datasets[0], cfg.data_root)[: cfg.sft.heldout]
+        metrics["heldout"] = heldout_scores(cfg, heldout, str(sft_plan.model_dir))
     return metrics
 
 
-def heldout_scores(cfg: Config, turns: list[Turn], model: str) -> dict:
+def plan(cfg: ConfigView, out: Path, *, reject: Artifact, model: Artifact | None = None) -> str:
+    """The files and commands this stage would write and run (``--dry-run``)."""
+    return _plan(cfg, out, stage_model(cfg.model.name, model, resolve=False)).describe()
+
+
+def _plan(cfg: ConfigView, out: Path, base: str) -> SftPlan:
+    return plan_sft(cfg.sft, model_path=base, template=cfg.model.template, work_dir=out, seed=cfg.seed)
+
+
+def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str) -> dict:
     """Greedy EX / EM / protocol-valid rate of ``model`` on ``turns`` (no artifact: a quick check)."""
-    greedy = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, n=1, temperature=0.0))
-    root = data_dir(cfg.data.root)
-    engine = RolloutEngine.from_config(greedy, data_root=root, policy="model", model=model)
+    greedy = cfg.replace(sample={"n": 1, "temperature": 0.0})
+    engine = RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy="model", model=model)
     records = engine.run(turns, n=1, seed=cfg.seed, progress=False)
-    summary = summarize_trajectories([score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records])
+    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root) for r in records]
+    summary = summarize_trajectories(rows)
     return {k: summary[k] for k in ("count", "ex", "em", "protocol_valid", "tool_calls_per_turn")}

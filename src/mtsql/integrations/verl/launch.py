@@ -40,11 +40,12 @@ PROJECT = "mtsql"
 
 @dataclass(frozen=True)
 class StageData:
-    """The training rows of one curriculum stage (an RL parquet and how many rows it has)."""
+    """The training rows of one curriculum stage (an RL parquet and how many rows it has, None when
+    not known yet, as in a dry run before the curriculum exists)."""
 
     name: str
     train_file: Path
-    rows: int
+    rows: int | None
 
 
 @dataclass(frozen=True)
@@ -293,12 +294,10 @@ def error_line(lines: Iterable[str]) -> str:
 def _check(cfg: Config, stages: Sequence[StageData]) -> None:
     if not stages:
         raise UsageError("no curriculum stage to train")
-    if cfg.rl.rollout_name not in ("vllm", "sglang"):
-        raise UsageError(f"rl.rollout_name: verl 0.9.1 rolls out with vllm or sglang, not '{cfg.rl.rollout_name}'")
     if cfg.rl.nnodes > 1 and not cfg.rl.ray_address:
         raise UsageError(f"rl.nnodes={cfg.rl.nnodes} needs a Ray cluster: start it (ray start) and set rl.ray_address")
     for stage in stages:
-        if stage.rows < cfg.rl.batch_size:
+        if stage.rows is not None and stage.rows < cfg.rl.batch_size:
             raise UsageError(f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
                              "(verl drops incomplete batches, so it would train nothing); lower rl.batch_size")
 

@@ -1,0 +1,98 @@
+"""Where a result came from: the source code a stage ran, the git state, the package versions.
+
+``code_digest("mtsql.stages.sft")`` hashes the source of that module and of every mtsql module it
+imports, directly or through others (read from the files, imports inside functions included), so a
+fingerprint changes when, and only when, code that can change the stage's output changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import mtsql
+
+PACKAGE_ROOT = Path(mtsql.__file__).resolve().parent
+PACKAGES = ("torch", "transformers", "llamafactory", "verl", "vllm", "sqlparse", "deepspeed")
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of an mtsql module or package (without importing it), or None."""
+    parts = name.split(".")
+    if parts[0] != "mtsql":
+        return None
+    base = PACKAGE_ROOT.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(name: str, path: Path) -> set[str]:
+    """mtsql modules a file imports (``from mtsql.x import y`` names ``mtsql.x`` and, if it is a
+    module, ``mtsql.x.y``), the packages that importing ``name`` runs, and modules named in strings
+    (``"mtsql.backends.hf"``, ``"mtsql.x.y.Class"``: imported by name, as registries do)."""
+    found = {".".join(name.split(".")[:n]) for n in range(1, name.count(".") + 1)}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("mtsql."):
+            parts = node.value.split(".")
+            found.update(m for m in (".".join(parts[:n]) for n in range(len(parts), 1, -1)) if module_file(m))
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "mtsql")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mtsql":
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if module_file(f"{node.module}.{alias.name}"))
+    return {m for m in found if module_file(m)}
+
+
+@functools.cache
+def code_closure(name: str) -> tuple[str, ...]:
+    """``name`` and every mtsql module it imports, transitively, sorted."""
+    seen, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current in seen or module_file(current) is None:
+            continue
+        seen.add(current)
+        todo.extend(_imported(current, module_file(current)) - seen)
+    return tuple(sorted(seen))
+
+
+@functools.cache
+def code_digest(name: str) -> str:
+    """sha256 over the paths and contents of ``code_closure(name)``."""
+    digest = hashlib.sha256()
+    for module in code_closure(name):
+        digest.update(module.encode() + b"\0" + module_file(module).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def code_version() -> dict:
+    """Package version plus the git commit of the source tree (and whether it had local edits)."""
+    root = PACKAGE_ROOT.parents[1]
+    info: dict[str, Any] = {"version": mtsql.__version__, "git_commit": None, "dirty": None}
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0:
+            status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=5)
+            info.update(git_commit=commit.stdout.strip(), dirty=bool(status.stdout.strip()))
+    except (OSError, subprocess.TimeoutExpired):
+        info["git_commit"] = None  # not a git checkout (an installed wheel): the version and code digest say enough
+    return info
+
+
+def package_versions() -> dict:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found

@@ -1,0 +1,110 @@
+"""The table of stages, and running one stage through the artifact store.
+
+A stage is a module in ``mtsql.stages`` with:
+
+* ``SECTIONS``: the config sections it reads. It gets a ``ConfigView`` that raises on any other
+  section, and its fingerprint covers exactly these (plus the data folder), so what a stage reads
+  and what decides whether it reruns are the same thing;
+* ``INPUTS``: ``{name: default label or None}``, the artifacts it reads (None: optional);
+* ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
+* optionally ``plan(cfg, out, **inputs, **params) -> str``: the external commands and files it
+  would run and write, for ``--dry-run``.
+
+The fingerprint also covers ``params`` (per-call settings such as a curriculum stage number), the
+input fingerprints and the digest of the code the stage module runs (``provenance.code_digest``).
+In a dry run a stage that would run returns a ``Pending`` placeholder, so the rest of the plan
+can be shown with ``<from LABEL>`` in place of outputs that do not exist yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from rich.console import Console
+
+from mtsql.artifacts import Artifact, Store, fingerprint
+from mtsql.config import Config, ConfigView
+from mtsql.errors import UsageError
+from mtsql.paths import data_dir
+from mtsql.provenance import code_digest
+from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
+
+STAGES: dict[str, ModuleType] = {
+    "sample": sample,
+    "reject": reject,
+    "sft": sft,
+    "curriculum": curriculum,
+    "rl": rl,
+    "evaluate": evaluate,
+}
+
+console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A stage that a dry run would run: what later steps would read from it does not exist yet."""
+
+    label: str
+    fingerprint: str | None  # None while one of its own inputs is pending
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return Path(f"<from {self.label}>")
+
+
+def store_for(cfg: Config) -> Store:
+    return Store(Path(cfg.runs_dir).resolve() / cfg.run)
+
+
+def view_for(name: str, cfg: Config) -> ConfigView:
+    """The config as stage ``name`` sees it (its ``SECTIONS`` only)."""
+    return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_dir(cfg.data.root))
+
+
+def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict | None = None,
+              params: dict | None = None, round: int | None = None, force: bool = False,
+              dry_run: bool = False) -> Artifact | Pending:
+    """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact."""
+    if name not in STAGES:
+        raise UsageError(f"unknown stage '{name}': stages are {', '.join(STAGES)}")
+    module, label = STAGES[name], label or name
+    inputs = {key: value for key, value in (inputs or {}).items() if value is not None}
+    params = params or {}
+    missing = [key for key, default in module.INPUTS.items() if default is not None and key not in inputs]
+    if missing:
+        raise UsageError(f"stage '{name}' needs input(s) {', '.join(missing)}")
+    view = view_for(name, cfg)
+    config = {**view.hashed(), "params": params}
+    code = code_digest(module.__name__)
+    store = store_for(cfg)
+    if dry_run:
+        return _plan(name, module, view, store, label, config, inputs, params, code, force)
+    artifact, cached = store.run(name, label, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
+                                 code=code, force=force, round=round)
+    if cached:
+        same = "" if artifact.label == label else f" (the same work as {artifact.label})"
+        console.print(f"[green]✓[/] {label:<18} {artifact.fingerprint[:12]}  [dim]cached{same}[/]  {artifact.path}")
+    else:
+        console.print(f"[green]✓[/] {label:<18} {artifact.fingerprint[:12]}  done in "
+                      f"{artifact.manifest['duration_s']:.1f}s  {artifact.path}")
+    return artifact
+
+
+def _plan(name, module, view, store, label, config, inputs, params, code, force) -> Artifact | Pending:
+    waiting = [a.label for a in inputs.values() if isinstance(a, Pending)]
+    fp = None if waiting else fingerprint(name, config, inputs, code)
+    done = store.find(label, fp) if fp and not force else None
+    if done is not None:
+        console.print(f"  {label:<18} {fp[:12]}  cached", highlight=False)
+        return done
+    after = f" (after {', '.join(waiting)})" if waiting else ""
+    console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", highlight=False)
+    if hasattr(module, "plan"):
+        out = store.folder(label, fp) if fp else store.root / label / "<fingerprint>"
+        console.print(module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False,
+                      soft_wrap=True)
+    return Pending(label, fp)

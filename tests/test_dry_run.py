@@ -1,0 +1,60 @@
+"""`--dry-run` shows the whole plan, engine commands included, from an empty run folder."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtsql import pipeline
+from mtsql.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = ["paper-qwen3-4b", "paper-qwen3-1.7b"]
+
+
+def mtsql(*args):
+    return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True,
+                          env={"COLUMNS": "100", "PATH": "/usr/bin:/bin",
+                               **{k: v for k, v in os.environ.items() if k == "MTSQL_DATA"}})
+
+
+@pytest.mark.parametrize("profile", PAPER)
+def test_the_paper_pipeline_plans_every_round_and_curriculum_stage(profile, tmp_path, capsys):
+    config = REPO / "configs" / "profiles" / f"{profile}.yaml"
+    pipeline.run_pipeline(REPO / "pipelines" / "reproduce.yaml", config, [f"runs_dir={tmp_path}"], dry_run=True)
+    err = capsys.readouterr().err
+    cfg = load_config(config)
+    for k in range(1, cfg.sft.rounds + 1):
+        block = err.split(f"  sft-r{k} ")[1]
+        assert "llamafactory-cli train" in block.split("  sample-")[0], f"round {k}"
+        assert f"<from reject-r{k}>" in block or k == 1 or "sft-r" in block
+    assert err.count("llamafactory-cli train") == cfg.sft.rounds
+    assert err.count("-m verl.trainer.main_ppo") == len(cfg.curriculum.stages) == 3
+    assert err.count("verl.model_merger merge") == 3
+    assert "'actor_rollout_ref.model.path='\"'\"'<from sft-r3>/model" in err, "RL starts from the last SFT round"
+    assert re.search(r"rl-c2 .*will run \(after curriculum, rl-c1\)", err)
+    assert "eval-rl-predicted-memory" in err and not list(tmp_path.rglob("manifest.json"))
+
+
+def test_stage_commands_plan_without_a_traceback(tmp_path):
+    config = str(REPO / "configs" / "profiles" / "paper-qwen3-4b.yaml")
+    result = mtsql("sft-iterate", "--config", config, "--dry-run", f"runs_dir={tmp_path}")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("llamafactory-cli train") == 3
+    result = mtsql("rl", "--curriculum", "--engine", "verl", "--config", config, "--dry-run", f"runs_dir={tmp_path}")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("-m verl.trainer.main_ppo") == 3 and "curriculum " in result.stderr
+
+
+def test_a_dry_run_after_a_real_curriculum_shows_its_sizes(tmp_path):
+    cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [f"runs_dir={tmp_path}", "data.train_limit=3"])
+    done = pipeline.curriculum(cfg)
+    result = mtsql("rl", "--curriculum", "--engine", "verl", "--config", str(REPO / "configs/profiles/tiny.yaml"),
+                   "--dry-run", f"runs_dir={tmp_path}", "data.train_limit=3", "rl.batch_size=1")
+    assert result.returncode == 0, result.stderr
+    assert "curriculum         " in result.stderr and "cached" in result.stderr
+    first = done.metrics["table"]["stage 1"]["total"]
+    assert f"# curriculum stage 1: {first} items" in result.stderr

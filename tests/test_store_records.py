@@ -1,0 +1,61 @@
+"""What a finished artifact records must stay true after it is renamed into place."""
+
+import os
+import stat
+
+import pytest
+import yaml
+
+from mtsql.artifacts import StageInterrupted, Store
+
+
+def test_recorded_paths_name_the_final_folder_not_the_partial_one(tmp_path):
+    def work(ctx):
+        (ctx.out / "train.yaml").write_text(yaml.safe_dump({"output_dir": str(ctx.out / "model")}))
+        return {"where": str(ctx.out)}
+
+    art, _ = Store(tmp_path).run("sft", "sft-r1", {}, {}, work)
+    recorded = yaml.safe_load((art.path / "train.yaml").read_text())["output_dir"]
+    assert recorded == str(art.path / "model") and ".partial" not in (art.path / "log.txt").read_text()
+    assert art.manifest["outputs"], "hashes are taken after the rewrite"
+    assert not [p for p in (art.path.parent).iterdir() if p.name.endswith(".partial")]
+
+
+def test_artifact_files_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        art, _ = Store(tmp_path).run("reject", "reject", {}, {}, lambda ctx: {"n": 1})
+    finally:
+        os.umask(old)
+    for name in ("manifest.json", "metrics.json", "config.yaml", "log.txt"):
+        assert stat.S_IMODE((art.path / name).stat().st_mode) == 0o644, name
+
+
+def test_an_interrupted_stage_is_kept_for_resume_and_the_log_marks_each_attempt(tmp_path):
+    store = Store(tmp_path)
+
+    def interrupted(ctx):
+        (ctx.out / "shard.jsonl").write_text("{}\n")
+        raise KeyboardInterrupt
+
+    with pytest.raises(StageInterrupted) as caught:
+        store.run("sample", "sample-r1", {}, {}, interrupted)
+    assert caught.value.label == "sample-r1" and caught.value.partial.name.endswith(".partial")
+    done, _ = store.run("sample", "sample-r1", {}, {}, lambda ctx: {"resumed": (ctx.out / "shard.jsonl").exists()})
+    assert done.metrics == {"resumed": True}
+    log = (done.path / "log.txt").read_text()
+    assert log.count("attempt started") == 2 and "=== interrupted" in log and "(resuming the .partial folder)" in log
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, monkeypatch, capsys):
+    from mtsql import cli
+
+    def app():
+        raise StageInterrupted("sft-r1", tmp_path / "abc.partial")
+
+    monkeypatch.setattr(cli, "app", app)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"interrupted: sft-r1 left as {tmp_path / 'abc.partial'}; rerun to resume" in err
