@@ -17,7 +17,7 @@ else
   EXTRAS := dev
 endif
 
-.PHONY: setup test test-all reproduce lint clean-venv
+.PHONY: setup test test-fast test-all reproduce lint clean-venv
 
 setup: $(STAMP)
 
@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml constraints/common.txt constraints/cpu.txt
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not model and not data" $(PYTEST_ARGS)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -12,6 +12,20 @@ from mtsql.paths import FIXTURE_DATA
 REPO = Path(__file__).resolve().parents[1]
 
 
+MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_tokenizer", "tiny_backend", "smollm2", "model_dir"}
+
+
+def pytest_collection_modifyitems(items):
+    """Markers from the fixtures a test uses: a real model (``MODEL_FIXTURES``) -> ``model``; the full
+    data folder -> ``data``."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if MODEL_FIXTURES & used:
+            item.add_marker(pytest.mark.model)
+        if "full_data" in used:
+            item.add_marker(pytest.mark.data)
+
+
 @pytest.fixture(scope="session")
 def fixture_root() -> Path:
     return FIXTURE_DATA
