@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE ?= configs/profiles/tiny.yaml
 PYTEST_ARGS ?=
-# CUDA machines get the CUDA torch that the engines pin; every other machine the CPU wheel (FACTS §2).
+# CUDA machines get the CUDA torch that the engines pin; every other machine the CPU wheel (docs/dependencies.md).
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 ifeq ($(HAS_GPU),1)
   CONSTRAINTS := -c constraints/common.txt

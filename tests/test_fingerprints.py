@@ -60,7 +60,7 @@ def test_a_changed_source_line_changes_the_fingerprint_of_the_stages_that_run_it
     copy = tmp_path / "mtsql"
     shutil.copytree(provenance.PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("fixtures", "__pycache__"))
     hf = copy / "backends" / "hf.py"
-    hf.write_text(hf.read_text() + "\n# a changed line\n")
+    hf.write_text(hf.read_text() + "\nCHANGED = 1\n")
     monkeypatch.setattr(provenance, "PACKAGE_ROOT", copy)
     provenance.code_closure.cache_clear()
     provenance.code_digest.cache_clear()
@@ -72,6 +72,16 @@ def test_a_changed_source_line_changes_the_fingerprint_of_the_stages_that_run_it
         provenance.code_digest.cache_clear()
     assert after["sample"] != before["sample"], "sampling generates with the hf backend"
     assert after["reject"] == before["reject"], "reject sampling never runs the backend"
+
+
+def test_comments_and_docstrings_do_not_change_the_code_digest(tmp_path):
+    source = tmp_path / "a.py"
+    source.write_text('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1  # note\n')
+    before = provenance.code_text(source)
+    source.write_text('"""Other words."""\n\n\ndef f(x):\n    return x + 1\n')
+    assert provenance.code_text(source) == before
+    source.write_text('def f(x):\n    return x + 2\n')
+    assert provenance.code_text(source) != before
 
 
 def test_a_changed_byte_in_a_large_file_is_caught(tmp_path):

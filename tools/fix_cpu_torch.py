@@ -1,4 +1,4 @@
-"""Make llamafactory start on a CPU-only torch (FACTS §2).
+"""Make llamafactory start on a CPU-only torch (docs/dependencies.md).
 
 The registry's torchvision/torchaudio wheels are CUDA builds whose compiled parts cannot load
 against CPU torch, and then ``llamafactory-cli`` dies at import. On a machine without CUDA this

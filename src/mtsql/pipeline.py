@@ -19,10 +19,10 @@ from rich.table import Table
 
 from mtsql.artifacts import Artifact
 from mtsql.config import Config, build, load_config, replace
+from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, store_for
-from mtsql.stages import curriculum as curriculum_stage
 from mtsql.stages.rl import pick_engine
 
 console = Console(stderr=True)
@@ -105,7 +105,7 @@ def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, fo
     """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model."""
     cfg = replace(cfg, rl={"engine": pick_engine(engine or cfg.rl.engine)})
     for k in range(1, len(cfg.curriculum.stages) + 1):
-        if isinstance(curriculum_art, Artifact) and not curriculum_stage.load_stage(curriculum_art.path, k):
+        if isinstance(curriculum_art, Artifact) and not read_turns(curriculum_art.path / f"stage-{k}.jsonl"):
             console.print(f"[yellow]curriculum stage {k} is empty: skipped[/]")
             continue
         done = run_stage("rl", cfg, label=f"rl-c{k}", inputs={"curriculum": curriculum_art, "model": model},

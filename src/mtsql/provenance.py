@@ -1,8 +1,9 @@
 """Where a result came from: the source code a stage ran, the git state, the package versions.
 
-``code_digest("mtsql.stages.sft")`` hashes the source of that module and of every mtsql module it
+``code_digest("mtsql.stages.sft")`` hashes the code of that module and of every mtsql module it
 imports, directly or through others (read from the files, imports inside functions included), so a
-fingerprint changes when, and only when, code that can change the stage's output changes.
+fingerprint changes when code that can change the stage's output changes. The code is hashed as its
+syntax tree without docstrings, so comments, docstrings and formatting never rerun a stage.
 """
 
 from __future__ import annotations
@@ -66,11 +67,23 @@ def code_closure(name: str) -> tuple[str, ...]:
 
 @functools.cache
 def code_digest(name: str) -> str:
-    """sha256 over the paths and contents of ``code_closure(name)``."""
+    """sha256 over the names and code (``code_text``) of ``code_closure(name)``."""
     digest = hashlib.sha256()
     for module in code_closure(name):
-        digest.update(module.encode() + b"\0" + module_file(module).read_bytes() + b"\0")
+        digest.update(module.encode() + b"\0" + code_text(module_file(module)).encode() + b"\0")
     return digest.hexdigest()
+
+
+def code_text(path: Path) -> str:
+    """The syntax tree of a file without its docstrings, as text: what the code does, not how it reads."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def code_version() -> dict:

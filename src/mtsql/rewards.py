@@ -1,4 +1,4 @@
-"""Rewards of a finished trajectory against the gold SQL (FACTS §6-7), shared by every stage.
+"""Rewards of a finished trajectory against the gold SQL (docs/method.md), shared by every stage.
 
     scores = compute_rewards(trajectory, gold_sql, RewardConfig(family="process"))
     scores["score"]     # the configured family's total; every other key is always present too

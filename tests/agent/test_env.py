@@ -1,4 +1,4 @@
-"""The environment: prompts, the FACTS §6 flow, budgets, flow errors, memory sources, records."""
+"""The environment: prompts, the protocol's flow, budgets, flow errors, memory sources, records."""
 
 from __future__ import annotations
 

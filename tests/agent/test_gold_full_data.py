@@ -34,5 +34,5 @@ def test_gold_policy_outcome_equals_the_evaluator(full_data, dataset, turns_expe
         assert (got["em"], got["em_scored"]) == (float(ref.exact or 0), float(ref.exact is not None)), turn.uid
         totals.update(turns=1, ex=got["ex"], em=got["em"], ex_scored=got["ex_scored"], em_scored=got["em_scored"])
     print(f"\n{dataset} dev, {policy_name} policy: {dict(totals)}")
-    assert totals["em"] == totals["em_scored"] == turns_expected  # FACTS §1: exact match 100 %
+    assert totals["em"] == totals["em_scored"] == turns_expected  # the official programs give exact match 100 %
     assert totals["ex"] == totals["ex_scored"]  # execution 100 % wherever the gold is scorable

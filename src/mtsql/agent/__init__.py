@@ -1,4 +1,4 @@
-"""The agent environment (FACTS §6): protocol, prompts, tools, environment, scripted policies.
+"""The agent environment (docs/protocol.md, docs/method.md): protocol, prompts, tools, environment, scripted policies.
 
     from mtsql.agent import SqlAgentEnv, TOOL_SCHEMAS, make_policy, run_episode
     trajectory = run_episode(SqlAgentEnv(env_cfg, sql_cfg, data_root), make_policy("gold"), turn)

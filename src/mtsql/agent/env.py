@@ -1,4 +1,4 @@
-"""The agent environment: one episode answers one turn of a dialogue (FACTS §6).
+"""The agent environment: one episode answers one turn of a dialogue (docs/protocol.md).
 
     env = SqlAgentEnv(env_cfg, sql_cfg, data_root)
     messages = env.reset(turn)                       # [system, user]

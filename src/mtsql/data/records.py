@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mtsql.files import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -39,3 +42,8 @@ class Turn:
         row["previous_questions"] = tuple(row.get("previous_questions", ()))
         row["previous_sql"] = tuple(row.get("previous_sql", ()))
         return cls(**row)
+
+
+def read_turns(path: Path) -> list[Turn]:
+    """The Turn records of a JSONL file of Turn dicts (a reject pool, a curriculum stage)."""
+    return [Turn.from_dict(row) for row in read_jsonl(path)]

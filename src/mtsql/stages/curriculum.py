@@ -18,7 +18,6 @@ Writes: ``stage-<k>.jsonl`` (Turn dicts) and, in the metrics, a table of stage s
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import CURRICULUM_LABELS, ConfigView, CurriculumConfig
@@ -93,8 +92,3 @@ def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact | None = None) -
     for k, stage in enumerate(stages, 1):
         write_jsonl(ctx.out / f"stage-{k}.jsonl", (t.to_dict() for t in stage))
     return {"pool": len(turns), "stages": len(stages), "dropped": dropped, "table": size_table(stages)}
-
-
-def load_stage(artifact_path: Path, k: int) -> list[Turn]:
-    """The turns of curriculum stage ``k`` (1-based) of a curriculum artifact."""
-    return [Turn.from_dict(row) for row in read_jsonl(Path(artifact_path) / f"stage-{k}.jsonl")]

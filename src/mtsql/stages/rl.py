@@ -5,7 +5,7 @@ Both engines sample with the shared agent environment, score with the configured
 no Ray) logs one line per step to ``metrics.jsonl``; verl runs ``main_ppo`` then the model merger
 as subprocesses (their exact commands are in ``log.txt`` and, with ``--dry-run``, printed).
 
-Reads: curriculum stage ``stage`` of the ``curriculum`` input; the ``model`` input to start from (a
+Reads: ``stage-<stage>.jsonl`` of the ``curriculum`` input; the ``model`` input to start from (a
 training artifact; none: the base model); config sections ``data``, ``sql``, ``env``, ``reward``,
 ``model``, ``sample`` (generation settings of the local engine), ``rl``, ``seed``. ``rl.engine``
 must be resolved (``verl`` or ``local``, see ``pick_engine``) before the stage runs.
@@ -21,12 +21,11 @@ from pathlib import Path
 from mtsql.artifacts import MODEL_DIR, Artifact, StageContext
 from mtsql.chat_format import ChatFormat
 from mtsql.config import ConfigView
-from mtsql.data.records import Turn
+from mtsql.data.records import Turn, read_turns
 from mtsql.errors import UsageError
 from mtsql.integrations.verl.dataset import write_rl_parquet
 from mtsql.integrations.verl.launch import StageData, build_stage_plan, render_plan, run_plan
 from mtsql.models import stage_model
-from mtsql.stages.curriculum import load_stage
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
 INPUTS = {"curriculum": "curriculum", "model": None}
@@ -43,7 +42,7 @@ def pick_engine(name: str) -> str:
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> dict:
-    turns = load_stage(curriculum.path, stage)
+    turns = read_turns(curriculum.path / f"stage-{stage}.jsonl")
     if not turns:
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
     base = stage_model(cfg.model.name, model)
@@ -73,7 +72,7 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
         return (f"# local GRPO in this process: {cfg.rl.steps_per_stage} steps of {cfg.rl.batch_size} questions "
                 f"x {cfg.rl.n} samples from {base}; curriculum stage {stage} of {curriculum.path}\n")
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
-    rows = len(load_stage(curriculum.path, stage)) if stage_file.exists() else None  # unknown before curriculum runs
+    rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs
     commands, _ = _verl_plan(cfg, base_model=base, out=out, stage=stage, rows=rows)
     items = f"{rows} items" if rows is not None else f"the items of curriculum stage {stage} ({curriculum.path})"
     return f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n" + render_plan(commands)

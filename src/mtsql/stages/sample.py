@@ -4,8 +4,8 @@ Runs the turns through the agent environment with the rollout engine (``sample.n
 shards in ``rollout/`` make a killed run resume) and scores every trajectory with the rewards (EX,
 EM, process and SQL-R1 terms).
 
-Reads: the training pool of config section ``data`` (the ``pool`` input, a reject artifact, narrows
-it to the items earlier rounds left unsolved); the ``model`` input (a training artifact; none: the
+Reads: the training pool of config section ``data`` (the ``pool`` input, a reject artifact's
+``pool.jsonl``, narrows it to the items earlier rounds left unsolved); the ``model`` input (a training artifact; none: the
 base model) when ``sample.policy`` is ``model``; config sections ``data``, ``sql``, ``env``,
 ``reward``, ``model``, ``sample``, ``seed``.
 Writes: ``trajectories.jsonl``, one row per (turn, sample) with the turn, the trajectory, its token
@@ -19,9 +19,9 @@ import shutil
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import train_pool
-from mtsql.data.records import Turn
+from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
-from mtsql.files import read_jsonl, write_jsonl
+from mtsql.files import write_jsonl
 from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
 from mtsql.trajectories import score_record, summarize_trajectories
@@ -33,7 +33,7 @@ INPUTS = {"model": None, "pool": None}
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, pool: Artifact | None = None) -> dict:
     turns = train_pool(cfg.data, cfg.data_root)
     if pool is not None:
-        unsolved = {Turn.from_dict(row).uid for row in read_jsonl(pool.path / "pool.jsonl")}
+        unsolved = {turn.uid for turn in read_turns(pool.path / "pool.jsonl")}
         turns = [t for t in turns if t.uid in unsolved]
     if not turns:
         raise UsageError("sample: no turns to sample (empty split, slice or pool)")
