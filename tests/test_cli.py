@@ -60,3 +60,11 @@ def test_data_check_on_fixture(dataset):
 def test_data_check_unknown_dataset():
     result = mtsql("data", "check", "--dataset", "spider")
     assert result.returncode == 2 and "unknown dataset" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["evaluate", "rl", "sample", "reject", "run"])
+def test_help_fits_100_columns(command):
+    result = subprocess.run([sys.executable, "-m", "mtsql", command, "--help"], capture_output=True, text=True,
+                            env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
+    assert result.returncode == 0 and "Usage" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100

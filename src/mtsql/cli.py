@@ -129,7 +129,7 @@ def evaluate(
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
     exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
-    allow_mismatch: Annotated[bool, typer.Option(help="Score gold turns without a prediction as 0.")] = False,
+    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Score gold turns without a prediction as 0.")] = False,
     model: ModelOpt = None, label: Annotated[str | None, typer.Option(help="Artifact label (with --model).")] = None,
     config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False,
 ) -> None:
@@ -288,6 +288,8 @@ def main() -> None:
     """Console-script entry: known errors become one line and an exit code (2 usage, 1 failure)."""
     level = os.environ.get("MTSQL_LOG", "WARNING").upper()
     logging.basicConfig(level=level, format="%(message)s")
+    # transformers draws its own bars for loading and writing weights; mtsql's bars say what is happening
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         app()
     except MtsqlError as exc:
