@@ -120,3 +120,15 @@ def test_sft_iterate_two_rounds_then_all_cached(tiny_cfg):
     assert (model.path / "model" / "config.json").exists()
     again = pipeline.sft_iterate(cfg, rounds=2)
     assert again.manifest["created_at"] == model.manifest["created_at"]
+
+
+def test_evaluate_with_voting_reports_greedy_and_vote_side_by_side(tiny_cfg):
+    cfg = replace(tiny_cfg, data={"eval_limit": 1, "eval_datasets": ("cosql",)}, evaluate={"vote": 2})
+    art = pipeline.evaluate(cfg, label="eval-vote")
+    block = art.metrics["datasets"]["cosql"]
+    assert art.metrics["decoding"] == "vote@2" and set(block["decodings"]) == {"greedy", "vote@2"}
+    assert block["decodings"]["vote@2"]["ex"] == block["ex"]
+    voted = read_jsonl(art.path / "cosql" / "trajectories.jsonl")
+    greedy = read_jsonl(art.path / "cosql" / "greedy" / "trajectories.jsonl")
+    assert len(voted) == 2 * len(greedy) == 2 * block["turns"]
+    assert not list(art.path.rglob("*-rollout")), "resumable shards are removed once scored"

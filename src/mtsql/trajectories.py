@@ -6,11 +6,12 @@ check, evaluation, the local RL engine) reads a record the same way:
     row = score_record(record, reward=cfg.reward, sql=cfg.sql, data_root=root)
     is_correct(row, ("ex", "em"))        # protocol-valid and scored 1 on each
     summarize_trajectories(rows)         # EX, EM, protocol and reward statistics by hardness and turn
+    vote(samples_of_one_turn, root, 5.0) # SQL-R1's self-consistency: the most common execution result
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from statistics import mean
@@ -18,7 +19,9 @@ from statistics import mean
 from mtsql.agent.env import Trajectory
 from mtsql.config import RewardConfig, SqlConfig
 from mtsql.data.records import Turn
+from mtsql.paths import database_path
 from mtsql.rewards import compute_rewards
+from mtsql.sql.executor import execute_cached
 from mtsql.sql.metrics import TURN_BUCKETS, turn_bucket
 
 REQUIRE_KEYS = {"ex": "execution", "em": "exact"}
@@ -88,3 +91,22 @@ def summarize_trajectories(rows: list[dict]) -> dict:
         "by_hardness": {k: block(v) for k, v in sorted(by_hardness.items())},
         "by_turn": {k: block(by_turn[k]) for k in TURN_BUCKETS if k in by_turn},
     }
+
+
+def vote(rows: list[dict], root: Path, timeout_s: float) -> dict:
+    """SQL-R1's self-consistency over the samples of one turn: every final query is executed and the
+    one whose result (the rows as a multiset, in any order) the most samples share wins. A query
+    that fails or has no answer never wins; ties go to the earliest sample; if no query runs, the
+    first sample is returned."""
+    results = {}
+    for row in sorted(rows, key=lambda r: r["sample"]):
+        if row["final_sql"]:
+            result = execute_cached(database_path(row["turn"]["db_id"], root), row["final_sql"], timeout_s=timeout_s)
+            if result.ok:
+                results[row["sample"]] = frozenset(Counter(map(repr, result.rows)).items())
+    ordered = sorted(rows, key=lambda r: r["sample"])
+    if not results:
+        return ordered[0]
+    counts = Counter(results.values())
+    best = max(counts.values())
+    return next(r for r in ordered if r["sample"] in results and counts[results[r["sample"]]] == best)

@@ -1,20 +1,23 @@
 """Evaluating a *model*: roll it out on every eval dataset, then score its answers officially.
 
-Decoding is greedy, or with ``evaluate.vote > 1`` SQL-R1's self-consistency: that many samples at
-``sample.temperature``, each final query executed, and the query whose result most samples share
-wins (among those that run; ties go to the earliest sample). The chosen queries are scored by the
-same code as `mtsql evaluate` on a prediction file, so the numbers are the official ones.
+Decoding is greedy; with ``evaluate.vote = n > 1`` the model is also scored with SQL-R1's
+self-consistency: n samples at ``sample.temperature``, each final query executed, and the query whose
+result most samples share wins (``vote``). Both are reported side by side (EX@greedy, EX@vote-n); the
+vote is the headline. The chosen queries are scored by the same code as `mtsql evaluate` on a
+prediction file, so the numbers are the official ones.
 
 Reads: the ``model`` input (a training artifact; none: the base model); the eval slices of config
 section ``data``; config sections ``sql``, ``env``, ``model``, ``sample``, ``reward``, ``evaluate``, ``seed``.
-Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl``; the
+Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl`` (with
+voting, the greedy ones in ``<dataset>/greedy/``); the
 stage metrics hold, per dataset, EX / EM (question and interaction), the breakdowns by hardness
 and turn, and the protocol abilities (tool calls, verification accuracy, self-correction).
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import shutil
+from collections import defaultdict
 from pathlib import Path
 
 from rich.console import Console
@@ -24,31 +27,13 @@ from mtsql.config import ConfigView
 from mtsql.data import eval_turns
 from mtsql.files import write_jsonl
 from mtsql.models import stage_model
-from mtsql.paths import database_path
 from mtsql.rollout import RolloutEngine
 from mtsql.sql import score_turn
 from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
-from mtsql.sql.executor import execute_cached
-from mtsql.trajectories import score_record, summarize_trajectories
+from mtsql.trajectories import score_record, summarize_trajectories, vote
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
 INPUTS = {"model": None}
-
-
-def vote(rows: list[dict], root: Path, timeout_s: float) -> dict:
-    """The sample whose final query's result (a multiset of rows) most samples share."""
-    results = {}
-    for row in rows:
-        sql = row["final_sql"]
-        if sql:
-            result = execute_cached(database_path(row["turn"]["db_id"], root), sql, timeout_s=timeout_s)
-            if result.ok:
-                results[row["sample"]] = frozenset(Counter(map(repr, result.rows)).items())
-    if not results:
-        return rows[0]
-    counts = Counter(results.values())
-    best = max(counts.values())
-    return next(r for r in rows if r["sample"] in results and counts[results[r["sample"]]] == best)
 
 
 def verification_accuracy(rows: list[dict], cfg: ConfigView) -> float | None:
@@ -96,31 +81,48 @@ def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
-    voting = cfg.evaluate.vote > 1
-    decoding = cfg if voting else cfg.replace(sample={"temperature": 0.0})
-    root = cfg.data_root
-    engine = RolloutEngine.from_config(decoding, data_root=root, policy="model", model=stage_model(cfg.model.name, model))
-    options = EvaluateOptions.from_config(cfg.sql)
+    root, n = cfg.data_root, cfg.evaluate.vote
+    greedy = RolloutEngine.from_config(cfg.replace(sample={"temperature": 0.0}), data_root=root, policy="model",
+                                       model=stage_model(cfg.model.name, model))
+    sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend)
+               if n > 1 else None)
     out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
-           "memory": cfg.env.memory, "decoding": f"vote@{cfg.evaluate.vote}" if voting else "greedy", "datasets": {}}
+           "memory": cfg.env.memory, "decoding": f"vote@{n}" if sampler else "greedy", "datasets": {}}
     for name in cfg.data.eval_datasets:
         turns = eval_turns(cfg.data, name, root)
         folder = ctx.out / name
-        records = engine.run(turns, n=cfg.evaluate.vote, seed=cfg.seed, out_dir=folder / "rollout")
-        rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
-        by_uid: dict[str, list[dict]] = defaultdict(list)
-        for row in rows:
-            by_uid[row["uid"]].append(row)
-        chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) if voting else by_uid[t.uid][0] for t in turns]
-        evaluation = score_pairs([(t, row["final_sql"] or "") for t, row in zip(turns, chosen, strict=True)], data_root=root,
-                                 options=options)
-        evaluation.summary["dataset"] = name
-        write_outputs(folder, evaluation)
-        write_jsonl(folder / "trajectories.jsonl", rows)
-        render(evaluation.summary, Console(stderr=True))
-        out["datasets"][name] = dataset_block(evaluation.summary, chosen, cfg)
-        for shard in (folder / "rollout").glob("*"):
-            shard.unlink()
-        (folder / "rollout").rmdir()
+        rows = _rollout(greedy, turns, 1, cfg, folder / "greedy-rollout")
+        block = _score(cfg, name, turns, rows, rows, folder / "greedy" if sampler else folder)
+        if sampler:
+            samples = _rollout(sampler, turns, n, cfg, folder / "vote-rollout")
+            by_uid: dict[str, list[dict]] = defaultdict(list)
+            for row in samples:
+                by_uid[row["uid"]].append(row)
+            chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) for t in turns]
+            greedy_block, block = block, _score(cfg, name, turns, chosen, samples, folder)
+            block["decodings"] = {"greedy": _headline(greedy_block), f"vote@{n}": _headline(block)}
+        out["datasets"][name] = block
     return out
 
+
+def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> list[dict]:
+    """Roll out and score; the resumable shards are removed once every record is scored."""
+    records = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards)
+    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root) for r in records]
+    shutil.rmtree(shards)
+    return rows
+
+
+def _score(cfg: ConfigView, name: str, turns, chosen: list[dict], rows: list[dict], folder: Path) -> dict:
+    """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``."""
+    evaluation = score_pairs([(t, row["final_sql"] or "") for t, row in zip(turns, chosen, strict=True)],
+                             data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
+    evaluation.summary["dataset"] = name
+    write_outputs(folder, evaluation)
+    write_jsonl(folder / "trajectories.jsonl", rows)
+    render(evaluation.summary, Console(stderr=True))
+    return dataset_block(evaluation.summary, chosen, cfg)
+
+
+def _headline(block: dict) -> dict:
+    return {key: block[key] for key in ("turns", "ex", "em", "interaction_ex", "interaction_em")}
