@@ -75,13 +75,13 @@ def run(ctx: StageContext, cfg: Config, turns: list[Turn], *, engine: str, base_
         return {"engine": "local", "items": len(turns),
                 **train_stage(cfg, turns, base_model=base_model, out_dir=ctx.out,
                               metrics_path=ctx.out / "metrics.jsonl", stage=stage)}
-    from mtsql.integrations.verl.launch import run_plan
+    from mtsql.integrations.verl.launch import run_stage_plan
 
     plan, stage_data = verl_plan(cfg, turns, base_model=base_model, out=ctx.out, stage=stage, write_data=True)
-    run_plan(plan, ctx.log_path)
+    run_stage_plan(plan, ctx.log_path, steps=cfg.rl.steps_per_stage)
     merged = ctx.out / "verl" / stage_data.name / "merged"
     shutil.move(str(merged), ctx.out / "model")
-    curve = _verl_curve(ctx.out / "verl" / stage_data.name / "verl_metrics.jsonl", stage)
+    curve = _verl_curve(ctx.out / "verl" / stage_data.name, stage)
     (ctx.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in curve))
     last = curve[-1] if curve else {}
     return {"engine": "verl", "items": stage_data.rows, "steps": len(curve),
@@ -91,16 +91,9 @@ def run(ctx: StageContext, cfg: Config, turns: list[Turn], *, engine: str, base_
 VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean"}
 
 
-def _verl_curve(path: Path, stage: int) -> list[dict]:
-    """verl's per-step metrics in the local engine's shape (the report reads both alike)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        data = record.get("data", record)
-        rows.append({"stage": stage, "step": record.get("step", len(rows) + 1),
-                     **{ours: data.get(theirs) for ours, theirs in VERL_KEYS.items()}})
-    return rows
+def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
+    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike)."""
+    from mtsql.integrations.verl.launch import read_metrics
+
+    return [{"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()}}
+            for row in read_metrics(stage_dir)]
