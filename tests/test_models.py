@@ -84,6 +84,7 @@ def test_a_hub_id_is_fetched_once_into_the_models_folder(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         fake_snapshot({"config.json": "{}", "model.safetensors": "w"}, calls))
+    assert models.model_folder("Qwen/Qwen3-1.7B") == tmp_path / "models" / "Qwen--Qwen3-1.7B" and calls == []
     folder = models.resolve_model("Qwen/Qwen3-1.7B")
     assert folder == tmp_path / "models" / "Qwen--Qwen3-1.7B" and (folder / "model.safetensors").is_file()
     assert models.resolve_model("Qwen/Qwen3-1.7B") == folder and calls == ["Qwen/Qwen3-1.7B"]

@@ -89,15 +89,23 @@ def resolve_model(name: str) -> Path:
         return pull(name)
     if name in _MAKEABLE:
         return make_tiny(name.removeprefix("tiny-"))
+    return fetch_hub_model(name) if is_hub_id(name) else model_folder(name)
+
+
+def model_folder(name: str) -> Path:
+    """The folder ``resolve_model(name)`` returns, without building or downloading anything (what a
+    dry run shows)."""
+    if name in _PULLABLE or name in _MAKEABLE:
+        return model_dir(name)
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
             raise UsageError(f"model folder {path} has no config.json: not a Hugging Face model folder")
         return path.resolve()
-    if not is_hub_id(name):
-        known = ", ".join([*_PULLABLE, *_MAKEABLE])
-        raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
-    return fetch_hub_model(name)
+    if is_hub_id(name):
+        return hub_model_dir(name)
+    known = ", ".join([*_PULLABLE, *_MAKEABLE])
+    raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")

@@ -34,15 +34,14 @@ class Waiting(Exception):
 
 
 def model_path(cfg: Config, artifact: Artifact | None, *, resolve: bool = True) -> str:
-    """The model a stage should load: a trained artifact's ``model/`` folder, else the base model
-    (an alias is fetched or built on first use unless ``resolve`` is off, as in a dry run)."""
+    """The model a stage should load: a trained artifact's ``model/`` folder, else the base model's
+    local folder (an alias or Hub id is fetched or built on first use unless ``resolve`` is off, as
+    in a dry run, which shows the folder it will be)."""
     if artifact is not None:
         return str(artifact.path / MODEL_DIR)
-    if not resolve:
-        return cfg.model.name
-    from mtsql.models import resolve_model
+    from mtsql.models import model_folder, resolve_model
 
-    return str(resolve_model(cfg.model.name))
+    return str(resolve_model(cfg.model.name) if resolve else model_folder(cfg.model.name))
 
 
 def train_pool(cfg: Config) -> list[Turn]:
