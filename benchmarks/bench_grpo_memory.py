@@ -122,7 +122,7 @@ def main() -> None:
     kind = "CUDA max_memory_allocated" if args.device.startswith("cuda") else "peak RSS"
     table = Table(title=f"one GRPO update, {args.model} on {args.device}: {kind}, MiB "
                         f"(prompt {args.prompt} + response {args.response} tokens per episode)")
-    for column in ("episodes", "micro-batch", "trained tokens", "before update", "peak", "peak - before", "seconds"):
+    for column in ("episodes", "micro", "trained tokens", "before", "peak", "peak - before", "seconds"):
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(str(row["episodes"]), str(row["micro_batch"]), f"{row['trained_tokens']:,}",
