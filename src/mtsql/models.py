@@ -1,4 +1,4 @@
-"""Offline models, cached under ``home_dir()/models/<alias>`` (FACTS §3).
+"""Models as local folders under ``home_dir()/models``: aliases built offline, Hub models fetched once.
 
     resolve_model("smollm2-135m")   # pulls and converts on first use, then returns the folder
     resolve_model("tiny-qwen3")     # builds the random tiny Qwen3 on first use
