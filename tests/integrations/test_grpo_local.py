@@ -1,18 +1,23 @@
-"""The local GRPO update on a tiny real model: verl's core_algos, the response mask respected."""
+"""The local GRPO update on a tiny real model: verl's core_algos, the response mask respected,
+gradients accumulated over micro-batches equal to the one-shot token-mean gradient."""
 
 import copy
 
 import pytest
 import torch
 
+from mtsql.config import RlConfig
 from mtsql.integrations.grpo_local import (
     Episode,
     GrpoSettings,
-    advantages,
+    episode_advantages,
+    fit_lengths,
+    grpo_settings,
     grpo_update,
     pad_batch,
     response_logprobs,
     signal_share,
+    with_lora,
 )
 
 
@@ -30,6 +35,28 @@ def episodes():
     return [good, bad]
 
 
+def mixed_episodes():
+    """Two groups, prompts and responses of different lengths, observation tokens inside responses."""
+    return [
+        Episode("a", [10, 11, 12], [20, 21, 900, 901, 22, 23], [1, 1, 0, 0, 1, 1], reward=1.0),
+        Episode("a", [10, 11, 12], [30, 31], [1, 1], reward=0.0),
+        Episode("a", [10, 11, 12], [40, 41, 42, 902, 43], [1, 1, 1, 0, 1], reward=0.5),
+        Episode("b", [14, 15, 16, 17, 18], [50, 903, 904, 51], [1, 0, 0, 1], reward=0.2),
+        Episode("b", [14, 15, 16, 17, 18], [60, 61, 62], [1, 1, 1], reward=0.9),
+    ]
+
+
+def gradient(model, eps, settings, ref_model=None) -> torch.Tensor:
+    model = copy.deepcopy(model)
+    grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.0), eps, settings, pad_id=0, ref_model=ref_model)
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """float32 sums in another order differ by ~1e-5 of the norm; a wrong loss scale by far more."""
+    return float((got - expected).norm() / expected.norm())
+
+
 def test_padding_aligns_responses():
     batch = pad_batch(episodes(), pad_id=0)
     assert batch["input_ids"].shape == (2, 4 + 5) and batch["prompt_len"] == 4
@@ -37,11 +64,10 @@ def test_padding_aligns_responses():
     assert batch["attention_mask"][1].tolist() == [1, 1, 1, 1, 1, 1, 1, 0, 0]
 
 
-def test_group_normalised_advantages_only_on_model_tokens():
-    eps = episodes()
-    adv = advantages(eps, pad_batch(eps, 0)["response_mask"])
-    assert adv[0, 0] > 0 > adv[1, 0]
-    assert adv[0, 2] == 0 and adv[0, 3] == 0, "observation tokens get no advantage"
+def test_group_normalised_advantages():
+    adv = episode_advantages(mixed_episodes())
+    assert adv[0] > 0 > adv[1] and abs(float(adv[2])) < 1e-6 and adv[4] > 0 > adv[3]  # group a's mean is 0.5
+    assert abs(float(adv[:3].sum())) < 1e-5 and abs(float(adv[3:].sum())) < 1e-5
 
 
 def test_signal_share_counts_groups_whose_rewards_differ():
@@ -52,16 +78,66 @@ def test_signal_share_counts_groups_whose_rewards_differ():
     assert signal_share(flat) == 0.0 and signal_share([]) == 0.0
 
 
+def test_logprobs_at_model_tokens_match_the_full_forward(tiny_model):
+    batch = pad_batch(mixed_episodes(), pad_id=0)
+    p_len, mask = batch["prompt_len"], batch["response_mask"]
+    with torch.no_grad():
+        ours = response_logprobs(tiny_model, batch)
+        logits = tiny_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                            position_ids=(batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)).logits
+    full = torch.log_softmax(logits[:, p_len - 1 : -1].float(), -1).gather(-1, batch["input_ids"][:, p_len:, None])[..., 0]
+    assert torch.allclose(ours * mask, full * mask, atol=1e-5)
+    assert (ours[mask == 0] == 0).all(), "no log-prob where there is no model token"
+
+
+def test_accumulated_gradient_equals_the_one_shot_token_mean_gradient(tiny_model):
+    """On-policy (one optimizer step), the clipped loss has the gradient of
+    -sum(advantage * logp over model tokens) / model tokens: computed here directly, in one pass."""
+    eps = mixed_episodes()
+    batch = pad_batch(eps, pad_id=0)
+    model = copy.deepcopy(tiny_model)
+    adv = episode_advantages(eps).unsqueeze(-1) * batch["response_mask"]
+    loss = -(adv * response_logprobs(model, batch)).sum() / batch["response_mask"].sum()
+    loss.backward()
+    expected = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    for micro in (1, 2, len(eps)):
+        got = gradient(tiny_model, eps, GrpoSettings(micro_batch=micro, max_grad_norm=1e9))
+        assert relative_error(got, expected) < 1e-4, f"micro_batch={micro}"
+
+
+def test_micro_batch_size_does_not_change_kl_or_off_policy_steps(tiny_model):
+    ref = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        for param in ref.parameters():
+            param.add_(0.01 * torch.randn_like(param))
+    settings = GrpoSettings(kl_coef=0.5, mini_batches=2, max_grad_norm=1e9)
+    one_shot = gradient(tiny_model, mixed_episodes(), settings, ref_model=ref)
+    for micro in (1, 2):
+        got = gradient(tiny_model, mixed_episodes(), GrpoSettings(**{**settings.__dict__, "micro_batch": micro}), ref)
+        assert relative_error(got, one_shot) < 1e-4, f"micro_batch={micro}"
+
+
+def test_each_micro_batch_is_backpropagated_before_the_next_forward(tiny_model):
+    """What keeps memory flat: no graph outlives its micro-batch."""
+    model = copy.deepcopy(tiny_model)
+    events = []
+    model.register_forward_hook(lambda *args: events.append("forward"))
+    model.get_input_embeddings().weight.register_hook(lambda grad: events.append("backward"))
+    grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.0), mixed_episodes(), GrpoSettings(micro_batch=2),
+                pad_id=0)
+    assert events == ["forward", "backward"] * 3
+
+
 def test_update_moves_probability_towards_the_rewarded_episode(tiny_model):
     model = copy.deepcopy(tiny_model)
     eps = episodes()
     batch = pad_batch(eps, 0)
     with torch.no_grad():
-        before = response_logprobs(model, batch, 4)
+        before = response_logprobs(model, batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     stats = grpo_update(model, optimizer, eps, GrpoSettings(kl_coef=0.1), pad_id=0, ref_model=tiny_model)
     with torch.no_grad():
-        after = response_logprobs(model, batch, 4)
+        after = response_logprobs(model, batch)
     assert set(stats) == {"pg_loss", "kl", "grad_norm", "clipfrac"} and stats["grad_norm"] > 0
     assert after[0, :2].sum() > before[0, :2].sum(), "rewarded tokens became likelier"
     assert after[1, :3].sum() < before[1, :3].sum(), "unrewarded tokens became less likely"
@@ -71,10 +147,29 @@ def test_observation_tokens_get_no_gradient(tiny_model):
     """Changing an observation token's *target* must not change the loss gradient."""
     grads = []
     for obs in ([900, 901], [500, 501]):
-        model = copy.deepcopy(tiny_model)
         eps = [Episode("q", [10, 11], [20, *obs], [1, 0, 0], 1.0), Episode("q", [10, 11], [30, 31, 32], [1, 1, 1], 0.0)]
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-        grpo_update(model, optimizer, eps, GrpoSettings(), pad_id=0)
-        grads.append(model.lm_head.weight.grad.clone() if model.lm_head.weight.grad is not None
-                     else model.get_input_embeddings().weight.grad.clone())
+        grads.append(gradient(tiny_model, eps, GrpoSettings()))
     assert torch.allclose(grads[0], grads[1])
+
+
+def test_length_limits_drop_long_prompts_and_cut_long_responses():
+    eps = mixed_episodes()
+    kept, counts = fit_lengths(eps, max_prompt_len=4, max_response_len=5)
+    assert counts == {"episodes_over_prompt_len": 2, "episodes_over_response_len": 1}
+    assert [e.group for e in kept] == ["a", "a", "a"]
+    assert (kept[0].response_ids, kept[0].response_mask, kept[0].reward) == ([20, 21, 900, 901, 22], [1, 1, 0, 0, 1], 1.0)
+    assert kept[1:] == eps[1:3]
+    assert fit_lengths(eps, max_prompt_len=10, max_response_len=10) == (eps, dict.fromkeys(counts, 0))
+
+
+def test_settings_follow_the_rl_config():
+    settings = grpo_settings(RlConfig(micro_batch_size_per_gpu=3, batch_size=8, mini_batch_size=4, kl_coef=0.01,
+                                      clip_ratio=0.3))
+    assert (settings.micro_batch, settings.mini_batches, settings.kl_coef, settings.clip_ratio) == (3, 2, 0.01, 0.3)
+
+
+def test_lora_uses_rl_lora_alpha(tiny_model):
+    model = with_lora(copy.deepcopy(tiny_model), RlConfig(lora_rank=4, lora_alpha=32))
+    assert model.peft_config["default"].lora_alpha == 32
+    scales = {m.scaling["default"] for m in model.modules() if hasattr(m, "scaling") and isinstance(m.scaling, dict)}
+    assert scales == {32 / 4}

@@ -268,19 +268,137 @@ def test_epochs_when_no_max_steps_and_bad_values_are_usage_errors(tmp_path):
 
 
 def test_train_command_single_process_and_torchrun(tmp_path):
-    argv, env = train_command(tmp_path / "train.yaml", SftConfig())
+    argv, env = train_command(tmp_path / "train.yaml", SftConfig(), model_path=tmp_path)
     assert argv[1:] == ("train", str(tmp_path / "train.yaml")) and Path(argv[0]).name == "llamafactory-cli"
     assert env == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     _, env = train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=1, nproc_per_node=4,
-                                                          master_addr="10.0.0.1", master_port=29600))
+                                                          master_addr="10.0.0.1", master_port=29600), model_path=tmp_path)
     assert {k: env[k] for k in ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
                                 "NPROC_PER_NODE")} == {
         "FORCE_TORCHRUN": "1", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1",
         "MASTER_PORT": "29600", "NPROC_PER_NODE": "4"}
     with pytest.raises(UsageError, match="node_rank"):
-        train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=2))
+        train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=2), model_path=tmp_path)
     with pytest.raises(UsageError, match="without spaces"):
-        train_command(tmp_path / "a b.yaml", SftConfig(nproc_per_node=2))
+        train_command(tmp_path / "a b.yaml", SftConfig(nproc_per_node=2), model_path=tmp_path)
+
+
+@pytest.mark.parametrize("finetuning_type", ["lora", "full"])
+def test_offline_mode_only_when_the_model_is_a_local_folder(tmp_path, finetuning_type):
+    def offline(model_path) -> list[bool]:
+        plan = plan_sft(SftConfig(finetuning_type=finetuning_type), model_path=model_path, template="qwen3",
+                        work_dir=tmp_path / "work")
+        return [command.env.get("HF_HUB_OFFLINE") == "1" for command in plan.commands()]
+
+    commands = 2 if finetuning_type == "lora" else 1
+    assert offline("Qwen/Qwen3-4B") == [False] * commands  # LLaMA-Factory must be free to fetch it
+    assert offline(tmp_path / "models" / "Qwen--Qwen3-4B") == [True] * commands
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed, pass-through keys, logger
+
+
+def trainer_deepspeed_config(config: dict):
+    """The DeepSpeed config as the HF Trainer reads and fills it: accelerate's parser with transformers'
+    methods that replace "auto" from the training arguments. transformers only builds that class when
+    deepspeed is installed, which a CPU machine is not; its methods are plain Python, so they are
+    borrowed here, without its global registration (which would switch model loading to ZeRO-3)."""
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    names = ("is_auto", "fill_match", "fill_only", "trainer_config_process", "trainer_config_finalize")
+    filler = type("TrainerDeepSpeedConfig", (HfDeepSpeedConfig,), {n: vars(HfTrainerDeepSpeedConfig)[n] for n in names})
+    filled = filler(config)
+    filled.mismatches, filled._dtype = [], None
+    return filled
+
+
+def auto_values(tree, path=""):
+    if isinstance(tree, dict):
+        return [p for key, value in tree.items() for p in auto_values(value, f"{path}{key}.")]
+    return [path.rstrip(".")] if tree == "auto" else []
+
+
+@pytest.mark.parametrize("stage, zero, offload", [("z2", 2, False), ("z3", 3, False), ("z3_offload", 3, True)])
+def test_deepspeed_json_is_complete_once_the_trainer_fills_it(tmp_path, stage, zero, offload):
+    from types import SimpleNamespace
+
+    from transformers import TrainingArguments
+
+    cfg = SftConfig(finetuning_type="full", deepspeed=stage, use_cpu=False, bf16=True, grad_accum=8,
+                    learning_rate=1e-5)
+    plan = plan_sft(cfg, model_path=tmp_path / "model", template="qwen3", work_dir=tmp_path / "work")
+    ds_path = tmp_path / "work" / "deepspeed.json"
+    assert list(plan.files()) == [ds_path, plan.train_yaml]
+    train = yaml.safe_load(plan.files()[plan.train_yaml])
+    assert train["deepspeed"] == str(ds_path)
+    assert plan.train.env["FORCE_TORCHRUN"] == "1" and plan.train.env["NPROC_PER_NODE"] == "1"
+    written = json.loads(plan.files()[ds_path])
+    assert written["zero_optimization"]["stage"] == zero
+    assert written["zero_optimization"].get("stage3_gather_16bit_weights_on_model_save", False) == (zero == 3)
+    # the values LLaMA-Factory's YAML gives the HF Trainer fill every "auto", with no mismatch
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=train["bf16"],
+                             per_device_train_batch_size=train["per_device_train_batch_size"],
+                             gradient_accumulation_steps=train["gradient_accumulation_steps"],
+                             learning_rate=train["learning_rate"], warmup_steps=train["warmup_steps"])
+    filled = trainer_deepspeed_config(written)
+    filled.trainer_config_process(args)
+    filled.trainer_config_finalize(args, SimpleNamespace(config=SimpleNamespace(hidden_size=2560)), 100)
+    assert auto_values(filled.config) == [] and filled.is_zero3() == (zero == 3) and filled.is_offload() == offload
+    assert filled.config["gradient_accumulation_steps"] == 8 and filled.config["bf16"]["enabled"] is True
+    if offload:
+        assert filled.config["optimizer"]["params"]["lr"] == 1e-5
+
+
+def test_no_deepspeed_by_default_and_none_on_cpu(tmp_path):
+    plan = plan_sft(SftConfig(), model_path=tmp_path, template="qwen3", work_dir=tmp_path / "work")
+    assert plan.deepspeed_json is None and "deepspeed" not in plan.train_config
+    assert "FORCE_TORCHRUN" not in plan.train.env
+    with pytest.raises(UsageError, match="sft.deepspeed=z3 trains on GPUs: set sft.use_cpu: false"):
+        plan_sft(SftConfig(deepspeed="z3"), model_path=tmp_path, template="qwen3", work_dir=tmp_path / "work")
+    with pytest.raises(UsageError, match="sft.deepspeed must be one of none, z2, z3, z3_offload"):
+        plan_sft(SftConfig(deepspeed="zero3", use_cpu=False), model_path=tmp_path, template="qwen3", work_dir=tmp_path)
+
+
+def test_paper_qwen3_4b_trains_with_zero3_on_four_gpus(tmp_path):
+    from mtsql.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "profiles" / "paper-qwen3-4b.yaml")
+    plan = plan_sft(cfg.sft, model_path=tmp_path / "Qwen--Qwen3-4B", template=cfg.model.template, work_dir=tmp_path)
+    assert json.loads(plan.files()[tmp_path / "deepspeed.json"])["zero_optimization"]["stage"] == 3
+    assert plan.train_config["finetuning_type"] == "full" and plan.train_config["bf16"] is True
+    assert (plan.train.env["FORCE_TORCHRUN"], plan.train.env["NPROC_PER_NODE"]) == ("1", "4")
+
+
+def test_sft_extra_is_merged_but_cannot_silently_replace_a_key_mtsql_sets(tmp_path, tiny_qwen3):
+    from llamafactory.hparams import get_train_args
+
+    def config(**sft):
+        return train_config(SftConfig(use_cpu=True, max_steps=1, **sft), model_path=tiny_qwen3, template="qwen3",
+                            dataset_dir=tmp_path, dataset="d", output_dir=tmp_path / "out")
+
+    merged = config(extra={"neftune_noise_alpha": 5.0, "max_grad_norm": 0.5})
+    _, _, training_args, finetuning_args, _ = get_train_args(merged)
+    assert training_args.max_grad_norm == 0.5 and training_args.neftune_noise_alpha == 5.0
+    with pytest.raises(UsageError, match=r"sft.extra sets learning_rate, template, .*sft.extra_override: true"):
+        config(extra={"learning_rate": 1.0, "template": "llama3"})
+    with pytest.raises(UsageError, match="sft.extra sets num_train_epochs"):  # mtsql set max_steps instead
+        config(extra={"num_train_epochs": 3})
+    assert config(extra={"learning_rate": 1.0}, extra_override=True)["learning_rate"] == 1.0
+    with pytest.raises(UsageError, match="sft.extra must be a mapping"):
+        config(extra=["learning_rate=1"])
+
+
+def test_sft_logger_reports_to_tensorboard_under_the_artifact(tmp_path, tiny_qwen3):
+    from llamafactory.hparams import get_train_args
+
+    plan = plan_sft(SftConfig(use_cpu=True, max_steps=1, logger="tensorboard"), model_path=tiny_qwen3,
+                    template="qwen3", work_dir=tmp_path)
+    assert plan.train.env["TENSORBOARD_LOGGING_DIR"] == str(tmp_path / "tensorboard")
+    assert get_train_args(plan.train_config)[2].report_to == ["tensorboard"]
+    with pytest.raises(UsageError, match="sft.logger: unknown logger 'mlflow'; choose none, tensorboard, wandb"):
+        plan_sft(SftConfig(logger="mlflow"), model_path=tiny_qwen3, template="qwen3", work_dir=tmp_path)
 
 
 def test_dry_run_shows_the_exact_files_and_commands(tmp_path):

@@ -3,6 +3,8 @@ chain through merged checkpoints, the dry-run script, and the subprocess runner.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -15,14 +17,19 @@ from mtsql.errors import StageFailed, UsageError
 from mtsql.integrations.verl.dataset import AGENT_NAME
 from mtsql.integrations.verl.launch import (
     AGENT_LOOP_TARGET,
+    PINNED,
     Command,
     StageData,
+    StepWatcher,
     build_stage_plan,
     compose_train_config,
     error_line,
     hydra_value,
+    next_metrics_file,
+    read_metrics,
     render_plan,
     run_plan,
+    run_stage_plan,
 )
 
 DATA_ROOT = Path("/shared/data")
@@ -67,7 +74,52 @@ def test_every_override_is_a_verl_key_with_the_intended_value(composed):
     assert (reward.path, reward.name) == ("pkg://mtsql.integrations.verl.reward", "compute_score")
     assert reward.reward_kwargs.reward.family == "process" and reward.reward_kwargs.reward.clause_f1 == 0.8
     assert reward.reward_kwargs.sql.timeout_s == 5.0 and reward.reward_kwargs.data_root == str(DATA_ROOT)
-    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH.endswith("stage-0/verl_metrics.jsonl")
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH.endswith("stage-0/verl_metrics.1.jsonl")
+
+
+def test_main_ppo_starts_the_classic_trainer_mtsql_is_built_for(composed, monkeypatch):
+    """main_ppo itself, with the composed config: which TaskRunner would it hand to Ray?"""
+    import verl.trainer.main_ppo as main_ppo
+    from verl.trainer.main_ppo_v0 import TaskRunner
+
+    started = []
+    monkeypatch.setattr(main_ppo, "run_ppo", lambda config, task_runner_class: started.append(task_runner_class))
+    main_ppo.main.__wrapped__(composed[1].copy())
+    assert started == [TaskRunner], "trainer.use_v1=true would start TaskRunnerV1, which needs transfer_queue"
+
+
+def test_switches_verl_defaults_would_pick_are_pinned(composed):
+    from omegaconf import OmegaConf
+
+    plan, config = composed
+    for key, value in PINNED:
+        assert f"{key}={hydra_value(value)}" in plan[0].argv
+        assert OmegaConf.select(config, key) == value, key
+    assert plan[1].argv[plan[1].argv.index("--backend") + 1] == config.actor_rollout_ref.actor.strategy == "fsdp"
+    assert not config.trainer.use_v1 and config.reward.reward_manager.name == "naive"
+
+
+def test_rl_extra_is_appended_but_cannot_silently_replace_an_override(tmp_path):
+    plan = plan_for(tmp_path, "rl.extra=[actor_rollout_ref.actor.optim.weight_decay=0.05, +trainer.wandb_proxy=x]")
+    assert plan[0].argv[-2:] == ("actor_rollout_ref.actor.optim.weight_decay=0.05", "+trainer.wandb_proxy=x")
+    assert compose_train_config(plan[0].argv[3:]).actor_rollout_ref.actor.optim.weight_decay == 0.05
+    with pytest.raises(UsageError, match=r"rl.extra sets actor_rollout_ref.rollout.n, trainer.use_v1, .*rl.extra_override: true"):
+        plan_for(tmp_path, "rl.extra=[trainer.use_v1=true, actor_rollout_ref.rollout.n=8]")
+    with pytest.raises(UsageError, match="rl.extra sets reward.custom_reward_function"):  # a whole subtree
+        plan_for(tmp_path, "rl.extra=['reward.custom_reward_function={path: x}']")
+    overridden = plan_for(tmp_path, "rl.extra=[actor_rollout_ref.rollout.n=8]", "rl.extra_override=true")[0].argv
+    assert [a for a in overridden if a.startswith("actor_rollout_ref.rollout.n=")] == ["actor_rollout_ref.rollout.n=8"]
+    with pytest.raises(UsageError, match="'trainer.use_v1' is not a Hydra override"):
+        plan_for(tmp_path, "rl.extra=[trainer.use_v1]")
+
+
+def test_rl_logger_adds_the_backend_and_keeps_tensorboard_in_the_stage_folder(tmp_path):
+    plan = plan_for(tmp_path, "rl.logger=tensorboard")
+    config = compose_train_config(plan[0].argv[3:])
+    assert list(config.trainer.logger) == ["console", "file", "tensorboard"]
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR == str(tmp_path / "rl" / "stage-0" / "tensorboard")
+    with pytest.raises(UsageError, match="rl.logger: unknown logger 'mlflow'"):
+        plan_for(tmp_path, "rl.logger=mlflow")
 
 
 def test_a_misspelt_or_inconsistent_override_is_rejected_before_launch(composed):
@@ -97,7 +149,7 @@ def test_stages_chain_through_merged_checkpoints(tmp_path):
     for k in range(3):
         train, merge = plan[2 * k], plan[2 * k + 1]
         checkpoint = rl / f"stage-{k}" / "checkpoints" / "global_step_60" / "actor"
-        assert train.produces == {"checkpoint": checkpoint}
+        assert train.produces == {"checkpoint": checkpoint, "metrics": rl / f"stage-{k}" / "verl_metrics.1.jsonl"}
         assert merge.argv == ("python", "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
                               str(checkpoint), "--target_dir", str(rl / f"stage-{k}" / "merged"))
         model = dict(a.split("=", 1) for a in train.argv[3:])["actor_rollout_ref.model.path"]
@@ -185,6 +237,82 @@ def test_run_plan_writes_files_streams_output_and_quotes_the_error(tmp_path):
     log = (tmp_path / "log.txt").read_text()
     assert "hello 42" in log and "loading" in log and "Traceback" in log
     assert "hello 42\n" in seen and not (tmp_path / "ran").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics: one file per attempt, merged by step; progress from the console logger
+
+
+def write_attempt(stage_dir: Path, steps: range, reward: float) -> Path:
+    path = next_metrics_file(stage_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"step": k, "data": {"critic/score/mean": reward + k}}) + "\n" for k in steps))
+    return path
+
+
+def test_a_resumed_attempt_appends_its_steps_and_replaces_the_ones_it_redid(tmp_path):
+    assert next_metrics_file(tmp_path).name == "verl_metrics.1.jsonl" and read_metrics(tmp_path) == []
+    write_attempt(tmp_path, range(1, 4), 0.0)  # steps 1-3; the checkpoint was saved after step 2
+    second = write_attempt(tmp_path, range(3, 6), 10.0)
+    assert second.name == "verl_metrics.2.jsonl" and next_metrics_file(tmp_path).name == "verl_metrics.3.jsonl"
+    with second.open("a") as handle:
+        handle.write('{"step": 6, "da')  # cut by a crash
+    assert [(r["step"], r["critic/score/mean"]) for r in read_metrics(tmp_path)] == [
+        (1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0), (5, 15.0)]
+
+
+def test_step_watcher_reads_the_console_logger():
+    watcher = StepWatcher()
+    assert not watcher.feed("(TaskRunner pid=7) Training Progress: 0%")
+    assert watcher.feed("(TaskRunner pid=7) step:3 - actor/pg_loss:0.1 - critic/score/mean:np.float64(0.25) - x:1")
+    assert (watcher.steps, watcher.step, watcher.reward) == (1, 3, 0.25)
+
+
+FAKE_VERL = """\
+import sys
+overrides = dict(a.lstrip("+").split("=", 1) for a in sys.argv[2:])
+path = overrides["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"]
+steps, write = int(overrides["trainer.total_training_steps"]), sys.argv[1] == "write"
+with open(path, "wb") as log:  # as verl's file logger opens it
+    for step in range(1, steps + 1):
+        print(f"(TaskRunner pid=1) step:{step} - critic/score/mean:{step / 10}", flush=True)
+        if write:
+            log.write(('{"step": %d, "data": {"critic/score/mean": %s}}\\n' % (step, step / 10)).encode())
+"""
+
+
+def fake_verl_plan(tmp_path: Path, write: str) -> list[Command]:
+    """The real one-stage plan (its overrides are checked against verl), run by a stand-in for main_ppo."""
+    script = tmp_path / "fake_verl.py"
+    script.write_text(FAKE_VERL)
+    train, merge = plan_for(tmp_path, "rl.steps_per_stage=2", stages=1)
+    return [dataclasses.replace(train, argv=(sys.executable, str(script), write, *train.argv[3:])),
+            dataclasses.replace(merge, argv=(sys.executable, "-c", "print('merged')"))]
+
+
+def test_run_stage_plan_keeps_every_attempts_metrics(tmp_path):
+    for _ in range(2):
+        run_stage_plan(fake_verl_plan(tmp_path, "write"), tmp_path / "log.txt", steps=2)
+    stage_dir = tmp_path / "rl" / "stage-0"
+    assert sorted(p.name for p in stage_dir.glob("verl_metrics.*")) == ["verl_metrics.1.jsonl", "verl_metrics.2.jsonl"]
+    assert [r["step"] for r in read_metrics(stage_dir)] == [1, 2]
+    assert "step:2 - critic/score/mean:0.2" in (tmp_path / "log.txt").read_text()
+
+
+def test_run_stage_plan_fails_when_reported_steps_left_no_metrics(tmp_path):
+    with pytest.raises(StageFailed) as caught:
+        run_stage_plan(fake_verl_plan(tmp_path, "drop"), tmp_path / "log.txt", steps=2)
+    message = str(caught.value)
+    assert "\n" not in message and "stage-0 train: verl reported 2 step(s) but its metrics file" in message
+    assert "storage every node shares" in message
+
+
+def test_run_stage_plan_checks_the_overrides_before_starting_anything(tmp_path):
+    train, merge = fake_verl_plan(tmp_path, "write")
+    broken = dataclasses.replace(train, argv=(*train.argv, "trainer.no_such_key=1"))
+    with pytest.raises(UsageError, match="verl rejects the training overrides"):
+        run_stage_plan([broken, merge], tmp_path / "log.txt", steps=2)
+    assert not (tmp_path / "log.txt").exists()
 
 
 def test_error_line_finds_the_innermost_exception():

@@ -6,14 +6,32 @@ its scalar reward, and the group (the question) it was sampled for. The update f
 recipe: group-normalised outcome advantages (``compute_grpo_outcome_advantage``), the clipped
 policy loss (``get_policy_loss_fn("vanilla")``), optional low-variance KL to a frozen reference
 (``kl_penalty``), token-mean aggregation (``agg_loss``); observation tokens never enter the loss.
+
+Memory follows the micro-batch, not the number of episodes: each optimizer step (a mini-batch)
+runs its episodes ``micro_batch`` at a time, each micro-batch padded to its own length, with one
+backward per micro-batch while gradients accumulate. A micro-batch's loss is its token sum over the
+whole mini-batch's token count (verl's ``batch_num_tokens``), so the accumulated gradient is the
+mini-batch's token-mean gradient. Logits are computed only at the positions that predict a model
+token (``logits_to_keep``): none for the prompt, observations or padding.
+
+Length limits, per episode (``fit_lengths``): a prompt longer than ``rl.max_prompt_len`` tokens
+leaves the episode out of the update (verl's RL parquet drops such prompts before training); a
+response (everything after the prompt) longer than ``rl.max_response_len`` is cut to its first
+``rl.max_response_len`` tokens, which alone get gradient, and keeps the reward of its whole
+trajectory (the local rollout is not stopped at the limit, as verl's agent loop is). Both are
+counted in the step metrics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+LOSS_AGG_MODE = "token-mean"
+STATS = ("pg_loss", "kl", "grad_norm", "clipfrac")
 
 
 @dataclass
@@ -31,16 +49,39 @@ class GrpoSettings:
     kl_coef: float = 0.0
     kl_type: str = "low_var_kl"
     mini_batches: int = 1  # optimizer updates per rollout batch
-    micro_batch: int = 4  # sequences per forward pass
+    micro_batch: int = 1  # episodes per forward and backward pass
     max_grad_norm: float = 1.0
-    loss_agg_mode: str = "token-mean"
 
 
-def _actor_config(settings: GrpoSettings):
+def grpo_settings(rl) -> GrpoSettings:
+    """The update settings of an ``RlConfig``: ``batch_size / mini_batch_size`` optimizer steps per
+    batch, ``micro_batch_size_per_gpu`` episodes per pass."""
+    return GrpoSettings(clip_ratio=rl.clip_ratio, kl_coef=rl.kl_coef,
+                        mini_batches=max(1, rl.batch_size // max(1, rl.mini_batch_size)),
+                        micro_batch=max(1, rl.micro_batch_size_per_gpu))
+
+
+def fit_lengths(episodes: list[Episode], *, max_prompt_len: int, max_response_len: int) -> tuple[list[Episode], dict]:
+    """The episodes within the length limits (see the module docstring) and how many were not:
+    ``{"episodes_over_prompt_len": dropped, "episodes_over_response_len": cut}``."""
+    kept, dropped, cut = [], 0, 0
+    for ep in episodes:
+        if len(ep.prompt_ids) > max_prompt_len:
+            dropped += 1
+            continue
+        if len(ep.response_ids) > max_response_len:
+            cut += 1
+            ep = dataclasses.replace(ep, response_ids=ep.response_ids[:max_response_len],
+                                     response_mask=ep.response_mask[:max_response_len])
+        kept.append(ep)
+    return kept, {"episodes_over_prompt_len": dropped, "episodes_over_response_len": cut}
+
+
+def _actor_config(settings: GrpoSettings, batch_tokens: int):
     from omegaconf import OmegaConf
 
     return OmegaConf.create({"clip_ratio": settings.clip_ratio, "clip_ratio_low": None, "clip_ratio_high": None,
-                             "clip_ratio_c": 3.0, "global_batch_info": {}})
+                             "clip_ratio_c": 3.0, "global_batch_info": {"batch_num_tokens": batch_tokens}})
 
 
 def pad_batch(episodes: list[Episode], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -60,32 +101,29 @@ def pad_batch(episodes: list[Episode], pad_id: int, device: str | torch.device =
             "prompt_len": p_len}
 
 
-def response_logprobs(model, batch: dict, micro_batch: int) -> torch.Tensor:
-    """Log-probabilities of every response token under ``model`` (shape: batch x response length)."""
+def response_logprobs(model, batch: dict) -> torch.Tensor:
+    """Log-probabilities of the model tokens of a padded batch (batch x response length, 0 where
+    ``response_mask`` is 0), from logits at the positions predicting a model token of some row only."""
     from verl.utils.torch_functional import logprobs_from_logits
 
-    p_len = batch["prompt_len"]
-    out = []
-    for start in range(0, batch["input_ids"].shape[0], micro_batch):
-        ids = batch["input_ids"][start : start + micro_batch]
-        attention = batch["attention_mask"][start : start + micro_batch]
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        keep = ids.shape[1] - p_len + 1  # logits only where they predict a response token
-        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=keep).logits
-        out.append(logprobs_from_logits(logits[:, :-1].float(), ids[:, p_len:]))
-    return torch.cat(out)
+    p_len, ids, attention = batch["prompt_len"], batch["input_ids"], batch["attention_mask"]
+    mask = batch["response_mask"]
+    columns = mask.any(0).nonzero().squeeze(-1)  # response columns with a model token in some row
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                   logits_to_keep=columns + p_len - 1).logits  # the logits at t predict the token at t + 1
+    picked = logprobs_from_logits(logits.float(), ids[:, p_len + columns]) * mask[:, columns]
+    return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).index_copy(1, columns, picked)
 
 
-def advantages(episodes: list[Episode], response_mask: torch.Tensor) -> torch.Tensor:
-    """verl's GRPO advantages: the reward sits on the last response token, normalised per group."""
+def episode_advantages(episodes: list[Episode]) -> torch.Tensor:
+    """verl's GRPO advantage of each episode: its reward normalised within its group."""
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-    token_rewards = torch.zeros_like(response_mask)
-    for row, ep in enumerate(episodes):
-        token_rewards[row, len(ep.response_ids) - 1] = ep.reward
+    rewards = torch.tensor([[ep.reward] for ep in episodes], dtype=torch.float32)
     index = np.array([ep.group for ep in episodes], dtype=object)
-    adv, _ = compute_grpo_outcome_advantage(token_rewards, response_mask, index)
-    return adv
+    adv, _ = compute_grpo_outcome_advantage(rewards, torch.ones_like(rewards), index)
+    return adv[:, 0]
 
 
 def signal_share(episodes: list[Episode]) -> float:
@@ -99,51 +137,62 @@ def signal_share(episodes: list[Episode]) -> float:
 
 def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSettings, *, pad_id: int,
                 ref_model=None) -> dict[str, float]:
-    """One rollout batch of GRPO: old log-probs, advantages, then ``mini_batches`` optimizer steps."""
+    """One rollout batch of GRPO: advantages, then ``mini_batches`` optimizer steps, each
+    accumulating gradients over micro-batches of ``micro_batch`` episodes. Returns the mean over
+    steps of the token-mean policy loss, KL, gradient norm and clip fraction."""
     from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 
+    if not episodes:
+        return dict.fromkeys(STATS, 0.0)
     policy_loss = get_policy_loss_fn("vanilla")
     device = next(model.parameters()).device
-    actor_cfg = _actor_config(settings)
+    adv = episode_advantages(episodes).to(device)
+    size = max(1, -(-len(episodes) // settings.mini_batches))
+    steps = [list(range(start, min(start + size, len(episodes)))) for start in range(0, len(episodes), size)]
+
+    def micro_batches(step: list[int]) -> list[list[int]]:
+        parts = [step[i : i + settings.micro_batch] for i in range(0, len(step), settings.micro_batch)]
+        return [part for part in parts if any(any(episodes[i].response_mask) for i in part)]
+
+    def batch_of(part: list[int]) -> dict:
+        return pad_batch([episodes[i] for i in part], pad_id, device)
+
     model.eval()
-    with torch.no_grad():
-        full = pad_batch(episodes, pad_id, device)
-        adv_all = advantages(episodes, full["response_mask"])
-    stats: dict[str, list[float]] = {"pg_loss": [], "kl": [], "grad_norm": [], "clipfrac": []}
-    order = list(range(len(episodes)))
-    size = max(1, -(-len(order) // settings.mini_batches))
-    chunks = [order[i : i + size] for i in range(0, len(order), size)]
-    with torch.no_grad():  # one update per batch is on-policy: the old log-probs are the new ones, detached
-        olds = [None if len(chunks) == 1 else
-                response_logprobs(model, pad_batch([episodes[i] for i in chunk], pad_id, device), settings.micro_batch)
-                for chunk in chunks]
-        refs = ([response_logprobs(ref_model, pad_batch([episodes[i] for i in chunk], pad_id, device), settings.micro_batch)
-                 for chunk in chunks] if ref_model is not None and settings.kl_coef > 0 else [None] * len(chunks))
+    with torch.no_grad():  # before any optimizer step: with one step, the new log-probs detached are the old
+        olds = [[None] * len(micro_batches(step)) if len(steps) == 1 else
+                [response_logprobs(model, batch_of(part)) for part in micro_batches(step)] for step in steps]
+        refs = [[response_logprobs(ref_model, batch_of(part)) if ref_model is not None and settings.kl_coef > 0
+                 else None for part in micro_batches(step)] for step in steps]
+    stats: dict[str, list[float]] = {key: [] for key in STATS}
     model.train()
-    for chunk, old, ref in zip(chunks, olds, refs, strict=True):
-        batch = pad_batch([episodes[i] for i in chunk], pad_id, device)
-        mask = batch["response_mask"]
-        adv = torch.stack([adv_all[i, : mask.shape[1]] for i in chunk])
-        new = response_logprobs(model, batch, settings.micro_batch)
-        old = new.detach() if old is None else old
-        loss, metrics = policy_loss(old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask,
-                                    loss_agg_mode=settings.loss_agg_mode, config=actor_cfg)
-        kl_value = 0.0
-        if ref is not None:
-            kl = agg_loss(loss_mat=kl_penalty(new, ref, settings.kl_type), loss_mask=mask,
-                          loss_agg_mode=settings.loss_agg_mode)
-            loss = loss + settings.kl_coef * kl
-            kl_value = float(kl.detach())
+    for step, step_olds, step_refs in zip(steps, olds, refs, strict=True):
+        tokens = sum(sum(episodes[i].response_mask) for i in step)
+        if not tokens:
+            continue
+        config = _actor_config(settings, tokens)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        totals = dict.fromkeys(("pg_loss", "kl", "clipfrac"), 0.0)
+        for part, old, ref in zip(micro_batches(step), step_olds, step_refs, strict=True):
+            batch = batch_of(part)
+            mask = batch["response_mask"]
+            new = response_logprobs(model, batch)
+            loss, metrics = policy_loss(old_log_prob=new.detach() if old is None else old, log_prob=new,
+                                        advantages=adv[part].unsqueeze(-1) * mask, response_mask=mask,
+                                        loss_agg_mode=LOSS_AGG_MODE, config=config)
+            totals["pg_loss"] += float(loss.detach())
+            totals["clipfrac"] += metrics["actor/pg_clipfrac"] * float(mask.sum()) / tokens
+            if ref is not None:
+                kl = agg_loss(loss_mat=kl_penalty(new, ref, settings.kl_type), loss_mask=mask,
+                              loss_agg_mode=LOSS_AGG_MODE, batch_num_tokens=tokens)
+                loss = loss + settings.kl_coef * kl
+                totals["kl"] += float(kl.detach())
+            loss.backward()  # frees this micro-batch's graph; gradients add up in .grad
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
         optimizer.step()
-        stats["pg_loss"].append(float(loss.detach()))
-        stats["kl"].append(kl_value)
-        stats["grad_norm"].append(float(grad_norm))
-        stats["clipfrac"].append(float(metrics["actor/pg_clipfrac"]))
+        for key, value in {**totals, "grad_norm": float(grad_norm)}.items():
+            stats[key].append(value)
     model.eval()
-    return {key: float(np.mean(values)) for key, values in stats.items()}
+    return {key: float(np.mean(values)) if values else 0.0 for key, values in stats.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,12 +205,18 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     Each step draws ``rl.batch_size`` questions (a seeded shuffle, cycling), samples ``rl.n``
     trajectories of each with the current weights at ``rl.temperature``, scores them with the
     configured reward family and applies one GRPO update (``rl.mini_batch_size`` questions per
-    optimizer step). One JSON line per step goes to ``metrics_path``.
+    optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). One JSON line per step goes
+    to ``metrics_path``, which starts empty (this engine keeps no checkpoint: a rerun starts again
+    at step 1); a progress bar shows the step and its mean reward.
     """
     import copy
     import json
     import random
     import time
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mtsql.backends.hf import HFBackend
     from mtsql.rollout import RolloutEngine, derive_seed
@@ -171,50 +226,62 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     backend = HFBackend(base_model, dtype=cfg.model.dtype, device=cfg.model.device, prefix_cache=False)
     model = backend.model
     if cfg.rl.lora_rank > 0:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=cfg.rl.lora_rank, lora_alpha=2 * cfg.rl.lora_rank,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
-        backend.model = model
+        model = backend.model = with_lora(model, cfg.rl)
     ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.rl.lr, weight_decay=0.0)
     root = cfg.data_root
     engine = RolloutEngine.from_config(cfg, data_root=root, policy="model", temperature=cfg.rl.temperature,
                                        backend=backend)
-    settings = GrpoSettings(clip_ratio=cfg.rl.clip_ratio, kl_coef=cfg.rl.kl_coef,
-                            mini_batches=max(1, cfg.rl.batch_size // max(1, cfg.rl.mini_batch_size)))
+    settings = grpo_settings(cfg.rl)
     order: list = []
     rng = random.Random(derive_seed(cfg.seed, "rl", stage))
     history = []
-    for step in range(1, cfg.rl.steps_per_stage + 1):
-        started = time.perf_counter()
-        if len(order) < cfg.rl.batch_size:
-            order += rng.sample(turns, len(turns))
-        batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
-        records = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False)
-        rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
-        episodes = [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
-                    for r in rows if r["response_ids"]]
-        stats = grpo_update(model, optimizer, episodes, settings, pad_id=backend.pad_id, ref_model=ref_model)
-        rewards = [r["reward"]["score"] for r in rows]
-        line = {
-            "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
-            "response_length": float(np.mean([r["response_tokens"] for r in rows])),
-            "tool_calls_per_turn": float(np.mean([r["tool_calls"] for r in rows])),
-            "ex": float(np.mean([r["execution"] or 0 for r in rows])), "em": float(np.mean([r["exact"] or 0 for r in rows])),
-            "protocol_valid": float(np.mean([r["protocol_valid"] for r in rows])),
-            "groups_with_signal": signal_share(episodes),
-            **stats, "wall_s": round(time.perf_counter() - started, 2),
-        }
-        history.append(line)
-        with open(metrics_path, "a") as handle:
-            handle.write(json.dumps(line) + "\n")
+    Path(metrics_path).write_text("")
+    columns = (TextColumn(f"rl stage {stage}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        task = progress.add_task("rl", total=cfg.rl.steps_per_stage, reward="-")
+        for step in range(1, cfg.rl.steps_per_stage + 1):
+            started = time.perf_counter()
+            if len(order) < cfg.rl.batch_size:
+                order += rng.sample(turns, len(turns))
+            batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
+            records = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False)
+            rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
+            episodes, over = fit_lengths(
+                [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
+                 for r in rows if r["response_ids"]], max_prompt_len=cfg.rl.max_prompt_len,
+                max_response_len=cfg.rl.max_response_len)
+            stats = grpo_update(model, optimizer, episodes, settings, pad_id=backend.pad_id, ref_model=ref_model)
+            rewards = [r["reward"]["score"] for r in rows]
+            line = {
+                "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
+                "response_length": float(np.mean([r["response_tokens"] for r in rows])),
+                "tool_calls_per_turn": float(np.mean([r["tool_calls"] for r in rows])),
+                "ex": float(np.mean([r["execution"] or 0 for r in rows])), "em": float(np.mean([r["exact"] or 0 for r in rows])),
+                "protocol_valid": float(np.mean([r["protocol_valid"] for r in rows])),
+                "groups_with_signal": signal_share(episodes), "episodes_trained": len(episodes), **over,
+                **stats, "wall_s": round(time.perf_counter() - started, 2),
+            }
+            history.append(line)
+            with open(metrics_path, "a") as handle:
+                handle.write(json.dumps(line) + "\n")
+            progress.update(task, completed=step, reward=f"{line['reward_mean']:.3f}")
     save_model(model, backend.tokenizer, out_dir / "model")
     first, last = history[0], history[-1]
     return {"steps": len(history), "reward_first": first["reward_mean"], "reward_last": last["reward_mean"],
             "ex_last": last["ex"], "response_length_last": last["response_length"],
             "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history)}
+
+
+def with_lora(model, rl):
+    """``model`` wrapped with LoRA adapters of rank ``rl.lora_rank`` and scale ``rl.lora_alpha`` on
+    every linear layer (what verl's ``target_modules=all-linear`` means)."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=rl.lora_rank, lora_alpha=rl.lora_alpha, target_modules="all-linear",
+                                            task_type="CAUSAL_LM"))
 
 
 def save_model(model, tokenizer, folder) -> None:

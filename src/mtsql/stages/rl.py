@@ -24,7 +24,13 @@ from mtsql.config import ConfigView
 from mtsql.data.records import Turn, read_turns
 from mtsql.errors import UsageError
 from mtsql.integrations.verl.dataset import write_rl_parquet
-from mtsql.integrations.verl.launch import StageData, build_stage_plan, render_plan, run_plan
+from mtsql.integrations.verl.launch import (
+    StageData,
+    build_stage_plan,
+    read_metrics,
+    render_plan,
+    run_stage_plan,
+)
 from mtsql.models import stage_model
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
@@ -56,9 +62,9 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
         raise UsageError(f"rl.engine={cfg.rl.engine}: resolve 'auto' with pick_engine before running the stage")
     rows = _write_parquet(cfg, turns, base, _train_file(ctx.out, stage))
     commands, stage_data = _verl_plan(cfg, base_model=base, out=ctx.out, stage=stage, rows=rows)
-    run_plan(commands, ctx.log_path)
+    run_stage_plan(commands, ctx.log_path, steps=cfg.rl.steps_per_stage)
     shutil.move(str(ctx.out / "verl" / stage_data.name / "merged"), ctx.out / MODEL_DIR)
-    curve = _verl_curve(ctx.out / "verl" / stage_data.name / "verl_metrics.jsonl", stage)
+    curve = _verl_curve(ctx.out / "verl" / stage_data.name, stage)
     (ctx.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in curve))
     last = curve[-1] if curve else {}
     return {"engine": "verl", "items": stage_data.rows, "steps": len(curve),
@@ -101,16 +107,7 @@ def _verl_plan(cfg: ConfigView, *, base_model: str, out: Path, stage: int, rows:
 VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean"}
 
 
-def _verl_curve(path: Path, stage: int) -> list[dict]:
-    """verl's per-step metrics in the local engine's shape (the report reads both alike)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        data = record.get("data", record)
-        rows.append({"stage": stage, "step": record.get("step", len(rows) + 1),
-                     **{ours: data.get(theirs) for ours, theirs in VERL_KEYS.items()}})
-    return rows
+def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
+    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike)."""
+    return [{"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()}}
+            for row in read_metrics(stage_dir)]

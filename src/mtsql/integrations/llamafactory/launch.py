@@ -4,14 +4,20 @@ Pure functions with no side effect, so ``plan_sft`` shows as a dry run exactly w
 then writes and executes. Layout inside a stage's work folder::
 
     data/dataset_info.json, data/<dataset>.jsonl   (export_sharegpt)
+    deepspeed.json    DeepSpeed ZeRO settings (sft.deepspeed other than none)
     train.yaml        llamafactory-cli train
     adapter/          LoRA adapter (lora) | model/ the trained model itself (full)
     merge.yaml        llamafactory-cli export (lora only)
     model/            the merged Hugging Face model folder
+    tensorboard/      training curves (sft.logger: tensorboard)
+
+``HF_HUB_OFFLINE=1`` is set only when the model is a local folder (``mtsql.models.resolve_model``
+downloads Hub models first), so a Hub id given by hand is still fetched by LLaMA-Factory.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import sys
@@ -23,9 +29,14 @@ import yaml
 
 from mtsql.config import SftConfig
 from mtsql.errors import StageFailed, UsageError
+from mtsql.integrations.passthrough import check_extra, check_logger
+from mtsql.models import is_hub_id
 
 FINETUNING_TYPES = ("lora", "full")
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+DEEPSPEED_STAGES = ("none", "z2", "z3", "z3_offload")
+# keys train_config sets only in some configurations: sft.extra may not set them either
+CONDITIONAL_KEYS = ("max_steps", "num_train_epochs", "use_cpu", "disable_gradient_checkpointing", "save_only_model",
+                    "lora_rank", "lora_alpha", "lora_target", "deepspeed")
 
 
 class Command(NamedTuple):
@@ -54,10 +65,15 @@ class SftPlan:
     merge_yaml: Path | None = None
     merge_config: dict | None = None
     merge: Command | None = None
+    deepspeed_json: Path | None = None
+    deepspeed_config: dict | None = None
 
     def files(self) -> dict[Path, str]:
-        """The YAML files to write, path -> text."""
-        out = {self.train_yaml: yaml_text(self.train_config)}
+        """The files to write (DeepSpeed JSON, YAML), path -> text."""
+        out = {}
+        if self.deepspeed_json and self.deepspeed_config:
+            out[self.deepspeed_json] = json.dumps(self.deepspeed_config, indent=2) + "\n"
+        out[self.train_yaml] = yaml_text(self.train_config)
         if self.merge_yaml and self.merge_config:
             out[self.merge_yaml] = yaml_text(self.merge_config)
         return out
@@ -81,28 +97,34 @@ def plan_sft(sft_cfg: SftConfig, *, model_path: str | Path, template: str, work_
     work_dir = Path(work_dir)
     dataset_dir, model_dir = work_dir / "data", work_dir / "model"
     trainer_dir = work_dir / "adapter" if sft_cfg.finetuning_type == "lora" else model_dir
+    ds_config = deepspeed_config(sft_cfg.deepspeed)
+    ds_json = work_dir / "deepspeed.json" if ds_config else None
     config = train_config(sft_cfg, model_path=model_path, template=template, dataset_dir=dataset_dir,
-                          dataset=dataset, output_dir=trainer_dir, seed=seed)
+                          dataset=dataset, output_dir=trainer_dir, seed=seed, deepspeed_json=ds_json)
     train_yaml = work_dir / "train.yaml"
     plan = SftPlan(dataset_dir=dataset_dir, dataset=dataset, train_yaml=train_yaml, train_config=config,
-                   train=train_command(train_yaml, sft_cfg), trainer_dir=trainer_dir, model_dir=model_dir)
+                   train=train_command(train_yaml, sft_cfg, model_path=model_path), trainer_dir=trainer_dir,
+                   model_dir=model_dir, deepspeed_json=ds_json, deepspeed_config=ds_config)
     if sft_cfg.finetuning_type == "full":
         return plan
     merge_yaml = work_dir / "merge.yaml"
     return replace(
-        plan, merge_yaml=merge_yaml, merge=export_command(merge_yaml),
+        plan, merge_yaml=merge_yaml, merge=export_command(merge_yaml, model_path=model_path),
         merge_config=merge_config(model_path=model_path, adapter_dir=trainer_dir, template=template,
                                   export_dir=model_dir))
 
 
 def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, dataset_dir: Path,
-                 dataset: str, output_dir: Path, seed: int = 0) -> dict:
-    """The ``llamafactory-cli train`` YAML as a dict: loss on every assistant turn, none on prompts."""
+                 dataset: str, output_dir: Path, seed: int = 0, deepspeed_json: Path | None = None) -> dict:
+    """The ``llamafactory-cli train`` YAML as a dict: loss on every assistant turn, none on prompts;
+    ``sft.extra`` merged in last."""
     if sft_cfg.finetuning_type not in FINETUNING_TYPES:
         raise UsageError(f"sft.finetuning_type must be one of {', '.join(FINETUNING_TYPES)}, "
                          f"got {sft_cfg.finetuning_type!r}")
     if not 0 <= sft_cfg.warmup_ratio < 1:
         raise UsageError(f"sft.warmup_ratio must be in [0, 1), got {sft_cfg.warmup_ratio}")
+    if not isinstance(sft_cfg.extra, dict):
+        raise UsageError(f"sft.extra must be a mapping of LLaMA-Factory YAML keys, got {sft_cfg.extra!r}")
     config: dict = {
         "model_name_or_path": str(model_path),
         "stage": "sft",
@@ -125,7 +147,7 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         overwrite_output_dir=True,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=check_logger(sft_cfg.logger, "sft.logger"),
         per_device_train_batch_size=sft_cfg.batch_size,
         gradient_accumulation_steps=sft_cfg.grad_accum,
         learning_rate=sft_cfg.learning_rate,
@@ -145,6 +167,45 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         config["disable_gradient_checkpointing"] = True
     if sft_cfg.finetuning_type == "full":
         config["save_only_model"] = True
+    if deepspeed_json is not None:
+        config["deepspeed"] = str(deepspeed_json)
+    check_extra(sft_cfg.extra, [*config, *CONDITIONAL_KEYS], setting="sft.extra", allowed=sft_cfg.extra_override)
+    return {**config, **sft_cfg.extra}
+
+
+def deepspeed_config(stage: str) -> dict | None:
+    """The DeepSpeed JSON of ``sft.deepspeed`` (None for ``none``).
+
+    Batch sizes, clipping, precision and optimizer values are ``"auto"``: the HF Trainer fills them
+    from the training YAML, so the two cannot disagree. ZeRO-3 gathers the 16-bit weights when
+    saving, so the result is an ordinary model folder; with offload, DeepSpeed runs its own CPU
+    AdamW (a C++ extension it compiles on first use).
+    """
+    if stage not in DEEPSPEED_STAGES:
+        raise UsageError(f"sft.deepspeed must be one of {', '.join(DEEPSPEED_STAGES)}, got {stage!r}")
+    if stage == "none":
+        return None
+    config: dict = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": "auto"},
+        "zero_allow_untested_optimizer": True,
+    }
+    zero: dict = {"stage": 2 if stage == "z2" else 3, "overlap_comm": True, "contiguous_gradients": True,
+                  "reduce_bucket_size": "auto"}
+    if stage == "z2":
+        zero.update(allgather_partitions=True, reduce_scatter=True)
+    else:
+        zero.update(stage3_prefetch_bucket_size="auto", stage3_param_persistence_threshold="auto",
+                    stage3_gather_16bit_weights_on_model_save=True)
+    if stage == "z3_offload":
+        zero.update(offload_optimizer={"device": "cpu", "pin_memory": True},
+                    offload_param={"device": "cpu", "pin_memory": True})
+        config["optimizer"] = {"type": "AdamW", "params": dict.fromkeys(("lr", "betas", "eps", "weight_decay"), "auto")}
+    config["zero_optimization"] = zero
     return config
 
 
@@ -161,10 +222,16 @@ def merge_config(*, model_path: str | Path, adapter_dir: Path, template: str, ex
     }
 
 
-def train_command(yaml_path: Path, sft_cfg: SftConfig) -> Command:
-    """``llamafactory-cli train YAML``, through torchrun when more than one process is asked for."""
-    env = dict(OFFLINE_ENV)
-    if sft_cfg.nnodes > 1 or sft_cfg.nproc_per_node > 1:
+def train_command(yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path) -> Command:
+    """``llamafactory-cli train YAML``, through torchrun when more than one process is asked for or
+    DeepSpeed is on (LLaMA-Factory runs DeepSpeed only under torchrun)."""
+    env = engine_env(model_path)
+    if sft_cfg.logger == "tensorboard":
+        env["TENSORBOARD_LOGGING_DIR"] = str(Path(yaml_path).parent / "tensorboard")
+    if sft_cfg.deepspeed != "none" and sft_cfg.use_cpu:
+        raise UsageError(f"sft.deepspeed={sft_cfg.deepspeed} trains on GPUs: set sft.use_cpu: false "
+                         "(or sft.deepspeed: none on a CPU machine)")
+    if sft_cfg.nnodes > 1 or sft_cfg.nproc_per_node > 1 or sft_cfg.deepspeed != "none":
         if any(ch.isspace() for ch in str(yaml_path)):  # llamafactory splits the torchrun line on spaces
             raise UsageError(f"{yaml_path}: a multi-process launch needs a path without spaces")
         if not 0 <= sft_cfg.node_rank < sft_cfg.nnodes:
@@ -177,8 +244,16 @@ def train_command(yaml_path: Path, sft_cfg: SftConfig) -> Command:
     return Command((cli_path(), "train", str(yaml_path)), env)
 
 
-def export_command(yaml_path: Path) -> Command:
-    return Command((cli_path(), "export", str(yaml_path)), dict(OFFLINE_ENV))
+def export_command(yaml_path: Path, *, model_path: str | Path) -> Command:
+    return Command((cli_path(), "export", str(yaml_path)), engine_env(model_path))
+
+
+def engine_env(model_path: str | Path) -> dict[str, str]:
+    """Environment for ``llamafactory-cli``: offline unless the model is a Hub id it must fetch."""
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    if not is_hub_id(str(model_path)):
+        env["HF_HUB_OFFLINE"] = "1"
+    return env
 
 
 def cli_path() -> str:

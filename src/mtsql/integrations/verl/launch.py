@@ -1,19 +1,30 @@
-"""Launching verl 0.9.1 GRPO, one training per curriculum stage (FACTS §5-6).
+"""Launching verl 0.9.1 GRPO, one training per curriculum stage.
 
     plan = build_stage_plan(cfg, stages, model_path="/models/sft", out_dir=stage_dir, data_root=root)
     print(render_plan(plan))          # --dry-run: every file and command, runnable by hand
-    run_plan(plan, stage_dir / "log.txt")
+    run_stage_plan(plan, stage_dir / "log.txt", steps=cfg.rl.steps_per_stage)
+    read_metrics(stage_dir / "stage-1")   # verl's per-step metrics, over every attempt
 
 verl 0.9.1 has no curriculum sampler, so each stage is its own ``python -m verl.trainer.main_ppo``
 run that starts from the previous stage's checkpoint merged to a Hugging Face folder by
 ``python -m verl.model_merger merge``. Per stage the plan has two commands: train (which writes
 the agent-loop YAML first) and merge. Every Hydra key below exists in verl 0.9.1's
 ``ppo_trainer`` config (a test composes them); the ``+`` keys are ones verl reads but does not
-declare. On several nodes, start Ray by hand first and set ``rl.ray_address`` (the plan says how).
+declare. ``PINNED`` fixes the switches whose defaults would pick another trainer, worker or reward
+manager than the ones mtsql is built and tested against. ``rl.extra`` appends more overrides.
+On several nodes, start Ray by hand first and set ``rl.ray_address`` (the plan says how).
+
+Metrics: verl's file logger truncates the file it opens and writes it from the Ray actor that runs
+the trainer, possibly on another node. Each run of a stage therefore logs to a new
+``verl_metrics.<attempt>.jsonl`` in the stage folder (so the run folder must be storage every node
+shares), and ``read_metrics`` merges the attempts by step, a resumed attempt's step replacing the
+earlier one.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import os
 import re
@@ -30,12 +41,30 @@ import yaml
 
 from mtsql.config import Config, to_dict
 from mtsql.errors import StageFailed, UsageError
+from mtsql.integrations.passthrough import check_extra, check_logger, clashes
 from mtsql.integrations.verl.dataset import AGENT_NAME
 
 AGENT_LOOP_TARGET = "mtsql.integrations.verl.agent_loop.SqlAgentLoop"
 REWARD_MODULE = "pkg://mtsql.integrations.verl.reward"
 REWARD_FUNCTION = "compute_score"
 PROJECT = "mtsql"
+METRICS_PREFIX = "verl_metrics"
+RUNTIME_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"  # environment of every Ray worker, on every node
+
+# verl switches whose defaults would pick a code path mtsql does not run (main_ppo checks none of them)
+PINNED: tuple[tuple[str, object], ...] = (
+    ("trainer.use_v1", False),  # true starts the v1 trainer, which needs transfer_queue (an optional extra)
+    ("model_engine", "dp"),  # FSDP workers: the merge command reads FSDP checkpoints
+    ("actor_rollout_ref.actor.strategy", "fsdp"),
+    ("actor_rollout_ref.ref.strategy", "fsdp"),
+    ("reward.reward_manager.source", "register"),
+    ("reward.reward_manager.name", "naive"),  # merges the agent loop's fields into compute_score's extra_info
+    ("actor_rollout_ref.actor.use_dynamic_bsz", False),  # micro-batches of rl.micro_batch_size_per_gpu rows
+    ("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False),
+    ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", False),
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,7 +97,8 @@ def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: st
 
     ``model_path``: the first stage's model, an absolute folder or an HF id. Each stage works in
     ``out_dir/<stage name>``: ``checkpoints/``, ``merged/`` (with ``lora_adapter/`` under LoRA) and
-    ``verl_metrics.jsonl``; ``data_root`` is where the agent loop and the reward find the databases.
+    this attempt's ``verl_metrics.<k>.jsonl``; ``data_root`` is where the agent loop and the reward
+    find the databases.
     """
     _check(cfg, stages)
     out_dir, data_root = Path(out_dir).resolve(), Path(data_root).resolve()
@@ -79,12 +109,13 @@ def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: st
         stage_dir = out_dir / stage.name
         checkpoint = stage_dir / "checkpoints" / f"global_step_{cfg.rl.steps_per_stage}" / "actor"
         merged = stage_dir / "merged"
+        metrics = next_metrics_file(stage_dir)
         overrides = train_overrides(cfg, stage, model_path=current, lora_adapter=adapter, stage_dir=stage_dir,
-                                    agent_loop_file=agent_loop_file, data_root=data_root)
+                                    agent_loop_file=agent_loop_file, data_root=data_root, metrics_file=metrics)
         plan.append(Command(
             name=f"{stage.name} train", argv=(python, "-m", "verl.trainer.main_ppo", *overrides), cwd=stage_dir,
             env=_train_env(cfg), files={agent_loop_file: agent_loop_yaml(cfg, data_root)},
-            produces={"checkpoint": checkpoint}, note=_ray_note(cfg) if index == 0 else ""))
+            produces={"checkpoint": checkpoint, "metrics": metrics}, note=_ray_note(cfg) if index == 0 else ""))
         produces = {"merged_model": merged}
         if cfg.rl.lora_rank:
             produces["lora_adapter"] = merged / "lora_adapter"  # the merger keeps LoRA weights apart
@@ -110,12 +141,14 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
 
 
 def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adapter: str | None,
-                    stage_dir: Path, agent_loop_file: Path, data_root: Path) -> list[str]:
-    """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it)."""
+                    stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path) -> list[str]:
+    """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.extra``."""
     rl = cfg.rl
     actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
     reward_kwargs = "+reward.custom_reward_function.reward_kwargs"
+    logger = check_logger(rl.logger, "rl.logger")
     pairs: list[tuple[str, object]] = [
+        *PINNED,
         ("algorithm.adv_estimator", "grpo"),
         ("algorithm.use_kl_in_reward", False),
         ("data.train_files", str(Path(stage.train_file).resolve())),
@@ -158,8 +191,9 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
         (f"{reward_kwargs}.data_root", str(data_root)),
         ("trainer.project_name", PROJECT),
         ("trainer.experiment_name", f"{cfg.run}-{stage.name}"),
-        ("trainer.logger", ["console", "file"]),
-        ("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", str(stage_dir / "verl_metrics.jsonl")),
+        ("trainer.logger", ["console", "file", *([logger] if logger != "none" else [])]),
+        (f"{RUNTIME_ENV}.VERL_FILE_LOGGER_PATH", str(metrics_file)),
+        *([(f"{RUNTIME_ENV}.TENSORBOARD_DIR", str(stage_dir / "tensorboard"))] if logger == "tensorboard" else []),
         ("trainer.default_local_dir", str(stage_dir / "checkpoints")),
         ("trainer.resume_mode", "auto"),
         ("trainer.total_training_steps", rl.steps_per_stage),
@@ -173,7 +207,58 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
     ]
     if lora_adapter:
         pairs.append((f"{model}.lora_adapter_path", lora_adapter))
-    return [f"{key}={hydra_value(value)}" for key, value in pairs]
+    own, extra = [key.lstrip("+") for key, _ in pairs], [override_key(item) for item in rl.extra]
+    check_extra(extra, own, setting="rl.extra", allowed=rl.extra_override)
+    replaced = set(clashes(own, extra))
+    return [f"{key}={hydra_value(value)}" for key, value in pairs if key.lstrip("+") not in replaced] + list(rl.extra)
+
+
+def override_key(item: str) -> str:
+    """The config key of a Hydra override: ``+a.b=1``, ``++a.b=1``, ``~a.b`` and ``a.b`` all give ``a.b``."""
+    key, sep, _ = item.partition("=")
+    if not (sep or key.startswith("~")) or not key.lstrip("+~").strip():
+        raise UsageError(f"rl.extra: {item!r} is not a Hydra override: write key=value (or +key=value, ~key)")
+    return key.lstrip("+~").strip()
+
+
+def next_metrics_file(stage_dir: Path) -> Path:
+    """The metrics file of the next run of a stage: one past the attempts already in ``stage_dir``."""
+    return Path(stage_dir) / f"{METRICS_PREFIX}.{len(metrics_files(stage_dir)) + 1}.jsonl"
+
+
+def metrics_files(stage_dir: Path) -> list[Path]:
+    """The attempts' metrics files of a stage, oldest first."""
+    pattern = re.compile(rf"{METRICS_PREFIX}\.(\d+)\.jsonl")
+    found = [(int(m.group(1)), p) for p in Path(stage_dir).glob(f"{METRICS_PREFIX}.*.jsonl")
+             if (m := pattern.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def read_metrics(stage_dir: Path) -> list[dict]:
+    """Every step verl logged for a stage, ``{"step": n, **metrics}`` by step, over all attempts: a
+    step logged again by a later attempt (resumed from an earlier checkpoint) replaces the earlier."""
+    by_step: dict[int, dict] = {}
+    for path in metrics_files(stage_dir):
+        rows, broken = _metrics_rows(path)
+        if broken:
+            log.warning("%s: skipped %d unreadable line(s) (a run cut while writing)", path, broken)
+        by_step.update((row["step"], row) for row in rows)
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def _metrics_rows(path: Path) -> tuple[list[dict], int]:
+    """The rows of one metrics file (verl writes ``{"step": n, "data": {...}}`` per line) and the
+    number of lines that could not be read."""
+    rows, broken = [], 0
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            rows.append({"step": int(record["step"]), **record["data"]})
+        except (ValueError, KeyError, TypeError):
+            broken += 1
+    return rows, broken
 
 
 def compose_train_config(overrides: Sequence[str]):
@@ -254,29 +339,89 @@ def shell_line(command: Command) -> str:
 def run_plan(plan: Sequence[Command], log_path: Path, *, echo: Callable[[str], None] | None = None) -> None:
     """Run the commands in order, appending their output to ``log_path`` (and to ``echo``);
     the first failure raises ``StageFailed`` quoting the command's error line."""
+    for command in plan:
+        run_command(command, log_path, echo=echo)
+
+
+def run_command(command: Command, log_path: Path, *, echo: Callable[[str], None] | None = None) -> None:
+    """Write the command's files, run it in its folder and append its output to ``log_path``."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in command.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    command.cwd.mkdir(parents=True, exist_ok=True)
     with log_path.open("a") as log:
-        for command in plan:
-            for path, text in command.files.items():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-            command.cwd.mkdir(parents=True, exist_ok=True)
-            log.write(f"\n$ {shell_line(command)}\n")
+        log.write(f"\n$ {shell_line(command)}\n")
+        log.flush()
+        tail: deque[str] = deque(maxlen=400)
+        proc = subprocess.Popen(command.argv, cwd=command.cwd, env={**os.environ, **command.env},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
             log.flush()
-            tail: deque[str] = deque(maxlen=400)
-            proc = subprocess.Popen(command.argv, cwd=command.cwd, env={**os.environ, **command.env},
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                tail.append(line.rstrip("\n"))
-                if echo is not None:
-                    echo(line)
-            code = proc.wait()
-            if code != 0:
-                raise StageFailed(f"{command.name} failed (exit {code}): {error_line(tail)} (full log: {log_path})")
+            tail.append(line.rstrip("\n"))
+            if echo is not None:
+                echo(line)
+        code = proc.wait()
+    if code != 0:
+        raise StageFailed(f"{command.name} failed (exit {code}): {error_line(tail)} (full log: {log_path})")
+
+
+def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> None:
+    """Run a stage plan as ``mtsql rl`` does: every train command's overrides checked against verl's
+    config first (seconds, before Ray starts), then each command with a progress bar (step k of
+    ``steps``, mean reward). A train command that reported steps but left an empty metrics file
+    fails the stage: its metrics were written where this machine cannot read them."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    for command in plan:
+        if "metrics" in command.produces:
+            compose_train_config(command.argv[3:])
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        for command in plan:
+            total = steps if "metrics" in command.produces else 1
+            task = progress.add_task(f"verl {command.name}", total=total, reward="-")
+            watcher = StepWatcher()
+
+            def show(line: str, watcher=watcher, task=task) -> None:
+                if watcher.feed(line):
+                    progress.update(task, completed=watcher.step, reward=f"{watcher.reward:.3f}")
+
+            run_command(command, log_path, echo=show)
+            progress.update(task, completed=total)
+            metrics = command.produces.get("metrics")
+            if metrics is not None and watcher.steps and not (metrics.exists() and _metrics_rows(metrics)[0]):
+                raise StageFailed(f"{command.name}: verl reported {watcher.steps} step(s) but its metrics file {metrics} "
+                                  "is empty or missing: on a cluster the run folder must be on storage every node shares")
+
+
+_STEP = re.compile(r"(?:^|\s)step:(\d+) - ")
+_REWARD = re.compile(r"critic/score/mean:(?:np\.float\d+\()?([-+0-9.eE]+|nan)")
+
+
+class StepWatcher:
+    """Follows main_ppo's console logger (``step:3 - critic/score/mean:0.25 - ...``, one line per step)."""
+
+    def __init__(self) -> None:
+        self.steps = 0  # step lines seen
+        self.step = 0  # the last step number (a resumed run starts past 1)
+        self.reward = float("nan")
+
+    def feed(self, line: str) -> bool:
+        """Read one output line; True when it was a step line."""
+        found = _STEP.search(line)
+        if not found:
+            return False
+        self.steps += 1
+        self.step = int(found.group(1))
+        reward = _REWARD.search(line)
+        self.reward = float(reward.group(1)) if reward else float("nan")
+        return True
 
 
 _ERROR = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b(?:\([\w.]+\))?:?")
