@@ -28,6 +28,7 @@ from mtsql.sql.metrics import TURN_BUCKETS
 Dataset = Literal["sparc", "cosql"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction"]
+Logger = Literal["none", "tensorboard", "wandb"]
 CURRICULUM_LABELS = {"hardness": HARDNESS_LEVELS, "turn": TURN_BUCKETS, "pass_rate": ("high", "low", "zero")}
 
 
@@ -142,8 +143,8 @@ class SftConfig:
     use_cpu: bool = True
     bf16: bool = False  # bf16 autocast; on CPU it needs AVX512-BF16/AMX to be faster than float32
     gradient_checkpointing: bool = True  # off: no activation recompute, more memory (fine for small models)
-    deepspeed: str = "none"  # none | z2 | z3 | z3_offload: DeepSpeed ZeRO stage (GPU, launched through torchrun)
-    logger: str = "none"  # none | tensorboard | wandb (tensorboard logs go to the SFT artifact's tensorboard/)
+    deepspeed: Literal["none", "z2", "z3", "z3_offload"] = "none"  # DeepSpeed ZeRO stage (GPU, through torchrun)
+    logger: Logger = "none"  # tensorboard logs go to the SFT artifact's tensorboard/
     extra: dict[str, Any] = field(default_factory=dict)  # more LLaMA-Factory YAML keys, merged into train.yaml
     extra_override: bool = False  # let sft.extra replace keys mtsql sets (else that is an error)
 
@@ -182,7 +183,7 @@ class RlConfig:
     rollout_tp: int = 1  # tensor parallel size of the vllm/sglang rollout server
     gpu_memory_utilization: float = 0.5  # share of GPU memory the rollout server may take
     max_turn_tokens: int | None = None  # cap per assistant message (None: the remaining response budget)
-    logger: str = "none"  # none | tensorboard | wandb, besides the metrics file (verl engine)
+    logger: Logger = "none"  # besides the metrics file (verl engine)
     extra: tuple[str, ...] = ()  # more Hydra overrides for verl's main_ppo, appended to the command
     extra_override: bool = False  # let rl.extra replace overrides mtsql sets (else that is an error)
 
@@ -356,6 +357,10 @@ def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
         return build(tp, value if value is not None else {}, source=where, prefix=f"{key}.")
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UsageError(f"{where.of(key)}: '{key}' must be a mapping, got {value!r} ({type(value).__name__})")
+        return dict(value)
     if origin is Literal:
         if value not in args:
             raise UsageError(f"{where.of(key)}: '{key}' must be one of {', '.join(map(str, args))}; got {value!r}")

@@ -118,7 +118,7 @@ def test_rl_logger_adds_the_backend_and_keeps_tensorboard_in_the_stage_folder(tm
     config = compose_train_config(plan[0].argv[3:])
     assert list(config.trainer.logger) == ["console", "file", "tensorboard"]
     assert config.ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR == str(tmp_path / "rl" / "stage-0" / "tensorboard")
-    with pytest.raises(UsageError, match="rl.logger: unknown logger 'mlflow'"):
+    with pytest.raises(UsageError, match="'rl.logger' must be one of none, tensorboard, wandb"):
         plan_for(tmp_path, "rl.logger=mlflow")
 
 

@@ -1,4 +1,4 @@
-"""Settings both training engines take the same way: the logger choice and the ``extra`` pass-through.
+"""The ``extra`` pass-through both training engines take the same way.
 
 ``sft.extra`` (LLaMA-Factory YAML keys) and ``rl.extra`` (verl Hydra overrides) reach the engine
 as given, but a key mtsql already sets is an error unless ``extra_override`` allows it: a stray
@@ -10,15 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mtsql.errors import UsageError
-
-LOGGERS = ("none", "tensorboard", "wandb")
-
-
-def check_logger(value: str, key: str) -> str:
-    """``value`` if it is a known logger, else a ``UsageError`` naming ``key``."""
-    if value not in LOGGERS:
-        raise UsageError(f"{key}: unknown logger '{value}'; choose {', '.join(LOGGERS)}")
-    return value
 
 
 def clashes(extra_keys: Iterable[str], own_keys: Iterable[str]) -> list[str]:

@@ -41,7 +41,7 @@ import yaml
 
 from mtsql.config import Config, to_dict
 from mtsql.errors import StageFailed, UsageError
-from mtsql.integrations.passthrough import check_extra, check_logger, clashes
+from mtsql.integrations.passthrough import check_extra, clashes
 from mtsql.integrations.verl.dataset import AGENT_NAME
 
 AGENT_LOOP_TARGET = "mtsql.integrations.verl.agent_loop.SqlAgentLoop"
@@ -146,7 +146,7 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
     rl = cfg.rl
     actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
     reward_kwargs = "+reward.custom_reward_function.reward_kwargs"
-    logger = check_logger(rl.logger, "rl.logger")
+    logger = rl.logger
     pairs: list[tuple[str, object]] = [
         *PINNED,
         ("algorithm.adv_estimator", "grpo"),
