@@ -362,7 +362,6 @@ def test_no_deepspeed_by_default_and_none_on_cpu(tmp_path):
 
 
 def test_paper_qwen3_4b_trains_with_zero3_on_four_gpus(tmp_path):
-
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "profiles" / "paper-qwen3-4b.yaml")
     plan = plan_sft(cfg.sft, model_path=tmp_path / "Qwen--Qwen3-4B", template=cfg.model.template, work_dir=tmp_path)
     assert json.loads(plan.files()[tmp_path / "deepspeed.json"])["zero_optimization"]["stage"] == 3
