@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from mtsql.agent.tools import TOOL_SCHEMAS
 from mtsql.config import SftConfig, load_config
 from mtsql.errors import StageFailed, UsageError
 from mtsql.integrations.llamafactory import (
-    Command,
     export_sharegpt,
     plan_sft,
     run_sft,
@@ -27,9 +25,7 @@ from mtsql.integrations.llamafactory import (
 from mtsql.integrations.llamafactory.process import (
     TrainWatcher,
     check_model_dir,
-    last_error_line,
     read_train_result,
-    run_logged,
 )
 
 IM_END = "<|im_end|>\n"
@@ -268,11 +264,12 @@ def test_epochs_when_no_max_steps_and_bad_values_are_usage_errors(tmp_path):
 
 
 def test_train_command_single_process_and_torchrun(tmp_path):
-    argv, env = train_command(tmp_path / "train.yaml", SftConfig(), model_path=tmp_path)
-    assert argv[1:] == ("train", str(tmp_path / "train.yaml")) and Path(argv[0]).name == "llamafactory-cli"
+    command = train_command(tmp_path / "train.yaml", SftConfig(), model_path=tmp_path)
+    argv, env = command.argv, command.env
+    assert command.name == "llamafactory-cli train" and argv[1:] == ("train", str(tmp_path / "train.yaml")) and Path(argv[0]).name == "llamafactory-cli"
     assert env == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    _, env = train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=1, nproc_per_node=4,
-                                                          master_addr="10.0.0.1", master_port=29600), model_path=tmp_path)
+    env = train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=1, nproc_per_node=4,
+                                                       master_addr="10.0.0.1", master_port=29600), model_path=tmp_path).env
     assert {k: env[k] for k in ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
                                 "NPROC_PER_NODE")} == {
         "FORCE_TORCHRUN": "1", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1",
@@ -418,32 +415,6 @@ def test_dry_run_shows_the_exact_files_and_commands(tmp_path):
 # Running: logs, progress, error lines
 
 
-TRACEBACK = """\
-[INFO|2026-11-21] loading
-Traceback (most recent call last):
-  File "/x/llamafactory/launcher.py", line 1, in <module>
-    run_exp()
-  File "/x/transformers/modeling_utils.py", line 9, in load
-    raise OSError(msg)
-OSError: /m does not appear to have a file named config.json.
-"""
-
-
-def test_last_error_line_prefers_the_real_error_over_launcher_wrappers():
-    assert last_error_line(TRACEBACK) == "OSError: /m does not appear to have a file named config.json."
-    torchrun = (TRACEBACK.replace("\n", "\n[rank0]: ")
-                + "Traceback (most recent call last):\n  File \"torchrun\", line 3\n"
-                  "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
-                  "Traceback (most recent call last):\n  File \"cli.py\", line 5\n"
-                  "subprocess.CalledProcessError: Command '['torchrun']' returned non-zero exit status 1.\n")
-    assert last_error_line(torchrun) == "OSError: /m does not appear to have a file named config.json."
-    chained = TRACEBACK + "\nDuring handling of the above exception, another exception occurred:\n\n" + \
-        "Traceback (most recent call last):\n  File \"a.py\", line 1\nRuntimeError: second\n"
-    assert last_error_line(chained) == "RuntimeError: second"
-    assert last_error_line("step 1\nKilled\n\n") == "Killed"
-    assert last_error_line("") == "(no output)"
-
-
 def test_watcher_follows_the_trainer_bar_losses_and_example_count():
     watcher = TrainWatcher()
     text = ("Running tokenizer on dataset: 100%|██| 4/4 [00:00<00:00]\r\n"
@@ -455,20 +426,6 @@ def test_watcher_follows_the_trainer_bar_losses_and_example_count():
     assert (watcher.step, watcher.total, watcher.loss, watcher.examples) == (1, 3, "11.93", 1204)
     watcher.feed("0<00:10, 10.2s/it]\n")
     assert watcher.step == 2
-
-
-def test_run_logged_streams_to_the_log_and_quotes_the_error(tmp_path):
-    log = tmp_path / "log.txt"
-    boom = Command((sys.executable, "-c", "print('hello'); raise ValueError('bad yaml key')"), {"X_FLAG": "1"})
-    with pytest.raises(StageFailed, match=r"failed \(exit 1\): ValueError: bad yaml key \(full log: .*log.txt\)"):
-        run_logged(boom, log)
-    text = log.read_text()
-    assert text.startswith("$ X_FLAG=1 ") and "hello" in text and "ValueError: bad yaml key" in text
-    killed = Command((sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"), {})
-    with pytest.raises(StageFailed, match="killed by SIGKILL"):
-        run_logged(killed, log)
-    run_logged(Command((sys.executable, "-c", "import os; print(os.environ['X_FLAG'])"), {"X_FLAG": "42"}), log)
-    assert log.read_text().rstrip().endswith("42")
 
 
 def test_results_and_model_folder_checks(tmp_path):

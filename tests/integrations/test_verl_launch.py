@@ -14,16 +14,15 @@ import yaml
 
 from mtsql.config import load_config
 from mtsql.errors import StageFailed, UsageError
+from mtsql.integrations.process import Command
 from mtsql.integrations.verl.dataset import AGENT_NAME
 from mtsql.integrations.verl.launch import (
     AGENT_LOOP_TARGET,
     PINNED,
-    Command,
     StageData,
     StepWatcher,
     build_stage_plan,
     compose_train_config,
-    error_line,
     hydra_value,
     next_metrics_file,
     read_metrics,
@@ -236,7 +235,7 @@ def test_run_plan_writes_files_streams_output_and_quotes_the_error(tmp_path):
         run_plan([ok, bad, never], tmp_path / "log.txt", echo=seen.append)
     log = (tmp_path / "log.txt").read_text()
     assert "hello 42" in log and "loading" in log and "Traceback" in log
-    assert "hello 42\n" in seen and not (tmp_path / "ran").exists()
+    assert "hello 42\n" in "".join(seen) and not (tmp_path / "ran").exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,8 +262,8 @@ def test_a_resumed_attempt_appends_its_steps_and_replaces_the_ones_it_redid(tmp_
 
 def test_step_watcher_reads_the_console_logger():
     watcher = StepWatcher()
-    assert not watcher.feed("(TaskRunner pid=7) Training Progress: 0%")
-    assert watcher.feed("(TaskRunner pid=7) step:3 - actor/pg_loss:0.1 - critic/score/mean:np.float64(0.25) - x:1")
+    assert not watcher.line("(TaskRunner pid=7) Training Progress: 0%")
+    assert watcher.line("(TaskRunner pid=7) step:3 - actor/pg_loss:0.1 - critic/score/mean:np.float64(0.25) - x:1")
     assert (watcher.steps, watcher.step, watcher.reward) == (1, 3, 0.25)
 
 
@@ -313,12 +312,3 @@ def test_run_stage_plan_checks_the_overrides_before_starting_anything(tmp_path):
     with pytest.raises(UsageError, match="verl rejects the training overrides"):
         run_stage_plan([broken, merge], tmp_path / "log.txt", steps=2)
     assert not (tmp_path / "log.txt").exists()
-
-
-def test_error_line_finds_the_innermost_exception():
-    ray = ["(TaskRunner pid=1) Traceback (most recent call last):",
-           "ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run()",
-           '  File "x.py", line 3, in run', "ValueError: train_batch_size (256) exceeds the dataset", "", "done"]
-    assert error_line(ray) == "ValueError: train_batch_size (256) exceeds the dataset"
-    assert error_line(["hydra.errors.ConfigCompositionException: Could not override 'x'."]).startswith("hydra.errors")
-    assert error_line(["all fine", "killed"]) == "killed" and error_line([]) == "no output"

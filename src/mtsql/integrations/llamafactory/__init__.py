@@ -19,7 +19,6 @@ from mtsql.integrations.llamafactory.dataset import (
     tokenize_dataset,
 )
 from mtsql.integrations.llamafactory.launch import (
-    Command,
     SftPlan,
     export_command,
     merge_config,
@@ -30,14 +29,13 @@ from mtsql.integrations.llamafactory.launch import (
 from mtsql.integrations.llamafactory.process import (
     TrainResult,
     check_model_dir,
-    last_error_line,
     merge_lora,
     run_sft,
     run_train,
 )
 
 __all__ = [
-    "Command", "ExportStats", "SftPlan", "Tokenized", "TrainResult", "check_model_dir", "dataset_entry",
-    "export_command", "export_sharegpt", "last_error_line", "merge_config", "merge_lora", "plan_sft",
+    "ExportStats", "SftPlan", "Tokenized", "TrainResult", "check_model_dir", "dataset_entry",
+    "export_command", "export_sharegpt", "merge_config", "merge_lora", "plan_sft",
     "run_sft", "run_train", "tokenize_dataset", "to_sharegpt", "train_command", "train_config",
 ]

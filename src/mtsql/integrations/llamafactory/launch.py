@@ -18,36 +18,23 @@ downloads Hub models first), so a Hub id given by hand is still fetched by LLaMA
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
 
 import yaml
 
 from mtsql.config import SftConfig
 from mtsql.errors import StageFailed, UsageError
 from mtsql.integrations.passthrough import check_extra
+from mtsql.integrations.process import Command
 from mtsql.models import is_hub_id
 
 FINETUNING_TYPES = ("lora", "full")
 # keys train_config sets only in some configurations: sft.extra may not set them either
 CONDITIONAL_KEYS = ("max_steps", "num_train_epochs", "use_cpu", "disable_gradient_checkpointing", "save_only_model",
                     "lora_rank", "lora_alpha", "lora_target", "deepspeed")
-
-
-class Command(NamedTuple):
-    """A command line plus the environment variables it adds to the current environment."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
-
-    def shell(self) -> str:
-        """The command as one copy-pasteable shell line."""
-        assignments = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
-        return " ".join(assignments + [shlex.quote(arg) for arg in self.argv])
 
 
 @dataclass(frozen=True)
@@ -238,11 +225,11 @@ def train_command(yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path
             MASTER_ADDR=sft_cfg.master_addr, MASTER_PORT=str(sft_cfg.master_port),
             NPROC_PER_NODE=str(sft_cfg.nproc_per_node),
         )
-    return Command((cli_path(), "train", str(yaml_path)), env)
+    return Command("llamafactory-cli train", (cli_path(), "train", str(yaml_path)), env)
 
 
 def export_command(yaml_path: Path, *, model_path: str | Path) -> Command:
-    return Command((cli_path(), "export", str(yaml_path)), engine_env(model_path))
+    return Command("llamafactory-cli export", (cli_path(), "export", str(yaml_path)), engine_env(model_path))
 
 
 def engine_env(model_path: str | Path) -> dict[str, str]:

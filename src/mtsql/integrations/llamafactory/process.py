@@ -1,34 +1,27 @@
 """Running ``llamafactory-cli``: log streamed to a file, a progress bar, results, one-line failures.
 
 ``run_sft(plan, log_path=...)`` writes the plan's YAML files, trains, merges a LoRA adapter and
-checks that ``plan.model_dir`` is a complete Hugging Face model folder. A non-zero exit raises
-``StageFailed`` quoting the last real error line of the log (a traceback's final line, not the
-wrapper errors of torchrun or llamafactory's launcher).
+checks that ``plan.model_dir`` is a complete Hugging Face model folder. The commands run through
+``mtsql.integrations.process.run_logged`` (a failure quotes the real error line, not the wrapper
+errors of torchrun or llamafactory's launcher).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mtsql.errors import StageFailed
 from mtsql.files import write_text
-from mtsql.integrations.llamafactory.launch import Command, SftPlan
+from mtsql.integrations.llamafactory.launch import SftPlan
+from mtsql.integrations.process import Command, OutputLines, run_logged
 
-TAIL_BYTES = 256 * 1024  # output kept in memory to find the error line
-WRAPPER_ERRORS = ("CalledProcessError", "ChildFailedError")  # launchers reporting a child's failure
 _TRAIN_BAR = re.compile(r"\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")  # the trainer's tqdm bar has no label
 _LOSS = re.compile(r"'loss': '?([-+0-9.eE]+|nan|inf)'?")
 _NUM_EXAMPLES = re.compile(r"Num examples = ([\d,]+)")
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d*\]:\s?")
 
 
 @dataclass(frozen=True)
@@ -96,67 +89,6 @@ def merge_lora(command: Command, *, export_dir: Path, log_path: Path) -> Path:
     return Path(export_dir)
 
 
-def run_logged(command: Command, log_path: Path, on_output: Callable[[str], None] | None = None) -> None:
-    """Run ``command`` in ``log_path``'s folder, appending its output to ``log_path`` as it comes.
-
-    The directory of this Python goes first on PATH, so ``torchrun`` (started by name by
-    llamafactory's launcher) is the one of this environment.
-    """
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    env = {**os.environ, **command.env, "PATH": path}
-    tail = bytearray()
-    with log_path.open("ab") as log:
-        log.write(f"$ {command.shell()}\n".encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(command.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                    cwd=log_path.parent, start_new_session=True)
-        except OSError as exc:
-            raise StageFailed(f"cannot start {command.argv[0]}: {exc.strerror}") from None
-        try:
-            while chunk := proc.stdout.read1(65536):
-                log.write(chunk)
-                log.flush()
-                tail += chunk
-                del tail[:-TAIL_BYTES]
-                if on_output:
-                    on_output(chunk.decode(errors="replace"))
-        finally:
-            if proc.poll() is None:  # interrupted while reading: stop the launcher and its workers
-                os.killpg(proc.pid, signal.SIGKILL)
-            returncode = proc.wait()
-    if returncode != 0:
-        verb = command.argv[1] if len(command.argv) > 1 else command.argv[0]
-        raise StageFailed(f"llamafactory-cli {verb} failed ({_exit_text(returncode)}): "
-                          f"{last_error_line(tail.decode(errors='replace'))} (full log: {log_path})")
-
-
-def _exit_text(returncode: int) -> str:
-    if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}, out of memory?"
-    return f"exit {returncode}"
-
-
-def last_error_line(text: str) -> str:
-    """The line that names what went wrong: the final line of the last traceback that is not a
-    launcher reporting its child's failure; else the last non-empty line."""
-    lines = [_RANK_PREFIX.sub("", line.rstrip()) for line in re.split(r"[\r\n]", text)]
-    raised = []
-    for index, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last)"):
-            after = (ln for ln in lines[index + 1:] if ln and not ln[0].isspace())
-            found = next(after, None)
-            if found:
-                raised.append(found)
-    real = [line for line in raised if not any(w in line.split(":")[0] for w in WRAPPER_ERRORS)]
-    if real or raised:
-        return (real or raised)[-1]
-    nonempty = [line.strip() for line in lines if line.strip()]
-    return nonempty[-1] if nonempty else "(no output)"
-
-
 class TrainWatcher:
     """Follows llamafactory's output: the trainer's progress bar, logged losses, the example count."""
 
@@ -165,19 +97,15 @@ class TrainWatcher:
         self.total: int | None = None
         self.loss: str | None = None
         self.examples: int | None = None
-        self._partial = ""
+        self.feed = OutputLines(self._line).feed
 
-    def feed(self, text: str) -> None:
-        pieces = re.split(r"[\r\n]", self._partial + text)
-        self._partial = pieces.pop()  # an unfinished line waits for the next chunk
-        for piece in pieces:
-            piece = _RANK_PREFIX.sub("", piece)
-            if bar := _TRAIN_BAR.match(piece):
-                self.step, self.total = int(bar.group(1)), int(bar.group(2))
-            if loss := _LOSS.search(piece):
-                self.loss = loss.group(1)
-            if count := _NUM_EXAMPLES.search(piece):
-                self.examples = int(count.group(1).replace(",", ""))
+    def _line(self, line: str) -> None:
+        if bar := _TRAIN_BAR.match(line):
+            self.step, self.total = int(bar.group(1)), int(bar.group(2))
+        if loss := _LOSS.search(line):
+            self.loss = loss.group(1)
+        if count := _NUM_EXAMPLES.search(line):
+            self.examples = int(count.group(1).replace(",", ""))
 
 
 def read_train_result(output_dir: Path, *, examples: int | None = None, wall_s: float = 0.0) -> TrainResult:

@@ -26,15 +26,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 import shlex
-import subprocess
 import sys
 import warnings
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -42,6 +39,7 @@ import yaml
 from mtsql.config import Config, to_dict
 from mtsql.errors import StageFailed, UsageError
 from mtsql.integrations.passthrough import check_extra, clashes
+from mtsql.integrations.process import Command, OutputLines, run_logged
 from mtsql.integrations.verl.dataset import AGENT_NAME
 
 AGENT_LOOP_TARGET = "mtsql.integrations.verl.agent_loop.SqlAgentLoop"
@@ -75,20 +73,6 @@ class StageData:
     name: str
     train_file: Path
     rows: int | None
-
-
-@dataclass(frozen=True)
-class Command:
-    """One external command: ``files`` (path -> text) are written before it runs; ``produces``
-    names what it leaves behind (checkpoint, merged model); ``note`` is printed above it."""
-
-    name: str
-    argv: tuple[str, ...]
-    cwd: Path
-    env: dict[str, str] = field(default_factory=dict)
-    files: dict[Path, str] = field(default_factory=dict)
-    produces: dict[str, Path] = field(default_factory=dict)
-    note: str = ""
 
 
 def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: str, out_dir: Path,
@@ -322,51 +306,15 @@ def render_plan(plan: Sequence[Command]) -> str:
             lines.append(f"mkdir -p {shlex.quote(str(path.parent))}")
             lines.append(f"cat > {shlex.quote(str(path))} <<'MTSQL_EOF'\n{text.rstrip()}\nMTSQL_EOF")
         lines.append(f"mkdir -p {shlex.quote(str(command.cwd))} && cd {shlex.quote(str(command.cwd))}")
-        lines.append(shell_line(command))
+        lines.append(command.shell(one_per_line=True))
     return "\n".join(lines) + "\n"
-
-
-def shell_line(command: Command) -> str:
-    """The command with its environment variables; each override or ``--flag value`` on its own line."""
-    lines = [[f"{key}={shlex.quote(value)}" for key, value in command.env.items()]]
-    for index, arg in enumerate(command.argv):
-        if index and (arg.startswith("--") or "=" in arg):
-            lines.append([])
-        lines[-1].append(shlex.quote(arg))
-    return " \\\n    ".join(" ".join(parts) for parts in lines)
 
 
 def run_plan(plan: Sequence[Command], log_path: Path, *, echo: Callable[[str], None] | None = None) -> None:
     """Run the commands in order, appending their output to ``log_path`` (and to ``echo``);
     the first failure raises ``StageFailed`` quoting the command's error line."""
     for command in plan:
-        run_command(command, log_path, echo=echo)
-
-
-def run_command(command: Command, log_path: Path, *, echo: Callable[[str], None] | None = None) -> None:
-    """Write the command's files, run it in its folder and append its output to ``log_path``."""
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in command.files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    command.cwd.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a") as log:
-        log.write(f"\n$ {shell_line(command)}\n")
-        log.flush()
-        tail: deque[str] = deque(maxlen=400)
-        proc = subprocess.Popen(command.argv, cwd=command.cwd, env={**os.environ, **command.env},
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()
-            tail.append(line.rstrip("\n"))
-            if echo is not None:
-                echo(line)
-        code = proc.wait()
-    if code != 0:
-        raise StageFailed(f"{command.name} failed (exit {code}): {error_line(tail)} (full log: {log_path})")
+        run_logged(command, log_path, on_output=echo)
 
 
 def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> None:
@@ -389,10 +337,10 @@ def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> No
             watcher = StepWatcher()
 
             def show(line: str, watcher=watcher, task=task) -> None:
-                if watcher.feed(line):
+                if watcher.line(line):
                     progress.update(task, completed=watcher.step, reward=f"{watcher.reward:.3f}")
 
-            run_command(command, log_path, echo=show)
+            run_logged(command, log_path, on_output=OutputLines(show).feed)
             progress.update(task, completed=total)
             metrics = command.produces.get("metrics")
             if metrics is not None and watcher.steps and not (metrics.exists() and _metrics_rows(metrics)[0]):
@@ -412,7 +360,7 @@ class StepWatcher:
         self.step = 0  # the last step number (a resumed run starts past 1)
         self.reward = float("nan")
 
-    def feed(self, line: str) -> bool:
+    def line(self, line: str) -> bool:
         """Read one output line; True when it was a step line."""
         found = _STEP.search(line)
         if not found:
@@ -422,18 +370,6 @@ class StepWatcher:
         reward = _REWARD.search(line)
         self.reward = float(reward.group(1)) if reward else float("nan")
         return True
-
-
-_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b(?:\([\w.]+\))?:?")
-
-
-def error_line(lines: Iterable[str]) -> str:
-    """The most telling line of a failed command's output: its last exception line, else its last line."""
-    lines = [line for line in lines if line.strip()]
-    for line in reversed(lines):
-        if _ERROR.match(line):
-            return line.strip()
-    return lines[-1].strip() if lines else "no output"
 
 
 def _check(cfg: Config, stages: Sequence[StageData]) -> None:
