@@ -1,4 +1,4 @@
-"""LLaMA-Factory 0.9.5 for the warm-start SFT (FACTS §4): dataset export, YAML, launch, LoRA merge.
+"""LLaMA-Factory 0.9.5 for the warm-start SFT (docs/engines.md): dataset export, YAML, launch, LoRA merge.
 
     stats = export_sharegpt(trajectories, work / "data", tokenizer_path=model, template="qwen3",
                             cutoff_len=cfg.sft.cutoff_len)

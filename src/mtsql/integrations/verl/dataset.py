@@ -1,4 +1,4 @@
-"""RL parquet for verl 0.9.1: one row per turn, in the columns verl's ``RLHFDataset`` reads (FACTS §5).
+"""RL parquet for verl 0.9.1: one row per turn, in the columns verl's ``RLHFDataset`` reads (docs/engines.md).
 
     report = write_rl_parquet(turns, path, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=root,
                               chat=ChatFormat(tokenizer), max_prompt_len=cfg.rl.max_prompt_len)
