@@ -24,11 +24,22 @@ counted in the step metrics.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
+import random
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mtsql.backends.hf import HFBackend
+from mtsql.rollout import RolloutEngine, derive_seed
+from mtsql.trajectories import score_record
 
 LOSS_AGG_MODE = "token-mean"
 STATS = ("pg_loss", "kl", "grad_norm", "clipfrac")
@@ -209,18 +220,6 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     to ``metrics_path``, which starts empty (this engine keeps no checkpoint: a rerun starts again
     at step 1); a progress bar shows the step and its mean reward.
     """
-    import copy
-    import json
-    import random
-    import time
-    from pathlib import Path
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from mtsql.backends.hf import HFBackend
-    from mtsql.rollout import RolloutEngine, derive_seed
-    from mtsql.trajectories import score_record
 
     torch.manual_seed(cfg.seed)
     backend = HFBackend(base_model, dtype=cfg.model.dtype, device=cfg.model.device, prefix_cache=False)

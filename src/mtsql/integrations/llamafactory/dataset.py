@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mtsql.agent.tools import TOOL_SCHEMAS
+from mtsql.chat_format import TEMPLATES, ChatFormat
 from mtsql.errors import StageFailed
 from mtsql.files import iter_jsonl, write_json, write_jsonl
 
@@ -69,8 +71,6 @@ def export_sharegpt(trajectories: Iterable[dict], out_dir: Path, name: str = "mt
     Raises ``StageFailed`` when nothing is left to train on, or LLaMA-Factory cannot tokenize.
     """
     if tools is None:
-        from mtsql.agent.tools import TOOL_SCHEMAS
-
         tools = TOOL_SCHEMAS
     tools_json = json.dumps(list(tools), ensure_ascii=False) if tools else ""
     given, rows, sources, dropped = 0, [], [], Counter()
@@ -226,8 +226,6 @@ def _count_rewritten(encoded: list[Tokenized], sources: list[list[dict]], tools:
                      tokenizer, template: str) -> int | None:
     """Examples whose LLaMA-Factory tokens differ from the verbatim chat-format rendering (None: a
     template ``mtsql.chat_format`` does not render, so there is nothing to compare with)."""
-    from mtsql.chat_format import TEMPLATES, ChatFormat
-
     if template not in TEMPLATES:
         return None
     chat = ChatFormat.for_template(tokenizer, template)
