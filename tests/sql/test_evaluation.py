@@ -127,3 +127,43 @@ def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
                           "--out", str(tmp_path / "x"), "--exec-semantics", "nope"], capture_output=True, text=True,
                          env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "testsuite" in bad.stderr
+
+
+# (gold on concert_singer, prediction with the `value` placeholder, expected (exact, execution))
+VALUE_CASES = [
+    ("SELECT name FROM singer ORDER BY age LIMIT 1", "SELECT name FROM singer ORDER BY age LIMIT value", (1, 1)),
+    ("SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = 1)",
+     "SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = value)",
+     (1, 1)),
+    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = value;",
+     (1, 1)),
+    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = value",
+     (1, 1)),
+    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = VALUE",
+     (0, 0)),
+]
+
+
+@pytest.mark.parametrize("exec_semantics", ["testsuite", "sparc"])
+def test_value_placeholder_verdicts_match_the_official_programs(tmp_path, exec_semantics):
+    gold = tmp_path / "gold.txt"
+    gold.write_text("".join(f"{g}\tconcert_singer\n\n" for g, _, _ in VALUE_CASES))
+    pred = predictions(tmp_path, [line for _, p, _ in VALUE_CASES for line in (p, "")])
+    result = evaluate_files("sparc", pred, gold_path=gold, options=EvaluateOptions(exec_semantics=exec_semantics))
+    assert [(i["exact_match"], i["exec_match"]) for i in result.items] == [case[2] for case in VALUE_CASES]
+
+
+def test_exact_match_does_not_depend_on_the_execution_algorithm(gold, tmp_path):
+    """Both programs parse alike: the same file gives the same EM items whatever --exec-semantics,
+    also when neither file ends its last interaction with a blank line."""
+    lines = gold_as_predictions(gold)
+    lines[0] = lines[0].replace("*", "count(*)")
+    lines[1] = lines[1].replace("10", "value")  # at the end of the line: replaced by both programs
+    gold.write_text(gold.read_text().rstrip("\n") + "\n")  # no blank line after the last interaction
+    path = tmp_path / "pred.txt"
+    path.write_text("\n".join(lines).rstrip("\n"))
+    exact = {semantics: evaluate_files("sparc", path, gold_path=gold, options=EvaluateOptions(
+        etype="match", exec_semantics=semantics)).items for semantics in ("testsuite", "sparc")}
+    assert exact["testsuite"] == exact["sparc"]
+    assert len(exact["sparc"]) == 8 and exact["sparc"][1]["pred"].endswith(">  1")
+    assert [i["exact_match"] for i in exact["sparc"]] == [0, 1, 1, 1, 1, 1, 1, 1]

@@ -8,6 +8,9 @@
 Each item is one gold turn: ``interaction_index``/``turn_index`` (0-based positions in the gold
 file), ``db_id``, ``gold``, ``pred``, ``hardness``, ``exact_match`` and ``exec_match`` (1, 0, or
 null when unscorable or not computed), ``error``, and ``missing`` for turns without a prediction.
+The summary counts them as the official programs do, leaving out whole every interaction with an
+unscorable turn (see :mod:`mtsql.sql.metrics`); ``--exec-semantics`` picks the execution algorithm
+only: files are read, and exact match is scored, the same way under both.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from mtsql.errors import UsageError
 from mtsql.files import write_text
 from mtsql.paths import data_dir
 from mtsql.sql.hardness import HARDNESS_LEVELS
-from mtsql.sql.metrics import TURN_BUCKETS, summarize
+from mtsql.sql.metrics import METRICS, TURN_BUCKETS, summarize
 from mtsql.sql.official_format import FileTurn, prediction_line, read_interactions, replace_value_placeholder
 from mtsql.sql.parser import SEMANTICS
 from mtsql.sql.scoring import ETYPES, EXEC_SEMANTICS, DataSources, hardness_of, score
@@ -75,12 +78,11 @@ def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = No
     sources = DataSources(db_dir or root / "database", tables_path or tables_file(dataset, root),
                           (root / "database_schema_only",))
     _check_inputs(gold_path, pred_path, sources)
-    keep_last = options.exec_semantics != "sparc"  # the SParC script drops an unterminated last interaction
-    gold = read_interactions(gold_path, gold=True, keep_unterminated=keep_last)
-    pred = read_interactions(pred_path, gold=False, keep_unterminated=keep_last)
+    gold = read_interactions(gold_path, gold=True)
+    pred = read_interactions(pred_path, gold=False)
     rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch)
     for row in rows:
-        row["pred"] = replace_value_placeholder(row["pred"], options.exec_semantics)
+        row["pred"] = replace_value_placeholder(row["pred"])
     result = _score_rows(rows, sources, options, progress)
     result.summary.update({"dataset": dataset, "gold_file": str(gold_path), "pred_file": str(pred_path),
                            "extra_predictions": extra})
@@ -92,7 +94,7 @@ def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = N
     """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file."""
     rows = [{"interaction_index": turn.interaction_index, "turn_index": turn.turn_index, "db_id": turn.db_id,
              "gold": turn.gold_sql,
-             "pred": replace_value_placeholder(prediction_line(sql), options.exec_semantics)}
+             "pred": replace_value_placeholder(prediction_line(sql))}
             for turn, sql in pairs]
     return _score_rows(rows, DataSources.from_root(data_root), options, progress)
 
@@ -179,36 +181,78 @@ def write_outputs(out_dir: Path, result: Evaluation) -> tuple[Path, Path]:
 
 
 def render(summary: dict, console: Console) -> None:
-    """Print the summary as the official programs lay it out (by hardness, then by turn), plus a
-    row of unscorable (null) counts per metric where there are any."""
-    levels = [*HARDNESS_LEVELS, "all", "joint_all"]
+    """Print the summary as the official programs lay it out (by hardness, then by turn; no turn
+    table and no ``joint_all`` for a single-turn dataset), then what was left out and why."""
+    single = summary.get("single_turn", False)
+    metrics = [m for m in METRICS if m in summary]
+    levels = [*HARDNESS_LEVELS, "all", *([] if single else ["joint_all"])]
 
     def cells_by_level(metric: str) -> list[dict]:
         tables = summary[metric]
-        return [*(tables["by_hardness"][lv] for lv in HARDNESS_LEVELS), tables["question"], tables["interaction"]]
+        return [*(tables["by_hardness"][lv] for lv in HARDNESS_LEVELS), tables["question"],
+                *([] if single else [tables["interaction"]])]
 
-    title = (f"{summary.get('dataset', '')} {summary['turns']} turns, {summary['interactions']} interactions "
+    shape = (f"{summary['turns']} questions" if single
+             else f"{summary['turns']} turns, {summary['interactions']} interactions")
+    title = (f"{summary.get('dataset', '')} {shape} "
              f"({summary['exec_semantics']} execution, {summary['semantics']} parser)")
-    console.print(_table(title, levels, summary, cells_by_level))
-    console.print(_table("by turn", [f"turn {b}" for b in TURN_BUCKETS], summary,
-                         lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
+    console.print(_table(title, levels, metrics, cells_by_level))
+    if not single:
+        console.print(_table("by turn", [f"turn {b}" for b in TURN_BUCKETS], metrics,
+                             lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
+    for metric in metrics:
+        for line in _left_out_lines(_LABELS[metric], summary[metric], single):
+            console.print(line)
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
 
 
-def _table(title: str, columns: list[str], summary: dict, cells_of) -> Table:
-    metrics = [m for m in ("exact", "execution") if m in summary]
+def _table(title: str, columns: list[str], metrics: list[str], cells_of) -> Table:
+    """Counts (one row, or one per metric where they differ), accuracies, and left-out turns."""
     table = Table(title=title)
     table.add_column("")
     for column in columns:
         table.add_column(column, justify="right")
-    table.add_row("count", *(str(c["count"]) for c in cells_of(metrics[0])))
+    counts = {metric: [str(c["scored"]) for c in cells_of(metric)] for metric in metrics}
+    if len({tuple(row) for row in counts.values()}) == 1:
+        table.add_row("count", *counts[metrics[0]])
+    else:
+        for metric in metrics:
+            table.add_row(f"count ({_LABELS[metric]})", *counts[metric])
     for metric in metrics:
         cells = cells_of(metric)
         table.add_row(_LABELS[metric], *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in cells))
-        if any(c["unscorable"] for c in cells):
-            table.add_row(f"{_LABELS[metric]} null", *(str(c["unscorable"]) for c in cells))
+        if any(c["left_out"] for c in cells):
+            table.add_row(f"{_LABELS[metric]} left out", *(str(c["left_out"]) for c in cells))
     return table
+
+
+def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
+    """What a metric's tables leave out, grouped by reason (the item's error)."""
+    left_out = tables["left_out"]
+    if not left_out:
+        return []
+    if single:
+        head = f"{label}: {len(left_out)} question(s) left out, as the official program cannot score them:"
+    else:
+        turns = sum(entry["turns"] for entry in left_out)
+        head = (f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out whole, as the official "
+                f"program cannot score a turn of each:")
+    by_reason: dict[str, list[str]] = {}
+    for entry in left_out:
+        turns_by_reason: dict[str, list[str]] = {}
+        for turn in entry["unscorable"]:
+            turns_by_reason.setdefault(turn["error"] or "unscorable", []).append(str(turn["turn_index"]))
+        for reason, turns in turns_by_reason.items():
+            whole = single or len(turns) == entry["turns"]
+            place = str(entry["interaction_index"])
+            by_reason.setdefault(reason, []).append(place if whole else f"{place} (turn {', '.join(turns)})")
+    unit = "question" if single else "interaction"
+    lines = [head]
+    for reason, places in by_reason.items():
+        shown = ", ".join(places[:10]) + (f", … ({len(places)} in all)" if len(places) > 10 else "")
+        lines.append(f"  {reason}: {unit} {shown}")
+    return lines
 
 
 _LABELS = {"exact": "exact match", "execution": "execution"}

@@ -1,10 +1,13 @@
 """The official SParC / CoSQL gold and prediction files, read the way the official programs read them.
 
 One SQL per line (``SQL<TAB>db_id`` in gold files; anything after a TAB is ignored in predictions),
-interactions separated by lines that are blank after ``strip()``. The test-suite program keeps a final
-interaction with no blank line after it; the SParC script drops it. Predictions then get the
-``value`` placeholder replaced by ``1``: ``" value "`` -> ``" 1 "`` in the test-suite program,
-every ``value`` substring in the SParC script (both case-sensitive).
+interactions separated by lines that are blank after ``strip()``. Predictions then get every
+``value`` substring replaced by ``1`` (case-sensitive, so ``VALUE`` stays and fails), exactly as both
+official programs do (test-suite ``evaluation.py`` at e97acc5 and the SParC script).
+
+A final interaction with no blank line after it is kept, as the test-suite program keeps it. The
+SParC script drops it from both files; mtsql reads a file one way whatever the execution algorithm,
+so that exact match never depends on ``--exec-semantics``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ class FileTurn:
     line: int
 
 
-def read_interactions(path: Path, *, gold: bool, keep_unterminated: bool = True) -> list[list[FileTurn]]:
+def read_interactions(path: Path, *, gold: bool) -> list[list[FileTurn]]:
     """Interactions of an official-format file; a gold line without exactly one TAB is a UsageError."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -44,7 +47,7 @@ def read_interactions(path: Path, *, gold: bool, keep_unterminated: bool = True)
             raise UsageError(f"{path} line {number}: a gold line must be 'SQL<TAB>db_id', "
                              f"found {len(fields)} tab-separated field(s)")
         current.append(FileTurn(fields[0], fields[1] if gold else None, number))
-    if current and keep_unterminated:
+    if current:
         interactions.append(current)
     return interactions
 
@@ -55,8 +58,6 @@ def prediction_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ").strip().split("\t")[0]
 
 
-def replace_value_placeholder(sql: str, exec_semantics: str) -> str:
-    """The official ``value`` -> ``1`` replacement of each program (case-sensitive)."""
-    if exec_semantics == "sparc":
-        return sql.replace("value", "1")
-    return sql.replace(" value ", " 1 ")
+def replace_value_placeholder(sql: str) -> str:
+    """The official ``value`` -> ``1`` replacement: every substring, case-sensitive."""
+    return sql.replace("value", "1")
