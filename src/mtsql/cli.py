@@ -152,6 +152,8 @@ def evaluate(
     exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
     allow_mismatch: Annotated[bool, typer.Option(help="Score gold turns without a prediction as 0 instead of failing.")] = False,
+    workers: Annotated[int, typer.Option(help="Scoring processes (0: one per core).")] = 0,
+    gold_cache: Annotated[bool, typer.Option(help="Keep gold parses and results in $MTSQL_HOME/cache/gold between runs.")] = True,
     model: ModelOpt = None, label: Annotated[str | None, typer.Option(help="Artifact label (model mode).")] = None,
     config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False,
 ) -> None:
@@ -173,7 +175,8 @@ def evaluate(
     if dataset is None or out is None:
         raise UsageError("evaluate --pred needs --dataset and --out")
     sql = cfg.sql
-    options = EvaluateOptions.from_config(sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics)
+    options = EvaluateOptions.from_config(sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics,
+                                          workers=workers, gold_cache=gold_cache)
     run_evaluate(dataset, pred, out, console=console, gold_path=gold, db_dir=db_dir, tables_path=tables,
                  options=options, allow_mismatch=allow_mismatch)
 

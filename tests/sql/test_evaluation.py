@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from mtsql.data import load_turns
 from mtsql.errors import UsageError
 from mtsql.paths import FIXTURE_DATA
+from mtsql.sql import clear_caches, evaluation
 from mtsql.sql.evaluation import EvaluateOptions, evaluate_files, score_pairs, write_outputs
 
 GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)
@@ -118,7 +120,7 @@ def test_score_pairs_equals_scoring_the_written_file(tmp_path):
 
 def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
     pred = predictions(tmp_path, gold_as_predictions(gold))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA)}
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
     ok = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
                          "--gold", str(gold), "--out", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr
@@ -167,3 +169,32 @@ def test_exact_match_does_not_depend_on_the_execution_algorithm(gold, tmp_path):
     assert exact["testsuite"] == exact["sparc"]
     assert len(exact["sparc"]) == 8 and exact["sparc"][1]["pred"].endswith(">  1")
     assert [i["exact_match"] for i in exact["sparc"]] == [0, 1, 1, 1, 1, 1, 1, 1]
+
+
+def wrong_and_right(gold: Path) -> list[str]:
+    """Prediction lines for a gold file: as written, a neighbour turn's gold, values, a cut query."""
+    lines = gold_as_predictions(gold)
+    sqls = [line for line in lines if line]
+    out = []
+    for i, line in enumerate(lines):
+        if line and i % 4 == 1:
+            line = sqls[(sqls.index(line) + 1) % len(sqls)]
+        elif line and i % 4 == 2:
+            line = re.sub(r"\b\d+\b", "value", line)
+        elif line and i % 8 == 3:
+            line = line[: len(line) // 2]
+        out.append(line)
+    return out
+
+
+def test_worker_processes_give_the_single_process_items(tmp_path, monkeypatch):
+    """Databases spread over processes, gold cache on (empty, then full): the same items."""
+    gold = FIXTURE_DATA / "sparc" / "dev_gold.txt"
+    pred = predictions(tmp_path, wrong_and_right(gold))
+    monkeypatch.setattr(evaluation, "MIN_ROWS_PER_PROCESS", 1)
+    single = evaluate_files("sparc", pred, options=EvaluateOptions(workers=1))
+    assert {i["exec_match"] for i in single.items} == {0, 1, None} and {i["db_id"] for i in single.items} > {"car_1"}
+    for _ in range(2):
+        clear_caches()
+        parallel = evaluate_files("sparc", pred, options=EvaluateOptions(workers=2, gold_cache=True))
+        assert parallel.items == single.items and parallel.summary == single.summary

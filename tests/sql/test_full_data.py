@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from mtsql.sql import clear_caches
 from mtsql.sql.evaluation import EvaluateOptions, evaluate_files
 from mtsql.sql.official_format import read_interactions
 
@@ -62,3 +63,26 @@ def test_exact_match_is_the_same_under_both_execution_algorithms(dataset, full_d
              for semantics in ("testsuite", "sparc")}
     assert items["testsuite"] == items["sparc"] and len(items["sparc"]) == EXPECTED[dataset][0]
     assert sum(i["exact_match"] for i in items["sparc"]) > 0.95 * len(items["sparc"])
+
+
+@pytest.mark.parametrize("dataset", ["sparc", "cosql"])
+def test_worker_processes_and_gold_cache_give_the_single_process_items(dataset, full_data, tmp_path):
+    """A model-like prediction file: right, another turn's gold, `value` placeholders, cut queries."""
+    gold = full_data / dataset / "dev_gold.txt"
+    sqls = [line.split("\t")[0] for line in gold.read_text().splitlines() if line.strip()]
+    lines, position = [], 0
+    for line in gold.read_text().splitlines():
+        if line.strip():
+            sql = sqls[position]
+            lines.append([sql, sqls[position - 1], re.sub(r"\b\d+\b", "value", sql), sql[: len(sql) // 2]][position % 4])
+            position += 1
+        else:
+            lines.append("")
+    pred = tmp_path / "pred.txt"
+    pred.write_text("\n".join(lines) + "\n")
+    single = evaluate_files(dataset, pred, options=EvaluateOptions(workers=1))
+    for _ in range(2):  # gold cache empty, then full
+        clear_caches()
+        parallel = evaluate_files(dataset, pred, options=EvaluateOptions(workers=2, gold_cache=True))
+        assert parallel.items == single.items
+    assert 0.2 < single.summary["execution"]["question"]["accuracy"] < 0.8

@@ -16,7 +16,8 @@ only: files are read, and exact match is scored, the same way under both.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,29 +31,41 @@ from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.files import write_text
 from mtsql.paths import data_dir
+from mtsql.sql import gold_cache
+from mtsql.sql.exec_match import remove_distinct
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import METRICS, TURN_BUCKETS, summarize
 from mtsql.sql.official_format import FileTurn, prediction_line, read_interactions, replace_value_placeholder
 from mtsql.sql.parser import SEMANTICS
 from mtsql.sql.scoring import ETYPES, EXEC_SEMANTICS, DataSources, hardness_of, score
+from mtsql.sql.tokenizer import tokenize
+from mtsql.sql.workers import GroupWorkers, available_cores
 
 ETYPE_METRICS = {"all": ("exact", "execution"), "match": ("exact",), "exec": ("execution",)}
+MIN_ROWS_PER_PROCESS = 100  # fewer rows than this per process: scoring in this process is faster
 
 
 @dataclass(frozen=True)
 class EvaluateOptions:
-    """How to score: which metrics, which execution algorithm, which parser semantics, time budget."""
+    """How to score: which metrics, which execution algorithm, which parser semantics, time budget;
+    and how fast: ``workers`` processes (0: one per core; databases are spread over them) and
+    ``gold_cache`` (keep gold parses and results on disk between runs, see :mod:`mtsql.sql.gold_cache`).
+    Neither changes a verdict."""
 
     etype: str = "all"
     exec_semantics: str = "testsuite"
     semantics: str = "official"
     timeout_s: float = 5.0
+    workers: int = 1
+    gold_cache: bool = False
 
     def __post_init__(self):
         for name, value, allowed in (("etype", self.etype, ETYPES), ("exec-semantics", self.exec_semantics,
                                      EXEC_SEMANTICS), ("semantics", self.semantics, SEMANTICS)):
             if value not in allowed:
                 raise UsageError(f"--{name} {value!r}: choose one of {', '.join(allowed)}")
+        if self.workers < 0:
+            raise UsageError(f"--workers {self.workers}: give a number of processes, or 0 for one per core")
 
     @classmethod
     def from_config(cls, sql: SqlConfig, **overrides) -> EvaluateOptions:
@@ -75,7 +88,7 @@ def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = No
     """Score an official-format prediction file against a gold file (defaults: the data folder's)."""
     root = data_dir()
     gold_path = gold_path or gold_file(dataset, root)
-    sources = DataSources(db_dir or root / "database", tables_path or tables_file(dataset, root),
+    sources = DataSources(Path(db_dir or root / "database").resolve(), tables_path or tables_file(dataset, root),
                           (root / "database_schema_only",))
     _check_inputs(gold_path, pred_path, sources)
     gold = read_interactions(gold_path, gold=True)
@@ -140,15 +153,44 @@ def _mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
 
 def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions, progress: bool) -> Evaluation:
     metrics = ETYPE_METRICS[options.etype]
+    groups: dict[str, list[tuple[int, dict]]] = {}
+    for index, row in enumerate(rows):
+        groups.setdefault(row["db_id"], []).append((index, row))
+    workers = min(options.workers or available_cores(), len(groups), len(rows) // MIN_ROWS_PER_PROCESS)
+    scores: list[dict] = [{}] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        for row in bar.track(rows):
-            row.update(_score_row(row, sources, options))
-    items = [_item(row) for row in rows]
+    with _scored(groups, sources, options, workers) as results, \
+            Progress(*columns, console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        task = bar.add_task("scoring", total=len(rows))
+        for index, result in results:
+            scores[index] = result
+            bar.advance(task)
+    items = [_item(row | score_) for row, score_ in zip(rows, scores, strict=True)]
     summary = summarize(items, metrics)
     summary.update({"etype": options.etype, "exec_semantics": options.exec_semantics,
                     "semantics": options.semantics, "timeout_s": options.timeout_s})
     return Evaluation(items, summary)
+
+
+@contextmanager
+def _scored(groups: dict, sources: DataSources, options: EvaluateOptions, workers: int) -> Iterator:
+    """(row index, scores) of every row, from this process or from ``workers`` processes."""
+    if workers <= 1:
+        yield _score_groups(groups, sources, options)
+        return
+    tokenize("SELECT 1")  # load NLTK and sqlparse here, once, rather than in every process
+    remove_distinct("SELECT DISTINCT 1")
+    with GroupWorkers(_score_groups, groups, (sources, options), workers=workers) as pool:
+        yield pool.results()
+
+
+def _score_groups(groups: dict, sources: DataSources, options: EvaluateOptions) -> Iterator[tuple[int, dict]]:
+    """Score the rows of each database in turn (its gold entries saved and loaded with ``gold_cache``)."""
+    for db_id, members in groups.items():
+        folders = (sources.db_dir, *sources.schema_dirs)
+        with gold_cache.persisted(db_id, folders) if options.gold_cache else nullcontext():
+            for index, row in members:
+                yield index, _score_row(row, sources, options)
 
 
 def _score_row(row: dict, sources: DataSources, options: EvaluateOptions) -> dict:

@@ -11,11 +11,12 @@ without being parsed or run (NLTK and sqlparse take minutes on megabytes of SQL)
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.paths import data_dir
+from mtsql.sql import gold_cache
 from mtsql.sql.errors import OfficialCrash, SqlParseError
 from mtsql.sql.exact_match import exact_match, rebuild
 from mtsql.sql.exec_match import sparc_exec_match, testsuite_databases, testsuite_exec_match
@@ -82,7 +83,7 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
     if schema_db is None:
         return TurnScore(None, None, None, f"no database or schema for {db_id}")
     try:
-        gold = _parsed(gold_sql, schema_db, semantics)
+        gold = gold_cache.parsed(gold_sql, schema_db, semantics)
         gold_hardness = hardness(gold)
     except (SqlParseError, OfficialCrash) as exc:  # the official programs stop on such a gold
         return TurnScore(None, None, None, f"gold: {exc}")
@@ -97,7 +98,7 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
         return TurnScore(None, execution, gold_hardness, error)
     schema = load_schema(schema_db)
     try:
-        pred = parse_sql(pred_sql, schema, semantics=semantics)
+        pred = gold if pred_sql == gold_sql else parse_sql(pred_sql, schema, semantics=semantics)
     except SqlParseError as exc:
         pred = empty_sql()
         errors.append(f"prediction does not parse: {exc}")
@@ -121,11 +122,11 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
     return TurnScore(exact, execution, gold_hardness, "; ".join(errors) or None)
 
 
-def _execution_databases(db_id: str, sources: DataSources, exec_semantics: str) -> list[Path]:
+def _execution_databases(db_id: str, sources: DataSources, exec_semantics: str) -> Sequence[Path]:
     """The database files execution runs on (test-suite: every ``*.sqlite`` of the folder)."""
     if exec_semantics == "sparc":
         db_path = sources.database(db_id)
-        return [db_path] if db_path.is_file() else []
+        return (db_path,) if db_path.is_file() else ()
     return testsuite_databases(sources.db_dir / db_id)
 
 
@@ -145,12 +146,6 @@ def _execution(gold_sql, pred_sql, db_id, sources, exec_semantics, timeout_s, go
         return None, str(exc)
 
 
-@functools.lru_cache(maxsize=8192)
-def _parsed(sql: str, schema_db: Path, semantics: str) -> dict:
-    """A parsed gold query (cached: never mutate the result)."""
-    return parse_sql(sql, load_schema(schema_db), semantics=semantics)
-
-
 def score_turn(gold_sql: str, pred_sql: str, db_id: str, *, data_root=None, exec_semantics: str = "testsuite",
                semantics: str = "official", timeout_s: float = 5.0) -> TurnScore:
     """Exact match, execution match and hardness of one prediction, from the data folder's files."""
@@ -164,15 +159,17 @@ def hardness_of(sql: str, db_id: str, *, data_root=None, sources: DataSources | 
     if schema_db is None:
         return None
     try:
-        return hardness(_parsed(sql, schema_db, "official"))
+        return hardness(gold_cache.parsed(sql, schema_db, "official"))
     except (SqlParseError, OfficialCrash):
         return None
 
 
 def clear_caches() -> None:
-    """Forget cached schemas, foreign-key maps, parsed golds and gold results (benchmarks, tests)."""
+    """Forget cached schemas, foreign-key maps, parsed golds and gold results in this process
+    (benchmarks, tests; what :func:`gold_cache.persisted` saved on disk stays)."""
     from mtsql.sql.exec_match import _remove_distinct_tokens
     from mtsql.sql.executor import _execute_cached
 
-    for cached in (load_schema, load_foreign_key_maps, _parsed, _execute_cached, _remove_distinct_tokens):
+    for cached in (load_schema, load_foreign_key_maps, _execute_cached, _remove_distinct_tokens, testsuite_databases):
         cached.cache_clear()
+    gold_cache.clear()
