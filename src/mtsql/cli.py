@@ -142,8 +142,8 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str | None, typer.Option(help="sparc or cosql (picks the default gold and tables).")] = None,
-    pred: Annotated[Path | None, typer.Option(help="Predictions in the official format (one SQL per line, blank line between interactions).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="sparc, cosql or spider (picks the default gold and tables).")] = None,
+    pred: Annotated[Path | None, typer.Option(help="Predictions in the official format (one SQL per line; a blank line between interactions, none for spider).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
     gold: Annotated[Path | None, typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
@@ -223,7 +223,7 @@ def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ 
 
 
 @data_app.command("check")
-def data_check(dataset: Annotated[str, typer.Option(help="sparc or cosql")],
+def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases and gold queries that fail to execute, as a table."""
@@ -233,14 +233,17 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc or cosql")],
 
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, description="executing gold", console=err_console))
     table = Table(title=f"{dataset} {split} ({report_['root']})", show_header=False)
-    for key in ("interactions", "turns", "databases", "turns_without_database", "gold_fail_as_written"):
-        table.add_row(key.replace("_", " "), str(report_[key]))
-    table.add_row("missing databases", ", ".join(f"{db} ({n} turns)" for db, n in report_["missing_databases"].items()) or "none")
+    unit = report_["unit"]
+    for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written"):
+        if key in report_:
+            table.add_row(key.replace("_", " "), str(report_[key]))
+    table.add_row("missing databases", ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items()) or "none")
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:
-        table.add_row("", f"interaction {item['interaction']} turn {item['turn']} ({item['db_id']}): {item['message']}")
-    table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
+        table.add_row("", f"{item['where']} ({item['db_id']}): {item['message']}")
+    if "turns_per_interaction" in report_:
+        table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
     console.print(table)
 
 

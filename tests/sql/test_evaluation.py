@@ -198,3 +198,54 @@ def test_worker_processes_give_the_single_process_items(tmp_path, monkeypatch):
         clear_caches()
         parallel = evaluate_files("sparc", pred, options=EvaluateOptions(workers=2, gold_cache=True))
         assert parallel.items == single.items and parallel.summary == single.summary
+
+
+SPIDER_GOLD = FIXTURE_DATA / "spider" / "dev_gold.txt"
+
+
+def spider_predictions(tmp_path, lines: list[str]) -> Path:
+    path = tmp_path / "spider_pred.txt"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_spider_gold_as_predictions_scores_every_scorable_question(tmp_path):
+    """One prediction per line; wta_1 has no database: its questions are left out of execution."""
+    from rich.console import Console
+
+    lines = [line.split("\t")[0] for line in SPIDER_GOLD.read_text().splitlines()]
+    console = Console(record=True, width=200)
+    result = evaluation.run_evaluate("spider", spider_predictions(tmp_path, lines), tmp_path / "out", console=console)
+    summary = result.summary
+    assert len(result.items) == 90 and {i["turn_index"] for i in result.items} == {0}
+    assert [i["interaction_index"] for i in result.items] == list(range(90))
+    assert (summary["exact"]["question"]["correct"], summary["exact"]["question"]["scored"]) == (90, 90)
+    assert (summary["execution"]["question"]["correct"], summary["execution"]["question"]["scored"]) == (75, 75)
+    assert {i["db_id"] for i in result.items if i["exec_match"] is None} == {"wta_1"}
+    assert [e["turns"] for e in summary["execution"]["left_out"]] == [1] * 15
+    assert sum(summary["exact"]["by_hardness"][level]["scored"] for level in ("easy", "medium", "hard", "extra")) == 90
+    assert "interaction" not in summary["exact"] and "by_turn" not in summary["exact"] and "interactions" not in summary
+    text = console.export_text()
+    assert "90 questions" in text and "joint_all" not in text and "turn 1" not in text
+    assert "15 question(s) left out" in text and "no database file for wta_1" in text
+
+
+def test_spider_line_up_errors_name_the_line(tmp_path):
+    lines = [line.split("\t")[0] for line in SPIDER_GOLD.read_text().splitlines()]
+    with pytest.raises(UsageError, match=r"spider_pred.txt line 4 is blank"):
+        evaluate_files("spider", spider_predictions(tmp_path, [*lines[:3], "", *lines[3:]]))
+    with pytest.raises(UsageError, match=r"89 predictions for the 90 questions.*line 90 of .*dev_gold.txt has no prediction"):
+        evaluate_files("spider", spider_predictions(tmp_path, lines[:-1]))
+    with pytest.raises(UsageError, match=r"line 91 of .*spider_pred.txt has no gold question"):
+        evaluate_files("spider", spider_predictions(tmp_path, [*lines, "SELECT 1"]))
+    ended = evaluate_files("spider", spider_predictions(tmp_path, [*lines, "", ""]), options=EvaluateOptions(etype="match"))
+    assert ended.summary["exact"]["question"]["accuracy"] == 1.0  # blank lines at the very end are ignored
+    short = evaluate_files("spider", spider_predictions(tmp_path, lines[:-2]), allow_mismatch=True,
+                           options=EvaluateOptions(etype="match"))
+    assert [(i["interaction_index"], i["exact_match"]) for i in short.items if i.get("missing")] == [(88, 0), (89, 0)]
+
+
+def test_score_pairs_of_spider_turns_are_summarised_as_questions():
+    turns = load_turns("spider", "dev", with_hardness=False)[:5]
+    result = score_pairs([(t, t.gold_sql) for t in turns], options=EvaluateOptions(etype="match"))
+    assert result.summary["single_turn"] and result.summary["exact"]["question"]["accuracy"] == 1.0

@@ -86,3 +86,16 @@ def test_worker_processes_and_gold_cache_give_the_single_process_items(dataset, 
         parallel = evaluate_files(dataset, pred, options=EvaluateOptions(workers=2, gold_cache=True))
         assert parallel.items == single.items
     assert 0.2 < single.summary["execution"]["question"]["accuracy"] < 0.8
+
+
+def test_spider_gold_as_predictions(full_data):
+    """EM on all 1,034 questions; EX on the 972 whose database exists (wta_1's 62 are left out)."""
+    result = evaluate_files("spider", full_data / "spider" / "dev_gold.txt")
+    exact, execution = result.summary["exact"], result.summary["execution"]
+    assert (exact["question"]["correct"], exact["question"]["scored"]) == (1034, 1034)
+    assert (execution["question"]["correct"], execution["question"]["scored"]) == (972, 972)
+    assert {i["db_id"] for i in result.items if i["exec_match"] is None} == {"wta_1"}
+    assert len(execution["left_out"]) == 62 and "interaction" not in exact
+    # the official program's hardness counts on this dev.json
+    assert {level: exact["by_hardness"][level]["scored"] for level in ("easy", "medium", "hard", "extra")} == {
+        "easy": 250, "medium": 440, "hard": 174, "extra": 170}

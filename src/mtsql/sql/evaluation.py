@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mtsql.config import SqlConfig
-from mtsql.data import gold_file, tables_file
+from mtsql.data import SINGLE_TURN_DATASETS, gold_file, tables_file
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.files import write_text
@@ -35,7 +35,13 @@ from mtsql.sql import gold_cache
 from mtsql.sql.exec_match import remove_distinct
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import METRICS, TURN_BUCKETS, summarize
-from mtsql.sql.official_format import FileTurn, prediction_line, read_interactions, replace_value_placeholder
+from mtsql.sql.official_format import (
+    FileTurn,
+    prediction_line,
+    read_interactions,
+    read_questions,
+    replace_value_placeholder,
+)
 from mtsql.sql.parser import SEMANTICS
 from mtsql.sql.scoring import ETYPES, EXEC_SEMANTICS, DataSources, hardness_of, score
 from mtsql.sql.tokenizer import tokenize
@@ -91,12 +97,13 @@ def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = No
     sources = DataSources(Path(db_dir or root / "database").resolve(), tables_path or tables_file(dataset, root),
                           (root / "database_schema_only",))
     _check_inputs(gold_path, pred_path, sources)
-    gold = read_interactions(gold_path, gold=True)
-    pred = read_interactions(pred_path, gold=False)
-    rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch)
+    single_turn = dataset in SINGLE_TURN_DATASETS
+    read = read_questions if single_turn else read_interactions
+    gold, pred = read(gold_path, gold=True), read(pred_path, gold=False)
+    rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch, single_turn)
     for row in rows:
         row["pred"] = replace_value_placeholder(row["pred"])
-    result = _score_rows(rows, sources, options, progress)
+    result = _score_rows(rows, sources, options, progress, single_turn)
     result.summary.update({"dataset": dataset, "gold_file": str(gold_path), "pred_file": str(pred_path),
                            "extra_predictions": extra})
     return result
@@ -104,12 +111,15 @@ def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = No
 
 def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = None,
                 options: EvaluateOptions = EvaluateOptions(), progress: bool = False) -> Evaluation:
-    """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file."""
+    """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file
+    (single-turn tables when every turn is of a single-turn dataset)."""
+    pairs = list(pairs)
     rows = [{"interaction_index": turn.interaction_index, "turn_index": turn.turn_index, "db_id": turn.db_id,
              "gold": turn.gold_sql,
              "pred": replace_value_placeholder(prediction_line(sql))}
             for turn, sql in pairs]
-    return _score_rows(rows, DataSources.from_root(data_root), options, progress)
+    single_turn = bool(pairs) and all(turn.dataset in SINGLE_TURN_DATASETS for turn, _ in pairs)
+    return _score_rows(rows, DataSources.from_root(data_root), options, progress, single_turn)
 
 
 def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> None:
@@ -121,12 +131,13 @@ def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> Non
 
 
 def _align(gold: list[list[FileTurn]], pred: list[list[FileTurn]], gold_path: Path, pred_path: Path,
-           allow_mismatch: bool) -> tuple[list[dict], int]:
+           allow_mismatch: bool, single_turn: bool) -> tuple[list[dict], int]:
     """One row per gold turn with its prediction; (rows, number of predictions without a gold turn)."""
     divergence = next((i for i in range(max(len(gold), len(pred)))
                        if i >= len(gold) or i >= len(pred) or len(gold[i]) != len(pred[i])), None)
     if divergence is not None and not allow_mismatch:
-        raise UsageError(_mismatch_message(gold, pred, gold_path, pred_path, divergence))
+        describe = _count_mismatch_message if single_turn else _mismatch_message
+        raise UsageError(describe(gold, pred, gold_path, pred_path, divergence))
     rows = []
     for i, interaction in enumerate(gold):
         predicted = pred[i] if i < len(pred) else []
@@ -151,7 +162,18 @@ def _mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
             f"and a blank line after each interaction, or pass --allow-mismatch to score missing turns as 0")
 
 
-def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions, progress: bool) -> Evaluation:
+def _count_mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
+    if index < len(gold):
+        where = f"line {gold[index][0].line} of {gold_path} has no prediction"
+    else:
+        where = f"line {pred[index][0].line} of {pred_path} has no gold question"
+    return (f"{pred_path} has {len(pred)} predictions for the {len(gold)} questions of {gold_path}: {where}. "
+            f"Write one prediction per line, in the order of the gold file, or pass --allow-mismatch "
+            f"to score questions without a prediction as 0")
+
+
+def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions, progress: bool,
+                single_turn: bool = False) -> Evaluation:
     metrics = ETYPE_METRICS[options.etype]
     groups: dict[str, list[tuple[int, dict]]] = {}
     for index, row in enumerate(rows):
@@ -166,7 +188,7 @@ def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions
             scores[index] = result
             bar.advance(task)
     items = [_item(row | score_) for row, score_ in zip(rows, scores, strict=True)]
-    summary = summarize(items, metrics)
+    summary = summarize(items, metrics, single_turn=single_turn)
     summary.update({"etype": options.etype, "exec_semantics": options.exec_semantics,
                     "semantics": options.semantics, "timeout_s": options.timeout_s})
     return Evaluation(items, summary)
