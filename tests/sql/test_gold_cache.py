@@ -48,7 +48,7 @@ def test_a_second_run_does_no_gold_work_and_scores_the_same(sources, gold_work):
     (saved,) = (gold_cache.cache_file("school", (sources.db_dir,)).parent).iterdir()
     gold_work.clear()
     assert scores(sources) == first and gold_work == []
-    assert len(pickle.loads(saved.read_bytes())) == 9  # parse, test-suite query and result of each gold
+    assert len(pickle.loads(saved.read_bytes())) == 15  # parse, hardness, rebuilt, test-suite query, result
 
 
 def test_a_changed_database_file_gets_fresh_entries_and_the_old_ones_go(sources, gold_work):
