@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -120,7 +121,8 @@ def test_score_pairs_equals_scoring_the_written_file(tmp_path):
 
 def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
     pred = predictions(tmp_path, gold_as_predictions(gold))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path),
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's mtsql, not the installed one
     ok = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
                          "--gold", str(gold), "--out", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr
