@@ -1,22 +1,17 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from mtsql.errors import UsageError
-from mtsql.sql.workers import GroupWorkers, partition
-
-
-def test_partition_puts_each_group_whole_on_the_lightest_process():
-    groups = {"a": [1] * 5, "b": [1] * 4, "c": [1] * 3, "d": [1] * 3, "e": [1]}
-    bins = partition(groups, 2)
-    assert [sorted(b) for b in bins] == [["a", "d"], ["b", "c", "e"]]  # loads 8 and 8
-    assert partition({"a": [1]}, 4) == [{"a": [1]}]
+from mtsql.sql.workers import GroupWorkers
 
 
 def squares(share: dict, offset: int):
     for key, items in share.items():
+        time.sleep(0.5)  # long enough for the other process to take the next group meanwhile
         for index, value in items:
             yield index, (key, value * value + offset, os.getpid())
 
@@ -25,6 +20,7 @@ def test_results_of_every_group_come_back_from_several_processes():
     groups = {key: [(10 * k + i, i) for i in range(3)] for k, key in enumerate("abcd")}
     with GroupWorkers(squares, groups, (1,), workers=2) as pool:
         results = dict(pool.results())
+        assert len(pool.cpu_seconds) == 2 and all(seconds >= 0 for seconds in pool.cpu_seconds)
     assert sorted(results) == sorted(index for items in groups.values() for index, _ in items)
     assert results[32] == ("d", 5, results[32][2])
     pids = {key: {pid for k, _, pid in results.values() if k == key} for key in groups}

@@ -43,6 +43,7 @@ from mtsql.sql.official_format import (
     replace_value_placeholder,
 )
 from mtsql.sql.parser import SEMANTICS
+from mtsql.sql.schema import load_foreign_key_maps
 from mtsql.sql.scoring import ETYPES, EXEC_SEMANTICS, DataSources, hardness_of, score
 from mtsql.sql.tokenizer import tokenize
 from mtsql.sql.workers import GroupWorkers, available_cores
@@ -200,8 +201,9 @@ def _scored(groups: dict, sources: DataSources, options: EvaluateOptions, worker
     if workers <= 1:
         yield _score_groups(groups, sources, options)
         return
-    tokenize("SELECT 1")  # load NLTK and sqlparse here, once, rather than in every process
+    tokenize("SELECT 1")  # load NLTK, sqlparse and tables.json here, once, rather than in every process
     remove_distinct("SELECT DISTINCT 1")
+    load_foreign_key_maps(sources.tables_json)
     with GroupWorkers(_score_groups, groups, (sources, options), workers=workers) as pool:
         yield pool.results()
 

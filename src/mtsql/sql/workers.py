@@ -6,20 +6,27 @@
 
 ``groups`` maps a key to its items, each item ``(index, payload)``; ``task(groups, *args)`` is a
 module-level generator that yields ``(index, result)`` for the items of the groups it is given.
-Groups go to the least loaded process, largest first (by number of items), so a process keeps the
-caches of its groups warm. Processes are forked where the platform can (nothing to import again),
-so open the pool before starting threads such as a progress bar. A task's exception is raised
-again in the caller; a process that dies is an error naming its exit code.
+Each process takes the next group from a shared queue, largest groups first, so the processes
+finish together whatever each group costs, and a process keeps the caches of its groups warm.
+Processes are forked where the platform can (nothing to import again; the parent's objects are
+frozen out of the garbage collector first so that the children do not copy their memory), so open
+the pool before starting threads such as a progress bar. A task's exception is raised again in the
+caller; a process that dies is an error naming its exit code. Once the results are all in,
+``cpu_seconds`` holds the CPU time each process used.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
+
+BATCH = 32  # results sent back together (fewer wake-ups of the caller; progress still moves)
 
 
 def available_cores() -> int:
@@ -29,32 +36,32 @@ def available_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def partition(groups: dict, workers: int) -> list[dict]:
-    """Groups spread over ``workers`` bins: largest first, each into the lightest bin so far."""
-    bins: list[dict] = [{} for _ in range(min(workers, len(groups)))]
-    loads = [0] * len(bins)
-    for key, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        lightest = loads.index(min(loads))
-        bins[lightest][key] = items
-        loads[lightest] += len(items)
-    return bins
-
-
 class GroupWorkers:
-    """Processes that run ``task`` on their share of the groups and stream results back."""
+    """Processes that run ``task`` on groups taken from a queue and stream the results back."""
 
     def __init__(self, task: Callable[..., Iterator[tuple[int, object]]], groups: dict, args: tuple, *, workers: int):
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        queue = context.SimpleQueue()
+        for key in sorted(groups, key=lambda key: -len(groups[key])):
+            queue.put(key)
+        count = max(1, min(workers, len(groups)))
+        for _ in range(count):
+            queue.put(None)  # one "no more groups" for each process
         self._connections: list[Connection] = []
         self._processes = []
-        for share in partition(groups, workers):
-            receiver, sender = context.Pipe(duplex=False)
-            process = context.Process(target=_run, args=(task, share, args, sender), daemon=True)
-            process.start()
-            sender.close()
-            self._connections.append(receiver)
-            self._processes.append(process)
+        self.cpu_seconds: list[float] = []
+        gc.freeze()
+        try:
+            for _ in range(count):
+                receiver, sender = context.Pipe(duplex=False)
+                process = context.Process(target=_run, args=(task, groups, args, queue, sender), daemon=True)
+                process.start()
+                sender.close()
+                self._connections.append(receiver)
+                self._processes.append(process)
+        finally:
+            gc.unfreeze()
 
     def results(self) -> Iterator[tuple[int, object]]:
         pending = {conn: process for conn, process in zip(self._connections, self._processes, strict=True)}
@@ -66,10 +73,11 @@ class GroupWorkers:
                     process = pending.pop(conn)
                     process.join()
                     raise RuntimeError(f"a scoring process died (exit code {process.exitcode})") from None
-                if kind == "result":
-                    yield payload[0], payload[1]
+                if kind == "results":
+                    yield from payload[0]
                 elif kind == "done":
                     pending.pop(conn).join()
+                    self.cpu_seconds.append(payload[0])
                 else:
                     exc, text = payload
                     raise exc from RuntimeError(f"in a scoring process:\n{text}")
@@ -89,11 +97,17 @@ class GroupWorkers:
         self.close()
 
 
-def _run(task, share: dict, args: tuple, sender: Connection) -> None:
+def _run(task, groups: dict, args: tuple, queue, sender: Connection) -> None:
     try:
-        for index, result in task(share, *args):
-            sender.send(("result", index, result))
-        sender.send(("done",))
+        while (key := queue.get()) is not None:
+            batch = []
+            for item in task({key: groups[key]}, *args):
+                batch.append(item)
+                if len(batch) == BATCH:
+                    sender.send(("results", batch))
+                    batch = []
+            sender.send(("results", batch))
+        sender.send(("done", time.process_time()))
     except BaseException as exc:  # the caller re-raises it; a process must not die silently
         sender.send(("error", _picklable(exc), traceback.format_exc()))
     finally:
