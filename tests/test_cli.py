@@ -58,7 +58,7 @@ def test_data_check_on_fixture(dataset):
 
 
 def test_data_check_unknown_dataset():
-    result = mtsql("data", "check", "--dataset", "spider")
+    result = mtsql("data", "check", "--dataset", "bird")
     assert result.returncode == 2 and "unknown dataset" in result.stderr
 
 

@@ -2,8 +2,9 @@
 
     python tools/make_fixture.py ../shared/data
 
-Keeps a few dev and train databases (small ones) and every interaction on them, in the same
-layout and formats as the full folder, so tests and the tiny profile run anywhere.
+Keeps a few dev and train databases (small ones) and every SParC / CoSQL interaction on them, the
+first Spider dev questions on each of them, in the same layout and formats as the full folder, so
+tests and the tiny profile run anywhere.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ TRAIN_DBS = [
     "roller_coaster", "restaurant_1", "insurance_policies", "product_catalog", "browser_web",
     "cinema", "voter_2",
 ]
+SPIDER_PER_DB = 15  # Spider dev questions kept per dev database (the first ones, in file order)
 RAW_TRAIN = "extras/cosql_train_full_dialogues_from_QDA-SQL.json"
 ATTRIBUTION = """# Fixture subset of SParC / CoSQL / Spider
 
 A small subset of the data folder layout (see the project README), rebuilt by
-`tools/make_fixture.py`: the dev interactions on {dev} and the CoSQL train dialogues on
+`tools/make_fixture.py`: the SParC and CoSQL dev interactions on {dev}, the first {per_db}
+Spider dev questions on each of them ({nspider} questions, `spider/dev.json` and
+`spider/dev_gold.txt` in the official single-turn formats), and the CoSQL train dialogues on
 {ntrain} small train databases, with their SQLite files (`wta_1` only as its empty schema-only
 stand-in, as in the full folder).
 
@@ -51,6 +55,7 @@ def main(src: Path, dst: Path) -> None:
         for name in ("dev_db_ids.txt", "train_db_ids.txt"):
             ids = [i for i in (src / dataset / name).read_text().split() if i in keep]
             (dst / dataset / name).write_text("\n".join(ids) + "\n")
+    nspider = _spider_subset(src, dst, keep)
     for db in sorted(keep):
         for folder in ("database", "database_schema_only"):
             path = src / folder / db / f"{db}.sqlite"
@@ -61,7 +66,29 @@ def main(src: Path, dst: Path) -> None:
     raw = [d for d in json.loads((src / RAW_TRAIN).read_text()) if d["db_name"] in keep]
     (dst / RAW_TRAIN).parent.mkdir(parents=True)
     (dst / RAW_TRAIN).write_text(json.dumps(raw))
-    (dst / "README.md").write_text(ATTRIBUTION.format(dev=", ".join(DEV_DBS), ntrain=len(TRAIN_DBS)))
+    (dst / "README.md").write_text(ATTRIBUTION.format(dev=", ".join(DEV_DBS), ntrain=len(TRAIN_DBS),
+                                                      per_db=SPIDER_PER_DB, nspider=nspider))
+
+
+def _spider_subset(src: Path, dst: Path, keep: set[str]) -> int:
+    """Spider dev questions on the kept dev databases (at most ``SPIDER_PER_DB`` each), the same
+    lines of the gold file (``SQL<TAB>db_id``, line i for question i) and the kept tables."""
+    questions = json.loads((src / "spider" / "dev.json").read_text())
+    gold_lines = (src / "spider" / "dev_gold.txt").read_text().splitlines()
+    kept: dict[str, int] = {}
+    dev, gold = [], []
+    for question, line in zip(questions, gold_lines, strict=True):
+        db = question["db_id"]
+        if db in DEV_DBS and kept.get(db, 0) < SPIDER_PER_DB:
+            kept[db] = kept.get(db, 0) + 1
+            dev.append(question)
+            gold.append(line)
+    (dst / "spider").mkdir(parents=True)
+    (dst / "spider" / "dev.json").write_text(json.dumps(dev, indent=1))
+    (dst / "spider" / "dev_gold.txt").write_text("\n".join(gold) + "\n")
+    tables = [t for t in json.loads((src / "spider" / "tables.json").read_text()) if t["db_id"] in keep]
+    (dst / "spider" / "tables.json").write_text(json.dumps(tables, indent=1))
+    return len(dev)
 
 
 if __name__ == "__main__":

@@ -119,9 +119,9 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str | None, typer.Option(help="sparc or cosql (picks the gold and tables).")] = None,
-    pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, blank line "
-                                              "between interactions.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="sparc, cosql or spider (picks the gold and tables).")] = None,
+    pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, a blank line "
+                                              "between interactions (none for spider).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
     gold: Annotated[Path | None, typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
@@ -130,6 +130,8 @@ def evaluate(
     exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
     allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Score gold turns without a prediction as 0.")] = False,
+    workers: Annotated[int, typer.Option(help="Scoring processes (0: one per core).")] = 0,
+    gold_cache: Annotated[bool, typer.Option(help="Keep gold parses and results in $MTSQL_HOME/cache/gold.")] = True,
     model: ModelOpt = None, label: Annotated[str | None, typer.Option(help="Artifact label (with --model).")] = None,
     config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False,
 ) -> None:
@@ -145,7 +147,8 @@ def evaluate(
         return
     if dataset is None or out is None:
         raise UsageError("evaluate --pred needs --dataset and --out")
-    options = EvaluateOptions.from_config(cfg.sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics)
+    options = EvaluateOptions.from_config(cfg.sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics,
+                                          workers=workers, gold_cache=gold_cache)
     run_evaluate(dataset, pred, out, console=console, gold_path=gold, db_dir=db_dir, tables_path=tables,
                  options=options, allow_mismatch=allow_mismatch)
 
@@ -218,20 +221,23 @@ for _name in STAGES.keys() - {c.name or c.callback.__name__.replace("_", "-") fo
 
 
 @data_app.command("check")
-def data_check(dataset: Annotated[str, typer.Option(help="sparc or cosql")],
+def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases and gold queries that fail to execute, as a table."""
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, description="executing gold", console=err_console))
     table = Table(title=f"{dataset} {split} ({report_['root']})", show_header=False)
-    for key in ("interactions", "turns", "databases", "turns_without_database", "gold_fail_as_written"):
-        table.add_row(key.replace("_", " "), str(report_[key]))
-    table.add_row("missing databases", ", ".join(f"{db} ({n} turns)" for db, n in report_["missing_databases"].items()) or "none")
+    unit = report_["unit"]
+    for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written"):
+        if key in report_:
+            table.add_row(key.replace("_", " "), str(report_[key]))
+    table.add_row("missing databases", ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items()) or "none")
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:
-        table.add_row("", f"interaction {item['interaction']} turn {item['turn']} ({item['db_id']}): {item['message']}")
-    table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
+        table.add_row("", f"{item['where']} ({item['db_id']}): {item['message']}")
+    if "turns_per_interaction" in report_:
+        table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
     console.print(table)
 
 

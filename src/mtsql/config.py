@@ -25,7 +25,7 @@ from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
-Dataset = Literal["sparc", "cosql"]
+Dataset = Literal["sparc", "cosql", "spider"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction"]
 Logger = Literal["none", "tensorboard", "wandb"]

@@ -54,8 +54,31 @@ def test_limit_keeps_whole_interactions(fixture_root):
     assert {t.interaction_index for t in turns} == {0, 1, 2}
 
 
+def test_spider_questions_are_interactions_of_one_turn(fixture_root):
+    turns = load_turns("spider", "dev", root=fixture_root)
+    gold_lines = (fixture_root / "spider" / "dev_gold.txt").read_text().splitlines()
+    assert [t.gold_sql for t in turns] == [line.split("\t")[0] for line in gold_lines]
+    assert [t.db_id for t in turns] == [line.split("\t")[1] for line in gold_lines]
+    assert [t.interaction_index for t in turns] == list(range(len(turns))) and {t.turn_index for t in turns} == {0}
+    assert len({t.interaction_id for t in turns}) == len(turns) and all(not t.previous_sql for t in turns)
+    assert {t.hardness for t in turns if t.db_id != "wta_1"} == {"easy", "medium", "hard", "extra"}
+    with pytest.raises(UsageError, match="no official spider train.json"):
+        load_turns("spider", "train", root=fixture_root)
+
+
+def test_check_split_counts_spider_in_questions(fixture_root):
+    report = check_split("spider", "dev", fixture_root)
+    assert report["unit"] == "questions" and report["questions"] == 90 and "interactions" not in report
+    assert report["missing_databases"] == {"wta_1": 15} and report["questions_without_database"] == 15
+    assert "turns_per_interaction" not in report
+
+
 def test_bad_inputs_name_the_file(tmp_path):
-    with pytest.raises(UsageError, match="unknown dataset 'spider'"):
+    with pytest.raises(UsageError, match="unknown dataset 'atis'"):
+        load_turns("atis", "dev", root=tmp_path)
+    (tmp_path / "spider").mkdir()
+    (tmp_path / "spider" / "dev.json").write_text('[{"db_id": "x", "question": "q"}]')
+    with pytest.raises(UsageError, match="question 0 lacks"):
         load_turns("spider", "dev", root=tmp_path)
     (tmp_path / "sparc").mkdir()
     bad = tmp_path / "sparc" / "dev.json"
@@ -83,3 +106,10 @@ def test_full_dev_counts(full_data, dataset, interactions, turns):
     assert (report["interactions"], report["turns"]) == (interactions, turns)
     assert list(report["missing_databases"]) == ["wta_1"] and report["turns_without_database"] == 59
     assert len(report["gold_fail_after_joining_operators"]) == 1
+
+
+@pytest.mark.data
+def test_full_spider_dev_counts(full_data):
+    report = check_split("spider", "dev", full_data)
+    assert (report["questions"], report["databases"]) == (1034, 20)
+    assert report["missing_databases"] == {"wta_1": 62} and report["gold_fail_as_written"] == 0

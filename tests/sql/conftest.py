@@ -56,3 +56,11 @@ def school_db(school) -> Path:
 @pytest.fixture(scope="session")
 def school_schema(school_db):
     return load_schema(school_db)
+
+
+@pytest.fixture(autouse=True)
+def mtsql_home(tmp_path_factory, monkeypatch) -> Path:
+    """A fresh $MTSQL_HOME per test: the gold cache never reads or writes the user's."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("MTSQL_HOME", str(home))
+    return home

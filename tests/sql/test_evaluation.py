@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 from mtsql.data import load_turns
 from mtsql.errors import UsageError
 from mtsql.paths import FIXTURE_DATA
+from mtsql.sql import clear_caches, evaluation
 from mtsql.sql.evaluation import EvaluateOptions, evaluate_files, score_pairs, write_outputs
 
 GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)
@@ -118,7 +121,8 @@ def test_score_pairs_equals_scoring_the_written_file(tmp_path):
 
 def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
     pred = predictions(tmp_path, gold_as_predictions(gold))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA)}
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path),
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's mtsql, not the installed one
     ok = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
                          "--gold", str(gold), "--out", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr
@@ -127,3 +131,123 @@ def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
                           "--out", str(tmp_path / "x"), "--exec-semantics", "nope"], capture_output=True, text=True,
                          env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "testsuite" in bad.stderr
+
+
+# (gold on concert_singer, prediction with the `value` placeholder, expected (exact, execution))
+VALUE_CASES = [
+    ("SELECT name FROM singer ORDER BY age LIMIT 1", "SELECT name FROM singer ORDER BY age LIMIT value", (1, 1)),
+    ("SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = 1)",
+     "SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = value)",
+     (1, 1)),
+    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = value;",
+     (1, 1)),
+    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = value",
+     (1, 1)),
+    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = VALUE",
+     (0, 0)),
+]
+
+
+@pytest.mark.parametrize("exec_semantics", ["testsuite", "sparc"])
+def test_value_placeholder_verdicts_match_the_official_programs(tmp_path, exec_semantics):
+    gold = tmp_path / "gold.txt"
+    gold.write_text("".join(f"{g}\tconcert_singer\n\n" for g, _, _ in VALUE_CASES))
+    pred = predictions(tmp_path, [line for _, p, _ in VALUE_CASES for line in (p, "")])
+    result = evaluate_files("sparc", pred, gold_path=gold, options=EvaluateOptions(exec_semantics=exec_semantics))
+    assert [(i["exact_match"], i["exec_match"]) for i in result.items] == [case[2] for case in VALUE_CASES]
+
+
+def test_exact_match_does_not_depend_on_the_execution_algorithm(gold, tmp_path):
+    """Both programs parse alike: the same file gives the same EM items whatever --exec-semantics,
+    also when neither file ends its last interaction with a blank line."""
+    lines = gold_as_predictions(gold)
+    lines[0] = lines[0].replace("*", "count(*)")
+    lines[1] = lines[1].replace("10", "value")  # at the end of the line: replaced by both programs
+    gold.write_text(gold.read_text().rstrip("\n") + "\n")  # no blank line after the last interaction
+    path = tmp_path / "pred.txt"
+    path.write_text("\n".join(lines).rstrip("\n"))
+    exact = {semantics: evaluate_files("sparc", path, gold_path=gold, options=EvaluateOptions(
+        etype="match", exec_semantics=semantics)).items for semantics in ("testsuite", "sparc")}
+    assert exact["testsuite"] == exact["sparc"]
+    assert len(exact["sparc"]) == 8 and exact["sparc"][1]["pred"].endswith(">  1")
+    assert [i["exact_match"] for i in exact["sparc"]] == [0, 1, 1, 1, 1, 1, 1, 1]
+
+
+def wrong_and_right(gold: Path) -> list[str]:
+    """Prediction lines for a gold file: as written, a neighbour turn's gold, values, a cut query."""
+    lines = gold_as_predictions(gold)
+    sqls = [line for line in lines if line]
+    out = []
+    for i, line in enumerate(lines):
+        if line and i % 4 == 1:
+            line = sqls[(sqls.index(line) + 1) % len(sqls)]
+        elif line and i % 4 == 2:
+            line = re.sub(r"\b\d+\b", "value", line)
+        elif line and i % 8 == 3:
+            line = line[: len(line) // 2]
+        out.append(line)
+    return out
+
+
+def test_worker_processes_give_the_single_process_items(tmp_path, monkeypatch):
+    """Databases spread over processes, gold cache on (empty, then full): the same items."""
+    gold = FIXTURE_DATA / "sparc" / "dev_gold.txt"
+    pred = predictions(tmp_path, wrong_and_right(gold))
+    monkeypatch.setattr(evaluation, "MIN_ROWS_PER_PROCESS", 1)
+    single = evaluate_files("sparc", pred, options=EvaluateOptions(workers=1))
+    assert {i["exec_match"] for i in single.items} == {0, 1, None} and {i["db_id"] for i in single.items} > {"car_1"}
+    for _ in range(2):
+        clear_caches()
+        parallel = evaluate_files("sparc", pred, options=EvaluateOptions(workers=2, gold_cache=True))
+        assert parallel.items == single.items and parallel.summary == single.summary
+
+
+SPIDER_GOLD = FIXTURE_DATA / "spider" / "dev_gold.txt"
+
+
+def spider_predictions(tmp_path, lines: list[str]) -> Path:
+    path = tmp_path / "spider_pred.txt"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_spider_gold_as_predictions_scores_every_scorable_question(tmp_path):
+    """One prediction per line; wta_1 has no database: its questions are left out of execution."""
+    from rich.console import Console
+
+    lines = [line.split("\t")[0] for line in SPIDER_GOLD.read_text().splitlines()]
+    console = Console(record=True, width=200)
+    result = evaluation.run_evaluate("spider", spider_predictions(tmp_path, lines), tmp_path / "out", console=console)
+    summary = result.summary
+    assert len(result.items) == 90 and {i["turn_index"] for i in result.items} == {0}
+    assert [i["interaction_index"] for i in result.items] == list(range(90))
+    assert (summary["exact"]["question"]["correct"], summary["exact"]["question"]["scored"]) == (90, 90)
+    assert (summary["execution"]["question"]["correct"], summary["execution"]["question"]["scored"]) == (75, 75)
+    assert {i["db_id"] for i in result.items if i["exec_match"] is None} == {"wta_1"}
+    assert [e["turns"] for e in summary["execution"]["left_out"]] == [1] * 15
+    assert sum(summary["exact"]["by_hardness"][level]["scored"] for level in ("easy", "medium", "hard", "extra")) == 90
+    assert "interaction" not in summary["exact"] and "by_turn" not in summary["exact"] and "interactions" not in summary
+    text = console.export_text()
+    assert "90 questions" in text and "joint_all" not in text and "turn 1" not in text
+    assert "15 question(s) left out" in text and "no database file for wta_1" in text
+
+
+def test_spider_line_up_errors_name_the_line(tmp_path):
+    lines = [line.split("\t")[0] for line in SPIDER_GOLD.read_text().splitlines()]
+    with pytest.raises(UsageError, match=r"spider_pred.txt line 4 is blank"):
+        evaluate_files("spider", spider_predictions(tmp_path, [*lines[:3], "", *lines[3:]]))
+    with pytest.raises(UsageError, match=r"89 predictions for the 90 questions.*line 90 of .*dev_gold.txt has no prediction"):
+        evaluate_files("spider", spider_predictions(tmp_path, lines[:-1]))
+    with pytest.raises(UsageError, match=r"line 91 of .*spider_pred.txt has no gold question"):
+        evaluate_files("spider", spider_predictions(tmp_path, [*lines, "SELECT 1"]))
+    ended = evaluate_files("spider", spider_predictions(tmp_path, [*lines, "", ""]), options=EvaluateOptions(etype="match"))
+    assert ended.summary["exact"]["question"]["accuracy"] == 1.0  # blank lines at the very end are ignored
+    short = evaluate_files("spider", spider_predictions(tmp_path, lines[:-2]), allow_mismatch=True,
+                           options=EvaluateOptions(etype="match"))
+    assert [(i["interaction_index"], i["exact_match"]) for i in short.items if i.get("missing")] == [(88, 0), (89, 0)]
+
+
+def test_score_pairs_of_spider_turns_are_summarised_as_questions():
+    turns = load_turns("spider", "dev", with_hardness=False)[:5]
+    result = score_pairs([(t, t.gold_sql) for t in turns], options=EvaluateOptions(etype="match"))
+    assert result.summary["single_turn"] and result.summary["exact"]["question"]["accuracy"] == 1.0

@@ -1,7 +1,8 @@
-"""Datasets: SParC and CoSQL turns from a data folder of the shared layout.
+"""Datasets: SParC, CoSQL and Spider turns from a data folder of the shared layout.
 
     turns = load_turns("cosql", "dev")            # official dev.json, gold-file order
     turns = load_turns("cosql", "train", limit=50)  # official train.json, else the raw dialogues
+    turns = load_turns("spider", "dev")           # every question an interaction of one turn
 
 ``limit`` keeps the first N interactions (whole dialogues, never a cut one).
 """
@@ -16,16 +17,18 @@ from mtsql.config import DataConfig, Dataset, Split
 from mtsql.data.cosql_raw import load_raw_dialogues
 from mtsql.data.official import load_official
 from mtsql.data.records import Turn
+from mtsql.data.spider import load_spider
 from mtsql.errors import UsageError
 from mtsql.paths import data_dir, database_path
 from mtsql.sql import hardness_of
 
 DATASETS = typing.get_args(Dataset)
+SINGLE_TURN_DATASETS = ("spider",)  # no dialogues: no interaction match, no turn buckets
 SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
-__all__ = ["DATASETS", "SPLITS", "Turn", "dataset_file", "eval_turns", "gold_file", "load_turns", "tables_file",
-           "train_pool"]
+__all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "dataset_file", "eval_turns", "gold_file",
+           "load_turns", "tables_file", "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -71,7 +74,7 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
         if not path.exists() and split == "train":
             raise UsageError(f"{path}: no official {dataset} train.json in this data folder "
                              f"(only CoSQL has a raw train split here); put one at that path")
-        turns = load_official(path, dataset, split)
+        turns = load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split)
     if limit is not None:
         turns = [t for t in turns if t.interaction_index < limit]
     if with_hardness:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from mtsql.data import load_turns
+from mtsql.data import SINGLE_TURN_DATASETS, load_turns
 from mtsql.paths import data_dir, database_path
 
 SPACED_OPERATORS = (("! =", "!="), ("> =", ">="), ("< =", "<="))
@@ -19,11 +19,14 @@ def join_spaced_operators(sql: str) -> str:
 
 
 def check_split(dataset: str, split: str, root: Path | None = None, *, progress=None) -> dict:
-    """Report on one split: interactions, turns, databases, missing DBs, failing gold SQL."""
+    """Report on one split: interactions and turns (questions for a single-turn dataset), databases,
+    missing DBs, failing gold SQL."""
     from mtsql.sql.executor import execute_cached
 
     root = root or data_dir()
     turns = load_turns(dataset, split, root=root, with_hardness=False)
+    single = dataset in SINGLE_TURN_DATASETS
+    unit = "questions" if single else "turns"
     dbs = sorted({t.db_id for t in turns})
     missing = [db for db in dbs if not database_path(db, root).exists()]
     failing_raw, failing_joined = [], []
@@ -35,15 +38,21 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
             result = execute_cached(db, join_spaced_operators(turn.gold_sql))
             if not result.ok:
                 failing_joined.append((turn, result))
-    return {
-        "dataset": dataset, "split": split, "root": str(root),
-        "interactions": len({t.interaction_id for t in turns}), "turns": len(turns), "databases": len(dbs),
+    report = {"dataset": dataset, "split": split, "root": str(root), "unit": unit}
+    if not single:
+        report["interactions"] = len({t.interaction_id for t in turns})
+    report.update({
+        unit: len(turns), "databases": len(dbs),
         "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
-        "turns_without_database": sum(t.db_id in missing for t in turns),
+        f"{unit}_without_database": sum(t.db_id in missing for t in turns),
         "gold_fail_as_written": len(failing_raw),
         "gold_fail_after_joining_operators": [
             {"interaction": t.interaction_index, "turn": t.turn_index, "db_id": t.db_id,
+             "where": f"question {t.interaction_index}" if single else
+                      f"interaction {t.interaction_index} turn {t.turn_index}",
              "error": r.error_class, "message": r.error_message} for t, r in failing_joined
         ],
-        "turns_per_interaction": dict(sorted(Counter(Counter(t.interaction_id for t in turns).values()).items())),
-    }
+    })
+    if not single:
+        report["turns_per_interaction"] = dict(sorted(Counter(Counter(t.interaction_id for t in turns).values()).items()))
+    return report

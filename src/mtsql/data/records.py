@@ -1,4 +1,5 @@
-"""The uniform record every stage works on: one turn of one SParC / CoSQL interaction."""
+"""The uniform record every stage works on: one turn of one SParC / CoSQL interaction (a Spider
+question is an interaction of one turn)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class Turn:
     gold file, so predictions line up with ``dev_gold.txt``.
     """
 
-    dataset: str  # "sparc" | "cosql"
+    dataset: str  # "sparc" | "cosql" | "spider"
     split: str  # "dev" | "train"
     interaction_id: str  # stable id, e.g. "cosql-dev-0042"
     interaction_index: int

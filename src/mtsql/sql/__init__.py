@@ -6,7 +6,9 @@
 
 Modules: ``executor`` (sandbox), ``tokenizer`` + ``parser`` (official structured dict),
 ``exact_match``, ``exec_match`` (test-suite and SParC algorithms), ``hardness``, ``scoring`` (one
-turn), ``metrics`` (aggregates), ``official_format`` (reading gold and prediction files).
+turn), ``gold_cache`` (gold parses and results, computed once), ``metrics`` (aggregates),
+``official_format`` (reading gold and prediction files), ``evaluation`` (prediction files) and
+``workers`` (scoring spread over processes by database).
 """
 
 from __future__ import annotations

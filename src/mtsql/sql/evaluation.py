@@ -8,12 +8,16 @@
 Each item is one gold turn: ``interaction_index``/``turn_index`` (0-based positions in the gold
 file), ``db_id``, ``gold``, ``pred``, ``hardness``, ``exact_match`` and ``exec_match`` (1, 0, or
 null when unscorable or not computed), ``error``, and ``missing`` for turns without a prediction.
+The summary counts them as the official programs do, leaving out whole every interaction with an
+unscorable turn (see :mod:`mtsql.sql.metrics`); ``--exec-semantics`` picks the execution algorithm
+only: files are read, and exact match is scored, the same way under both.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,34 +26,53 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mtsql.config import SqlConfig
-from mtsql.data import gold_file, tables_file
+from mtsql.data import SINGLE_TURN_DATASETS, gold_file, tables_file
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.files import write_text
 from mtsql.paths import data_dir
+from mtsql.sql import gold_cache
+from mtsql.sql.exec_match import remove_distinct
 from mtsql.sql.hardness import HARDNESS_LEVELS
-from mtsql.sql.metrics import TURN_BUCKETS, summarize
-from mtsql.sql.official_format import FileTurn, prediction_line, read_interactions, replace_value_placeholder
+from mtsql.sql.metrics import METRICS, TURN_BUCKETS, summarize
+from mtsql.sql.official_format import (
+    FileTurn,
+    prediction_line,
+    read_interactions,
+    read_questions,
+    replace_value_placeholder,
+)
 from mtsql.sql.parser import SEMANTICS
+from mtsql.sql.schema import load_foreign_key_maps
 from mtsql.sql.scoring import ETYPES, EXEC_SEMANTICS, DataSources, hardness_of, score
+from mtsql.sql.tokenizer import tokenize
+from mtsql.sql.workers import GroupWorkers, available_cores
 
 ETYPE_METRICS = {"all": ("exact", "execution"), "match": ("exact",), "exec": ("execution",)}
+MIN_ROWS_PER_PROCESS = 100  # fewer rows than this per process: scoring in this process is faster
 
 
 @dataclass(frozen=True)
 class EvaluateOptions:
-    """How to score: which metrics, which execution algorithm, which parser semantics, time budget."""
+    """How to score: which metrics, which execution algorithm, which parser semantics, time budget;
+    and how fast: ``workers`` processes (0: one per core; databases are spread over them) and
+    ``gold_cache`` (keep gold parses and results on disk between runs, see :mod:`mtsql.sql.gold_cache`).
+    Neither changes a verdict."""
 
     etype: str = "all"
     exec_semantics: str = "testsuite"
     semantics: str = "official"
     timeout_s: float = 5.0
+    workers: int = 1
+    gold_cache: bool = False
 
     def __post_init__(self):
         for name, value, allowed in (("etype", self.etype, ETYPES), ("exec-semantics", self.exec_semantics,
                                      EXEC_SEMANTICS), ("semantics", self.semantics, SEMANTICS)):
             if value not in allowed:
                 raise UsageError(f"--{name} {value!r}: choose one of {', '.join(allowed)}")
+        if self.workers < 0:
+            raise UsageError(f"--workers {self.workers}: give a number of processes, or 0 for one per core")
 
     @classmethod
     def from_config(cls, sql: SqlConfig, **overrides) -> EvaluateOptions:
@@ -72,16 +95,16 @@ def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = No
     """Score an official-format prediction file against a gold file (defaults: the data folder's)."""
     root = data_dir()
     gold_path = gold_path or gold_file(dataset, root)
-    sources = DataSources(db_dir or root / "database", tables_path or tables_file(dataset, root),
+    sources = DataSources(Path(db_dir or root / "database").resolve(), tables_path or tables_file(dataset, root),
                           (root / "database_schema_only",))
     _check_inputs(gold_path, pred_path, sources)
-    keep_last = options.exec_semantics != "sparc"  # the SParC script drops an unterminated last interaction
-    gold = read_interactions(gold_path, gold=True, keep_unterminated=keep_last)
-    pred = read_interactions(pred_path, gold=False, keep_unterminated=keep_last)
-    rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch)
+    single_turn = dataset in SINGLE_TURN_DATASETS
+    read = read_questions if single_turn else read_interactions
+    gold, pred = read(gold_path, gold=True), read(pred_path, gold=False)
+    rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch, single_turn)
     for row in rows:
-        row["pred"] = replace_value_placeholder(row["pred"], options.exec_semantics)
-    result = _score_rows(rows, sources, options, progress)
+        row["pred"] = replace_value_placeholder(row["pred"])
+    result = _score_rows(rows, sources, options, progress, single_turn)
     result.summary.update({"dataset": dataset, "gold_file": str(gold_path), "pred_file": str(pred_path),
                            "extra_predictions": extra})
     return result
@@ -89,12 +112,15 @@ def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = No
 
 def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = None,
                 options: EvaluateOptions = EvaluateOptions(), progress: bool = False) -> Evaluation:
-    """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file."""
+    """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file
+    (single-turn tables when every turn is of a single-turn dataset)."""
+    pairs = list(pairs)
     rows = [{"interaction_index": turn.interaction_index, "turn_index": turn.turn_index, "db_id": turn.db_id,
              "gold": turn.gold_sql,
-             "pred": replace_value_placeholder(prediction_line(sql), options.exec_semantics)}
+             "pred": replace_value_placeholder(prediction_line(sql))}
             for turn, sql in pairs]
-    return _score_rows(rows, DataSources.from_root(data_root), options, progress)
+    single_turn = bool(pairs) and all(turn.dataset in SINGLE_TURN_DATASETS for turn, _ in pairs)
+    return _score_rows(rows, DataSources.from_root(data_root), options, progress, single_turn)
 
 
 def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> None:
@@ -106,12 +132,13 @@ def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> Non
 
 
 def _align(gold: list[list[FileTurn]], pred: list[list[FileTurn]], gold_path: Path, pred_path: Path,
-           allow_mismatch: bool) -> tuple[list[dict], int]:
+           allow_mismatch: bool, single_turn: bool) -> tuple[list[dict], int]:
     """One row per gold turn with its prediction; (rows, number of predictions without a gold turn)."""
     divergence = next((i for i in range(max(len(gold), len(pred)))
                        if i >= len(gold) or i >= len(pred) or len(gold[i]) != len(pred[i])), None)
     if divergence is not None and not allow_mismatch:
-        raise UsageError(_mismatch_message(gold, pred, gold_path, pred_path, divergence))
+        describe = _count_mismatch_message if single_turn else _mismatch_message
+        raise UsageError(describe(gold, pred, gold_path, pred_path, divergence))
     rows = []
     for i, interaction in enumerate(gold):
         predicted = pred[i] if i < len(pred) else []
@@ -136,17 +163,58 @@ def _mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
             f"and a blank line after each interaction, or pass --allow-mismatch to score missing turns as 0")
 
 
-def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions, progress: bool) -> Evaluation:
+def _count_mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
+    if index < len(gold):
+        where = f"line {gold[index][0].line} of {gold_path} has no prediction"
+    else:
+        where = f"line {pred[index][0].line} of {pred_path} has no gold question"
+    return (f"{pred_path} has {len(pred)} predictions for the {len(gold)} questions of {gold_path}: {where}. "
+            f"Write one prediction per line, in the order of the gold file, or pass --allow-mismatch "
+            f"to score questions without a prediction as 0")
+
+
+def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions, progress: bool,
+                single_turn: bool = False) -> Evaluation:
     metrics = ETYPE_METRICS[options.etype]
+    groups: dict[str, list[tuple[int, dict]]] = {}
+    for index, row in enumerate(rows):
+        groups.setdefault(row["db_id"], []).append((index, row))
+    workers = min(options.workers or available_cores(), len(groups), len(rows) // MIN_ROWS_PER_PROCESS)
+    scores: list[dict] = [{}] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True, disable=not progress) as bar:
-        for row in bar.track(rows):
-            row.update(_score_row(row, sources, options))
-    items = [_item(row) for row in rows]
-    summary = summarize(items, metrics)
+    with _scored(groups, sources, options, workers) as results, \
+            Progress(*columns, console=Console(stderr=True), transient=True, disable=not progress) as bar:
+        task = bar.add_task("scoring", total=len(rows))
+        for index, result in results:
+            scores[index] = result
+            bar.advance(task)
+    items = [_item(row | score_) for row, score_ in zip(rows, scores, strict=True)]
+    summary = summarize(items, metrics, single_turn=single_turn)
     summary.update({"etype": options.etype, "exec_semantics": options.exec_semantics,
                     "semantics": options.semantics, "timeout_s": options.timeout_s})
     return Evaluation(items, summary)
+
+
+@contextmanager
+def _scored(groups: dict, sources: DataSources, options: EvaluateOptions, workers: int) -> Iterator:
+    """(row index, scores) of every row, from this process or from ``workers`` processes."""
+    if workers <= 1:
+        yield _score_groups(groups, sources, options)
+        return
+    tokenize("SELECT 1")  # load NLTK, sqlparse and tables.json here, once, rather than in every process
+    remove_distinct("SELECT DISTINCT 1")
+    load_foreign_key_maps(sources.tables_json)
+    with GroupWorkers(_score_groups, groups, (sources, options), workers=workers) as pool:
+        yield pool.results()
+
+
+def _score_groups(groups: dict, sources: DataSources, options: EvaluateOptions) -> Iterator[tuple[int, dict]]:
+    """Score the rows of each database in turn (its gold entries saved and loaded with ``gold_cache``)."""
+    for db_id, members in groups.items():
+        folders = (sources.db_dir, *sources.schema_dirs)
+        with gold_cache.persisted(db_id, folders) if options.gold_cache else nullcontext():
+            for index, row in members:
+                yield index, _score_row(row, sources, options)
 
 
 def _score_row(row: dict, sources: DataSources, options: EvaluateOptions) -> dict:
@@ -179,36 +247,78 @@ def write_outputs(out_dir: Path, result: Evaluation) -> tuple[Path, Path]:
 
 
 def render(summary: dict, console: Console) -> None:
-    """Print the summary as the official programs lay it out (by hardness, then by turn), plus a
-    row of unscorable (null) counts per metric where there are any."""
-    levels = [*HARDNESS_LEVELS, "all", "joint_all"]
+    """Print the summary as the official programs lay it out (by hardness, then by turn; no turn
+    table and no ``joint_all`` for a single-turn dataset), then what was left out and why."""
+    single = summary.get("single_turn", False)
+    metrics = [m for m in METRICS if m in summary]
+    levels = [*HARDNESS_LEVELS, "all", *([] if single else ["joint_all"])]
 
     def cells_by_level(metric: str) -> list[dict]:
         tables = summary[metric]
-        return [*(tables["by_hardness"][lv] for lv in HARDNESS_LEVELS), tables["question"], tables["interaction"]]
+        return [*(tables["by_hardness"][lv] for lv in HARDNESS_LEVELS), tables["question"],
+                *([] if single else [tables["interaction"]])]
 
-    title = (f"{summary.get('dataset', '')} {summary['turns']} turns, {summary['interactions']} interactions "
+    shape = (f"{summary['turns']} questions" if single
+             else f"{summary['turns']} turns, {summary['interactions']} interactions")
+    title = (f"{summary.get('dataset', '')} {shape} "
              f"({summary['exec_semantics']} execution, {summary['semantics']} parser)")
-    console.print(_table(title, levels, summary, cells_by_level))
-    console.print(_table("by turn", [f"turn {b}" for b in TURN_BUCKETS], summary,
-                         lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
+    console.print(_table(title, levels, metrics, cells_by_level))
+    if not single:
+        console.print(_table("by turn", [f"turn {b}" for b in TURN_BUCKETS], metrics,
+                             lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
+    for metric in metrics:
+        for line in _left_out_lines(_LABELS[metric], summary[metric], single):
+            console.print(line)
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
 
 
-def _table(title: str, columns: list[str], summary: dict, cells_of) -> Table:
-    metrics = [m for m in ("exact", "execution") if m in summary]
+def _table(title: str, columns: list[str], metrics: list[str], cells_of) -> Table:
+    """Counts (one row, or one per metric where they differ), accuracies, and left-out turns."""
     table = Table(title=title)
     table.add_column("")
     for column in columns:
         table.add_column(column, justify="right")
-    table.add_row("count", *(str(c["count"]) for c in cells_of(metrics[0])))
+    counts = {metric: [str(c["scored"]) for c in cells_of(metric)] for metric in metrics}
+    if len({tuple(row) for row in counts.values()}) == 1:
+        table.add_row("count", *counts[metrics[0]])
+    else:
+        for metric in metrics:
+            table.add_row(f"count ({_LABELS[metric]})", *counts[metric])
     for metric in metrics:
         cells = cells_of(metric)
         table.add_row(_LABELS[metric], *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in cells))
-        if any(c["unscorable"] for c in cells):
-            table.add_row(f"{_LABELS[metric]} null", *(str(c["unscorable"]) for c in cells))
+        if any(c["left_out"] for c in cells):
+            table.add_row(f"{_LABELS[metric]} left out", *(str(c["left_out"]) for c in cells))
     return table
+
+
+def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
+    """What a metric's tables leave out, grouped by reason (the item's error)."""
+    left_out = tables["left_out"]
+    if not left_out:
+        return []
+    if single:
+        head = f"{label}: {len(left_out)} question(s) left out, as the official program cannot score them:"
+    else:
+        turns = sum(entry["turns"] for entry in left_out)
+        head = (f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out whole, as the official "
+                f"program cannot score a turn of each:")
+    by_reason: dict[str, list[str]] = {}
+    for entry in left_out:
+        turns_by_reason: dict[str, list[str]] = {}
+        for turn in entry["unscorable"]:
+            turns_by_reason.setdefault(turn["error"] or "unscorable", []).append(str(turn["turn_index"]))
+        for reason, turns in turns_by_reason.items():
+            whole = single or len(turns) == entry["turns"]
+            place = str(entry["interaction_index"])
+            by_reason.setdefault(reason, []).append(place if whole else f"{place} (turn {', '.join(turns)})")
+    unit = "question" if single else "interaction"
+    lines = [head]
+    for reason, places in by_reason.items():
+        shown = ", ".join(places[:10]) + (f", … ({len(places)} in all)" if len(places) > 10 else "")
+        lines.append(f"  {reason}: {unit} {shown}")
+    return lines
 
 
 _LABELS = {"exact": "exact match", "execution": "execution"}

@@ -59,7 +59,7 @@ def _drop_condition_values(condition: list) -> list:
 def _columns_in_scope(table_units: list, schema: Schema) -> frozenset[str]:
     """Column ids of the tables named (not subqueries) in a FROM clause."""
     prefixes = {table_id[:-2] for kind, table_id in table_units if kind == "table_unit"}
-    return frozenset(col for col in schema.ids.values() if "." in col and col.split(".", 1)[0] in prefixes)
+    return frozenset().union(*(schema.columns_of_table.get(prefix, ()) for prefix in prefixes))
 
 
 def _rebuild_columns(sql: dict | None, in_scope: frozenset[str], fk_map: dict[str, str]) -> dict | None:

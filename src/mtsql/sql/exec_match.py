@@ -11,6 +11,10 @@ Test-suite (``taoyds/test-suite-sql-eval``, ``plug_value=False``, ``keep_distinc
    permutation of the prediction's columns makes the rows equal as a bag (or as a list when order
    matters).
 
+Gold queries are prepared and run through :mod:`mtsql.sql.gold_cache` (once per process, or once
+for good); a prediction identical to its gold, once prepared, is not run again (the same query
+gives the same rows).
+
 SParC script: the prediction then the gold run as written on the database; a failing prediction
 scores 0, a failing gold is a crash; the results are compared as ``{select key: column values}``
 dicts, the key being the rebuilt column unit of each SELECT item (aggregates are not part of the
@@ -25,8 +29,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from mtsql.sql import gold_cache
 from mtsql.sql.errors import OfficialCrash
-from mtsql.sql.executor import ExecResult, execute, execute_cached
+from mtsql.sql.executor import ExecResult, execute
 
 GOLD_MAX_ROWS = 1_000_000
 PRED_MIN_ROW_CAP = 10_000
@@ -66,26 +71,29 @@ def replace_current_year(sql: str) -> str:
     return _CUR_YEAR.sub("2020", sql)
 
 
-def testsuite_databases(db_dir: Path) -> list[Path]:
-    """Every file of a database folder whose name contains ``.sqlite`` (the test-suite's rule)."""
+@functools.lru_cache(maxsize=1024)
+def testsuite_databases(db_dir: Path) -> tuple[Path, ...]:
+    """Every file of a database folder whose name contains ``.sqlite`` (the test-suite's rule; listed
+    once per process)."""
     if not db_dir.is_dir():
-        return []
-    return sorted(p for p in db_dir.iterdir() if ".sqlite" in p.name and p.is_file())
+        return ()
+    return tuple(sorted(p for p in db_dir.iterdir() if ".sqlite" in p.name and p.is_file()))
 
 
 def testsuite_exec_match(gold_sql: str, pred_sql: str, db_paths: Sequence[Path], *, timeout_s: float) -> tuple[int, str | None]:
     """(score, error) with the test-suite algorithm; raises :class:`OfficialCrash` when the gold fails."""
-    gold = remove_distinct(join_spaced_comparisons(gold_sql))
+    gold_run, order_matters = gold_cache.derived("testsuite gold", db_paths[0], gold_sql,
+                                                 lambda: _testsuite_query(gold_sql))
     try:
-        pred = remove_distinct(join_spaced_comparisons(pred_sql))
+        pred_run = _testsuite_query(pred_sql)[0]
     except OfficialCrash as exc:  # the official program stops here too; a bad prediction scores 0
         return 0, f"prediction: {exc}"
-    order_matters = "order by" in gold.lower()
-    gold_run, pred_run = replace_current_year(gold), replace_current_year(pred)
     for db_path in db_paths:
-        gold_result = execute_cached(db_path, gold_run, timeout_s=timeout_s, max_rows=GOLD_MAX_ROWS)
+        gold_result = gold_cache.executed(db_path, gold_run, timeout_s=timeout_s, max_rows=GOLD_MAX_ROWS)
         if not gold_result.ok:
             raise OfficialCrash(f"gold fails on {Path(db_path).name}: {gold_result.error_message}")
+        if pred_run == gold_run:  # the same query gives the same rows: no need to run it again
+            continue
         # more rows than the gold can only score 0, so the prediction's row cap never changes a verdict
         pred_cap = max(len(gold_result.rows), PRED_MIN_ROW_CAP)
         pred_result = execute(db_path, pred_run, timeout_s=timeout_s, max_rows=pred_cap)
@@ -94,6 +102,12 @@ def testsuite_exec_match(gold_sql: str, pred_sql: str, db_paths: Sequence[Path],
         if not results_equal(gold_result.rows, pred_result.rows, order_matters=order_matters):
             return 0, None
     return 1, None
+
+
+def _testsuite_query(sql: str) -> tuple[str, bool]:
+    """(the query as the test-suite runs it, whether it has ``order by``): steps 1 and 2."""
+    normalised = remove_distinct(join_spaced_comparisons(sql))
+    return replace_current_year(normalised), "order by" in normalised.lower()
 
 
 def _exec_error(result: ExecResult) -> str:
@@ -174,10 +188,11 @@ def sparc_exec_match(gold_sql: str, pred_sql: str, db_path: Path, gold_select: l
     Raises :class:`OfficialCrash` when the gold fails or a SELECT has more items than its result
     has columns (the official program would stop there).
     """
-    pred_result = execute(db_path, pred_sql, timeout_s=timeout_s, max_rows=GOLD_MAX_ROWS)
+    run = gold_cache.executed if pred_sql == gold_sql else execute
+    pred_result = run(db_path, pred_sql, timeout_s=timeout_s, max_rows=GOLD_MAX_ROWS)
     if not pred_result.ok:
         return 0, _exec_error(pred_result)
-    gold_result = execute_cached(db_path, gold_sql, timeout_s=timeout_s, max_rows=GOLD_MAX_ROWS)
+    gold_result = gold_cache.executed(db_path, gold_sql, timeout_s=timeout_s, max_rows=GOLD_MAX_ROWS)
     if not gold_result.ok:
         raise OfficialCrash(f"gold fails: {gold_result.error_message}")
     return int(_keyed_columns(pred_result.rows, pred_select) == _keyed_columns(gold_result.rows, gold_select)), None

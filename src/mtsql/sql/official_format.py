@@ -1,10 +1,15 @@
-"""The official SParC / CoSQL gold and prediction files, read the way the official programs read them.
+"""The official SParC / CoSQL / Spider gold and prediction files, read the way the official programs
+read them.
 
 One SQL per line (``SQL<TAB>db_id`` in gold files; anything after a TAB is ignored in predictions),
-interactions separated by lines that are blank after ``strip()``. The test-suite program keeps a final
-interaction with no blank line after it; the SParC script drops it. Predictions then get the
-``value`` placeholder replaced by ``1``: ``" value "`` -> ``" 1 "`` in the test-suite program,
-every ``value`` substring in the SParC script (both case-sensitive).
+interactions separated by lines that are blank after ``strip()``; Spider files have no blank line
+(every line is a question: an interaction of one turn). Predictions then get every
+``value`` substring replaced by ``1`` (case-sensitive, so ``VALUE`` stays and fails), exactly as both
+official programs do (test-suite ``evaluation.py`` at e97acc5 and the SParC script).
+
+A final interaction with no blank line after it is kept, as the test-suite program keeps it. The
+SParC script drops it from both files; mtsql reads a file one way whatever the execution algorithm,
+so that exact match never depends on ``--exec-semantics``.
 """
 
 from __future__ import annotations
@@ -24,29 +29,52 @@ class FileTurn:
     line: int
 
 
-def read_interactions(path: Path, *, gold: bool, keep_unterminated: bool = True) -> list[list[FileTurn]]:
+def read_interactions(path: Path, *, gold: bool) -> list[list[FileTurn]]:
     """Interactions of an official-format file; a gold line without exactly one TAB is a UsageError."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.readlines()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     interactions: list[list[FileTurn]] = []
     current: list[FileTurn] = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(_lines(path), start=1):
         text = line.strip()
         if not text:
             interactions.append(current)
             current = []
             continue
-        fields = text.split("\t")
-        if gold and len(fields) != 2:
-            raise UsageError(f"{path} line {number}: a gold line must be 'SQL<TAB>db_id', "
-                             f"found {len(fields)} tab-separated field(s)")
-        current.append(FileTurn(fields[0], fields[1] if gold else None, number))
-    if current and keep_unterminated:
+        current.append(_file_turn(text, number, path, gold))
+    if current:
         interactions.append(current)
     return interactions
+
+
+def read_questions(path: Path, *, gold: bool) -> list[list[FileTurn]]:
+    """A single-turn (Spider) file: one SQL per line, each an interaction of one turn. A blank line
+    is a UsageError naming it (the test-suite program would read two sessions and stop); blank lines
+    at the very end are ignored, as that program ignores them."""
+    lines = [line.strip() for line in _lines(path)]
+    while lines and not lines[-1]:
+        lines.pop()
+    questions = []
+    for number, text in enumerate(lines, start=1):
+        if not text:
+            raise UsageError(f"{path} line {number} is blank: a Spider file has one SQL per line and no blank "
+                             f"lines (write a query, even a wrong one, for every question)")
+        questions.append([_file_turn(text, number, path, gold)])
+    return questions
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _file_turn(text: str, number: int, path: Path, gold: bool) -> FileTurn:
+    fields = text.split("\t")
+    if gold and len(fields) != 2:
+        raise UsageError(f"{path} line {number}: a gold line must be 'SQL<TAB>db_id', "
+                         f"found {len(fields)} tab-separated field(s)")
+    return FileTurn(fields[0], fields[1] if gold else None, number)
 
 
 def prediction_line(text: str) -> str:
@@ -55,8 +83,6 @@ def prediction_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ").strip().split("\t")[0]
 
 
-def replace_value_placeholder(sql: str, exec_semantics: str) -> str:
-    """The official ``value`` -> ``1`` replacement of each program (case-sensitive)."""
-    if exec_semantics == "sparc":
-        return sql.replace("value", "1")
-    return sql.replace(" value ", " 1 ")
+def replace_value_placeholder(sql: str) -> str:
+    """The official ``value`` -> ``1`` replacement: every substring, case-sensitive."""
+    return sql.replace("value", "1")

@@ -28,6 +28,15 @@ class Schema:
     tables: dict[str, tuple[str, ...]]
     ids: dict[str, str]
 
+    @functools.cached_property
+    def columns_of_table(self) -> dict[str, frozenset[str]]:
+        """``"__table"`` -> the ids ``"__table.column__"`` of its columns."""
+        columns: dict[str, set[str]] = {}
+        for column in self.ids.values():
+            if "." in column:
+                columns.setdefault(column.split(".", 1)[0], set()).add(column)
+        return {table: frozenset(ids) for table, ids in columns.items()}
+
     @classmethod
     def from_tables(cls, tables: dict[str, list[str] | tuple[str, ...]]) -> Schema:
         ids = {"*": ALL_COLUMNS}

@@ -12,10 +12,13 @@ without being parsed or run (NLTK and sqlparse take minutes on megabytes of SQL)
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.paths import data_dir
+from mtsql.sql import gold_cache
 from mtsql.sql.errors import OfficialCrash, SqlParseError
 from mtsql.sql.exact_match import exact_match, rebuild
 from mtsql.sql.exec_match import sparc_exec_match, testsuite_databases, testsuite_exec_match
@@ -50,7 +53,7 @@ class DataSources:
     def from_root(cls, root: Path | str | None = None) -> DataSources:
         """The layout of the data folder: ``database/``, ``database_schema_only/``, ``*/tables.json``."""
         root = Path(root) if root is not None else data_dir()
-        candidates = [root / "sparc" / "tables.json", root / "cosql" / "tables.json", root / "tables.json"]
+        candidates = [root / name / "tables.json" for name in ("sparc", "cosql", "spider")] + [root / "tables.json"]
         tables = next((p for p in candidates if p.is_file()), candidates[0])
         return cls(root / "database", tables, (root / "database_schema_only",))
 
@@ -59,11 +62,7 @@ class DataSources:
 
     def schema_database(self, db_id: str) -> Path | None:
         """The real database if present, else a schema-only stand-in (enough for parsing)."""
-        for folder in (self.db_dir, *self.schema_dirs):
-            path = folder / db_id / f"{db_id}.sqlite"
-            if path.is_file():
-                return path
-        return None
+        return _first_database((self.db_dir, *self.schema_dirs), db_id)
 
     def foreign_keys(self, db_id: str) -> dict[str, str]:
         maps = load_foreign_key_maps(self.tables_json)
@@ -82,8 +81,8 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
     if schema_db is None:
         return TurnScore(None, None, None, f"no database or schema for {db_id}")
     try:
-        gold = _parsed(gold_sql, schema_db, semantics)
-        gold_hardness = hardness(gold)
+        gold = gold_cache.parsed(gold_sql, schema_db, semantics)
+        gold_hardness = gold_cache.derived(f"hardness {semantics}", schema_db, gold_sql, lambda: hardness(gold))
     except (SqlParseError, OfficialCrash) as exc:  # the official programs stop on such a gold
         return TurnScore(None, None, None, f"gold: {exc}")
     wants_exact, wants_execution = etype in ("all", "match"), etype in ("all", "exec")
@@ -97,13 +96,16 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
         return TurnScore(None, execution, gold_hardness, error)
     schema = load_schema(schema_db)
     try:
-        pred = parse_sql(pred_sql, schema, semantics=semantics)
+        pred = gold if pred_sql == gold_sql else parse_sql(pred_sql, schema, semantics=semantics)
     except SqlParseError as exc:
         pred = empty_sql()
         errors.append(f"prediction does not parse: {exc}")
     try:
         fk_map = sources.foreign_keys(db_id)
-        gold_rebuilt, pred_rebuilt = rebuild(gold, schema, fk_map), rebuild(pred, schema, fk_map)
+        keys = _foreign_keys_digest(sources.tables_json, db_id)
+        gold_rebuilt = gold_cache.derived(f"rebuilt {semantics} {keys}", schema_db, gold_sql,
+                                          lambda: rebuild(gold, schema, fk_map))
+        pred_rebuilt = gold_rebuilt if pred is gold else rebuild(pred, schema, fk_map)
     except OfficialCrash as exc:  # no exact match; the SParC script, which needs the rebuilt SELECTs, stops too
         gold_rebuilt = pred_rebuilt = None
         errors.append(str(exc))
@@ -121,11 +123,11 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
     return TurnScore(exact, execution, gold_hardness, "; ".join(errors) or None)
 
 
-def _execution_databases(db_id: str, sources: DataSources, exec_semantics: str) -> list[Path]:
+def _execution_databases(db_id: str, sources: DataSources, exec_semantics: str) -> Sequence[Path]:
     """The database files execution runs on (test-suite: every ``*.sqlite`` of the folder)."""
     if exec_semantics == "sparc":
         db_path = sources.database(db_id)
-        return [db_path] if db_path.is_file() else []
+        return (db_path,) if db_path.is_file() else ()
     return testsuite_databases(sources.db_dir / db_id)
 
 
@@ -145,10 +147,20 @@ def _execution(gold_sql, pred_sql, db_id, sources, exec_semantics, timeout_s, go
         return None, str(exc)
 
 
-@functools.lru_cache(maxsize=8192)
-def _parsed(sql: str, schema_db: Path, semantics: str) -> dict:
-    """A parsed gold query (cached: never mutate the result)."""
-    return parse_sql(sql, load_schema(schema_db), semantics=semantics)
+@functools.lru_cache(maxsize=1024)
+def _first_database(folders: tuple[Path, ...], db_id: str) -> Path | None:
+    """The first ``<folder>/<db_id>/<db_id>.sqlite`` that exists (looked up once per process)."""
+    for folder in folders:
+        path = folder / db_id / f"{db_id}.sqlite"
+        if path.is_file():
+            return path
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _foreign_keys_digest(tables_json: Path, db_id: str) -> str:
+    """A short name for a database's foreign-key map: the same from any copy of tables.json."""
+    return hashlib.sha256(repr(sorted(load_foreign_key_maps(tables_json)[db_id].items())).encode()).hexdigest()[:16]
 
 
 def score_turn(gold_sql: str, pred_sql: str, db_id: str, *, data_root=None, exec_semantics: str = "testsuite",
@@ -164,15 +176,19 @@ def hardness_of(sql: str, db_id: str, *, data_root=None, sources: DataSources | 
     if schema_db is None:
         return None
     try:
-        return hardness(_parsed(sql, schema_db, "official"))
+        gold = gold_cache.parsed(sql, schema_db, "official")
+        return gold_cache.derived("hardness official", schema_db, sql, lambda: hardness(gold))
     except (SqlParseError, OfficialCrash):
         return None
 
 
 def clear_caches() -> None:
-    """Forget cached schemas, foreign-key maps, parsed golds and gold results (benchmarks, tests)."""
+    """Forget cached schemas, foreign-key maps, parsed golds and gold results in this process
+    (benchmarks, tests; what :func:`gold_cache.persisted` saved on disk stays)."""
     from mtsql.sql.exec_match import _remove_distinct_tokens
     from mtsql.sql.executor import _execute_cached
 
-    for cached in (load_schema, load_foreign_key_maps, _parsed, _execute_cached, _remove_distinct_tokens):
+    for cached in (load_schema, load_foreign_key_maps, _execute_cached, _remove_distinct_tokens, testsuite_databases,
+                   _foreign_keys_digest, _first_database):
         cached.cache_clear()
+    gold_cache.clear()
