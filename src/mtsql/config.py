@@ -40,6 +40,7 @@ class DataConfig:
     train_dataset: Dataset = "cosql"
     train_split: Split = "train"
     train_limit: int | None = None  # first N interactions (a slice for small profiles)
+    train_flatten: bool = False  # every training turn as a question of its own, without its dialogue
     eval_datasets: tuple[Dataset, ...] = ("cosql", "sparc")
     eval_split: Split = "dev"
     eval_limit: int | None = None

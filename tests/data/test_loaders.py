@@ -113,3 +113,16 @@ def test_full_spider_dev_counts(full_data):
     report = check_split("spider", "dev", full_data)
     assert (report["questions"], report["databases"]) == (1034, 20)
     assert report["missing_databases"] == {"wta_1": 62} and report["gold_fail_as_written"] == 0
+
+
+def test_flattened_training_turns_are_questions_of_their_own():
+    from mtsql.config import load_config
+    from mtsql.data import train_pool
+    from mtsql.paths import FIXTURE_DATA
+
+    cfg = load_config(None, ["data.train_limit=3"])
+    dialogues = train_pool(cfg.data, FIXTURE_DATA)
+    flat = train_pool(load_config(None, ["data.train_limit=3", "data.train_flatten=true"]).data, FIXTURE_DATA)
+    assert len(flat) == len(dialogues) and any(t.turn_index > 0 for t in dialogues)
+    assert all(t.turn_index == 0 and not t.previous_questions and not t.previous_sql for t in flat)
+    assert len({t.uid for t in flat}) == len(flat) and [t.gold_sql for t in flat] == [t.gold_sql for t in dialogues]

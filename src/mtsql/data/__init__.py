@@ -84,8 +84,11 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
 
 def train_pool(cfg: DataConfig, root: Path) -> list[Turn]:
     """The training turns of a config that can be rewarded: their database exists and their gold parses
-    (a gold the official parser rejects has no hardness and can never score exact match)."""
+    (a gold the official parser rejects has no hardness and can never score exact match). With
+    ``train_flatten`` each turn is a one-turn interaction of its own (single-turn training data)."""
     turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit)
+    if cfg.train_flatten:
+        turns = [t.alone() for t in turns]
     return [t for t in turns if t.hardness is not None and database_path(t.db_id, root).exists()]
 
 

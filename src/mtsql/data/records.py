@@ -3,7 +3,7 @@ question is an interaction of one turn)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from mtsql.files import read_jsonl
@@ -33,6 +33,10 @@ class Turn:
     @property
     def uid(self) -> str:
         return f"{self.interaction_id}/{self.turn_index}"
+
+    def alone(self) -> Turn:
+        """This question as a one-turn interaction of its own: no earlier questions, no memory."""
+        return replace(self, interaction_id=self.uid, turn_index=0, previous_questions=(), previous_sql=())
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -52,27 +52,28 @@ def verification_accuracy(rows: list[dict], cfg: ConfigView) -> float | None:
 
 
 def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
-    """The official summary reshaped for reports, plus protocol abilities of the chosen samples."""
+    """The official summary reshaped for reports, plus protocol abilities of the chosen samples
+    (single-turn datasets have no interaction match and no turn buckets: those are None and empty)."""
     def acc(metric, *path):
         node = summary[metric]
         for key in path:
-            node = node[key]
-        return node["accuracy"]
+            node = node.get(key) if node is not None else None
+        return node["accuracy"] if node is not None else None
+
+    def breakdown(key: str) -> dict:
+        table = summary["exact"].get(key, {})
+        return {bucket: {"count": table[bucket]["count"], "ex": acc("execution", key, bucket) or 0.0,
+                         "em": acc("exact", key, bucket) or 0.0} for bucket in table}
 
     protocol = summarize_trajectories(rows)
     return {
-        "turns": summary["turns"], "interactions": summary["interactions"],
+        "turns": summary["turns"], "interactions": summary.get("interactions"),
         "ex": acc("execution", "question"), "em": acc("exact", "question"),
         "interaction_ex": acc("execution", "interaction"), "interaction_em": acc("exact", "interaction"),
+        "scored_ex": summary["execution"]["question"]["scored"], "scored_em": summary["exact"]["question"]["scored"],
         "unscorable_ex": summary["execution"]["question"]["unscorable"],
-        "by_hardness": {level: {"count": summary["exact"]["by_hardness"][level]["count"],
-                                "ex": acc("execution", "by_hardness", level) or 0.0,
-                                "em": acc("exact", "by_hardness", level) or 0.0}
-                        for level in summary["exact"]["by_hardness"]},
-        "by_turn": {bucket: {"count": summary["exact"]["by_turn"][bucket]["count"],
-                             "ex": acc("execution", "by_turn", bucket) or 0.0,
-                             "em": acc("exact", "by_turn", bucket) or 0.0}
-                    for bucket in summary["exact"]["by_turn"]},
+        "by_hardness": breakdown("by_hardness"),
+        "by_turn": breakdown("by_turn"),
         "protocol": {key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
                                                     "self_correction_rate", "self_correction_success")}
         | {"verification_accuracy": verification_accuracy(rows, cfg)},
