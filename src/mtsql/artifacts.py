@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -168,6 +169,7 @@ class Store:
                 "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": round,
                 "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round_(time.time() - start), "code": code_version(), "packages": package_versions(),
+                "hardware": hardware(),
                 "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
                 "inputs": {name: art.ref() for name, art in inputs.items()},
                 "outputs": describe_outputs(partial), "argv": sys.argv, "metrics": metrics, **ctx.extra_manifest,
@@ -251,6 +253,29 @@ def package_versions() -> dict:
         except PackageNotFoundError:
             found[name] = None
     return found
+
+
+def hardware() -> dict:
+    """The machine a stage ran on: CPU, core count, memory and the GPUs ``nvidia-smi`` lists."""
+    info: dict[str, Any] = {"machine": platform.machine(), "cpu": _cpu_model(), "cores": os.cpu_count(),
+                            "memory_gb": None, "gpus": []}
+    with contextlib.suppress(OSError, ValueError):
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        info["memory_gb"] = round(pages * size / 2**30, 1)
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # no nvidia-smi: a machine without NVIDIA GPUs
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+        if smi.returncode == 0:
+            info["gpus"] = [line.strip() for line in smi.stdout.splitlines() if line.strip()]
+    return info
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or platform.machine()
 
 
 def round_(x: float) -> float:
