@@ -200,8 +200,8 @@ def run_pipeline(pipeline: Annotated[Path, typer.Argument(help="pipelines/*.yaml
 @app.command()
 def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ or a run folder.")] = None,
            runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
-    """Table of a run's artifacts: stage, round, fingerprint, state, created, key metrics."""
-    from mtsql.status import run_folder, status_rows
+    """A run's artifacts in pipeline order: state, fingerprint, created, wall time, what each holds."""
+    from mtsql.status import run_folder, status_table
 
     if run is None:
         runs = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
@@ -211,12 +211,7 @@ def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ 
         for name in runs:
             console.print(name)
         return
-    table = Table(title=str(run_folder(run, runs_dir)))
-    for column in ("stage", "round", "fingerprint", "state", "created", "key metrics"):
-        table.add_column(column)
-    for row in status_rows(run_folder(run, runs_dir)):
-        table.add_row(*row)
-    console.print(table)
+    console.print(status_table(run_folder(run, runs_dir)))
 
 
 @data_app.command("check")
