@@ -299,6 +299,22 @@ def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:
     return out
 
 
+@app.command()
+def show(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
+         stage: Annotated[str, typer.Argument(help="Artifact label with trajectories: sample-r1, eval-sft, ...")],
+         dataset: Annotated[str | None, typer.Option(help="Dataset of an evaluation (default: its first).")] = None,
+         item: Annotated[str | None, typer.Option(help="Item uid, e.g. cosql-dev-0003/1 (default: the first).")] = None,
+         sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None,
+         runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+    """One trajectory as the model saw and wrote it: messages, tool calls, results, verdicts, rewards."""
+    from mtsql.status import run_folder
+    from mtsql.trajectory_text import find_trajectory, render_trajectory
+
+    row, where = find_trajectory(run_folder(run, runs_dir), stage, dataset=dataset, item=item, sample=sample)
+    err_console.print(f"from {where}", highlight=False)
+    typer.echo(render_trajectory(row), nl=False)
+
+
 def main() -> None:
     """Console-script entry: known errors become one line and an exit code (2 usage, 1 failure)."""
     level = os.environ.get("MTSQL_LOG", "WARNING").upper()
