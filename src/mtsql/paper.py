@@ -1,4 +1,4 @@
-"""MTSQL-R1's published dev-set numbers (FACTS §6), for the report's comparison table.
+"""MTSQL-R1's published dev-set numbers, for the report's section on the paper.
 
 Each entry: (model, data/recipe, dataset) -> (EX, EM), in percent.
 """
@@ -27,3 +27,20 @@ PAPER_BREAKDOWN_4B = {
     "turn": {"1": (62.1, 78.8, 81.2), "2": (67.0, 80.4, 82.8), "3": (63.9, 74.6, 76.6), "4": (57.0, 73.7, 78.9),
              ">4": (53.5, 73.2, 76.1)},
 }
+
+
+def published_section() -> list[str]:
+    """The report's section of the paper's own numbers, kept apart from this run's."""
+    from mtsql.report.markdown import table
+
+    rows = [[model, recipe, dataset, f"{ex:.1f}", f"{em:.1f}"]
+            for (model, recipe, dataset), (ex, em) in PAPER_RESULTS.items()]
+    lines = ["## Published numbers from the MTSQL-R1 paper (not this run)", "",
+             "EX / EM in % on the full SParC and CoSQL dev sets, as the paper reports them, for scale: this run's "
+             "model, data slices and budgets differ, so its numbers above are not comparable to these.", "",
+             *table(["model", "recipe", "dataset", "EX", "EM"], rows, numeric_from=3),
+             "The paper's Qwen3-4B EX by hardness and by turn (base → warm-start SFT → RL):", ""]
+    for kind, buckets in PAPER_BREAKDOWN_4B.items():
+        lines.append(f"* {kind}: " + "; ".join(f"{k} {' → '.join(f'{v:.1f}' for v in values)}"
+                                              for k, values in buckets.items()))
+    return lines + [""]
