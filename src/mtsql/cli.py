@@ -315,6 +315,20 @@ def show(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run 
     typer.echo(render_trajectory(row), nl=False)
 
 
+config_app = typer.Typer(help="Profiles: print the resolved configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(config: ConfigOpt = None, overrides: Overrides = None) -> None:
+    """Print the resolved config (profile, its bases and the overrides) as YAML."""
+    import yaml
+
+    from mtsql.config import to_dict
+
+    typer.echo(yaml.safe_dump(to_dict(_cfg(config, overrides)), sort_keys=False), nl=False)
+
+
 def main() -> None:
     """Console-script entry: known errors become one line and an exit code (2 usage, 1 failure)."""
     level = os.environ.get("MTSQL_LOG", "WARNING").upper()
