@@ -33,9 +33,10 @@ def sft_rounds_section(arts: dict[str, Artifact]) -> list[str]:
         t = sfts[k].metrics if k in sfts else {}
         solved = Rate(r["solved"], r["items"]) if "items" in r else None
         held = t.get("heldout") or {}
+        heldout = share(held.get("ex"), held.get("count", 0))
         rows.append([k, s.get("policy"), s.get("count"), solved.cell() if solved else None, r.get("kept"),
                      t.get("examples"), t.get("over_cutoff"), number(t.get("train_loss"), 4), t.get("steps"),
-                     share(held.get("ex"), held.get("count", 0)).cell() if held else None])
+                     heldout.cell() if heldout else None])
     return ["## Self-taught SFT rounds", "",
             "Round k samples the pool (round 1 with the profile's first-round policy, later rounds with the "
             "previous model), keeps correct and diverse trajectories, and fine-tunes on them. *Solved*: items "
