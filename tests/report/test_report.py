@@ -176,3 +176,15 @@ def test_rounds_without_held_out_check_or_training(run_folder):
     lines = sft_rounds_section(latest_artifacts(run_folder))
     assert "| 2 | model | 3 | 0.0 [0.0, 56.1] (0/3) | 0 | – | – | – | – | – |" in lines
     assert "| 3 | – | – | – | – | 2 | – | – | – | – |" in lines
+
+
+def test_rl_figure_with_what_verl_logs():
+    from mtsql.report.plots import rl_figure
+    from mtsql.report.training import CURVES
+
+    rows = [{"stage": 1, "step": s, "reward_mean": 0.1 * s, "response_length": 50.0} for s in (1, 2)]
+    fig = rl_figure({"stage 1 (easy)": rows, "stage 2 (medium)": rows[:1]}, CURVES)
+    reward, signal, length = fig.axes
+    assert [list(line.get_xdata()) for line in reward.get_lines()] == [[1, 2], [3]]  # integer steps run on
+    assert [t.get_text() for t in signal.texts] == ["not logged by this engine"]
+    assert [t.get_text() for t in length.get_legend().get_texts()] == ["stage 1 (easy)", "stage 2 (medium)"]
