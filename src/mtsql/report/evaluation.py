@@ -45,7 +45,7 @@ def _compare(a_name: str, a: Rate, b_name: str, b: Rate) -> str:
         return f"{b_name} is above {a_name} beyond the 95 % intervals."
     if a.above(b):
         return f"{b_name} is below {a_name} beyond the 95 % intervals."
-    return f"{a_name} and {b_name}: the 95 % intervals overlap, so this run cannot tell them apart."
+    return f"{a_name} and {b_name}: the 95 % intervals overlap, so this run shows no difference between them."
 
 
 def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
