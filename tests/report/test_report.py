@@ -63,7 +63,7 @@ def test_examples_are_decoded_text(report, token_id):
     _, text = report
     examples = section(text, "Example trajectories")
     assert examples.count("```text") == 3
-    assert "### cosql-dev-0001/1: changed its query after a no_pass verdict" in examples
+    assert "### cosql-dev-0001/1 (cosql): changed its query after a no_pass verdict" in examples
     assert "a miss" in examples
     assert "<exec_verify>no_pass</exec_verify>" in examples and "── tool · exec_sql" in examples
     assert examples.count("SYSTEM PROMPT") == 1  # shown once
@@ -188,3 +188,20 @@ def test_rl_figure_with_what_verl_logs():
     assert [list(line.get_xdata()) for line in reward.get_lines()] == [[1, 2], [3]]  # integer steps run on
     assert [t.get_text() for t in signal.texts] == ["not logged by this engine"]
     assert [t.get_text() for t in length.get_legend().get_texts()] == ["stage 1 (easy)", "stage 2 (medium)"]
+
+
+def test_examples_prefer_telling_cases():
+    from mtsql.report.evaluation import pick_examples
+
+    def row(uid, execution, valid, steps=()):
+        return {"uid": uid, "execution": execution, "trajectory": {"protocol_valid": valid, "steps": list(steps)}}
+
+    corrected = [{"index": 0, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT 1", "verdict": "no_pass"},
+                 {"index": 1, "action": "answer", "sql": "SELECT 2", "verdict": None}]
+    rows = [row("a", 0, False), row("b", 0, True), row("c", 1, True), row("d", 0, True, corrected), row("e", 0, True)]
+    assert [(why.split(" (")[0], r["uid"]) for why, r in pick_examples(rows)] == [
+        ("changed its query after a no_pass verdict", "d"), ("answered correctly", "c"), ("a miss", "a")]
+    misses = [row("a", 0, False), row("b", 0, False), row("c", 0, True)]
+    assert [(why, r["uid"]) for why, r in pick_examples(misses)] == [
+        ("a miss (EX 0 or no answer)", "a"), ("another item (a miss, protocol-valid)", "c"),
+        ("another item (a miss, off protocol)", "b")]

@@ -109,13 +109,12 @@ def behaviour_section(evals: dict[str, Artifact]) -> list[str]:
                     "query changed after no_pass", "query changed after pass"], rows, numeric_from=2)]
 
 
-def _example_source(evals: dict[str, Artifact]) -> tuple[str, str, list[dict]] | None:
-    """(label, dataset, rows) of the last long-horizon evaluation that kept trajectories."""
+def _example_source(evals: dict[str, Artifact]) -> tuple[str, list[dict]] | None:
+    """(label, rows of every dataset) of the last long-horizon evaluation that kept trajectories."""
     for label, art in reversed(evals.items()):
-        if is_long_horizon(art) and datasets(art):
-            rows = trajectory_rows(art, datasets(art)[0])
-            if rows:
-                return label, datasets(art)[0], rows
+        rows = [row for dataset in datasets(art) for row in trajectory_rows(art, dataset)]
+        if is_long_horizon(art) and rows:
+            return label, rows
     return None
 
 
@@ -124,15 +123,14 @@ def example_section(evals: dict[str, Artifact], run_name: str) -> list[str]:
     source = _example_source(evals)
     if source is None:
         return []
-    label, dataset, rows = source
-    picks = pick_examples(rows)
+    label, rows = source
     lines = ["## Example trajectories", "",
-             f"From `{label}` on {dataset}, as the model saw and wrote them (long messages are clipped; "
-             f"`mtsql show {run_name} {label} --dataset {dataset} --item UID` prints one whole; the system prompt, the "
-             "same for all, is shown once).", ""]
-    for i, (why, row) in enumerate(picks):
+             f"From `{label}`, as the model saw and wrote them (long messages are clipped; `mtsql show {run_name} "
+             f"{label} --dataset DATASET --item UID` prints one whole; the system prompt, the same for all, is shown "
+             "once).", ""]
+    for i, (why, row) in enumerate(pick_examples(rows)):
         text = render_trajectory(row, limit=EXAMPLE_CHARS, system=i == 0).rstrip()
-        lines += [f"### {row['uid']}: {why}", "", "```text", text, "```", ""]
+        lines += [f"### {row['uid']} ({row['turn']['dataset']}): {why}", "", "```text", text, "```", ""]
     return lines
 
 
@@ -149,9 +147,10 @@ def pick_examples(rows: list[dict], count: int = 3) -> list[tuple[str, dict]]:
         row = next((r for r in rows if test(r) and r["uid"] not in {p["uid"] for _, p in picks}), None)
         if row is not None:
             picks.append((why, row))
-    for row in rows:
+    for row in sorted(rows, key=lambda r: not r["trajectory"].get("protocol_valid")):  # protocol-valid ones first
         if len(picks) >= count:
             break
         if row["uid"] not in {p["uid"] for _, p in picks}:
-            picks.append((f"another item ({'EX 1' if row.get('execution') == 1 else 'a miss'})", row))
+            valid = "protocol-valid" if row["trajectory"].get("protocol_valid") else "off protocol"
+            picks.append((f"another item ({'EX 1' if row.get('execution') == 1 else 'a miss'}, {valid})", row))
     return picks[:count]
