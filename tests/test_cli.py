@@ -7,7 +7,7 @@ import pytest
 from mtsql.artifacts import Store
 
 COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evaluate", "report", "run",
-            "status", "data", "models"]
+            "status", "show", "data", "models", "config"]
 
 
 def mtsql(*args, cwd=None):
@@ -41,7 +41,7 @@ def test_status_and_verify(tmp_path):
     (tmp_path / "runs" / "r1" / "sft-r1" / "abc.partial").mkdir(parents=True)
     result = mtsql("status", "r1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "sample" in result.stdout and "complete (latest)" in result.stdout and "ex=0.5" in result.stdout
+    assert "sample-r1" in result.stdout and "latest" in result.stdout and "EX 50.0%" in result.stdout
     assert "partial" in result.stdout
     assert mtsql("data", "verify", "r1", cwd=tmp_path).returncode == 0
     (store.latest("sample-r1").path / "items.jsonl").write_text("edited\n")

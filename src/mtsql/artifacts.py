@@ -37,7 +37,7 @@ import yaml
 
 from mtsql.errors import StageFailed, UsageError
 from mtsql.files import write_json, write_text
-from mtsql.provenance import code_version, package_versions
+from mtsql.provenance import code_version, hardware, package_versions
 
 SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
@@ -222,7 +222,7 @@ class Store:
                 "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": round,
                 "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round_(time.time() - start), "code": {**code_version(), "digest": code},
-                "packages": package_versions(),
+                "packages": package_versions(), "hardware": hardware(),
                 "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
                 "inputs": {name: art.ref() for name, art in inputs.items()},
                 "outputs": describe_outputs(partial), "argv": sys.argv, "metrics": metrics, **ctx.extra_manifest,

@@ -10,19 +10,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
 from mtsql import models, pipeline
 from mtsql.artifacts import Artifact, StageInterrupted, Store, verify
-from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace
+from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace, to_dict
 from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, store_for
 from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
-from mtsql.status import run_folder, status_rows
+from mtsql.status import run_folder, status_table
+from mtsql.trajectory_text import find_trajectory, render_trajectory
 
 console = Console()
 err_console = Console(stderr=True)
@@ -171,7 +173,7 @@ def run_steps(steps: Annotated[Path, typer.Argument(metavar="PIPELINE", help="pi
 @app.command()
 def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ or a run folder.")] = None,
            runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
-    """Table of a run's artifacts: stage, round, fingerprint, state, created, key metrics."""
+    """A run's artifacts in pipeline order: state, fingerprint, created, wall time, what each holds."""
     if run is None:
         runs = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
         if not runs:
@@ -180,12 +182,7 @@ def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ 
         for name in runs:
             console.print(name)
         return
-    table = Table(title=str(run_folder(run, runs_dir)))
-    for column in ("stage", "round", "fingerprint", "state", "created", "key metrics"):
-        table.add_column(column)
-    for row in status_rows(run_folder(run, runs_dir)):
-        table.add_row(*row)
-    console.print(table)
+    console.print(status_table(run_folder(run, runs_dir)))
 
 
 def stage_command(name: str):
@@ -288,6 +285,29 @@ def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:
     for label, row in table.items():
         out.add_row(label, *(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns))
     return out
+
+
+@app.command()
+def show(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
+         stage: Annotated[str, typer.Argument(help="Artifact label with trajectories: sample-r1, eval-sft, ...")],
+         dataset: Annotated[str | None, typer.Option(help="Dataset of an evaluation (default: its first).")] = None,
+         item: Annotated[str | None, typer.Option(help="Item uid, e.g. cosql-dev-0003/1 (default: the first).")] = None,
+         sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None,
+         runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+    """One trajectory as the model saw and wrote it: messages, tool calls, results, verdicts, rewards."""
+    row, where = find_trajectory(run_folder(run, runs_dir), stage, dataset=dataset, item=item, sample=sample)
+    err_console.print(f"from {where}", highlight=False)
+    typer.echo(render_trajectory(row), nl=False)
+
+
+config_app = typer.Typer(help="Profiles: print the resolved configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(config: ConfigOpt = None, overrides: Overrides = None) -> None:
+    """Print the resolved config (profile, its bases and the overrides) as YAML."""
+    typer.echo(yaml.safe_dump(to_dict(_cfg(config, overrides)), sort_keys=False), nl=False)
 
 
 def main() -> None:

@@ -9,8 +9,11 @@ syntax tree without docstrings, so comments, docstrings and formatting never rer
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
+import os
+import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -109,3 +112,26 @@ def package_versions() -> dict:
         except PackageNotFoundError:
             found[name] = None
     return found
+
+
+def hardware() -> dict:
+    """The machine a stage ran on: CPU, core count, memory and the GPUs ``nvidia-smi`` lists."""
+    info: dict[str, Any] = {"machine": platform.machine(), "cpu": _cpu_model(), "cores": os.cpu_count(),
+                            "memory_gb": None, "gpus": []}
+    with contextlib.suppress(OSError, ValueError):
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        info["memory_gb"] = round(pages * size / 2**30, 1)
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # no nvidia-smi: a machine without NVIDIA GPUs
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+        if smi.returncode == 0:
+            info["gpus"] = [line.strip() for line in smi.stdout.splitlines() if line.strip()]
+    return info
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or platform.machine()

@@ -1,11 +1,24 @@
-"""`mtsql status`: what a run folder holds, read from manifests only."""
+"""`mtsql status`: what a run folder holds, read from manifests only, in pipeline order.
+
+One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial`` while a stage runs or after
+it crashed): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
+then the evaluations (base → sft → rl). Other folders of a run (``report/``) are not stages.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from mtsql.artifacts import MANIFEST, read_manifest
+from rich import box
+from rich.table import Table
+
+from mtsql.artifacts import read_manifest
 from mtsql.errors import UsageError
+
+ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
+ROUND_STAGES = ("sample", "reject", "sft")
+PHASES = ("base", "sft", "rl")
 
 
 def run_folder(run: str, runs_dir: Path) -> Path:
@@ -16,21 +29,105 @@ def run_folder(run: str, runs_dir: Path) -> Path:
     raise UsageError(f"no run '{run}' (looked for {run} and {runs_dir / run}); `mtsql status` lists runs")
 
 
+def pipeline_order(label: str) -> tuple:
+    """Sort key of an artifact label: SFT rounds, RL pool sample, curriculum, RL stages, evaluations."""
+    stem, _, suffix = label.rpartition("-")
+    number = int(suffix[1:]) if suffix[1:].isdigit() else 0
+    if stem in ROUND_STAGES and suffix.startswith("r") and number or label in ROUND_STAGES:
+        return (0, number, ROUND_STAGES.index(stem or label), label)
+    if label == "sample-pool":
+        return (1, 0, 0, label)
+    if label == "curriculum":
+        return (2, 0, 0, label)
+    if stem == "rl" and suffix.startswith("c") and number:
+        return (3, number, 0, label)
+    if label.startswith("eval-"):
+        phase = label.removeprefix("eval-").split("-")[0]
+        return (4, PHASES.index(phase) if phase in PHASES else len(PHASES), 0, label)
+    return (5, 0, 0, label)
+
+
 def status_rows(folder: Path) -> list[tuple[str, ...]]:
-    """One row per artifact folder: complete ones from their manifests, crashed ones as partial."""
-    rows = []
-    for stage_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
-        latest = (stage_dir / "latest").resolve() if (stage_dir / "latest").exists() else None
-        for entry in sorted(p for p in stage_dir.iterdir() if p.is_dir() and p.name != "latest"):
+    """Rows of (label, state, fingerprint, created, wall time, summary) in pipeline order; within a
+    label the artifact ``latest`` points to, then older versions (newest first), then partial ones."""
+    found = []  # (sort key, created, row)
+    for stage_dir in (p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        entries = [p for p in stage_dir.iterdir() if p.is_dir() and ARTIFACT_FOLDER.match(p.name)]
+        link = stage_dir / "latest"
+        latest = link.resolve() if link.exists() else None
+        for entry in entries:  # none: not a stage folder (the report, a user's notes)
             manifest = read_manifest(entry)
             if manifest is None:
-                state = "partial (crashed or running)" if entry.name.endswith(".partial") else f"no {MANIFEST}"
-                rows.append((stage_dir.name, "", entry.name.split(".")[0], state, "", ""))
+                state = "partial" if entry.name.endswith(".partial") else "no manifest"
+                found.append(((pipeline_order(stage_dir.name), 2), "",
+                              (stage_dir.name, state, entry.name.split(".")[0], "", "", "crashed, or still running")))
                 continue
-            state = "complete" + (" (latest)" if entry.resolve() == latest else "")
-            rows.append((manifest["stage"], str(manifest.get("round") or ""), manifest["fingerprint"][:12], state,
-                         manifest.get("created_at", ""), key_metrics(manifest.get("metrics", {}))))
-    return rows
+            is_latest = entry.resolve() == latest
+            created = manifest.get("created_at", "")
+            found.append(((pipeline_order(manifest["label"]), 0 if is_latest else 1), created,
+                          (manifest["label"], "latest" if is_latest else "older", manifest["fingerprint"][:12],
+                           created[5:16].replace("T", " "), duration(manifest.get("duration_s")), summary(manifest))))
+    found.sort(key=lambda item: item[1], reverse=True)
+    found.sort(key=lambda item: item[0])
+    return [row for _, _, row in found]
+
+
+def status_table(folder: Path) -> Table:
+    table = Table(title=str(folder), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("artifact", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("fingerprint", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("wall", justify="right", no_wrap=True)
+    table.add_column("what it holds")
+    for row in status_rows(folder):
+        table.add_row(*row, style="dim" if row[1] == "older" else None)
+    return table
+
+
+def duration(seconds: float | None) -> str:
+    """``42.1s``, ``3m05s`` or ``2h04m``; a dash when unknown."""
+    if seconds is None:
+        return "–"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def summary(manifest: dict) -> str:
+    """A short account of a stage's metrics, by stage kind."""
+    m, stage = manifest.get("metrics", {}), manifest["stage"]
+    if stage == "evaluate":
+        lines = [f"{m.get('mode')}, {m.get('memory')} memory"]
+        for name, d in m.get("datasets", {}).items():
+            lines.append(f"{name} EX {_pct(d.get('ex'))} EM {_pct(d.get('em'))} n={d.get('turns')}")
+        return "\n".join(lines)
+    if stage == "sample":
+        return f"{m.get('policy')}: {m.get('count')} trajectories, {m.get('items')} items, EX {_pct(m.get('ex'))}"
+    if stage == "reject":
+        return f"solved {m.get('solved')}/{m.get('items')} items, kept {m.get('kept')}/{m.get('sampled')}"
+    if stage == "sft":
+        loss = m.get("train_loss")
+        return f"{m.get('examples')} examples, train loss {'–' if loss is None else f'{loss:.3f}'}"
+    if stage == "curriculum":
+        sizes = ", ".join(f"{name} {row.get('total')}" for name, row in (m.get("table") or {}).items())
+        return f"pool {m.get('pool')}: {sizes}"
+    if stage == "rl":
+        first, last = m.get("reward_first"), m.get("reward_last")
+        text = f"{m.get('steps')} steps"
+        if last is not None:
+            text += f", reward {'' if first is None else f'{first:.3g} → '}{last:.3g}"
+        if m.get("steps_without_signal"):
+            text += f", {m['steps_without_signal']} without signal"
+        return text
+    return key_metrics(m)
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
 
 
 def key_metrics(metrics: dict, limit: int = 4) -> str:

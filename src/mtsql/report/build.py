@@ -1,0 +1,60 @@
+"""Assemble the report: sections in reading order, plots next to the text that discusses them.
+
+Writes ``<run>/report/report.md`` and ``<run>/report/plots/*.png``, replaced as a whole: it is
+built in ``<run>/.report.tmp`` and renamed into place, so a reader never sees half a report.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from mtsql.errors import UsageError
+from mtsql.report import evaluation, plots, training
+from mtsql.report.provenance import provenance_section
+from mtsql.report.published import published_section
+from mtsql.report.runs import evaluations, headline, latest_artifacts
+from mtsql.sql.hardness import HARDNESS_LEVELS
+from mtsql.sql.metrics import TURN_BUCKETS
+
+
+def build_report(run: Path) -> Path:
+    """Build the report of ``run``; returns the path of report.md."""
+    run = Path(run)
+    if not run.is_dir():
+        raise UsageError(f"no run folder {run}")
+    arts = latest_artifacts(run)
+    if not arts:
+        raise UsageError(f"{run}: no complete artifacts to report on")
+    evals = evaluations(arts)
+    heads = headline(evals)
+    tmp, out = run / ".report.tmp", run / "report"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "plots").mkdir(parents=True)
+    model = next((a.metrics["model_name"] for a in evals.values() if a.metrics.get("model_name")), None)
+    lines = [f"# mtsql report: {run.name}", "",
+             f"Model {model or '(no evaluation)'}; {len(arts)} artifacts. Every rate is given in % with its 95 % "
+             "Wilson interval in brackets and its count (k/n). Where two intervals overlap, the run does not show "
+             "a difference (a conservative reading: intervals that do not overlap are a clear difference).", ""]
+    lines += evaluation.summary_section(heads)
+    lines += evaluation.evaluation_table(evals)
+    if heads:
+        lines += ["EX by hardness and by turn position, for the long-horizon evaluation of each phase "
+                  f"({', '.join(a.label for a in heads.values())}):", ""]
+        for key, buckets, what in (("by_hardness", HARDNESS_LEVELS, "hardness"), ("by_turn", TURN_BUCKETS, "turn")):
+            figure = plots.breakdown_figure(evaluation.breakdown_rates(heads, key), buckets, what)
+            path = plots.save(figure, tmp / "plots" / f"ex_{key}.png")
+            lines += [f"![EX by {what}](plots/{path.name})", ""]
+    lines += evaluation.behaviour_section(evals)
+    lines += evaluation.example_section(evals, run.name)
+    lines += training.sft_rounds_section(arts)
+    lines += training.curriculum_section(arts)
+    stages = training.rl_stages(arts)
+    curve = plots.save(plots.rl_figure(stages, training.CURVES), tmp / "plots" / "rl_curves.png").name if stages else None
+    lines += training.rl_section(arts, curve)
+    lines += provenance_section(arts)
+    lines += published_section({name for a in evals.values() for name in a.metrics.get("datasets", {})})
+    (tmp / "report.md").write_text("\n".join(lines))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out / "report.md"

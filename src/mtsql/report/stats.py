@@ -1,0 +1,60 @@
+"""Rates with their sample size and a 95 % Wilson score interval.
+
+The Wilson interval stays inside [0, 1] and is honest at 0/n and n/n, where the normal
+approximation collapses to a zero-width interval; that matters for the small slices a CPU run scores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+CONFIDENCE = 0.95
+Z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.959964...
+
+
+def wilson(k: int, n: int, z: float = Z) -> tuple[float, float]:
+    """The Wilson score interval of ``k`` successes in ``n`` trials (n > 0)."""
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError(f"wilson interval needs 0 <= k <= n and n > 0, got k={k}, n={n}")
+    p = k / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z / denominator * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    low = 0.0 if k == 0 else max(0.0, centre - half)  # exact at the ends, where rounding could stray
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return low, high
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``k`` of ``n``; ``n = 0`` means there was nothing to measure (not a rate of 0)."""
+
+    k: int
+    n: int
+
+    @property
+    def value(self) -> float | None:
+        return self.k / self.n if self.n else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return wilson(self.k, self.n) if self.n else None
+
+    def cell(self) -> str:
+        """``12.5 [5.4, 26.2] (5/40)`` in percent; ``– (0/0)`` when there was nothing to measure."""
+        if not self.n:
+            return "– (n=0)"
+        low, high = self.interval
+        return f"{100 * self.value:.1f} [{100 * low:.1f}, {100 * high:.1f}] ({self.k}/{self.n})"
+
+    def above(self, other: Rate) -> bool:
+        """This rate's interval lies wholly above ``other``'s (a difference the data can show)."""
+        return bool(self.n and other.n) and self.interval[0] > other.interval[1]
+
+
+def rate_of(flags) -> Rate:
+    """The rate of true values among ``flags``."""
+    flags = [bool(f) for f in flags]
+    return Rate(sum(flags), len(flags))

@@ -1,0 +1,153 @@
+"""A small synthetic run, built through the artifact store with the real record types.
+
+Evaluations (long-horizon base / SFT / RL with gold memory, plus a short-mode variant) on cosql
+(40 turns: 0, 16, 18 correct) and sparc (3 turns), each with the official summary and a few
+trajectories; one self-taught SFT round; a curriculum of three stages; two RL stages with step logs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mtsql.agent.env import Step, Trajectory
+from mtsql.artifacts import Store
+from mtsql.data.records import Turn
+from mtsql.files import write_jsonl
+from mtsql.sql.metrics import summarize
+
+TOKEN_ID = 9999991  # a token id that must never show up in rendered text
+GOLD = "SELECT count(*) FROM singer"
+HARDNESS = ("easy", "medium", "hard")  # no "extra" turns: an empty bucket in the plots
+DATA = {"train_dataset": "cosql", "train_split": "train", "train_limit": 3, "eval_datasets": ["cosql", "sparc"],
+        "eval_split": "dev", "eval_limit": None}
+
+
+def turn(dataset: str, interaction: int, index: int) -> Turn:
+    previous = tuple(f"earlier question {i}" for i in range(index))
+    return Turn(dataset, "dev", f"{dataset}-dev-{interaction:04d}", interaction, index, "concert_singer",
+                f"question {index} of dialogue {interaction}", GOLD, previous, tuple(GOLD for _ in previous),
+                HARDNESS[(interaction + index) % 3])
+
+
+def summary(dataset: str, turns: int, correct: int) -> dict:
+    """The official summary of ``turns`` turns (4 per dialogue) of which the first ``correct`` match."""
+    items = [{"interaction_index": i // 4, "turn_index": i % 4, "hardness": HARDNESS[(i // 4 + i % 4) % 3],
+              "exec_match": int(i < correct), "exact_match": int(i < correct // 2), "db_id": "concert_singer",
+              "error": None} for i in range(turns)]
+    out = summarize(items)
+    out["dataset"] = dataset
+    return out
+
+
+def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode: str = "long") -> dict:
+    """A scored rollout record, as sample and evaluate write them."""
+    messages = [{"role": "system", "content": "SYSTEM PROMPT: follow the protocol."},
+                {"role": "user", "content": f"Database schema: ...\nCurrent question: {t.question}"}]
+    for step in steps:
+        messages.append({"role": "assistant", "content": step.text})
+        if step.observation is not None:
+            messages.append({"role": "tool", "content": step.observation})
+    valid = final_sql is not None and not any(step.flow_errors for step in steps)
+    traj = Trajectory(uid=t.uid, dataset=t.dataset, db_id=t.db_id, question=t.question, mode=mode,
+                      memory_source="gold", max_turns=6, thinking=False, memory=[], messages=messages, steps=steps,
+                      final_sql=final_sql, finish_reason="answer" if final_sql else "max_turns",
+                      protocol_valid=valid)
+    return {"key": f"{t.uid}#0", "uid": t.uid, "sample": 0, "turn": t.to_dict(), "trajectory": traj.to_dict(),
+            "truncated": False, "generated_tokens": 42, "prompt_ids": [TOKEN_ID, 1], "response_ids": [TOKEN_ID],
+            "response_mask": [1], "hardness": t.hardness, "final_sql": final_sql, "protocol_valid": valid,
+            "execution": execution, "exact": execution,
+            "reward": {"score": 1.5 * execution, "outcome": float(execution), "ex": float(execution), "format": 1.0}}
+
+
+def exec_step(i: int, sql: str, verdict: str | None, stated: str | None = None) -> Step:
+    text = (f"<exec_verify>{stated}</exec_verify>\n" if stated else "") + \
+        f'<tool_call>{{"name": "exec_sql", "arguments": {{"sql": "{sql}"}}}}</tool_call>'
+    return Step(index=i, text=text, action="tool_call", tool="exec_sql", arguments={"sql": sql}, sql=sql,
+                exec_verdict=stated, observation=f"Result of {sql}: 3", result_kind="ok", row_count=1, verdict=verdict)
+
+
+def trajectories(dataset: str, mode: str) -> list[dict]:
+    """Three episodes: a self-correction with a memory check (right), a first turn (right), a miss."""
+    if mode == "short":
+        step = Step(index=0, text=f"<answer_sql>{GOLD}</answer_sql>", action="answer", sql=GOLD)
+        return [row(turn(dataset, 0, 0), [step], GOLD, 1, mode="short")]
+    wrong = "SELECT name FROM singer"
+    corrected = [exec_step(0, wrong, "no_pass"), exec_step(1, GOLD, "pass", stated="no_pass"),
+                 Step(index=2, text='<exec_verify>pass</exec_verify>\n<tool_call>{"name": "memory_retrieve"}</tool_call>',
+                      action="tool_call", tool="memory_retrieve", arguments={}, exec_verdict="pass",
+                      observation="Earlier turns: ...", checked_sql=GOLD, verdict="pass"),
+                 Step(index=3, text=f"<memory_verify>pass</memory_verify>\n<answer_sql>{GOLD}</answer_sql>",
+                      action="answer", sql=GOLD, memory_verdict="pass")]
+    first = [exec_step(0, GOLD, "pass"),
+             Step(index=1, text=f"<exec_verify>pass</exec_verify>\n<answer_sql>{GOLD};</answer_sql>", action="answer",
+                  sql=GOLD + ";", exec_verdict="pass")]
+    miss = [Step(index=0, text=f"<answer_sql>{wrong}</answer_sql>", action="answer", sql=wrong,
+                 flow_errors=["answered without running a query"])]
+    return [row(turn(dataset, 1, 1), corrected, GOLD, 1), row(turn(dataset, 2, 0), first, GOLD + ";", 1),
+            row(turn(dataset, 3, 2), miss, wrong, 0)]
+
+
+def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int, int]]) -> None:
+    def work(ctx):
+        datasets = {}
+        for name, (turns, k) in correct.items():
+            (ctx.out / name).mkdir()
+            (ctx.out / name / "summary.json").write_text(json.dumps(summary(name, turns, k)))
+            write_jsonl(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
+            datasets[name] = {"turns": turns, "ex": k / turns, "em": (k // 2) / turns, "generated_tokens": 100}
+        return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "decoding": "greedy",
+                "datasets": datasets}
+
+    store.run("evaluate", label, {"data": DATA, "sample": {"seed": 7}, "label": label}, {}, work)
+
+
+def build_run(root: Path) -> Path:
+    store = Store(root)
+    evaluation(store, "eval-base", "long", {"cosql": (40, 0), "sparc": (3, 0)})
+    evaluation(store, "eval-base-short", "short", {"cosql": (40, 1), "sparc": (3, 0)})
+
+    def sample(ctx):
+        write_jsonl(ctx.out / "trajectories.jsonl", trajectories("cosql", "long"))
+        return {"policy": "gold_with_correction", "count": 12, "items": 12, "ex": 1.0}
+
+    store.run("sample", "sample-r1", {"data": DATA, "sample": {"seed": 7}}, {}, sample, round=1)
+    store.run("reject", "reject-r1", {}, {}, lambda ctx: {"items": 12, "solved": 9, "sampled": 12, "correct": 9,
+                                                          "kept": 9, "unsolved": 3}, round=1)
+    store.run("sft", "sft-r1", {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
+                                                    "heldout": {"count": 10, "ex": 0.3}}, round=1)
+    evaluation(store, "eval-sft", "long", {"cosql": (40, 16), "sparc": (3, 1)})
+    table = {f"stage {k}": {"easy": e, "medium": m, "hard": h, "extra": x, "total": e + m + h + x}
+             for k, (e, m, h, x) in enumerate(((5, 0, 0, 0), (0, 4, 0, 0), (0, 0, 2, 1)), 1)}
+    store.run("curriculum", "curriculum", {"curriculum": {"by": "hardness", "stages": [["easy"], ["medium"],
+                                                                                         ["hard", "extra"]]}},
+              {}, lambda ctx: {"pool": 12, "stages": 3, "dropped": {"solved": 0, "unlabelled": 0}, "table": table})
+    for k, steps in ((1, 3), (2, 2)):
+        def rl(ctx, k=k, steps=steps):
+            (ctx.out / "metrics.jsonl").write_text("".join(json.dumps({
+                "stage": k, "step": s, "reward_mean": 0.5 * k + 0.1 * s, "reward_std": 0.2, "response_length": 60 + s,
+                "groups_with_signal": 0.5, "ex": 0.25, "pg_loss": -0.01 * s, "kl": 0.001, "grad_norm": 1.5,
+                "clipfrac": 0.0}) + "\n" for s in range(1, steps + 1)))
+            return {"steps": steps, "reward_first": 0.5 * k + 0.1, "reward_last": 0.5 * k + 0.1 * steps}
+        store.run("rl", f"rl-c{k}", {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl, round=k)
+    evaluation(store, "eval-rl", "long", {"cosql": (40, 18), "sparc": (3, 2)})
+    return root
+
+
+@pytest.fixture
+def run_folder(tmp_path) -> Path:
+    """A fresh synthetic run (tests may change it)."""
+    return build_run(tmp_path / "tiny")
+
+
+@pytest.fixture(scope="session")
+def shared_run(tmp_path_factory) -> Path:
+    """One synthetic run for the tests that only read it."""
+    return build_run(tmp_path_factory.mktemp("runs") / "tiny")
+
+
+@pytest.fixture
+def token_id() -> int:
+    return TOKEN_ID

@@ -1,0 +1,207 @@
+"""The report and the analysis notebook, on the synthetic run of conftest.py."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from mtsql.errors import UsageError
+from mtsql.report import build_report
+
+REPO = Path(__file__).resolve().parents[2]
+PLOTS = ("ex_by_hardness", "ex_by_turn", "rl_curves")
+
+
+@pytest.fixture(scope="module")
+def report(shared_run) -> tuple[Path, str]:
+    path = build_report(shared_run)
+    return path, path.read_text()
+
+
+def section(text: str, title: str) -> str:
+    """The text of one ``## title`` section."""
+    start = text.index(f"## {title}")
+    following = text.find("\n## ", start + 1)
+    return text[start:] if following == -1 else text[start:following]
+
+
+def test_rates_carry_n_and_wilson_intervals(report):
+    _, text = report
+    table = section(text, "Evaluations")
+    # 16/40 and 0/40 (EX), 8/40 (EM), 4/10 interactions: each with its 95 % Wilson interval
+    assert "| eval-sft | long | gold | greedy | cosql | 40 | 40.0 [26.3, 55.4] (16/40) | 20.0 [10.5, 34.8] (8/40) | " \
+           "40.0 [16.8, 68.7] (4/10) |" in table
+    assert "| eval-base | long | gold | greedy | cosql | 40 | 0.0 [0.0, 8.8] (0/40) |" in table
+    assert "| eval-base-short | short |" in table
+
+
+def test_summary_says_what_the_intervals_allow(report):
+    _, text = report
+    summary = section(text, "Summary")
+    cosql, sparc = summary.split("**sparc**")
+    assert "base 0.0 [0.0, 8.8] (0/40) → SFT 40.0 [26.3, 55.4] (16/40) → RL 45.0 [30.7, 60.2] (18/40)" in cosql
+    assert "SFT is above base beyond the 95 % intervals" in cosql
+    assert "SFT and RL: the 95 % intervals overlap, so this run shows no difference between them" in cosql
+    assert "cannot show" not in cosql  # 40 turns: no blanket warning
+    assert "base and SFT: the 95 % intervals overlap" in sparc  # 0/3 vs 1/3
+    assert "With as few as 3 scored turns" in sparc and "cannot show differences" in sparc
+
+
+def test_behaviour_counts_only_long_horizon_runs(report):
+    _, text = report
+    behaviour = section(text, "Agent behaviour (long-horizon evaluations)")
+    assert "eval-base-short" not in behaviour
+    assert "memory_retrieve" in behaviour and "self-correction" in behaviour  # the definitions are stated
+    row = next(line for line in behaviour.splitlines() if line.startswith("| eval-sft | cosql |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:] == ["3", "100.0 [43.9, 100.0] (3/3)", "66.7 [20.8, 93.9] (2/3)", "50.0 [9.5, 90.5] (1/2)",
+                         "100.0 [20.7, 100.0] (1/1)", "0.0 [0.0, 56.1] (0/3)"]
+
+
+def test_examples_are_decoded_text(report, token_id):
+    _, text = report
+    examples = section(text, "Example trajectories")
+    assert examples.count("```text") == 3
+    assert "### cosql-dev-0001/1 (cosql): changed its query after a no_pass verdict" in examples
+    assert "a miss" in examples
+    assert "<exec_verify>no_pass</exec_verify>" in examples and "── tool · exec_sql" in examples
+    assert examples.count("SYSTEM PROMPT") == 1  # shown once
+    assert str(token_id) not in text
+
+
+def test_training_sections(report):
+    _, text = report
+    rounds = section(text, "Self-taught SFT rounds")
+    assert "| 1 | gold_with_correction | 12 | 75.0 [46.8, 91.1] (9/12) | 9 | 9 | 1 | 0.8123 | 3 | " \
+           "30.0 [10.8, 60.3] (3/10) |" in rounds
+    curriculum = section(text, "Curriculum")
+    assert "| stage 3 | hard, extra | 0 | 0 | 2 | 1 | 3 |" in curriculum
+    grpo = section(text, "Curriculum GRPO")
+    steps = [line for line in grpo.splitlines() if line.startswith("| rl-c")]
+    assert [line.split("|")[1:3] for line in steps] == [[" rl-c1 ", " 1 "], [" rl-c1 ", " 2 "], [" rl-c1 ", " 3 "],
+                                                        [" rl-c2 ", " 1 "], [" rl-c2 ", " 2 "]]
+    assert "| rl-c1 | 1 | 0.6 | 0.2 | -0.01 | 0.001 | 1.5 | 61 | 50.0 [9.5, 90.5] (1/2) | 25.0 [7.1, 59.1] (2/8) |" in grpo
+
+
+def test_provenance_and_paper_are_separate(report):
+    from mtsql.artifacts import code_version, hardware
+
+    _, text = report
+    provenance = section(text, "Provenance")
+    commit = code_version()["git_commit"]
+    if commit:
+        assert f"git {commit[:12]}" in provenance
+    assert "transformers 5.5.4" in provenance and f"{hardware()['cores']} cores" in provenance
+    assert "sample.seed = 7" in provenance
+    assert "train: cosql train (first 3); eval: cosql, sparc dev (all)" in provenance
+    assert re.search(r"\| eval-rl \| evaluate \| [\d-]+ [\d:]+ \| [\d.]+s \| 200 \|", provenance)
+    paper = section(text, "Published numbers from the MTSQL-R1 paper (not this run)")
+    assert "| Qwen3-4B | + curriculum RL (outcome+process) | cosql | 79.9 | 65.2 |" in paper
+    assert "eval-" not in paper  # this run's rows are not repeated there
+    assert "79.9" not in text.replace(paper, "")
+
+
+def test_plots_exist_are_pngs_and_are_linked(report):
+    from PIL import Image
+
+    path, text = report
+    for name in PLOTS:
+        png = path.parent / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        with Image.open(png) as image:
+            image.verify()
+        with Image.open(png) as image:
+            assert image.size[0] > 600 and image.size[1] > 300
+            assert len(image.convert("RGB").getcolors(1 << 20)) > 20  # drawn, not blank
+        assert f"](plots/{name}.png)" in text
+
+
+def test_breakdown_tells_zero_from_no_items():
+    from mtsql.report.plots import breakdown_figure
+    from mtsql.report.stats import Rate
+
+    fig = breakdown_figure({"cosql": {"base": {"easy": Rate(0, 5), "medium": Rate(2, 4)}}}, ("easy", "medium", "hard"),
+                           "hardness")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["0/5", "2/4", "n=0"]
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 1  # only the bucket without turns
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["base", "no turns (n=0)"]
+
+
+def test_rebuild_replaces_the_folder(run_folder):
+    run = run_folder
+    build_report(run)
+    (run / "report" / "stale.txt").write_text("old")
+    build_report(run)
+    assert not (run / "report" / "stale.txt").exists() and not (run / ".report.tmp").exists()
+
+
+def test_report_of_nothing_is_a_clear_error(tmp_path):
+    with pytest.raises(UsageError, match="no run folder"):
+        build_report(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no complete artifacts"):
+        build_report(tmp_path / "empty")
+
+
+def test_notebook_runs_on_the_run(shared_run):
+    import nbformat
+    from nbclient import NotebookClient
+
+    run = shared_run
+    notebook = nbformat.read(REPO / "notebooks" / "analysis.ipynb", as_version=4)
+    os.environ["MTSQL_RUN"] = str(run)
+    try:
+        NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    finally:
+        del os.environ["MTSQL_RUN"]
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 3, "hardness, turn and RL curve plots are drawn"
+
+
+def test_rounds_without_held_out_check_or_training(run_folder):
+    from mtsql.artifacts import Store
+    from mtsql.report.runs import latest_artifacts
+    from mtsql.report.training import sft_rounds_section
+
+    store = Store(run_folder)
+    store.run("sample", "sample-r2", {"r": 2}, {}, lambda ctx: {"policy": "model", "count": 3, "items": 3}, round=2)
+    store.run("reject", "reject-r2", {"r": 2}, {}, lambda ctx: {"items": 3, "solved": 0, "kept": 0}, round=2)
+    store.run("sft", "sft-r3", {"r": 3}, {}, lambda ctx: {"examples": 2, "heldout": {"count": 0, "ex": 0.0}}, round=3)
+    lines = sft_rounds_section(latest_artifacts(run_folder))
+    assert "| 2 | model | 3 | 0.0 [0.0, 56.1] (0/3) | 0 | – | – | – | – | – |" in lines
+    assert "| 3 | – | – | – | – | 2 | – | – | – | – |" in lines
+
+
+def test_rl_figure_with_what_verl_logs():
+    from mtsql.report.plots import rl_figure
+    from mtsql.report.training import CURVES
+
+    rows = [{"stage": 1, "step": s, "reward_mean": 0.1 * s, "response_length": 50.0} for s in (1, 2)]
+    fig = rl_figure({"stage 1 (easy)": rows, "stage 2 (medium)": rows[:1]}, CURVES)
+    reward, signal, length = fig.axes
+    assert [list(line.get_xdata()) for line in reward.get_lines()] == [[1, 2], [3]]  # integer steps run on
+    assert [t.get_text() for t in signal.texts] == ["not logged by this engine"]
+    assert [t.get_text() for t in length.get_legend().get_texts()] == ["stage 1 (easy)", "stage 2 (medium)"]
+
+
+def test_examples_prefer_telling_cases():
+    from mtsql.report.evaluation import pick_examples
+
+    def row(uid, execution, valid, steps=()):
+        return {"uid": uid, "execution": execution, "trajectory": {"protocol_valid": valid, "steps": list(steps)}}
+
+    corrected = [{"index": 0, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT 1", "verdict": "no_pass"},
+                 {"index": 1, "action": "answer", "sql": "SELECT 2", "verdict": None}]
+    rows = [row("a", 0, False), row("b", 0, True), row("c", 1, True), row("d", 0, True, corrected), row("e", 0, True)]
+    assert [(why.split(" (")[0], r["uid"]) for why, r in pick_examples(rows)] == [
+        ("changed its query after a no_pass verdict", "d"), ("answered correctly", "c"), ("a miss", "a")]
+    misses = [row("a", 0, False), row("b", 0, False), row("c", 0, True)]
+    assert [(why, r["uid"]) for why, r in pick_examples(misses)] == [
+        ("a miss (EX 0 or no answer)", "a"), ("another item (a miss, protocol-valid)", "c"),
+        ("another item (a miss, off protocol)", "b")]

@@ -1,0 +1,59 @@
+"""`mtsql status`: pipeline order, one row per artifact, no spurious rows, 100 columns."""
+
+from rich.console import Console
+
+from mtsql.artifacts import Store
+from mtsql.status import pipeline_order, status_rows, status_table
+
+
+def test_labels_sort_in_pipeline_order():
+    labels = ["eval-rl", "rl-c2", "eval-base-short", "sft-r2", "curriculum", "sample-r10", "eval-sft", "rl-c10",
+              "reject-r1", "sample-pool", "sample-r2", "sft-r1", "eval-base", "sample-r1", "rl-c1", "notes", "sample"]
+    assert sorted(labels, key=pipeline_order) == [
+        "sample", "sample-r1", "reject-r1", "sft-r1", "sample-r2", "sft-r2", "sample-r10", "sample-pool", "curriculum",
+        "rl-c1", "rl-c2", "rl-c10", "eval-base", "eval-base-short", "eval-sft", "eval-rl", "notes"]
+
+
+def test_rows_in_pipeline_order_without_spurious_ones(run_folder):
+    (run_folder / "report" / "plots").mkdir(parents=True)  # the report folder is not a stage
+    (run_folder / "report" / "report.md").write_text("# report\n")
+    store = Store(run_folder)
+    store.run("reject", "reject-r1", {"older": False}, {}, lambda ctx: {"items": 12, "solved": 10, "sampled": 12,
+                                                                         "kept": 10})
+    (run_folder / "rl-c3" / "0123456789ab.partial").mkdir(parents=True)
+    rows = status_rows(run_folder)
+    assert [(r[0], r[1]) for r in rows] == [
+        ("sample-r1", "latest"), ("reject-r1", "latest"), ("reject-r1", "older"), ("sft-r1", "latest"),
+        ("curriculum", "latest"), ("rl-c1", "latest"), ("rl-c2", "latest"), ("rl-c3", "partial"),
+        ("eval-base", "latest"), ("eval-base-short", "latest"), ("eval-sft", "latest"), ("eval-rl", "latest")]
+    by_label = {r[0]: r for r in rows if r[1] != "older"}
+    assert by_label["eval-sft"][5] == "long, gold memory\ncosql EX 40.0% EM 20.0% n=40\nsparc EX 33.3% EM 0.0% n=3"
+    assert by_label["eval-base-short"][5].startswith("short, gold memory")
+    assert by_label["reject-r1"][5] == "solved 10/12 items, kept 10/12"
+    assert by_label["curriculum"][5] == "pool 12: stage 1 5, stage 2 4, stage 3 3"
+    assert by_label["rl-c2"][5] == "2 steps, reward 1.1 → 1.2"
+    assert by_label["sft-r1"][5] == "9 examples, train loss 0.812"
+
+
+def test_table_fits_100_columns(run_folder):
+    console = Console(width=100, record=True, color_system=None)
+    console.print(status_table(run_folder))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    for label in ("sample-r1", "eval-rl", "rl-c2", "curriculum"):
+        assert f" {label} " in text  # labels are never wrapped
+
+
+def test_cli_status_lists_the_run(run_folder):
+    from typer.testing import CliRunner
+
+    from mtsql.cli import app
+
+    result = CliRunner().invoke(app, ["status", str(run_folder)], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    order = [next(i for i, line in enumerate(lines) if f" {label} " in line)
+             for label in ("sample-r1", "sft-r1", "curriculum", "rl-c1", "eval-base", "eval-rl")]
+    assert order == sorted(order)
+    assert "\x1b[" not in result.output
