@@ -39,10 +39,13 @@ def build_report(run: Path) -> Path:
     lines += evaluation.summary_section(heads)
     lines += evaluation.evaluation_table(evals)
     if heads:
-        lines += ["EX by hardness and by turn position, for the long-horizon evaluation of each phase "
+        lines += ["EX by hardness and by turn position, for the headline evaluation of each phase "
                   f"({', '.join(a.label for a in heads.values())}):", ""]
         for key, buckets, what in (("by_hardness", HARDNESS_LEVELS, "hardness"), ("by_turn", TURN_BUCKETS, "turn")):
-            figure = plots.breakdown_figure(evaluation.breakdown_rates(heads, key), buckets, what)
+            rates = evaluation.breakdown_rates(heads, key)
+            if not rates:  # single-turn datasets have no turn buckets
+                continue
+            figure = plots.breakdown_figure(rates, buckets, what)
             path = plots.save(figure, tmp / "plots" / f"ex_{key}.png")
             lines += [f"![EX by {what}](plots/{path.name})", ""]
     lines += evaluation.behaviour_section(evals)

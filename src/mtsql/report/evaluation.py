@@ -7,7 +7,7 @@ from mtsql.artifacts import Artifact
 from mtsql.files import read_jsonl
 from mtsql.report.behaviour import behaviour, verdict_changes
 from mtsql.report.markdown import table
-from mtsql.report.runs import PHASE_NAMES, datasets, is_long_horizon, official_summary, tally_rate
+from mtsql.report.runs import PHASE_NAMES, datasets, decodings, is_long_horizon, official_summary, tally_rate
 from mtsql.report.stats import Rate
 from mtsql.trajectory_text import render_trajectory, trajectory_files
 
@@ -54,17 +54,18 @@ def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
     for label, art in evals.items():
         m = art.metrics
         for dataset in datasets(art):
-            summary = official_summary(art, dataset)
-            ex, em = summary["execution"], summary["exact"]
-            rows.append([label, m.get("mode"), m.get("memory"), m.get("decoding", "greedy"), dataset,
-                         summary["turns"], tally_rate(ex["question"]).cell(), tally_rate(em["question"]).cell(),
-                         tally_rate(ex["interaction"]).cell(), tally_rate(em["interaction"]).cell(),
-                         ex["question"]["unscorable"]])
+            for decoding, summary in decodings(art, dataset):
+                ex, em = summary["execution"], summary["exact"]
+                joint = [tally_rate(t["interaction"]).cell() if "interaction" in t else "–" for t in (ex, em)]
+                rows.append([label, m.get("mode"), m.get("memory"), decoding, dataset, summary["turns"],
+                             tally_rate(ex["question"]).cell(), tally_rate(em["question"]).cell(), *joint,
+                             ex["question"]["unscorable"]])
     return ["## Evaluations", "",
             "Official metrics on the profile's dev slices, in % with the 95 % Wilson interval and "
             "correct/scored. EX is execution match (test-suite semantics unless the profile says otherwise), EM "
-            "exact set match; an interaction counts when all its turns do. Turns the evaluator cannot score "
-            "(last column) are left out of the rate, as the official programs do.", "",
+            "exact set match; an interaction counts when all its turns do (– for single-turn datasets). Turns the "
+            "evaluator cannot score (last column) are left out of the rate, as the official programs do. With "
+            "self-consistency voting (decoding vote@n) the same model's greedy decoding is the row above it.", "",
             *table(["evaluation", "mode", "memory", "decoding", "dataset", "turns", "EX", "EM", "interaction EX",
                     "interaction EM", "unscorable"], rows, numeric_from=5)]
 
@@ -74,8 +75,9 @@ def breakdown_rates(heads: dict[str, Artifact], key: str) -> dict[str, dict[str,
     out: dict[str, dict[str, dict[str, Rate]]] = {}
     for phase, art in heads.items():
         for dataset in datasets(art):
-            cells = official_summary(art, dataset)["execution"][key]
-            out.setdefault(dataset, {})[PHASE_NAMES[phase]] = {b: tally_rate(t) for b, t in cells.items()}
+            cells = official_summary(art, dataset)["execution"].get(key)
+            if cells:
+                out.setdefault(dataset, {})[PHASE_NAMES[phase]] = {b: tally_rate(t) for b, t in cells.items()}
     return out
 
 

@@ -49,11 +49,13 @@ def is_long_horizon(art: Artifact) -> bool:
 
 
 def headline(evals: dict[str, Artifact]) -> dict[str, Artifact]:
-    """One evaluation per phase: the newest long-horizon one with gold memory."""
+    """One evaluation per phase: the newest long-horizon one with gold memory (a run with no
+    long-horizon evaluation, such as a single-turn one, compares its short-mode evaluations)."""
     chosen: dict[str, Artifact] = {}
+    long_run = any(is_long_horizon(art) for art in evals.values())
     for label, art in evals.items():
         phase = phase_of(label)
-        if phase and is_long_horizon(art) and art.metrics.get("memory") == "gold":
+        if phase and is_long_horizon(art) == long_run and art.metrics.get("memory") == "gold":
             if phase not in chosen or art.manifest.get("created_at", "") > chosen[phase].manifest.get("created_at", ""):
                 chosen[phase] = art
     return {phase: chosen[phase] for phase in PHASES if phase in chosen}
@@ -69,6 +71,14 @@ def official_summary(art: Artifact, dataset: str) -> dict:
     if not path.exists():
         raise UsageError(f"{path}: missing; the evaluation artifact is incomplete (rerun it with --force)")
     return read_json(path)
+
+
+def decodings(art: Artifact, dataset: str) -> list[tuple[str, dict]]:
+    """(decoding, official summary) of one evaluated dataset: with voting, greedy decoding first
+    (``<dataset>/greedy/summary.json``), then the vote."""
+    voted = art.metrics.get("decoding", "greedy")
+    greedy = art.path / dataset / "greedy" / "summary.json"
+    return ([("greedy", read_json(greedy))] if greedy.exists() else []) + [(voted, official_summary(art, dataset))]
 
 
 def tally_rate(tally: dict) -> Rate:
