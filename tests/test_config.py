@@ -94,3 +94,13 @@ def test_a_bad_choice_on_the_command_line_exits_2_before_anything_is_written(tmp
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "override 'env.mode=lng': 'env.mode' must be one of long, short" in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("use_cpu, fast, expected", [(True, True, True), (True, False, False), (False, False, True)])
+def test_bf16_auto_follows_the_hardware(monkeypatch, use_cpu, fast, expected):
+    import mtsql.config
+
+    monkeypatch.setattr(mtsql.config, "cpu_has_fast_bf16", lambda: fast)
+    cfg = load_config(None, ["sft.bf16=auto", f"sft.use_cpu={str(use_cpu).lower()}"])
+    assert cfg.sft.bf16 is expected
+    assert load_config(None, ["sft.bf16=true"]).sft.bf16 is True

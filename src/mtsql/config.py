@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from mtsql.errors import UsageError
+from mtsql.provenance import cpu_has_fast_bf16
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
 
@@ -142,7 +143,8 @@ class SftConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     use_cpu: bool = True
-    bf16: bool = False  # bf16 autocast; on CPU it needs AVX512-BF16/AMX to be faster than float32
+    bf16: bool | Literal["auto"] = False  # bf16 autocast; auto: on GPUs, and on CPUs with AVX512-BF16 or AMX
+                                          # (elsewhere bf16 is emulated and slower than float32)
     gradient_checkpointing: bool = True  # off: no activation recompute, more memory (fine for small models)
     deepspeed: Literal["none", "z2", "z3", "z3_offload"] = "none"  # DeepSpeed ZeRO stage (GPU, through torchrun)
     logger: Logger = "none"  # tensorboard logs go to the SFT artifact's tensorboard/
@@ -242,6 +244,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     where = _Origins(origins, str(path) if path is not None else "<defaults>")
     cfg = build(Config, raw, source=where, prefix="")
     _check_curriculum(cfg.curriculum, where)
+    if cfg.sft.bf16 == "auto":  # resolved here, so config.yaml and the fingerprint show what runs
+        cfg = replace(cfg, sft={"bf16": not cfg.sft.use_cpu or cpu_has_fast_bf16()})
     return cfg
 
 

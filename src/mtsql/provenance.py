@@ -114,6 +114,21 @@ def package_versions() -> dict:
     return found
 
 
+def cpu_flags() -> set[str]:
+    """The instruction-set flags of this machine's CPU (``/proc/cpuinfo``; empty where it is not readable)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.partition(":")[2].split())
+    return set()
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether bf16 matrix products run natively on this CPU (AVX512-BF16 or AMX); elsewhere torch
+    emulates them, several times slower than float32."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
 def hardware() -> dict:
     """The machine a stage ran on: CPU, core count, memory and the GPUs ``nvidia-smi`` lists."""
     info: dict[str, Any] = {"machine": platform.machine(), "cpu": _cpu_model(), "cores": os.cpu_count(),
