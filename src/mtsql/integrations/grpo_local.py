@@ -162,6 +162,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     import json
     import random
     import time
+    from functools import partial
 
     from mtsql.backends.hf import HFBackend
     from mtsql.paths import data_dir
@@ -193,8 +194,8 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
         if len(order) < cfg.rl.batch_size:
             order += rng.sample(turns, len(turns))
         batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
-        records = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False)
-        rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
+        rows = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False,
+                          score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=root))
         episodes = [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
                     for r in rows if r["response_ids"]]
         stats = grpo_update(model, optimizer, episodes, settings, pad_id=backend.pad_id, ref_model=ref_model)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
+from functools import partial
 from pathlib import Path
 
 from mtsql.artifacts import StageContext
@@ -100,8 +101,8 @@ def run_model(ctx: StageContext, cfg: Config, datasets: dict[str, list[Turn]], *
            "decoding": f"vote@{cfg.evaluate.vote}" if voting else "greedy", "datasets": {}}
     for name, turns in datasets.items():
         folder = ctx.out / name
-        records = engine.run(turns, n=cfg.evaluate.vote, seed=cfg.seed, out_dir=folder / "rollout")
-        rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
+        rows = engine.run(turns, n=cfg.evaluate.vote, seed=cfg.seed, out_dir=folder / "rollout",
+                          score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=root))
         by_uid: dict[str, list[dict]] = defaultdict(list)
         for row in rows:
             by_uid[row["uid"]].append(row)

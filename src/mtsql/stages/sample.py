@@ -10,6 +10,7 @@ ids and mask (model policies), the reward terms and the protocol statistics reje
 from __future__ import annotations
 
 import shutil
+from functools import partial
 from pathlib import Path
 
 from mtsql.artifacts import StageContext
@@ -29,8 +30,8 @@ def run(ctx: StageContext, cfg: Config, turns: list[Turn], *, policy: str, model
     root = data_dir(cfg.data.root)
     engine = RolloutEngine.from_config(cfg, data_root=root, policy=policy, model=model)
     shards = Path(ctx.out) / "rollout"
-    records = engine.run(turns, n=cfg.sample.n, seed=cfg.sample.seed, out_dir=shards)
-    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
+    rows = engine.run(turns, n=cfg.sample.n, seed=cfg.sample.seed, out_dir=shards,
+                      score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=root))
     write_jsonl(ctx.out / "trajectories.jsonl", rows)
     shutil.rmtree(shards)  # every record is in trajectories.jsonl now
     return {"policy": policy, "model": model, **summarize_trajectories(rows)}

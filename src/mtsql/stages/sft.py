@@ -9,6 +9,7 @@ With ``heldout`` turns it then scores the new model on them (greedy), for the ro
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 from mtsql.artifacts import StageContext
 from mtsql.config import Config
@@ -53,6 +54,6 @@ def heldout_scores(cfg: Config, turns: list[Turn], model: str) -> dict:
     greedy = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, n=1, temperature=0.0))
     root = data_dir(cfg.data.root)
     engine = RolloutEngine.from_config(greedy, data_root=root, policy="model", model=model)
-    records = engine.run(turns, n=1, seed=cfg.seed, progress=False)
-    summary = summarize_trajectories([score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records])
+    summary = summarize_trajectories(engine.run(turns, n=1, seed=cfg.seed, progress=False, score=partial(
+        score_record, reward=cfg.reward, sql=cfg.sql, data_root=root)))
     return {k: summary[k] for k in ("count", "ex", "em", "protocol_valid", "tool_calls_per_turn")}
