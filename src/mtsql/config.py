@@ -77,7 +77,7 @@ class ModelConfig:
 
     name: str = "smollm2-135m"
     template: str = "qwen3_nothink"  # LLaMA-Factory template of this chat format
-    dtype: str = "float32"
+    dtype: str = "auto"  # sampling: float32 on CPU, bfloat16 on CUDA (hf), vLLM's auto; local RL trains in float32
     device: str = "cpu"  # hf backend: cpu | cuda | cuda:N
 
 

@@ -170,7 +170,8 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     from mtsql.trajectories import score_record
 
     torch.manual_seed(cfg.seed)
-    backend = HFBackend(base_model, dtype=cfg.model.dtype, device=cfg.model.device, prefix_cache=False)
+    dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # trained weights stay float32
+    backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device, prefix_cache=False)
     model = backend.model
     if cfg.rl.lora_rank > 0:
         from peft import LoraConfig, get_peft_model
