@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from mtsql.agent.tools import TOOL_SCHEMAS
 from mtsql.backends.base import Backend, SamplingParams
 from mtsql.chat_format import ChatFormat
 from mtsql.data.records import Turn
@@ -284,3 +285,159 @@ def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, f
         assert len(record["generations"]) == record["trajectory"]["num_assistant_turns"] == 2
         assert record["trajectory"]["finish_reason"] == "max_turns"
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipelined engine: same tokens as one conversation at a time, tools off the backend's thread
+
+
+def one_at_a_time(backend, chat, params, make_env, turns, n, seed):
+    """The plainest loop with the engine's contract: each dialogue (predicted memory) and sample in
+    turn, one message per backend call, seeds from (seed, key, message index)."""
+    from mtsql.agent.tools import MemoryEntry
+
+    records = {}
+    dialogues: dict[str, list[Turn]] = {}
+    for turn in turns:
+        dialogues.setdefault(turn.interaction_id, []).append(turn)
+    for dialogue in dialogues.values():
+        for sample in range(n):
+            answers = []
+            for position, turn in enumerate(dialogue):
+                key = f"{turn.uid}#{sample}"
+                memory = [MemoryEntry(t.question, a) for t, a in zip(dialogue[:position], answers, strict=True)] if position else None
+                env = make_env()
+                prompt = chat.prompt_ids(env.reset(turn, memory), TOOL_SCHEMAS)
+                ids, mask, generations = [], [], []
+                while True:
+                    out = backend.generate([prompt + ids], params, [derive_seed(derive_seed(seed, key), len(generations))])[0]
+                    ids, mask = ids + out.token_ids, mask + [1] * len(out.token_ids)
+                    generations.append({"tokens": len(out.token_ids), "finish_reason": out.finish_reason})
+                    observation, ended, _ = env.step(out.text)
+                    if ended:
+                        break
+                    follow = [] if out.token_ids[-1:] == [chat.end_of_turn_id] else [chat.end_of_turn_id]
+                    follow += chat.observation_ids(observation)
+                    ids, mask = ids + follow, mask + [0] * len(follow)
+                answers.append(env.trajectory.final_sql)
+                records[key] = same_parts(prompt, ids, mask, generations, env.trajectory.to_dict())
+    return records
+
+
+def same_parts(prompt, ids, mask, generations, trajectory):
+    trajectory = {**trajectory, "elapsed_s": 0, "steps": [{**s, "tool_s": 0} for s in trajectory["steps"]]}
+    return json.loads(json.dumps([prompt, ids, mask, generations, trajectory]))
+
+
+@pytest.mark.parametrize("model", ["tiny", "scripted"])
+def test_pipelined_engine_gives_the_tokens_of_a_one_at_a_time_loop(model, tiny_backend, tiny_tokenizer, fixture_root):
+    from mtsql.agent.env import SqlAgentEnv
+    from mtsql.config import EnvConfig
+    from mtsql.data import load_turns
+
+    turns = [t for t in load_turns("cosql", "dev", root=fixture_root, with_hardness=False) if t.turn_index < 2][:6]
+    backend = tiny_backend if model == "tiny" else ScriptedBackend(tiny_tokenizer)  # scripted: real SQL runs
+    chat, params = ChatFormat(tiny_tokenizer), SamplingParams(temperature=1.0, max_new_tokens=6, stop=STOP_STRINGS)
+
+    def make_env():
+        return SqlAgentEnv(EnvConfig(max_turns=3, memory="predicted"), data_root=fixture_root)
+
+    expected = one_at_a_time(backend, chat, params, make_env, turns, 2, seed=5)
+    for batch_size, workers in ((4, 3), (16, 1)):
+        records = RolloutEngine(make_env, backend=backend, chat=chat, params=params, tools=TOOL_SCHEMAS,
+                                memory="predicted", batch_size=batch_size, tool_workers=workers).run(
+            turns, n=2, seed=5, progress=False)
+        got = {r["key"]: same_parts(r["prompt_ids"], r["response_ids"], r["response_mask"], r["generations"],
+                                    r["trajectory"]) for r in records}
+        assert got == expected
+    if model == "scripted":
+        assert any(s["result_kind"] == "ok" for parts in expected.values() for s in parts[4]["steps"])
+
+
+class BlockingEnv(FakeEnv):
+    """The first step of turn b/0 holds its worker until the backend is called again (or 5 s pass)."""
+
+    release = None
+    overlapped = None
+
+    def step(self, text):
+        if self.turn.uid == "b/0" and BlockingEnv.overlapped is None:
+            BlockingEnv.overlapped = BlockingEnv.release.wait(timeout=5)
+        return super().step(text)
+
+
+class SignallingBackend(ScriptedBackend):
+    def generate(self, prompts, params, seeds=None):
+        if self.batches:
+            BlockingEnv.release.set()
+        return super().generate(prompts, params, seeds)
+
+
+def test_generation_goes_on_while_a_tool_call_runs(tiny_tokenizer):
+    import threading
+
+    BlockingEnv.release, BlockingEnv.overlapped = threading.Event(), None
+    backend = SignallingBackend(tiny_tokenizer)
+    turns = dialogue("a", 3)[2:] + dialogue("b", 1)  # a/2 needs three messages, b/0 one
+    records = RolloutEngine(BlockingEnv, backend=backend, chat=ChatFormat(tiny_tokenizer),
+                            params=SamplingParams(max_new_tokens=6, stop=STOP_STRINGS), tools=TOOLS).run(
+        turns, progress=False)
+    assert BlockingEnv.overlapped  # the backend was called again while b/0's step was still running
+    assert backend.batches[:2] == [2, 1] and [len(r["generations"]) for r in records] == [3, 1]
+
+
+def test_a_response_budget_ends_episodes_without_a_dangling_observation(tiny_tokenizer):
+    turns = dialogue("t", 3)
+    free = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer).run(turns, progress=False)
+    first = free[2]["generations"][0]["tokens"]
+    budget = first + 3  # room for the first message, not for its observation
+    records = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer, max_response_tokens=budget).run(
+        turns, progress=False)
+    assert [r["stop"] for r in free] == ["episode_end"] * 3
+    assert records[0] == {**records[0], "stop": "episode_end", "response_ids": free[0]["response_ids"]}  # one message
+    for record in records[1:]:
+        assert record["stop"] == "response_length" and record["response_mask"] == [1] * first
+        assert record["response_ids"] == free[2]["response_ids"][:first] and len(record["generations"]) == 1
+    cut = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer, max_response_tokens=first - 2).run(
+        turns[1:2], progress=False)[0]
+    assert cut["response_ids"] == free[1]["response_ids"][: first - 2] and cut["stop"] == "response_length"
+    assert cut["truncated"] and cut["generations"] == [{"tokens": first - 2, "finish_reason": "length"}]
+    assert cut["trajectory"]["messages"][2]["content"] == tiny_tokenizer.decode(cut["response_ids"])  # what the env read
+
+
+def test_scoring_runs_on_the_workers_for_new_and_resumed_records(tiny_tokenizer, tmp_path):
+    import threading
+
+    turns = dialogue("w", 4)
+    engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer).run(turns[:2], out_dir=tmp_path, progress=False)
+    threads = set()
+
+    def score(record):
+        threads.add(threading.current_thread().name)
+        return {"key": record["key"], "answer": record["trajectory"]["final_sql"]}
+
+    rows = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer).run(turns, out_dir=tmp_path, progress=False,
+                                                                       score=score)
+    assert [r["key"] for r in rows] == [f"w/{k}#0" for k in range(4)] and all(r["answer"] for r in rows)
+    assert threads and all(name.startswith("rollout-tools") for name in threads)
+    assert len(load_records(tmp_path)) == 4
+
+
+class SchedulingBackend(ScriptedBackend):
+    schedules_requests = True  # as vLLM and servers: hand it every ready conversation
+
+
+class LimitedBackend(ScriptedBackend):
+    def batch_limit(self, tokens_per_row):  # as hf on CUDA: rows that fit its free memory
+        return 3
+
+
+def test_batch_sizes_follow_the_backend(tiny_tokenizer):
+    turns = [t for name in "abcdefgh" for t in dialogue(name, 1)]  # one message each
+    plain, scheduling, limited = (cls(tiny_tokenizer) for cls in (ScriptedBackend, SchedulingBackend, LimitedBackend))
+    for backend in (plain, scheduling, limited):
+        records = engine(backend, tiny_tokenizer, batch_size=2).run(turns, progress=False)
+        assert [r["uid"] for r in records] == [t.uid for t in turns]
+    assert plain.batches[0] == 2 and max(plain.batches) == 2  # 4 in flight, 2 per call
+    assert scheduling.batches[0] == 4  # every admitted conversation at once
+    assert limited.batches[0] == 3 and max(limited.batches) == 3 and sum(limited.batches) == 8  # 3, not 2

@@ -88,7 +88,8 @@ class ModelConfig:
 
     name: str = "smollm2-135m"
     template: Literal["qwen3_nothink", "qwen3"] = "qwen3_nothink"  # LLaMA-Factory template of this chat format
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # sampling: float32 on CPU, bfloat16 on
+                                                                       # CUDA (hf), vLLM's auto; local RL trains in float32
     device: str = "cpu"  # hf backend: cpu | cuda | cuda:N
 
 

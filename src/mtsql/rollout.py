@@ -3,17 +3,24 @@
     engine = RolloutEngine(make_env, backend=backend, chat=chat, params=params, tools=TOOL_SCHEMAS)
     records = engine.run(turns, n=4, seed=0, out_dir=run_dir / "rollout")
 
-Each step makes ONE backend call for every active episode, feeds each reply to its environment,
-drops the finished episodes and starts waiting ones (up to ``batch_size`` active). Work is token-in /
-token-out: an episode's ids are its prompt, then per assistant message the generated ids (mask 1),
-and, when the conversation goes on, a closing ``<|im_end|>`` if the model stopped on a stop string
-or at ``max_new_tokens`` (mask 0) and the tool observation's ids (mask 0). A message cut at
+Generation never waits for SQL: the backend runs on the calling thread, one call for a batch of
+ready conversations, while a pool of worker threads resets environments, runs the tool calls of
+the replies (``env.step``: SQL, memory rendering) and, if the caller asks, scores finished
+records. A conversation whose step is done is ready for the next call; a finished one's place is
+taken at once by the next turn waiting (up to twice ``batch_size`` conversations in flight, so one
+batch's tools run while the other generates). ``engine.stats`` tells how busy the backend was.
+
+Work is token-in / token-out (``mtsql.episode_tokens``): an episode's ids are its prompt, then per
+assistant message the generated ids (mask 1), and, when the conversation goes on, a closing
+``<|im_end|>`` if the model stopped on a stop string or at ``max_new_tokens`` (mask 0) and the
+tool observation's ids (mask 0), within an optional response budget (``max_response_tokens``;
+the record's ``stop`` says ``response_length`` when it ended an episode). A message cut at
 ``max_new_tokens`` still goes to the environment (which can reject it) and marks the record
 ``truncated``. With a scripted ``policy`` instead of a backend, the same loop runs without tokens.
 
 Episodes are keyed ``uid#sample``; each finished one is appended at once to a JSONL shard in
 ``out_dir``, and a rerun skips the keys already there. Sampling seeds are derived from (seed, uid,
-sample, message index), so a record does not depend on batching or on being resumed.
+sample, message index), so a record does not depend on batching, on timing or on being resumed.
 
 Memory ``predicted``: the turns of one dialogue (and sample) form a chain run in order, each turn
 remembering the agent's own earlier answers; chains of different dialogues share the batches.
@@ -24,10 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,12 +47,15 @@ from mtsql.backends import make_backend
 from mtsql.backends.base import Backend, SamplingParams
 from mtsql.chat_format import ChatFormat
 from mtsql.data.records import Turn
+from mtsql.episode_tokens import EPISODE_END, EpisodeTokens
 from mtsql.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 STOP_STRINGS = ("</tool_call>", "</answer_sql>")
 SHARD_GLOB = "rollout-*.jsonl"
+TOOL_WORKERS = 4  # threads for environment steps and scoring (SQLite releases the GIL while it runs a query)
+FILL_WAIT = 0.05  # the longest a free backend waits for a fuller batch, as a share of its last call's time
 
 
 def episode_key(uid: str, sample: int) -> str:
@@ -90,19 +102,24 @@ class _Episode:
     key: str
     env: object
     seed: int
-    prompt_ids: list[int] = field(default_factory=list)
-    response_ids: list[int] = field(default_factory=list)
-    response_mask: list[int] = field(default_factory=list)
-    response_logprobs: list[float] = field(default_factory=list)
+    tokens: EpisodeTokens | None = None  # model policies
     generations: list[dict] = field(default_factory=list)
+    steps: int = 0  # environment steps taken
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
 
-    @property
-    def ids(self) -> list[int]:
-        return self.prompt_ids + self.response_ids
+
+@dataclass
+class _Finished:
+    """What a worker hands back for an episode that ended (None: a resumed record): its record, as
+    JSON and as read back, and the scored row when the caller scores records."""
+
+    episode: _Episode | None
+    line: str
+    record: dict
+    row: dict | None = None
 
 
 class RolloutEngine:
@@ -110,31 +127,42 @@ class RolloutEngine:
 
     ``make_env`` returns a fresh environment with ``reset(turn, memory)``, ``step(text)`` and a
     ``trajectory`` (``final_sql``, ``to_dict()``). ``memory``: ``gold`` or ``predicted`` (chains).
+    ``batch_size``: conversations per backend call (a backend that sizes its batches from free memory,
+    or schedules requests itself, overrides it); up to twice as many are in flight. ``max_response_tokens``:
+    the response budget of an episode (``mtsql.episode_tokens``; None: unbounded). ``tool_workers``:
+    threads that run environment steps and scoring.
     """
 
     def __init__(self, make_env: Callable[[], object], *, backend: Backend | None = None,
                  chat: ChatFormat | None = None, params: SamplingParams | None = None,
                  policy: Callable[[list[dict], Turn, random.Random], str] | None = None,
-                 tools: Sequence[dict] = (), memory: str = "gold", batch_size: int = 16):
+                 tools: Sequence[dict] = (), memory: str = "gold", batch_size: int = 16,
+                 max_response_tokens: int | None = None, tool_workers: int = TOOL_WORKERS):
         if (backend is None) == (policy is None):
             raise ValueError("give either a model backend (with chat and params) or a scripted policy")
         if backend is not None and (chat is None or params is None):
             raise ValueError("a model backend needs a chat format and sampling params")
         if memory not in ("gold", "predicted"):
             raise ValueError(f"memory must be gold or predicted, got {memory!r}")
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
+        if batch_size < 1 or tool_workers < 1:
+            raise ValueError("batch_size and tool_workers must be at least 1")
+        if max_response_tokens is not None and max_response_tokens < 1:
+            raise ValueError(f"max_response_tokens must be at least 1 or None, got {max_response_tokens}")
         self.make_env, self.backend, self.chat, self.params = make_env, backend, chat, params
         self.policy, self.tools, self.memory, self.batch_size = policy, list(tools), memory, batch_size
+        self.max_response_tokens, self.tool_workers = max_response_tokens, tool_workers
+        self.stats: dict = {}  # figures of the last run: wall_s, generate_s, calls, generated_tokens, episodes
 
     @classmethod
     def from_config(cls, cfg, *, data_root: Path, policy: str, model: str | None = None,
-                    temperature: float | None = None, backend: Backend | None = None) -> RolloutEngine:
+                    temperature: float | None = None, backend: Backend | None = None,
+                    max_response_tokens: int | None = None) -> RolloutEngine:
         """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model``, ``seed``) with a
         model backend (``policy="model"``) or a scripted policy (``gold``, ``gold_with_correction``).
 
         ``backend``: an already loaded backend (the RL engine samples from the model it trains);
-        ``temperature`` overrides ``sample.temperature``."""
+        ``temperature`` overrides ``sample.temperature``; ``max_response_tokens`` bounds each episode's
+        response (the RL engines' response length)."""
         def make_env():
             return SqlAgentEnv(cfg.env, cfg.sql, data_root)
 
@@ -150,47 +178,33 @@ class RolloutEngine:
                                 seed=cfg.seed, stop=STOP_STRINGS)
         chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
         tools = TOOL_SCHEMAS if cfg.env.mode == "long" else ()
-        return cls(make_env, backend=backend, chat=chat, params=params, tools=tools, **common)
+        return cls(make_env, backend=backend, chat=chat, params=params, tools=tools,
+                   max_response_tokens=max_response_tokens, **common)
 
     # -----------------------------------------------------------------------------------------
 
     def run(self, turns: Sequence[Turn], *, n: int = 1, seed: int = 0, out_dir: Path | None = None,
-            progress: bool = True) -> list[dict]:
-        """Roll out ``n`` samples of every turn; return the records (resumed ones too) in input order."""
+            progress: bool = True, score: Callable[[dict], dict] | None = None) -> list[dict]:
+        """Roll out ``n`` samples of every turn; return the records (resumed ones too) in input order.
+
+        ``score``: a function of a record run on the tool workers as each episode ends (resumed
+        records too); ``run`` then returns its results instead of the records."""
         done = load_records(out_dir) if out_dir is not None and Path(out_dir).exists() else {}
+        keys = iter_keys(turns, n)
         chains = self._chains(turns, n)
-        total = sum(len(c.turns) for c in chains)
-        ready: deque[_Chain] = deque(chains)
-        active: list[_Episode] = []
-        records = dict(done)
         writer = _ShardWriter(out_dir) if out_dir is not None else None
-        meter = _Meter(total, sum(key in done for key in iter_keys(turns, n)), progress)
+        meter = _Meter(sum(len(c.turns) for c in chains), sum(key in done for key in keys), progress)
+        rollout = _Rollout(self, chains, done, seed, score, writer, meter)
         try:
-            while ready or active:
-                while ready and len(active) < self.batch_size:
-                    episode = self._start(ready, done, seed)
-                    if episode is not None:
-                        active.append(episode)
-                if not active:
-                    continue
-                finished, generated = self._step(active)
-                for episode in finished:
-                    active.remove(episode)
-                    line = json.dumps(self._record(episode), ensure_ascii=False)
-                    record = records[episode.key] = json.loads(line)  # exactly what a resumed run reads
-                    if writer is not None:
-                        writer.write(line)
-                    chain = episode.chain
-                    chain.answers.append(record["trajectory"].get("final_sql"))
-                    chain.position += 1
-                    if chain.position < len(chain.turns):
-                        ready.appendleft(chain)  # finish started dialogues first
-                meter.advance(len(finished), generated)
+            results = rollout.run(keys)
         finally:
             meter.close()
             if writer is not None:
                 writer.close()
-        return [records[key] for key in iter_keys(turns, n)]
+        self.stats = rollout.stats()
+        log.info("rollout: %(episodes)d episodes, %(generated_tokens)d generated tokens in %(wall_s).1f s, "
+                 "backend busy %(busy)s", {**self.stats, "busy": f"{self.stats['busy_share']:.0%}"})
+        return [results[key] for key in keys]
 
     def _chains(self, turns: Sequence[Turn], n: int) -> list[_Chain]:
         if self.memory == "gold":
@@ -205,64 +219,8 @@ class RolloutEngine:
                                  f"dialogue from the first, got turns {[t.turn_index for t in dialogue]}")
         return [_Chain(list(d), s) for d in dialogues.values() for s in range(n)]
 
-    def _start(self, ready: deque[_Chain], done: dict[str, dict], seed: int) -> _Episode | None:
-        """The next episode of the first ready chain (skipping turns already done); None if none is left."""
-        chain = ready.popleft()
-        while chain.position < len(chain.turns):
-            turn = chain.turns[chain.position]
-            key = episode_key(turn.uid, chain.sample)
-            if key not in done:
-                break
-            chain.answers.append(done[key]["trajectory"].get("final_sql"))
-            chain.position += 1
-        else:
-            return None
-        env = self.make_env()
-        memory = None
-        if self.memory == "predicted" and chain.position:
-            done_turns = chain.turns[: chain.position]
-            memory = [MemoryEntry(t.question, sql) for t, sql in zip(done_turns, chain.answers, strict=True)]
-        messages = env.reset(turn, memory)
-        episode = _Episode(chain, turn, key, env, derive_seed(seed, key))
-        if self.backend is not None:
-            episode.prompt_ids = self.chat.prompt_ids(messages, self.tools)
-        return episode
-
-    def _step(self, active: list[_Episode]) -> tuple[list[_Episode], int]:
-        """One message for every active episode; returns the episodes that ended and the ids generated."""
-        if self.backend is None:
-            replies = [(self.policy(list(e.env.trajectory.messages), e.turn, e.rng), None) for e in active]
-        else:
-            seeds = [derive_seed(e.seed, len(e.generations)) for e in active]
-            generations = self.backend.generate([e.ids for e in active], self.params, seeds)
-            replies = [(g.text, g) for g in generations]
-        finished, generated = [], 0
-        for episode, (text, generation) in zip(active, replies, strict=True):
-            if generation is not None:
-                generated += len(generation.token_ids)
-                self._add_generation(episode, generation)
-            observation, ended, _ = episode.env.step(text)
-            if ended:
-                finished.append(episode)
-            elif generation is not None:
-                if generation.token_ids[-1:] != [self.chat.end_of_turn_id]:
-                    self._add_prompt_ids(episode, [self.chat.end_of_turn_id])
-                self._add_prompt_ids(episode, self.chat.observation_ids(observation))
-        return finished, generated
-
-    def _add_generation(self, episode: _Episode, generation) -> None:
-        episode.response_ids += generation.token_ids
-        episode.response_mask += [1] * len(generation.token_ids)
-        episode.response_logprobs += generation.logprobs or [0.0] * len(generation.token_ids)
-        episode.generations.append({"tokens": len(generation.token_ids), "finish_reason": generation.finish_reason})
-
-    def _add_prompt_ids(self, episode: _Episode, ids: list[int]) -> None:
-        episode.response_ids += ids
-        episode.response_mask += [0] * len(ids)
-        episode.response_logprobs += [0.0] * len(ids)
-
     def _record(self, episode: _Episode) -> dict:
-        model = self.backend is not None
+        model, tokens = self.backend is not None, episode.tokens
         return {
             "key": episode.key,
             "uid": episode.turn.uid,
@@ -270,14 +228,199 @@ class RolloutEngine:
             "turn": episode.turn.to_dict(),
             "trajectory": episode.env.trajectory.to_dict(),
             "truncated": any(g["finish_reason"] == "length" for g in episode.generations),
+            "stop": tokens.stop if model else EPISODE_END,
             "generations": episode.generations,
             "generated_tokens": sum(g["tokens"] for g in episode.generations),
-            "prompt_ids": episode.prompt_ids if model else None,
-            "response_ids": episode.response_ids if model else None,
-            "response_mask": episode.response_mask if model else None,
-            "response_logprobs": episode.response_logprobs if model and self.params.logprobs else None,
+            "prompt_ids": tokens.prompt_ids if model else None,
+            "response_ids": tokens.ids if model else None,
+            "response_mask": tokens.mask if model else None,
+            "response_logprobs": tokens.logprobs if model and self.params.logprobs else None,
             "elapsed_s": round(time.perf_counter() - episode.started, 3),
         }
+
+
+class _Rollout:
+    """One ``RolloutEngine.run``: the backend on this thread, environments on a pool of workers.
+
+    An episode is always in one place: with a worker (``reset`` or ``step``), ready (its prompt
+    waits for the backend) or in a backend call. Whenever the backend is free it gets up to a
+    batch of ready episodes; meanwhile the workers run the tool calls of the previous batch, and a
+    finished episode's place goes at once to the next turn waiting. With fewer ready than a batch
+    while workers are busy, the backend waits for them at most ``FILL_WAIT`` of its last call's time.
+    """
+
+    def __init__(self, engine: RolloutEngine, chains: list[_Chain], done: dict[str, dict], seed: int,
+                 score: Callable[[dict], dict] | None, writer: _ShardWriter | None, meter: _Meter):
+        self.engine, self.done, self.seed, self.score = engine, done, seed, score
+        self.writer, self.meter = writer, meter
+        self.waiting: deque[_Chain] = deque(chains)  # chains with a turn to start
+        self.ready: deque[_Episode] = deque()
+        self.events: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.with_workers = self.in_flight = self.starting = 0  # starting: resets with the workers
+        self.target = engine.batch_size  # conversations one call should get
+        self.results: dict[str, dict] = {}
+        self.started = self.idle_since = time.perf_counter()
+        self.generate_s = self.last_call_s = 0.0
+        self.calls = self.generated = self.episodes = 0
+
+    def run(self, keys: list[str]) -> dict[str, dict]:
+        with ThreadPoolExecutor(self.engine.tool_workers, thread_name_prefix="rollout-tools") as self.pool:
+            try:
+                for key in keys:
+                    if key in self.done:
+                        self._submit(self._resumed, self.done[key])
+                while self.waiting or self.in_flight or self.with_workers:
+                    self._admit()
+                    self._collect(wait=False)
+                    if self.ready and not self._worth_waiting():
+                        self._generate()
+                    elif self.with_workers:
+                        self._collect(wait=True)
+            finally:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+        return self.results
+
+    def stats(self) -> dict:
+        wall = time.perf_counter() - self.started
+        return {"wall_s": wall, "generate_s": self.generate_s, "busy_share": self.generate_s / max(wall, 1e-9),
+                "calls": self.calls, "generated_tokens": self.generated, "episodes": self.episodes}
+
+    # -- scheduling (this thread) ------------------------------------------------------------
+
+    def _admit(self) -> None:
+        """Start the next turns waiting, up to twice a batch in flight."""
+        while self.waiting and self.in_flight < 2 * self.target:
+            chain = self.waiting.popleft()
+            while chain.position < len(chain.turns):
+                key = episode_key(chain.turns[chain.position].uid, chain.sample)
+                if key not in self.done:
+                    break
+                chain.answers.append(self.done[key]["trajectory"].get("final_sql"))
+                chain.position += 1
+            else:
+                continue
+            turn = chain.turns[chain.position]
+            memory = None
+            if self.engine.memory == "predicted" and chain.position:
+                done_turns = chain.turns[: chain.position]
+                memory = [MemoryEntry(t.question, sql) for t, sql in zip(done_turns, chain.answers, strict=True)]
+            episode = _Episode(chain, turn, episode_key(turn.uid, chain.sample), self.engine.make_env(),
+                               derive_seed(self.seed, episode_key(turn.uid, chain.sample)))
+            self.in_flight += 1
+            self.starting += 1
+            self._submit(self._reset, episode, memory)
+
+    def _worth_waiting(self) -> bool:
+        """Whether to let the workers fill the batch a little longer before calling the backend."""
+        if not self.calls:
+            return self.starting > 0  # the backend has nothing to do yet: start with every episode admitted
+        if len(self.ready) >= self.target or not self.with_workers:
+            return False
+        return time.perf_counter() - self.idle_since < FILL_WAIT * self.last_call_s
+
+    def _generate(self) -> None:
+        engine = self.engine
+        limit = self._call_size()
+        batch = [self.ready.popleft() for _ in range(min(len(self.ready), limit or len(self.ready)))]
+        started = time.perf_counter()
+        if engine.backend is None:
+            replies = [(engine.policy(list(e.env.trajectory.messages), e.turn, e.rng), None) for e in batch]
+        else:
+            seeds = [derive_seed(e.seed, len(e.generations)) for e in batch]
+            generations = engine.backend.generate([e.tokens.sequence for e in batch], engine.params, seeds)
+            replies = [(self._take(e, g), g) for e, g in zip(batch, generations, strict=True)]
+        self.idle_since = time.perf_counter()
+        self.last_call_s = self.idle_since - started
+        self.generate_s += self.last_call_s
+        self.calls += 1
+        for episode, (text, _) in zip(batch, replies, strict=True):
+            self._submit(self._step, episode, text)
+
+    def _call_size(self) -> int | None:
+        """Conversations the next call takes (None: every ready one); updates the batch target."""
+        engine = self.engine
+        if engine.backend is None:
+            return self.target
+        if engine.backend.schedules_requests:
+            return None
+        longest = max(len(e.tokens.sequence) for e in self.ready) + engine.params.max_new_tokens
+        limit = engine.backend.batch_limit(longest)
+        if limit is not None:
+            self.target = limit
+        return self.target
+
+    def _take(self, episode: _Episode, generation) -> str:
+        """Add a generation to the episode's tokens (cut to its budget); the text the environment reads."""
+        kept = episode.tokens.add_generation(generation.token_ids, generation.logprobs)
+        cut = len(kept) < len(generation.token_ids)
+        episode.generations.append({"tokens": len(kept), "finish_reason": "length" if cut else generation.finish_reason})
+        self.generated += len(kept)
+        return episode.tokens.text(kept) if cut else generation.text
+
+    def _submit(self, work, *args) -> None:
+        self.with_workers += 1
+        self.pool.submit(work, *args).add_done_callback(self.events.put)
+
+    def _collect(self, wait: bool) -> None:
+        """Take what the workers finished (waiting for the first one if ``wait``)."""
+        timeout = None
+        if wait and self.calls and self.ready:  # wait only as long as filling the batch is worth it
+            timeout = max(0.0, self.idle_since + FILL_WAIT * self.last_call_s - time.perf_counter())
+        while True:
+            try:
+                future = self.events.get(block=wait, timeout=timeout)
+            except queue.Empty:
+                return
+            wait = False
+            self.with_workers -= 1
+            outcome = future.result()  # a worker's exception surfaces here
+            if isinstance(outcome, _Episode):
+                self.starting -= not outcome.steps
+                self.ready.append(outcome)
+            else:
+                self._finish(outcome)
+
+    def _finish(self, finished: _Finished) -> None:
+        episode, record = finished.episode, finished.record
+        self.results[record["key"]] = finished.row if self.score is not None else record
+        if episode is None:
+            return  # a resumed record
+        if self.writer is not None:
+            self.writer.write(finished.line)
+        self.in_flight -= 1
+        self.episodes += 1
+        chain = episode.chain
+        chain.answers.append(record["trajectory"].get("final_sql"))
+        chain.position += 1
+        if chain.position < len(chain.turns):
+            self.waiting.appendleft(chain)  # finish started dialogues first
+        self.meter.advance(1, sum(g["tokens"] for g in episode.generations))
+
+    # -- work (tool workers) -----------------------------------------------------------------
+
+    def _reset(self, episode: _Episode, memory: list[MemoryEntry] | None) -> _Episode:
+        messages = episode.env.reset(episode.turn, memory)
+        engine = self.engine
+        if engine.backend is not None:
+            episode.tokens = EpisodeTokens(engine.chat, engine.chat.prompt_ids(messages, engine.tools),
+                                           engine.max_response_tokens)
+        return episode
+
+    def _step(self, episode: _Episode, text: str) -> _Episode | _Finished:
+        observation, ended, _ = episode.env.step(text)
+        episode.steps += 1
+        if ended or (episode.tokens is not None and not episode.tokens.add_observation(observation)):
+            line = json.dumps(self.engine._record(episode), ensure_ascii=False)
+            return self._scored(_Finished(episode, line, json.loads(line)))  # exactly what a resume reads
+        return episode
+
+    def _resumed(self, record: dict) -> _Finished:
+        return self._scored(_Finished(None, "", record))
+
+    def _scored(self, finished: _Finished) -> _Finished:
+        if self.score is not None:
+            finished.row = self.score(finished.record)
+        return finished
 
 
 class _ShardWriter:

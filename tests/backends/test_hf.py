@@ -165,3 +165,95 @@ def test_grouped_attention_equals_sdpa_under_padding(tiny_qwen3, tiny_backend):
         ours = tiny_backend.model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
         theirs = reference(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
     assert torch.allclose(ours[mask.bool()], theirs[mask.bool()], atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The CUDA paths, exercised on CPU: batched prefill, memory-bounded calls, dtype, stop memo
+
+
+def test_batched_prefill_gives_the_row_by_row_results(tiny_backend, prompts, chat, monkeypatch):
+    params = SamplingParams(max_new_tokens=6)
+    monkeypatch.setattr(tiny_backend, "cache", _PrefixCache(max_tokens=100_000))
+    first = tiny_backend.generate(prompts, params)
+    observation = chat.observation_ids({"role": "tool", "content": "Result: [(4,)]"})
+    follow = [p + g.token_ids + [chat.end_of_turn_id] + observation for p, g in zip(prompts, first, strict=True)]
+    alone = tiny_backend.generate(follow, params)
+    calls = []
+    monkeypatch.setattr(tiny_backend, "cache", _PrefixCache(max_tokens=100_000))
+    monkeypatch.setattr(tiny_backend, "batched_prefill", 256)  # the CUDA default
+    monkeypatch.setattr(tiny_backend, "_prefill", lambda *a: calls.append(a) or HFBackend._prefill(tiny_backend, *a))
+    assert ids_of(tiny_backend.generate(prompts, params)) == ids_of(first)
+    assert ids_of(tiny_backend.generate(follow, params)) == ids_of(alone)
+    assert calls == []  # every new part is shorter than 256 ids: all prefilled in the batch calls
+    assert tiny_backend.cache.reused_tokens == sum(len(p) + 5 for p in prompts)
+
+
+def test_a_call_larger_than_free_memory_runs_in_parts_with_the_same_results(tiny_backend, prompts, monkeypatch):
+    from mtsql.backends import hf
+
+    params = SamplingParams(temperature=1.0, max_new_tokens=5)
+    whole = tiny_backend.generate(prompts, params, seeds=[1, 2, 3, 4])
+    assert tiny_backend.batch_limit(100) is None  # CPU: no limit of its own
+    row = tiny_backend.memory.row_bytes(max(map(len, prompts)) + 5)
+    monkeypatch.setattr(tiny_backend, "cuda", True)
+    monkeypatch.setattr(hf, "_free_bytes", lambda device: int(2.5 * row / hf.BATCH_MEMORY_SHARE))
+    assert tiny_backend.batch_limit(max(map(len, prompts)) + 5) == 2
+    calls = []
+    monkeypatch.setattr(tiny_backend, "_generate", lambda p, *a: calls.append(len(p)) or HFBackend._generate(
+        tiny_backend, p, *a))
+    assert ids_of(tiny_backend.generate(prompts, params, seeds=[1, 2, 3, 4])) == ids_of(whole)
+    assert calls == [2, 2]
+
+
+def test_memory_arithmetic(tiny_backend):
+    from mtsql.backends.hf import MAX_BATCH_ROWS, _MemoryModel, rows_that_fit
+
+    config = tiny_backend.model.config
+    memory = _MemoryModel.of(tiny_backend.model)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    assert memory.kv_per_token == 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4  # float32
+    assert memory.row_bytes(1000) - memory.row_bytes(0) == 1000 * (2 * memory.kv_per_token + memory.activation_per_token)
+    assert memory.row_bytes(0) == 16 * config.vocab_size
+    assert rows_that_fit(10_000, 1_000, share=0.8) == 8
+    assert rows_that_fit(10, 1_000) == 1 and rows_that_fit(10**15, 1) == MAX_BATCH_ROWS
+
+
+def test_dtype_auto_is_float32_on_cpu_and_bfloat16_on_cuda():
+    import torch
+
+    from mtsql.backends.hf import resolve_dtype
+
+    assert resolve_dtype("auto", "cpu") is torch.float32
+    assert resolve_dtype("auto", "cuda") is torch.bfloat16 and resolve_dtype("auto", "cuda:1") is torch.bfloat16
+    assert resolve_dtype("float16", "cuda") is torch.float16
+    with pytest.raises(UsageError, match="unknown 'fp8'"):
+        resolve_dtype("fp8", "cpu")
+
+
+def test_stop_strings_are_checked_only_after_ids_that_can_end_them(tiny_backend, prompts):
+    from mtsql.backends.hf import _StopCriteria
+
+    tokenizer = tiny_backend.tokenizer
+    stop = ("</answer_sql>",)
+    text = "<answer_sql>SELECT 1</answer_sql> and more"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    decoded = []
+
+    class Counting:
+        def decode(self, ids, **kwargs):
+            decoded.append(list(ids))
+            return tokenizer.decode(ids, **kwargs)
+
+    import torch
+
+    enders: dict[int, bool] = {}
+    criteria = _StopCriteria(Counting(), frozenset(), stop, 0, enders)
+    for end in range(1, len(ids) + 1):
+        done = criteria(torch.tensor([ids[:end]]), None)
+        if done[0]:
+            break
+    assert tokenizer.decode(ids[:end]).endswith("</answer_sql>") and criteria.stopped_at == {0: end}
+    assert set(enders) == set(ids[:end]) and sum(enders.values()) >= 1
+    lone = [d for d in decoded if len(d) == 1]
+    assert len(lone) == len(set(ids[:end]))  # each id decoded alone once; windows only after a '>'
+    assert len(decoded) - len(lone) == 2 * sum(enders[i] for i in ids[:end])

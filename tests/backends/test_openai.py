@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 import time
+import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -193,3 +194,34 @@ def test_garbage_answers_are_clear_errors(serve, client, status, payload, messag
     with pytest.raises(StageFailed, match=message.replace("(", r"\(")):
         client(server.url, max_retries=3).generate([[1]], SamplingParams())
     assert len(server.requests) == 1  # not retried: it would not get better
+
+
+class OneMessageEnv:
+    """Every episode ends after its first message."""
+
+    def reset(self, turn, memory=None):
+        self.trajectory = types.SimpleNamespace(final_sql=None, messages=[{"role": "user", "content": turn.question}],
+                                                to_dict=lambda: {"final_sql": None})
+        return list(self.trajectory.messages)
+
+    def step(self, text):
+        return None, True, {}
+
+
+def test_the_rollout_engine_sends_every_ready_conversation_at_once(serve, client, tiny_tokenizer):
+    from mtsql.chat_format import ChatFormat
+    from mtsql.data.records import Turn
+    from mtsql.rollout import RolloutEngine
+
+    def reply(body):
+        time.sleep(0.2)
+        return 200, {"choices": [{"text": "a", "token_ids": [64], "finish_reason": "length"}]}
+
+    server = serve(reply)
+    turns = [Turn(dataset="cosql", split="dev", interaction_id=f"d{i}", interaction_index=0, turn_index=0, db_id="db",
+                  question=f"q{i}?", gold_sql="SELECT 1", previous_questions=(), previous_sql=()) for i in range(8)]
+    backend = client(server.url, concurrency=8)
+    records = RolloutEngine(OneMessageEnv, backend=backend, chat=ChatFormat(tiny_tokenizer),
+                            params=SamplingParams(max_new_tokens=1), batch_size=2).run(turns, progress=False)
+    assert len(records) == len(server.requests) == 8
+    assert server.max_in_flight == 4  # all in flight (twice batch_size), not batch_size at a time

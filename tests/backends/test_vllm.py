@@ -84,3 +84,25 @@ def test_token_ids_in_and_out_with_prefix_caching(fake_vllm, tiny_tokenizer):
     assert out[0].text == tiny_tokenizer.decode([12]) and out[0].logprobs == [-0.25, -0.5]
     assert out[1].token_ids == [7, 8, 9] and out[1].finish_reason == "length"
     assert backend.generate([], params) == []
+
+
+def test_the_rollout_engine_hands_vllm_every_ready_conversation(fake_vllm, tiny_tokenizer):
+    from mtsql.chat_format import ChatFormat
+    from mtsql.data.records import Turn
+    from mtsql.rollout import RolloutEngine
+
+    class OneMessageEnv:
+        def reset(self, turn, memory=None):
+            self.trajectory = types.SimpleNamespace(to_dict=lambda: {"final_sql": None})
+            return [{"role": "user", "content": turn.question}]
+
+        def step(self, text):
+            return None, True, {}
+
+    turns = [Turn(dataset="cosql", split="dev", interaction_id=f"d{i}", interaction_index=0, turn_index=0, db_id="db",
+                  question=f"q{i}?", gold_sql="SELECT 1", previous_questions=(), previous_sql=()) for i in range(6)]
+    backend = make_backend("vllm", "/models/qwen3")
+    records = RolloutEngine(OneMessageEnv, backend=backend, chat=ChatFormat(tiny_tokenizer),
+                            params=SamplingParams(max_new_tokens=3), batch_size=2).run(turns, progress=False)
+    calls = FakeLLM.instances[0].calls
+    assert len(records) == 6 and len(calls[0][0]) == 4  # twice batch_size in flight, all in one call

@@ -48,16 +48,25 @@ class Generation:
 
 
 class Backend(ABC):
-    """A model that continues token-id prompts. ``end_of_turn_ids``: ids that end an assistant message."""
+    """A model that continues token-id prompts. ``end_of_turn_ids``: ids that end an assistant message.
+
+    ``schedules_requests``: the backend queues and schedules any number of prompts itself (vLLM, a
+    server), so a caller should hand it every prompt it has ready rather than a fixed batch.
+    """
 
     tokenizer: object
     end_of_turn_ids: frozenset[int]
+    schedules_requests: bool = False
 
     @abstractmethod
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
     ) -> list[Generation]:
         """One continuation per prompt, in order."""
+
+    def batch_limit(self, tokens_per_row: int) -> int | None:
+        """The most rows of ``tokens_per_row`` ids (prompt + new) one call can hold; None: no limit of its own."""
+        return None
 
     def close(self) -> None:  # noqa: B027 (a default, not a stub: most backends hold nothing to release)
         """Release the model or connections."""
@@ -74,6 +83,15 @@ class Backend(ABC):
         body = token_ids[:-1] if token_ids and token_ids[-1] in self.end_of_turn_ids else token_ids
         text = self.tokenizer.decode(body, skip_special_tokens=False)
         return Generation(list(token_ids), text, finish_reason, logprobs)
+
+
+def end_of_turn_ids(tokenizer, *extra: int | Sequence[int] | None) -> frozenset[int]:
+    """The ids that end an assistant message: the tokenizer's end of sequence, ChatML's ``<|im_end|>``
+    and any ``extra`` ids (a model's generation config), less unknown-token stand-ins."""
+    ids = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    for item in extra:
+        ids.update(item if isinstance(item, (list, tuple, set, frozenset)) else [item])
+    return frozenset(i for i in ids if i is not None and i != tokenizer.unk_token_id)
 
 
 def completes_stop_string(tokenizer, ids: Sequence[int], stop: Sequence[str]) -> bool:

@@ -11,9 +11,15 @@ Multi-turn prompts repeat the whole conversation so far. With ``prefix_cache`` t
 each finished row's keys/values (prompt + continuation) and, when a later prompt extends one of
 them, computes only the new ids: first alone, row by row (no padding), all but the last new id;
 then the batch starts from the last one, rows laid out ``[pad][cached ids][last id]`` with the
-attention mask and positions (cumulative sum of the mask) skipping the pads. The batch cache is
+attention mask and positions (cumulative sum of the mask) skipping the pads. On CUDA, where one
+forward per row costs more than padding, rows with a short new part skip the first pass and the
+batch call prefills them together (``[pad][cached ids][pad][new ids]``). The batch cache is
 preallocated (``_ReservedLayer``) and grouped-query models attend through ``_grouped_sdpa``, so no
 decoding step copies the cache.
+
+On CUDA, weights default to bfloat16 and a call's rows are bounded by free memory (``batch_limit``).
+Transformers' own continuous batching (``generate_batch``, paged attention) is not used: it samples
+with one random stream for the whole batch (no per-row seeds) and knows no stop strings.
 """
 
 from __future__ import annotations
@@ -36,42 +42,57 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from mtsql.backends.base import Backend, Generation, SamplingParams, completes_stop_string
+from mtsql.backends.base import Backend, Generation, SamplingParams, completes_stop_string, end_of_turn_ids
 from mtsql.errors import UsageError
 
 GROUPED_SDPA = "mtsql_grouped_sdpa"
+CPU_CACHED_TOKENS = 65_536  # prefix cache size on CPU (positions)
+PREFIX_CACHE_SHARE = 0.3  # on CUDA: of the free memory at load, for the prefix cache
+BATCH_MEMORY_SHARE = 0.8  # on CUDA: of the free memory, for one call's rows
+CUDA_BATCHED_PREFILL = 256  # on CUDA: new ids a row may have to be prefilled in the batch call
+MAX_BATCH_ROWS = 1024
 
 
 class HFBackend(Backend):
-    """A transformers causal LM on one device (CPU by default)."""
+    """A transformers causal LM on one device (CPU by default).
 
-    def __init__(self, model: str | Path, dtype: str = "float32", device: str = "cpu",
-                 prefix_cache: bool = True, max_cached_tokens: int = 65_536):
+    ``dtype="auto"``: float32 on CPU, bfloat16 on CUDA. On CUDA the backend also sizes its own
+    batches from free memory (``batch_limit``; a larger call is run in parts), keeps up to
+    ``PREFIX_CACHE_SHARE`` of the free memory for the prefix cache (``max_cached_tokens=None``)
+    and lets the batch call prefill rows whose new part has at most ``batched_prefill`` ids
+    (default: ``CUDA_BATCHED_PREFILL`` on CUDA, 0 on CPU, where rows are prefilled alone, unpadded).
+    """
+
+    def __init__(self, model: str | Path, dtype: str = "auto", device: str = "cpu",
+                 prefix_cache: bool = True, max_cached_tokens: int | None = None,
+                 batched_prefill: int | None = None):
+        cuda = torch.device(device).type == "cuda"
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
-            self.model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device)
+            self.model = AutoModelForCausalLM.from_pretrained(model, dtype=resolve_dtype(dtype, device)).to(device)
         except (OSError, ValueError, KeyError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"cannot load '{model}' as a causal language model: {first}") from None
         self.model.eval()
         _use_grouped_sdpa(self.model)
-        self.device = device
-        self.end_of_turn_ids = frozenset(self._end_ids())
+        self.device, self.cuda = device, cuda
+        self.batched_prefill = (CUDA_BATCHED_PREFILL if cuda else 0) if batched_prefill is None else batched_prefill
+        self.end_of_turn_ids = end_of_turn_ids(self.tokenizer, self.model.generation_config.eos_token_id)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = min(self.end_of_turn_ids)
+        self.memory = _MemoryModel.of(self.model)
+        if max_cached_tokens is None:
+            max_cached_tokens = (int(PREFIX_CACHE_SHARE * _free_bytes(device) // self.memory.kv_per_token) if cuda
+                                 else CPU_CACHED_TOKENS)
         self.cache = _PrefixCache(max_cached_tokens) if prefix_cache and self._cache_supported() else None
+        self._stop_enders: dict[int, bool] = {}  # id -> decodes to text holding a stop string's last character
+        self._stop_enders_for: tuple[str, ...] = ()
 
     def clear_prefix_cache(self) -> None:
         """Drop every kept key/value (frees memory; later prompts are computed in full)."""
         if self.cache is not None:
             self.cache = _PrefixCache(self.cache.max_tokens)
-
-    def _end_ids(self) -> set[int]:
-        ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
-        configured = self.model.generation_config.eos_token_id
-        ids.update(configured if isinstance(configured, list) else [configured])
-        return {i for i in ids if i is not None and i != self.tokenizer.unk_token_id}
 
     def _cache_supported(self) -> bool:
         text_config = self.model.config.get_text_config(decoder=True)
@@ -79,17 +100,31 @@ class HFBackend(Backend):
         sliding = getattr(text_config, "use_sliding_window", False) and getattr(text_config, "sliding_window", None)
         return set(layer_types) == {"full_attention"} and not sliding
 
+    def batch_limit(self, tokens_per_row: int) -> int | None:
+        """On CUDA, the rows of ``tokens_per_row`` ids that fit the free memory now; None on CPU."""
+        if not self.cuda:
+            return None
+        return rows_that_fit(_free_bytes(self.device), self.memory.row_bytes(tokens_per_row))
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        prompts = [list(p) for p in prompts]
+        prompts, seeds = [list(p) for p in prompts], self._seeds(prompts, params, seeds)
+        limit = self.batch_limit(max(map(len, prompts)) + params.max_new_tokens) or len(prompts)
+        results = []
+        for start in range(0, len(prompts), limit):  # rows are independent: parts give the same ids
+            results += self._generate(prompts[start:start + limit], params, seeds[start:start + limit])
+        return results
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]) -> list[Generation]:
         input_ids, attention_mask, past = self._batch(prompts, params.max_new_tokens)
-        sampler = _RowSampler(params, self._seeds(prompts, params, seeds), self.device)
+        sampler = _RowSampler(params, seeds, self.device)
         processors = [sampler] if params.temperature > 0 or params.logprobs else []  # plain greedy: argmax
-        stopper = _StopCriteria(self.tokenizer, self.end_of_turn_ids, params.stop, input_ids.shape[1])
+        stopper = _StopCriteria(self.tokenizer, self.end_of_turn_ids, params.stop, input_ids.shape[1],
+                                self._enders(params.stop))
         config = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=False, use_cache=True,
                                   eos_token_id=sorted(self.end_of_turn_ids), pad_token_id=self.pad_id,
                                   return_dict_in_generate=True)
@@ -110,6 +145,14 @@ class HFBackend(Backend):
             self._remember(prompts, results, attention_mask, out.past_key_values)
         return results
 
+    def _enders(self, stop: tuple[str, ...]) -> dict[int, bool] | None:
+        """The memo of which ids can complete one of ``stop`` (None: check every id)."""
+        if any(not s or s[-1].isspace() for s in stop):
+            return None  # a decoder may drop a lone token's leading space: no shortcut
+        if stop != self._stop_enders_for:
+            self._stop_enders, self._stop_enders_for = {}, stop
+        return self._stop_enders
+
     # -----------------------------------------------------------------------------------------
     # Batch layout and the prefix cache
 
@@ -117,7 +160,7 @@ class HFBackend(Backend):
         """(input_ids, attention_mask, cache or None) for left-padded prompts, reusing cached prefixes."""
         hits = [self.cache.take(p) if self.cache is not None else None for p in prompts]
         if self.cache is not None:
-            hits = [self._prefill(p, h) if len(p) - (len(h.tokens) if h else 0) > 1 else h
+            hits = [self._prefill(p, h) if len(p) - (len(h.tokens) if h else 0) > max(1, self.batched_prefill) else h
                     for p, h in zip(prompts, hits, strict=True)]
         cached = [len(h.tokens) if h else 0 for h in hits]
         head, tail = max(cached), max(len(p) - c for p, c in zip(prompts, cached, strict=True))
@@ -297,11 +340,16 @@ def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class _StopCriteria:
-    """Per-row stop: an end-of-turn id or a completed stop string. Records where each row stopped."""
+    """Per-row stop: an end-of-turn id or a completed stop string. Records where each row stopped.
 
-    def __init__(self, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], prompt_width: int):
+    A stop string can only be completed by an id whose text holds its last character, so only
+    rows whose last id does (``enders``, a memo filled as ids come) are decoded."""
+
+    def __init__(self, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], prompt_width: int,
+                 enders: dict[int, bool] | None = None):
         self.tokenizer, self.end_ids, self.stop, self.prompt_width = tokenizer, end_ids, stop, prompt_width
         self.width = max((len(s) for s in stop), default=0)  # ids that can hold a stop string
+        self.enders, self.last_chars = enders, {s[-1] for s in stop if s}
         self.stopped_at: dict[int, int] = {}
 
     def __call__(self, input_ids, scores, **kwargs):
@@ -310,8 +358,68 @@ class _StopCriteria:
         done = []
         for row, token in enumerate(last):
             if row not in self.stopped_at:
-                if token in self.end_ids or (self.stop and completes_stop_string(
+                if token in self.end_ids or (self.stop and self._may_end(token) and completes_stop_string(
                         self.tokenizer, new[row, -self.width:].tolist(), self.stop)):
                     self.stopped_at[row] = new.shape[1]
             done.append(row in self.stopped_at)
         return torch.tensor(done, device=input_ids.device)
+
+    def _may_end(self, token: int) -> bool:
+        if self.enders is None:
+            return True
+        if token not in self.enders:
+            text = self.tokenizer.decode([token], skip_special_tokens=False)
+            self.enders[token] = any(c in text for c in self.last_chars)
+        return self.enders[token]
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory arithmetic (CUDA): how many rows one call can take
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """``auto``: bfloat16 on CUDA, float32 elsewhere; else the torch dtype of that name."""
+    if dtype == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise UsageError(f"model.dtype: unknown '{dtype}'; choose auto, float32, bfloat16 or float16")
+    return getattr(torch, dtype)
+
+
+class _MemoryModel:
+    """Bytes a batch row needs per token: its keys/values (held twice: the batch's cache and the
+    copy kept for the next turn), activations and attention mask of a batched prefill (at most
+    ``CUDA_BATCHED_PREFILL`` query positions), and the last position's logits."""
+
+    def __init__(self, kv_per_token: int, activation_per_token: int, logits_per_row: int):
+        self.kv_per_token, self.activation_per_token, self.logits_per_row = (
+            kv_per_token, activation_per_token, logits_per_row)
+
+    @classmethod
+    def of(cls, model) -> _MemoryModel:
+        config = model.config.get_text_config(decoder=True)
+        width = torch.tensor([], dtype=model.dtype).element_size()
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        kv = 2 * config.num_hidden_layers * kv_heads * head_dim * width
+        intermediate = getattr(config, "intermediate_size", None) or 4 * config.hidden_size
+        activation = (4 * config.hidden_size + 2 * intermediate) * width + CUDA_BATCHED_PREFILL * heads // kv_heads
+        logits = 4 * config.vocab_size * 4  # float32 scores and the sampler's copies
+        return cls(kv, activation, logits)
+
+    def row_bytes(self, tokens: int) -> int:
+        return tokens * (2 * self.kv_per_token + self.activation_per_token) + self.logits_per_row
+
+
+def rows_that_fit(free_bytes: int, row_bytes: int, share: float = BATCH_MEMORY_SHARE,
+                  most: int = MAX_BATCH_ROWS) -> int:
+    """Rows of ``row_bytes`` in ``share`` of ``free_bytes``: at least 1, at most ``most``."""
+    return max(1, min(most, int(free_bytes * share) // max(row_bytes, 1)))
+
+
+def _free_bytes(device: str) -> int:
+    """Memory a new allocation can use on a CUDA device: free on the device plus what PyTorch's
+    caching allocator holds unused."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)

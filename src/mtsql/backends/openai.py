@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mtsql.backends.base import Backend, Generation, SamplingParams
+from mtsql.backends.base import Backend, Generation, SamplingParams, end_of_turn_ids
 from mtsql.errors import StageFailed, UsageError
 
 
@@ -25,6 +25,8 @@ class OpenAIBackend(Backend):
 
     ``tokenizer`` (a loaded tokenizer or where to load one; default: ``model``) must match the served model.
     """
+
+    schedules_requests = True
 
     def __init__(self, model: str | Path, base_url: str = "http://127.0.0.1:8000/v1", *,
                  served_model: str | None = None, tokenizer: object = None, concurrency: int = 8,
@@ -48,8 +50,7 @@ class OpenAIBackend(Backend):
         self.client = httpx.Client(timeout=timeout_s, headers=headers,
                                    limits=httpx.Limits(max_connections=concurrency))
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-backend")
-        ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
-        self.end_of_turn_ids = frozenset(i for i in ids if i is not None and i != self.tokenizer.unk_token_id)
+        self.end_of_turn_ids = end_of_turn_ids(self.tokenizer)
         im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.end_of_turn_id = im_end if im_end in self.end_of_turn_ids else self.tokenizer.eos_token_id
 

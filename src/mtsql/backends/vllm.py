@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from mtsql.backends.base import Backend, Generation, SamplingParams
+from mtsql.backends.base import Backend, Generation, SamplingParams, end_of_turn_ids
 from mtsql.errors import UsageError
 
 INSTALL_HINT = "install the GPU extra on a CUDA machine: pip install 'mtsql[gpu]' (vllm==0.24.0)"
@@ -28,14 +28,15 @@ def import_vllm():
 class VLLMBackend(Backend):
     """One ``vllm.LLM`` engine; options are passed to it (``tensor_parallel_size``, ``max_model_len``, ...)."""
 
+    schedules_requests = True
+
     def __init__(self, model: str | Path, dtype: str = "auto", gpu_memory_utilization: float = 0.85,
                  seed: int = 0, **engine_options):
         self.vllm = import_vllm()
         self.llm = self.vllm.LLM(model=str(model), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                                  seed=seed, enable_prefix_caching=True, **engine_options)
         self.tokenizer = self.llm.get_tokenizer()
-        ids = {self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
-        self.end_of_turn_ids = frozenset(i for i in ids if i is not None and i != self.tokenizer.unk_token_id)
+        self.end_of_turn_ids = end_of_turn_ids(self.tokenizer)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:

@@ -30,6 +30,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -222,7 +223,8 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     """
 
     torch.manual_seed(cfg.seed)
-    backend = HFBackend(base_model, dtype=cfg.model.dtype, device=cfg.model.device, prefix_cache=False)
+    dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # trained weights stay float32
+    backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device, prefix_cache=False)
     model = backend.model
     if cfg.rl.lora_rank > 0:
         model = backend.model = with_lora(model, cfg.rl)
@@ -246,8 +248,8 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
             if len(order) < cfg.rl.batch_size:
                 order += rng.sample(turns, len(turns))
             batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
-            records = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False)
-            rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=root) for r in records]
+            rows = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False,
+                              score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=root))
             episodes, over = fit_lengths(
                 [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
                  for r in rows if r["response_ids"]], max_prompt_len=cfg.rl.max_prompt_len,

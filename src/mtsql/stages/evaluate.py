@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -108,8 +109,8 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) ->
 
 def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> list[dict]:
     """Roll out and score; the resumable shards are removed once every record is scored."""
-    records = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards)
-    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root) for r in records]
+    rows = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards,
+                      score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root))
     shutil.rmtree(shards)
     return rows
 

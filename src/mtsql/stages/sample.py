@@ -15,6 +15,7 @@ ids and mask (model policies), the reward terms and the protocol statistics reje
 from __future__ import annotations
 
 import shutil
+from functools import partial
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
@@ -41,8 +42,8 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, po
     model_path = stage_model(cfg.model.name, model) if policy == "model" else None
     engine = RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy=policy, model=model_path)
     shards = ctx.out / "rollout"
-    records = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards)
-    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root) for r in records]
+    rows = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards,
+                      score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root))
     write_jsonl(ctx.out / "trajectories.jsonl", rows)
     shutil.rmtree(shards)  # every record is in trajectories.jsonl now
     return {"policy": policy, "model": model.label if model else cfg.model.name, **summarize_trajectories(rows)}

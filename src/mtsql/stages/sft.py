@@ -14,6 +14,7 @@ Writes: ``data/`` (the exported dataset), ``train.yaml`` (+ ``merge.yaml`` with 
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from mtsql.agent.tools import TOOL_SCHEMAS
@@ -65,7 +66,7 @@ def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str) -> dict:
     """Greedy EX / EM / protocol-valid rate of ``model`` on ``turns`` (no artifact: a quick check)."""
     greedy = cfg.replace(sample={"n": 1, "temperature": 0.0})
     engine = RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy="model", model=model)
-    records = engine.run(turns, n=1, seed=cfg.seed, progress=False)
-    rows = [score_record(r, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root) for r in records]
+    rows = engine.run(turns, n=1, seed=cfg.seed, progress=False,
+                      score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root))
     summary = summarize_trajectories(rows)
     return {k: summary[k] for k in ("count", "ex", "em", "protocol_valid", "tool_calls_per_turn")}
