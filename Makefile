@@ -39,7 +39,7 @@ test-all: $(STAMP)
 
 reproduce: $(STAMP)
 	$(BIN)/mtsql run pipelines/reproduce.yaml --config $(PROFILE)
-	@echo "Paper profiles (GPU nodes): $(BIN)/mtsql run pipelines/reproduce.yaml --config configs/profiles/paper-qwen3-4b.yaml"
+	@echo "Paper profiles (GPU nodes): $(BIN)/mtsql run pipelines/paper.yaml --config configs/profiles/paper-qwen3-4b.yaml"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools

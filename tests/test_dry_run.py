@@ -24,7 +24,7 @@ def mtsql(*args):
 @pytest.mark.parametrize("profile", PAPER)
 def test_the_paper_pipeline_plans_every_round_and_curriculum_stage(profile, tmp_path, capsys):
     config = REPO / "configs" / "profiles" / f"{profile}.yaml"
-    pipeline.run_pipeline(REPO / "pipelines" / "reproduce.yaml", config, [f"runs_dir={tmp_path}"], dry_run=True)
+    pipeline.run_pipeline(REPO / "pipelines" / "paper.yaml", config, [f"runs_dir={tmp_path}"], dry_run=True)
     err = capsys.readouterr().err
     cfg = load_config(config)
     for k in range(1, cfg.sft.rounds + 1):
