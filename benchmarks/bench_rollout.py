@@ -1,139 +1,248 @@
-"""Throughput of the rollout engine against a raw batched generate and a naive one-at-a-time loop.
+"""Rollout throughput: the pipelined engine against today's loop, on SQL-heavy turns.
 
-    python benchmarks/bench_rollout.py                        # tiny-qwen3 and smollm2-135m, 16 conversations
-    python benchmarks/bench_rollout.py --models tiny-qwen3 --conversations 8 --threads 2
+    python benchmarks/bench_rollout.py                                  # hf on CPU, SmolLM2, 16 and 64
+    python benchmarks/bench_rollout.py --model tiny-qwen3 --conversations 16 64 256
+    python benchmarks/bench_rollout.py --device cuda --conversations 16 64 256
+    python benchmarks/bench_rollout.py --backends hf vllm openai --openai-url http://127.0.0.1:8000/v1
 
-For each model (HF backend, CPU, greedy), on the first CoSQL dev turns of the packaged fixture data:
+Every conversation is a CoSQL dev turn of the packaged fixture (greedy, long-horizon protocol,
+``--max-turns`` messages at most), in an environment whose every step also does SQL work on the
+turn's real SQLite database: its gold query and a counting query sized to take ``--sql-ms``
+milliseconds (calibrated once), as an agent that runs heavy queries would. For each backend
+available and each number of conversations it runs:
 
-  (a) raw:    one ``model.generate`` call over the conversations' first prompts, producing as many
-              new tokens per conversation as the engine did in total (end-of-turn suppressed);
-  (b) engine: ``RolloutEngine`` through the real environment (every message, tool call, observation);
-  (c) naive:  one conversation at a time, re-rendering the whole conversation for every message
-              and generating it alone (no batching, no KV reuse); ``--naive-limit`` runs it on the
-              first conversations only (its tokens/s hardly depends on how many it runs).
+  reference: today's loop, kept here: one backend call for the active conversations, then each
+             reply's environment step in turn on the calling thread, then the next call;
+  engine:    ``RolloutEngine`` (environment steps on worker threads while the backend generates);
+  raw (hf):  one ``model.generate`` over the first prompts, as many new tokens per conversation as
+             the engine generated in all (end of turn suppressed): the ceiling without any environment.
 
-Prints tokens/s for each (the best of ``--repeats`` interleaved runs: a shared machine is noisy),
-the overhead (b)/(a) = time per token of the engine over the raw call (goal <= 1.15) and the
-speed-up (b)/(c) (goal >= 3 at 16 conversations).
+Both loops get the same batch size (``--batch-size``, default half the conversations). Printed:
+generated tokens/s, the share of wall time the backend was generating, the engine's speed-up over
+the reference (wall time; the tokens are the same) and whether both produced the same tokens and
+trajectories. Goal on CPU: the backend busy >= 90 % at 64 conversations.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from rich.console import Console
 from rich.table import Table
 
 from mtsql.agent.env import SqlAgentEnv
 from mtsql.agent.tools import TOOL_SCHEMAS
+from mtsql.backends import make_backend
 from mtsql.backends.base import SamplingParams
-from mtsql.backends.hf import HFBackend
 from mtsql.chat_format import ChatFormat
 from mtsql.config import EnvConfig
 from mtsql.data import load_turns
 from mtsql.models import resolve_model
-from mtsql.paths import FIXTURE_DATA
-from mtsql.rollout import STOP_STRINGS, RolloutEngine
+from mtsql.paths import FIXTURE_DATA, database_path
+from mtsql.rollout import STOP_STRINGS, RolloutEngine, derive_seed, episode_key
+from mtsql.sql.executor import execute
+
+COUNTING = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) SELECT count(*) FROM n"
 
 
-def make_env() -> SqlAgentEnv:
-    return SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA)
+class SqlHeavyEnv(SqlAgentEnv):
+    """The agent environment, plus SQL work on the turn's database at every step."""
+
+    rows = 100_000  # of the counting query; set by ``calibrate``
+    sql_s = 0.0  # SQL work done by all instances, in seconds
+    lock = threading.Lock()
+
+    def step(self, assistant_text: str):
+        started = time.perf_counter()
+        db = database_path(self.trajectory.db_id, self.data_root)
+        if not db.is_file():  # a database the fixture has only the schema of
+            db = database_path("pets_1", FIXTURE_DATA)
+        execute(db, self._turn.gold_sql)
+        work = execute(db, COUNTING.format(self.rows), timeout_s=60)
+        if not work.ok:
+            raise RuntimeError(f"benchmark SQL failed on {db}: {work.error_message}")
+        with self.lock:
+            SqlHeavyEnv.sql_s += time.perf_counter() - started
+        return super().step(assistant_text)
+
+    @classmethod
+    def calibrate(cls, sql_ms: float) -> None:
+        db = database_path("pets_1", FIXTURE_DATA)
+        probe = 200_000
+        started = time.perf_counter()
+        execute(db, COUNTING.format(probe), timeout_s=60)
+        cls.rows = max(1, round(probe * sql_ms / 1000 / (time.perf_counter() - started)))
 
 
-def engine_run(backend, chat, params, turns) -> tuple[float, int]:
-    engine = RolloutEngine(make_env, backend=backend, chat=chat, params=params, tools=TOOL_SCHEMAS,
-                           batch_size=len(turns))
-    started = time.perf_counter()
-    records = engine.run(turns, progress=False)
-    return time.perf_counter() - started, sum(r["generated_tokens"] for r in records)
+def sql_threads(console, queries: int = 16) -> None:
+    """How SQLite work scales over threads here (it releases the GIL while a query runs)."""
+    db = database_path("pets_1", FIXTURE_DATA)
+    rates = []
+    for threads in (1, 2, 4):
+        started = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda _: execute(db, COUNTING.format(SqlHeavyEnv.rows), timeout_s=60), range(queries)))
+        rates.append(f"{threads} thread(s) {queries / (time.perf_counter() - started):.1f}/s")
+    console.print(f"SQL work per step ({SqlHeavyEnv.rows:,} rows counted): " + ", ".join(rates))
 
 
-def raw_run(backend, chat, turns, new_tokens: int) -> tuple[float, int]:
+def make_env(max_turns: int):
+    return lambda: SqlHeavyEnv(EnvConfig(max_turns=max_turns), data_root=FIXTURE_DATA)
+
+
+def reference_run(backend, chat, params, turns, n, batch_size, env_factory) -> tuple[dict, dict]:
+    """Today's loop: batched calls, environment steps one after another between them."""
+    waiting = [(turn, sample) for turn in turns for sample in range(n)]
+    waiting.reverse()
+    active, records = [], {}
+    started, generate_s, tokens = time.perf_counter(), 0.0, 0
+    while waiting or active:
+        while waiting and len(active) < batch_size:
+            turn, sample = waiting.pop()
+            env = env_factory()
+            key = episode_key(turn.uid, sample)
+            active.append({"key": key, "env": env, "seed": derive_seed(0, key), "generations": [],
+                           "prompt": chat.prompt_ids(env.reset(turn), TOOL_SCHEMAS), "ids": [], "mask": []})
+        call = time.perf_counter()
+        outs = backend.generate([e["prompt"] + e["ids"] for e in active],
+                                params, [derive_seed(e["seed"], len(e["generations"])) for e in active])
+        generate_s += time.perf_counter() - call
+        for episode, out in zip(list(active), outs, strict=True):
+            tokens += len(out.token_ids)
+            episode["ids"] += out.token_ids
+            episode["mask"] += [1] * len(out.token_ids)
+            episode["generations"].append({"tokens": len(out.token_ids), "finish_reason": out.finish_reason})
+            observation, ended, _ = episode["env"].step(out.text)
+            if ended:
+                active.remove(episode)
+                records[episode["key"]] = comparable(episode["prompt"], episode["ids"], episode["mask"],
+                                                     episode["generations"], episode["env"].trajectory.to_dict())
+                continue
+            follow = [] if out.token_ids[-1:] == [chat.end_of_turn_id] else [chat.end_of_turn_id]
+            follow += chat.observation_ids(observation)
+            episode["ids"] += follow
+            episode["mask"] += [0] * len(follow)
+    wall = time.perf_counter() - started
+    return records, {"wall_s": wall, "generate_s": generate_s, "generated_tokens": tokens}
+
+
+def comparable(prompt, ids, mask, generations, trajectory) -> str:
+    """What must not change between the loops: tokens, mask, messages and steps (timings left out)."""
+    trajectory = {**trajectory, "elapsed_s": None, "steps": [{**s, "tool_s": None} for s in trajectory["steps"]]}
+    return json.dumps([prompt, ids, mask, generations, trajectory], sort_keys=True)
+
+
+def engine_run(backend, chat, params, turns, n, batch_size, env_factory, workers: int = 4) -> tuple[dict, dict]:
+    engine = RolloutEngine(env_factory, backend=backend, chat=chat, params=params, tools=TOOL_SCHEMAS,
+                           batch_size=batch_size, tool_workers=workers)
+    records = engine.run(turns, n=n, progress=False)
+    return ({r["key"]: comparable(r["prompt_ids"], r["response_ids"], r["response_mask"], r["generations"],
+                                  r["trajectory"]) for r in records}, engine.stats)
+
+
+def raw_run(backend, chat, turns, new_tokens: int, env_factory) -> dict:
+    """One plain ``model.generate`` over the first prompts (hf only)."""
     import torch
 
-    tokenizer = backend.tokenizer
-    prompts = [chat.prompt_ids(make_env().reset(t), TOOL_SCHEMAS) for t in turns]
+    prompts = [chat.prompt_ids(env_factory().reset(t), TOOL_SCHEMAS) for t in turns]
     width = max(map(len, prompts))
-    ids = torch.tensor([[backend.pad_id] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[backend.pad_id] * (width - len(p)) + p for p in prompts], device=backend.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=backend.device)
     started = time.perf_counter()
     with torch.inference_mode():
         out = backend.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
-                                     min_new_tokens=new_tokens, do_sample=False,
-                                     pad_token_id=tokenizer.pad_token_id or backend.pad_id)
-    return time.perf_counter() - started, (out.shape[1] - width) * len(turns)
+                                     min_new_tokens=new_tokens, do_sample=False, pad_token_id=backend.pad_id)
+    wall = time.perf_counter() - started
+    return {"wall_s": wall, "generate_s": wall, "generated_tokens": (out.shape[1] - width) * len(turns)}
 
 
-def naive_run(backend, chat, params, turns) -> tuple[float, int]:
-    started, tokens = time.perf_counter(), 0
-    for turn in turns:
-        env = make_env()
-        messages, done = env.reset(turn), False
-        while not done:
-            generation = backend.generate([chat.prompt_ids(messages, TOOL_SCHEMAS)], params)[0]
-            tokens += len(generation.token_ids)
-            observation, done, _ = env.step(generation.text)
-            messages = env.trajectory.messages
-    return time.perf_counter() - started, tokens
-
-
-def best_of(repeats, backend, naive, chat, params, turns, naive_turns, console, name) -> dict:
-    """(seconds, tokens) of each mode: the fastest per token of ``repeats`` interleaved runs."""
-    best: dict[str, tuple[float, int]] = {}
-    for _ in range(repeats):
-        backend.clear_prefix_cache()  # no reuse of an earlier repeat's conversations
-        for key in ("b", "a", "c"):
-            if key == "b":
-                seconds, tokens = engine_run(backend, chat, params, turns)
-            elif key == "a":
-                seconds, tokens = raw_run(backend, chat, turns, round(best["b"][1] / len(turns)))
-            else:
-                seconds, tokens = naive_run(naive, chat, params, naive_turns)
-            console.print(f"{name} ({key}): {tokens} tokens in {seconds:.1f} s")
-            if key not in best or seconds / tokens < best[key][0] / best[key][1]:
-                best[key] = (seconds, tokens)
-    return best
+def load_backend(kind: str, model, args):
+    if kind == "hf":
+        return make_backend("hf", model, device=args.device)
+    if kind == "vllm":
+        return make_backend("vllm", model)
+    return make_backend("openai", model, base_url=args.openai_url, concurrency=args.openai_concurrency)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["tiny-qwen3", "smollm2-135m"])
-    parser.add_argument("--conversations", type=int, default=16)
+    parser.add_argument("--backends", nargs="+", default=["hf"], choices=["hf", "vllm", "openai"])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--conversations", nargs="+", type=int, default=[16, 64])
+    parser.add_argument("--batch-size", type=int, default=None, help="both loops (default: half the conversations)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="per assistant message")
+    parser.add_argument("--max-turns", type=int, default=4, help="assistant messages per conversation")
+    parser.add_argument("--sql-ms", type=float, default=100.0, help="SQL work per environment step")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--naive-limit", type=int, default=None, help="conversations for (c) (default: all)")
-    parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of each mode; the best counts")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tool-workers", type=int, default=4, help="the engine's environment threads")
+    parser.add_argument("--device", default="cpu", help="hf backend: cpu | cuda | cuda:N")
+    parser.add_argument("--openai-url", default=None, help="an OpenAI-compatible server for the openai backend")
+    parser.add_argument("--openai-concurrency", type=int, default=64)
     args = parser.parse_args()
 
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    turns = load_turns("cosql", "dev", root=FIXTURE_DATA, with_hardness=False)[: args.conversations]
+    SqlHeavyEnv.calibrate(args.sql_ms)
+    all_turns = load_turns("cosql", "dev", root=FIXTURE_DATA, with_hardness=False)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, stop=STOP_STRINGS)
-    console = Console()
-    table = Table(title=f"rollout throughput: {len(turns)} conversations, device {args.device}, "
-                        f"{torch.get_num_threads()} threads, max {args.max_new_tokens} new tokens per message")
-    for column in ("model", "mode", "tokens", "seconds", "tokens/s", "vs raw", "vs naive"):
-        table.add_column(column, justify="right" if column not in ("model", "mode") else "left")
-    for name in args.models:
-        path = resolve_model(name)
-        backend = HFBackend(path, device=args.device)
+    env_factory = make_env(args.max_turns)
+    console = Console(width=150)
+    sql_threads(console)
+    model = resolve_model(args.model)
+    table = Table(title=f"rollout: {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
+                        f"<= {args.max_turns} x {args.max_new_tokens} new tokens, {args.sql_ms:.0f} ms SQL per step")
+    for column in ("backend", "conv.", "batch", "loop", "tokens", "seconds", "SQL s", "tokens/s", "busy", "speed-up",
+                   "same"):
+        table.add_column(column, justify="left" if column in ("backend", "loop") else "right")
+    for kind in args.backends:
+        if kind == "openai" and not args.openai_url:
+            console.print("openai: skipped (no --openai-url)")
+            continue
+        try:
+            backend = load_backend(kind, model, args)
+        except Exception as exc:  # a backend this machine lacks (vLLM without a GPU): say so, go on
+            console.print(f"{kind}: not available here ({str(exc).splitlines()[0]})")
+            continue
         chat = ChatFormat(backend.tokenizer)
-        naive = HFBackend(path, device=args.device, prefix_cache=False)
-        engine_run(backend, chat, params, turns[:2])  # warm-up
-        best = best_of(args.repeats, backend, naive, chat, params, turns, turns[: args.naive_limit], console, name)
-        (a_time, a_tokens), (b_time, b_tokens), (c_time, c_tokens) = best["a"], best["b"], best["c"]
-        rate = {"a": a_tokens / a_time, "b": b_tokens / b_time, "c": c_tokens / c_time}
-        rows = [("(a) raw generate", a_tokens, a_time, "a"), ("(b) rollout engine", b_tokens, b_time, "b"),
-                ("(c) naive loop", c_tokens, c_time, "c")]
-        for label, tokens, seconds, key in rows:
-            table.add_row(name, label, str(tokens), f"{seconds:.1f}", f"{rate[key]:.1f}",
-                          f"{rate['a'] / rate[key]:.2f}", f"{rate[key] / rate['c']:.2f}x")
-        console.print(f"{name}: overhead (b)/(a) = {rate['a'] / rate['b']:.2f} (goal <= 1.15), "
-                      f"speed-up (b)/(c) = {rate['b'] / rate['c']:.2f}x (goal >= 3)")
+        engine_run(backend, chat, params, all_turns[:2], 1, 2, env_factory)  # warm-up
+        for count in args.conversations:
+            turns = all_turns[:count]
+            n = -(-count // len(turns))
+            turns = turns[: -(-count // n)]
+            batch = args.batch_size or max(1, count // 2)
+            runs = {}
+            for name, loop in (("reference", reference_run),
+                               ("engine", partial(engine_run, workers=args.tool_workers))):
+                getattr(backend, "clear_prefix_cache", lambda: None)()
+                SqlHeavyEnv.sql_s = 0.0
+                runs[name] = loop(backend, chat, params, turns, n, batch, env_factory)
+                runs[name][1]["sql_s"] = SqlHeavyEnv.sql_s
+                console.print(f"{kind} {count} {name}: {runs[name][1]['generated_tokens']} tokens in "
+                              f"{runs[name][1]['wall_s']:.1f} s")
+            same = runs["reference"][0] == runs["engine"][0]
+            speedup = runs["reference"][1]["wall_s"] / runs["engine"][1]["wall_s"]
+            rows = [("reference", runs["reference"][1], "1.00x"), ("engine", runs["engine"][1], f"{speedup:.2f}x")]
+            if kind == "hf":
+                total = runs["engine"][1]["generated_tokens"]
+                raw = raw_run(backend, chat, (turns * n)[:count], max(1, round(total / count)), env_factory)
+                rows.append(("raw generate", raw, ""))
+            for name, stats, gain in rows:
+                console.print(f"{kind} {count} {name}: {stats['generated_tokens'] / stats['wall_s']:,.1f} tokens/s, "
+                              f"busy {stats['generate_s'] / stats['wall_s']:.0%}, SQL {stats.get('sql_s', 0):.1f} s "
+                              f"{gain} {'same tokens: ' + str(same) if name == 'engine' else ''}")
+                table.add_row(kind, str(count), str(batch), name, str(stats["generated_tokens"]),
+                              f"{stats['wall_s']:.1f}", f"{stats.get('sql_s', 0):.1f}",
+                              f"{stats['generated_tokens'] / stats['wall_s']:,.0f}",
+                              f"{stats['generate_s'] / stats['wall_s']:.0%}", gain,
+                              ("yes" if same else "NO") if name == "engine" else "")
+        backend.close()
     console.print(table)
 
 
