@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mtsql.data import SINGLE_TURN_DATASETS, load_turns
 from mtsql.paths import data_dir, database_path
+from mtsql.sql.executor import execute_cached
 
 SPACED_OPERATORS = (("! =", "!="), ("> =", ">="), ("< =", "<="))
 
@@ -21,8 +22,6 @@ def join_spaced_operators(sql: str) -> str:
 def check_split(dataset: str, split: str, root: Path | None = None, *, progress=None) -> dict:
     """Report on one split: interactions and turns (questions for a single-turn dataset), databases,
     missing DBs, failing gold SQL."""
-    from mtsql.sql.executor import execute_cached
-
     root = root or data_dir()
     turns = load_turns(dataset, split, root=root, with_hardness=False)
     single = dataset in SINGLE_TURN_DATASETS

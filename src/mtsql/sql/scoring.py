@@ -21,7 +21,13 @@ from mtsql.paths import data_dir
 from mtsql.sql import gold_cache
 from mtsql.sql.errors import OfficialCrash, SqlParseError
 from mtsql.sql.exact_match import exact_match, rebuild
-from mtsql.sql.exec_match import sparc_exec_match, testsuite_databases, testsuite_exec_match
+from mtsql.sql.exec_match import (
+    _remove_distinct_tokens,
+    sparc_exec_match,
+    testsuite_databases,
+    testsuite_exec_match,
+)
+from mtsql.sql.executor import _execute_cached
 from mtsql.sql.hardness import hardness
 from mtsql.sql.parser import SEMANTICS, empty_sql, parse_sql
 from mtsql.sql.schema import load_foreign_key_maps, load_schema
@@ -185,9 +191,6 @@ def hardness_of(sql: str, db_id: str, *, data_root=None, sources: DataSources | 
 def clear_caches() -> None:
     """Forget cached schemas, foreign-key maps, parsed golds and gold results in this process
     (benchmarks, tests; what :func:`gold_cache.persisted` saved on disk stays)."""
-    from mtsql.sql.exec_match import _remove_distinct_tokens
-    from mtsql.sql.executor import _execute_cached
-
     for cached in (load_schema, load_foreign_key_maps, _execute_cached, _remove_distinct_tokens, testsuite_databases,
                    _foreign_keys_digest, _first_database):
         cached.cache_clear()
