@@ -41,10 +41,12 @@ def test_summary_says_what_the_intervals_allow(report):
     summary = section(text, "Summary")
     cosql, sparc = summary.split("**sparc**")
     assert "base 0.0 [0.0, 8.8] (0/40) → SFT 40.0 [26.3, 55.4] (16/40) → RL 45.0 [30.7, 60.2] (18/40)" in cosql
-    assert "SFT is above base beyond the 95 % intervals" in cosql
-    assert "SFT and RL: the 95 % intervals overlap, so this run shows no difference between them" in cosql
+    assert "SFT − base = +40.0 points [+23.8, +55.4]: SFT is above base beyond the 95 % interval of the difference" \
+        in cosql
+    assert "RL − SFT = +5.0 points [-16.0, +25.4]: the interval holds 0, so this run shows no difference between SFT " \
+        "and RL" in cosql
     assert "cannot show" not in cosql  # 40 turns: no blanket warning
-    assert "base and SFT: the 95 % intervals overlap" in sparc  # 0/3 vs 1/3
+    assert "the interval holds 0, so this run shows no difference between base and SFT" in sparc  # 0/3 vs 1/3
     assert "With as few as 3 scored turns" in sparc and "cannot show differences" in sparc
 
 

@@ -34,8 +34,9 @@ def build_report(run: Path) -> Path:
     model = next((a.metrics["model_name"] for a in evals.values() if a.metrics.get("model_name")), None)
     lines = [f"# mtsql report: {run.name}", "",
              f"Model {model or '(no evaluation)'}; {len(arts)} artifacts. Every rate is given in % with its 95 % "
-             "Wilson interval in brackets and its count (k/n). Where two intervals overlap, the run does not show "
-             "a difference (a conservative reading: intervals that do not overlap are a clear difference).", ""]
+             "Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval of "
+             "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds 0, "
+             "the run does not show a difference.", ""]
     lines += evaluation.summary_section(heads)
     lines += evaluation.evaluation_table(evals)
     if heads:

@@ -41,11 +41,16 @@ def summary_section(heads: dict[str, Artifact]) -> list[str]:
 
 
 def _compare(a_name: str, a: Rate, b_name: str, b: Rate) -> str:
+    difference = b.minus(a)
+    if difference is None:
+        return f"{a_name} and {b_name}: nothing to compare (no scored turns)."
+    value, low, high = (100 * x for x in difference)
+    shown = f"{b_name} − {a_name} = {value:+.1f} points [{low:+.1f}, {high:+.1f}]"
     if b.above(a):
-        return f"{b_name} is above {a_name} beyond the 95 % intervals."
+        return f"{shown}: {b_name} is above {a_name} beyond the 95 % interval of the difference."
     if a.above(b):
-        return f"{b_name} is below {a_name} beyond the 95 % intervals."
-    return f"{a_name} and {b_name}: the 95 % intervals overlap, so this run shows no difference between them."
+        return f"{shown}: {b_name} is below {a_name} beyond the 95 % interval of the difference."
+    return f"{shown}: the interval holds 0, so this run shows no difference between {a_name} and {b_name}."
 
 
 def evaluation_table(evals: dict[str, Artifact]) -> list[str]:

@@ -1,7 +1,11 @@
-"""Rates with their sample size and a 95 % Wilson score interval.
+"""Rates with their sample size and a 95 % Wilson score interval; differences of two rates.
 
 The Wilson interval stays inside [0, 1] and is honest at 0/n and n/n, where the normal
 approximation collapses to a zero-width interval; that matters for the small slices a CPU run scores.
+Two rates are compared through the 95 % interval of their difference, built from the two Wilson
+intervals (Newcombe 1998, the hybrid score interval for independent proportions): asking instead
+whether the two intervals overlap tests at about the 0.5 % level, not 5 %. Phases scored on the same
+turns are positively correlated, which makes this interval conservative for them.
 """
 
 from __future__ import annotations
@@ -49,9 +53,18 @@ class Rate:
         low, high = self.interval
         return f"{100 * self.value:.1f} [{100 * low:.1f}, {100 * high:.1f}] ({self.k}/{self.n})"
 
+    def minus(self, other: Rate) -> tuple[float, float, float] | None:
+        """This rate minus ``other`` with the 95 % interval of the difference (None if either is empty)."""
+        if not (self.n and other.n):
+            return None
+        (p1, (l1, u1)), (p2, (l2, u2)) = (self.value, self.interval), (other.value, other.interval)
+        difference = p1 - p2
+        return (difference, difference - math.hypot(p1 - l1, u2 - p2), difference + math.hypot(u1 - p1, p2 - l2))
+
     def above(self, other: Rate) -> bool:
-        """This rate's interval lies wholly above ``other``'s (a difference the data can show)."""
-        return bool(self.n and other.n) and self.interval[0] > other.interval[1]
+        """The 95 % interval of this rate minus ``other`` lies wholly above 0 (a difference the data show)."""
+        difference = self.minus(other)
+        return difference is not None and difference[1] > 0
 
 
 def rate_of(flags) -> Rate:
