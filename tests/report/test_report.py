@@ -41,10 +41,10 @@ def test_summary_says_what_the_intervals_allow(report):
     summary = section(text, "Summary")
     cosql, sparc = summary.split("**sparc**")
     assert "base 0.0 [0.0, 8.8] (0/40) → SFT 40.0 [26.3, 55.4] (16/40) → RL 45.0 [30.7, 60.2] (18/40)" in cosql
-    assert "SFT is above base beyond the 95 % intervals" in cosql
-    assert "SFT and RL: the 95 % intervals overlap, so this run shows no difference between them" in cosql
+    assert "  * SFT is above base beyond the 95 % intervals.\n  * RL is above base beyond the 95 % intervals.\n" \
+           "  * The 95 % intervals of SFT and RL overlap: this run shows no difference there." in cosql
     assert "cannot show" not in cosql  # 40 turns: no blanket warning
-    assert "base and SFT: the 95 % intervals overlap" in sparc  # 0/3 vs 1/3
+    assert "The 95 % intervals of base, SFT and RL all overlap: this run shows no difference between them." in sparc
     assert "With as few as 3 scored turns" in sparc and "cannot show differences" in sparc
 
 
@@ -205,3 +205,13 @@ def test_examples_prefer_telling_cases():
     assert [(why, r["uid"]) for why, r in pick_examples(misses)] == [
         ("a miss (EX 0 or no answer)", "a"), ("another item (a miss, protocol-valid)", "c"),
         ("another item (a miss, off protocol)", "b")]
+
+
+def test_comparisons_name_each_difference_and_group_the_overlaps():
+    from mtsql.report.evaluation import _comparisons
+    from mtsql.report.stats import Rate
+
+    assert _comparisons({"base": Rate(20, 40), "SFT": Rate(2, 40)}) == ["SFT is below base beyond the 95 % intervals."]
+    assert _comparisons({"base": Rate(1, 3), "SFT": Rate(2, 3)}) == [
+        "The 95 % intervals of base and SFT overlap: this run shows no difference there."]
+    assert _comparisons({"base": Rate(0, 3)}) == []

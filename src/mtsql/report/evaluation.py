@@ -29,9 +29,7 @@ def summary_section(heads: dict[str, Artifact]) -> list[str]:
         rates = {p: ex_rate(art, dataset) for p, art in heads.items() if dataset in datasets(art)}
         shown = " → ".join(f"{PHASE_NAMES[p]} {r.cell()}" for p, r in rates.items())
         lines.append(f"* **{dataset}** execution accuracy (%, [95 % interval], correct/scored): {shown}.")
-        pairs = [(a, b) for i, a in enumerate(rates) for b in list(rates)[i + 1:]]
-        for a, b in pairs:
-            lines.append(f"  * {_compare(PHASE_NAMES[a], rates[a], PHASE_NAMES[b], rates[b])}")
+        lines += [f"  * {sentence}" for sentence in _comparisons({PHASE_NAMES[p]: r for p, r in rates.items()})]
         smallest = min(r.n for r in rates.values())
         if smallest < TOO_FEW:
             lines.append(f"  * With as few as {smallest} scored turns the intervals are wide: this run cannot show "
@@ -40,12 +38,23 @@ def summary_section(heads: dict[str, Artifact]) -> list[str]:
     return lines + [""]
 
 
-def _compare(a_name: str, a: Rate, b_name: str, b: Rate) -> str:
-    if b.above(a):
-        return f"{b_name} is above {a_name} beyond the 95 % intervals."
-    if a.above(b):
-        return f"{b_name} is below {a_name} beyond the 95 % intervals."
-    return f"{a_name} and {b_name}: the 95 % intervals overlap, so this run shows no difference between them."
+def _comparisons(rates: dict[str, Rate]) -> list[str]:
+    """A sentence per pair whose intervals are apart, one for the pairs whose intervals overlap."""
+    names = list(rates)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    out, overlapping = [], []
+    for a, b in pairs:
+        if rates[b].above(rates[a]) or rates[a].above(rates[b]):
+            side = "above" if rates[b].above(rates[a]) else "below"
+            out.append(f"{b} is {side} {a} beyond the 95 % intervals.")
+        else:
+            overlapping.append(f"{a} and {b}")
+    if len(overlapping) == len(pairs) > 1:
+        out.append(f"The 95 % intervals of {', '.join(names[:-1])} and {names[-1]} all overlap: this run shows no "
+                   "difference between them.")
+    elif overlapping:
+        out.append(f"The 95 % intervals of {'; of '.join(overlapping)} overlap: this run shows no difference there.")
+    return out
 
 
 def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
