@@ -71,7 +71,8 @@ def _no_items_key(ax) -> None:
 
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Patch(facecolor="none", edgecolor="#999999", hatch="///", label="no turns (n=0)"))
-    ax.legend(handles=handles, loc="upper right", fontsize=8)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(handles), fontsize=8,
+              frameon=False)  # below the axes: inside, it would hide the labels of high whiskers
 
 
 def rl_figure(stages: dict[str, list[dict]], metrics: dict[str, tuple[str, tuple | None]]):
