@@ -73,7 +73,8 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
 
 
 def status_table(folder: Path) -> Table:
-    table = Table(title=str(folder), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=str(folder), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
     table.add_column("artifact", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("fingerprint", no_wrap=True)
@@ -106,20 +107,20 @@ def summary(manifest: dict) -> str:
             lines.append(f"{name} EX {_pct(d.get('ex'))} EM {_pct(d.get('em'))} n={d.get('turns')}")
         return "\n".join(lines)
     if stage == "sample":
-        return f"{m.get('policy')}: {m.get('count')} trajectories, {m.get('items')} items, EX {_pct(m.get('ex'))}"
+        return f"{m.get('policy')} policy\n{m.get('count')} trajectories, {m.get('items')} items, EX {_pct(m.get('ex'))}"
     if stage == "reject":
         return f"solved {m.get('solved')}/{m.get('items')} items, kept {m.get('kept')}/{m.get('sampled')}"
     if stage == "sft":
         loss = m.get("train_loss")
         return f"{m.get('examples')} examples, train loss {'–' if loss is None else f'{loss:.3f}'}"
     if stage == "curriculum":
-        sizes = ", ".join(f"{name} {row.get('total')}" for name, row in (m.get("table") or {}).items())
-        return f"pool {m.get('pool')}: {sizes}"
+        sizes = ", ".join(str(row.get("total")) for row in (m.get("table") or {}).values())
+        return f"pool {m.get('pool')} → stages of {sizes} turns"
     if stage == "rl":
-        first, last = m.get("reward_first"), m.get("reward_last")
-        text = f"{m.get('steps')} steps"
+        first, last, steps = m.get("reward_first"), m.get("reward_last"), m.get("steps")
+        text = f"{steps} step{'' if steps == 1 else 's'}"
         if last is not None:
-            text += f", reward {'' if first is None else f'{first:.3g} → '}{last:.3g}"
+            text += f", reward {'' if first is None or steps == 1 else f'{first:.3g} → '}{last:.3g}"
         if m.get("steps_without_signal"):
             text += f", {m['steps_without_signal']} without signal"
         return text

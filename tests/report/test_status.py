@@ -30,9 +30,10 @@ def test_rows_in_pipeline_order_without_spurious_ones(run_folder):
     assert by_label["eval-sft"][5] == "long, gold memory\ncosql EX 40.0% EM 20.0% n=40\nsparc EX 33.3% EM 0.0% n=3"
     assert by_label["eval-base-short"][5].startswith("short, gold memory")
     assert by_label["reject-r1"][5] == "solved 10/12 items, kept 10/12"
-    assert by_label["curriculum"][5] == "pool 12: stage 1 5, stage 2 4, stage 3 3"
+    assert by_label["curriculum"][5] == "pool 12 → stages of 5, 4, 3 turns"
     assert by_label["rl-c2"][5] == "2 steps, reward 1.1 → 1.2"
     assert by_label["sft-r1"][5] == "9 examples, train loss 0.812"
+    assert by_label["sample-r1"][5] == "gold_with_correction policy\n12 trajectories, 12 items, EX 100.0%"
 
 
 def test_table_fits_100_columns(run_folder):
@@ -40,8 +41,9 @@ def test_table_fits_100_columns(run_folder):
     console.print(status_table(run_folder))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100
+    starts = [line.split(" ")[0] for line in text.splitlines()]
     for label in ("sample-r1", "eval-rl", "rl-c2", "curriculum"):
-        assert f" {label} " in text  # labels are never wrapped
+        assert label in starts  # labels are never wrapped
 
 
 def test_cli_status_lists_the_run(run_folder):
@@ -53,7 +55,16 @@ def test_cli_status_lists_the_run(run_folder):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= 100
-    order = [next(i for i, line in enumerate(lines) if f" {label} " in line)
+    order = [next(i for i, line in enumerate(lines) if line.startswith(f"{label} "))
              for label in ("sample-r1", "sft-r1", "curriculum", "rl-c1", "eval-base", "eval-rl")]
     assert order == sorted(order)
     assert "\x1b[" not in result.output
+
+
+def test_a_single_rl_step_reads_as_one():
+    from mtsql.status import summary
+
+    one = {"stage": "rl", "metrics": {"steps": 1, "reward_first": 0.5, "reward_last": 0.5}}
+    assert summary(one) == "1 step, reward 0.5"
+    many = {"stage": "rl", "metrics": {"steps": 3, "reward_first": 0.5, "reward_last": 0.7, "steps_without_signal": 1}}
+    assert summary(many) == "3 steps, reward 0.5 → 0.7, 1 without signal"

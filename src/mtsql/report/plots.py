@@ -71,7 +71,8 @@ def _no_items_key(ax) -> None:
 
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Patch(facecolor="none", edgecolor="#999999", hatch="///", label="no turns (n=0)"))
-    ax.legend(handles=handles, loc="upper right", fontsize=8)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(handles), fontsize=8,
+              frameon=False)  # below the axes: inside, it would hide the labels of high whiskers
 
 
 def rl_figure(stages: dict[str, list[dict]], metrics: dict[str, tuple[str, tuple | None]]):
@@ -90,11 +91,11 @@ def rl_figure(stages: dict[str, list[dict]], metrics: dict[str, tuple[str, tuple
             if not points:
                 continue
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", color=colour, label=name)
-            if key == "reward_mean" and all(row.get("reward_std") is not None for row in rows):
-                stds = [row["reward_std"] for row in rows]
-                ax.fill_between(xs, [y - s for y, s in zip(ys, stds, strict=True)],
-                                [y + s for y, s in zip(ys, stds, strict=True)], color=colour, alpha=0.15)
+            spread = [row.get(f"{key.removesuffix('_mean')}_std") for row in rows]
+            if key.endswith("_mean") and None not in spread:
+                ax.errorbar(xs, ys, yerr=spread, marker="o", color=colour, capsize=3, label=name)
+            else:
+                ax.plot(xs, ys, marker="o", color=colour, label=name)
         if steps:
             spans.append((offset + 0.5, max(steps) + 0.5))
             offset = max(steps)

@@ -10,7 +10,7 @@ from mtsql.report.stats import Rate
 STEP_ROWS = 12  # at most this many step rows per curriculum stage; the rest stay in metrics.jsonl
 STEP_COLUMNS = {"reward_mean": "reward mean", "reward_std": "reward std", "pg_loss": "pg_loss", "kl": "kl",
                 "grad_norm": "grad_norm", "response_length": "response length (tokens)"}
-CURVES = {"reward_mean": ("mean reward (band: ± std over samples)", None),
+CURVES = {"reward_mean": ("mean reward (whisker: ± std over the step's samples)", None),
           "groups_with_signal": ("share of groups with signal", (-0.05, 1.05)),
           "response_length": ("mean response length (tokens)", None)}
 
