@@ -12,7 +12,8 @@ check, evaluation, the local RL engine) reads a record the same way:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from statistics import mean
 
@@ -25,6 +26,11 @@ from mtsql.sql.executor import execute_cached
 from mtsql.sql.metrics import TURN_BUCKETS, turn_bucket
 
 REQUIRE_KEYS = {"ex": "execution", "em": "exact"}
+
+
+def scorer(cfg, data_root: Path) -> Callable[[dict], dict]:
+    """``score_record`` with ``cfg``'s reward and SQL settings: what ``RolloutEngine.run(score=...)`` takes."""
+    return partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=data_root)
 
 
 def score_record(record: dict, *, reward: RewardConfig, sql: SqlConfig, data_root: Path) -> dict:

@@ -30,7 +30,6 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mtsql.backends.hf import HFBackend
 from mtsql.rollout import RolloutEngine, derive_seed
-from mtsql.trajectories import score_record
+from mtsql.trajectories import scorer
 
 LOSS_AGG_MODE = "token-mean"
 STATS = ("pg_loss", "kl", "grad_norm", "clipfrac")
@@ -249,7 +248,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
                 order += rng.sample(turns, len(turns))
             batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
             rows = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False,
-                              score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=root))
+                              score=scorer(cfg, root))
             episodes, over = fit_lengths(
                 [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
                  for r in rows if r["response_ids"]], max_prompt_len=cfg.rl.max_prompt_len,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import shutil
 from collections import defaultdict
-from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -31,7 +30,7 @@ from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
 from mtsql.sql import score_turn
 from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
-from mtsql.trajectories import score_record, summarize_trajectories, vote
+from mtsql.trajectories import scorer, summarize_trajectories, vote
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
 INPUTS = {"model": None}
@@ -110,7 +109,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) ->
 def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> list[dict]:
     """Roll out and score; the resumable shards are removed once every record is scored."""
     rows = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards,
-                      score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root))
+                      score=scorer(cfg, cfg.data_root))
     shutil.rmtree(shards)
     return rows
 

@@ -15,7 +15,6 @@ ids and mask (model policies), the reward terms and the protocol statistics reje
 from __future__ import annotations
 
 import shutil
-from functools import partial
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
@@ -25,7 +24,7 @@ from mtsql.errors import UsageError
 from mtsql.files import write_jsonl
 from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
-from mtsql.trajectories import score_record, summarize_trajectories
+from mtsql.trajectories import scorer, summarize_trajectories
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
 INPUTS = {"model": None, "pool": None}
@@ -43,7 +42,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, po
     engine = RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy=policy, model=model_path)
     shards = ctx.out / "rollout"
     rows = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards,
-                      score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root))
+                      score=scorer(cfg, cfg.data_root))
     write_jsonl(ctx.out / "trajectories.jsonl", rows)
     shutil.rmtree(shards)  # every record is in trajectories.jsonl now
     return {"policy": policy, "model": model.label if model else cfg.model.name, **summarize_trajectories(rows)}

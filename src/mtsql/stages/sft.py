@@ -14,7 +14,6 @@ Writes: ``data/`` (the exported dataset), ``train.yaml`` (+ ``merge.yaml`` with 
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 from mtsql.agent.tools import TOOL_SCHEMAS
@@ -27,7 +26,7 @@ from mtsql.files import read_jsonl
 from mtsql.integrations.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
 from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
-from mtsql.trajectories import score_record, summarize_trajectories
+from mtsql.trajectories import scorer, summarize_trajectories
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
 INPUTS = {"reject": "reject", "model": None}
@@ -67,6 +66,6 @@ def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str) -> dict:
     greedy = cfg.replace(sample={"n": 1, "temperature": 0.0})
     engine = RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy="model", model=model)
     rows = engine.run(turns, n=1, seed=cfg.seed, progress=False,
-                      score=partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=cfg.data_root))
+                      score=scorer(cfg, cfg.data_root))
     summary = summarize_trajectories(rows)
     return {k: summary[k] for k in ("count", "ex", "em", "protocol_valid", "tool_calls_per_turn")}
