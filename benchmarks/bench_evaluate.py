@@ -13,6 +13,9 @@ Three timings per dataset, each with the process's caches emptied first (the min
 ``first run`` (worker processes by database, gold cache empty: computed and saved) and ``cached``
 (worker processes, gold cache on disk from the first run: what every later evaluation against the
 same gold file costs). The ratios are to the reference; items must be identical in all three.
+With ``--official DIR`` (a checkout of taoyds/test-suite-sql-eval, which cannot be shipped), the
+official program is timed too, on the interactions it can score (it stops on the others), and
+the reference and cached paths are timed again on the same ones for the ratio.
 Scoring is timed in-process (Python start-up and imports, ~2 s, are the same for any path and left
 out). The gold cache lives in a temporary $MTSQL_HOME.
 
@@ -29,6 +32,7 @@ import argparse
 import os
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +43,7 @@ os.environ.setdefault("MTSQL_DATA", "/work/shared/data")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from mtsql.data import tables_file  # noqa: E402
 from mtsql.paths import data_dir  # noqa: E402
 from mtsql.sql import clear_caches, evaluation  # noqa: E402
 from mtsql.sql.evaluation import EvaluateOptions, evaluate_files  # noqa: E402
@@ -87,12 +92,12 @@ def model_like_predictions(gold_path: Path, seed: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def timed(dataset: str, pred: Path, options: EvaluateOptions) -> tuple[float, float, list[dict]]:
+def timed(dataset: str, pred: Path, options: EvaluateOptions, gold: Path | None = None) -> tuple[float, float, list[dict]]:
     """(wall s, critical-path CPU s: this process plus its busiest worker, items)."""
     clear_caches()
     RecordedWorkers.last = None
     started, cpu = time.perf_counter(), time.process_time()
-    items = evaluate_files(dataset, pred, options=options).items
+    items = evaluate_files(dataset, pred, gold_path=gold, options=options).items
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     workers = RecordedWorkers.last
     return wall, cpu + (max(workers.cpu_seconds) if workers else 0.0), items
@@ -102,51 +107,145 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per timing (the minimum is kept)")
     parser.add_argument("--workers", type=int, default=0, help="processes of the parallel path (0: one per core)")
+    parser.add_argument("--official", type=Path, default=None,
+                        help="a checkout of taoyds/test-suite-sql-eval: also time the official program (not shipped)")
     args = parser.parse_args()
     if not (data_dir() / "sparc" / "dev_gold.txt").is_file():
         print(f"no SParC dev set under {data_dir()}: set MTSQL_DATA", file=sys.stderr)
         return 2
+    if args.official and not (args.official / "evaluation.py").is_file():
+        print(f"--official {args.official}: no evaluation.py there (a test-suite-sql-eval checkout)", file=sys.stderr)
+        return 2
     tokenize("SELECT 1")  # NLTK's import is a one-off cost of the process, the same for every path
     console = Console()
     load_before = os.getloadavg()
-    table = Table(title=f"mtsql evaluate (EM + test-suite EX), model-like predictions ({data_dir()})")
-    for column in ("dataset", "items", "reference s", "first run s", "ratio", "cached s", "ratio",
-                   "cached CPU ratio", "EM", "EX"):
-        table.add_column(column, justify="left" if column == "dataset" else "right")
     reference_opts = EvaluateOptions(workers=1, gold_cache=False)
     parallel_opts = EvaluateOptions(workers=args.workers, gold_cache=True)
-    totals = [0.0, 0.0, 0.0]
-    cpu_totals = [0.0, 0.0]
+    columns: dict[str, dict[str, str]] = {}
+    sums: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["MTSQL_HOME"] = scratch
         for dataset in ("sparc", "cosql"):
+            gold = data_dir() / dataset / "dev_gold.txt"
             pred = Path(scratch) / f"{dataset}_pred.txt"
-            pred.write_text(model_like_predictions(data_dir() / dataset / "dev_gold.txt"))
-            best, best_cpu = [float("inf")] * 3, [float("inf")] * 2
-            for _ in range(args.repeat):
-                for path in (Path(scratch) / "cache").glob("gold/*"):
-                    path.unlink()  # each first run starts from an empty gold cache
-                runs = [timed(dataset, pred, reference_opts), timed(dataset, pred, parallel_opts),
-                        timed(dataset, pred, parallel_opts)]
-                if not all(items == runs[0][2] for _, _, items in runs):
-                    print(f"{dataset}: the parallel path's items differ from the reference's", file=sys.stderr)
-                    return 1
-                best = [min(b, wall) for b, (wall, _, _) in zip(best, runs, strict=True)]
-                best_cpu = [min(best_cpu[0], runs[0][1]), min(best_cpu[1], runs[2][1])]
-            items = runs[0][2]
-            totals = [t + b for t, b in zip(totals, best, strict=True)]
-            cpu_totals = [t + b for t, b in zip(cpu_totals, best_cpu, strict=True)]
-            table.add_row(dataset, str(len(items)), f"{best[0]:.2f}", f"{best[1]:.2f}", f"{best[1] / best[0]:.2f}x",
-                          f"{best[2]:.2f}", f"{best[2] / best[0]:.2f}x", f"{best_cpu[1] / best_cpu[0]:.2f}x",
-                          f"{sum(i['exact_match'] or 0 for i in items) / len(items):.3f}",
-                          f"{sum(i['exec_match'] or 0 for i in items) / len(items):.3f}")
-    table.add_row("both", "", f"{totals[0]:.2f}", f"{totals[1]:.2f}", f"{totals[1] / totals[0]:.2f}x",
-                  f"{totals[2]:.2f}", f"{totals[2] / totals[0]:.2f}x", f"{cpu_totals[1] / cpu_totals[0]:.2f}x", "", "")
+            pred.write_text(model_like_predictions(gold))
+            best = _best_of(args.repeat, dataset, pred, None, reference_opts, parallel_opts, Path(scratch))
+            if best is None:
+                print(f"{dataset}: the parallel path's items differ from the reference's", file=sys.stderr)
+                return 1
+            items = best.pop("items")
+            column = {"items": str(len(items)), **_timings(best),
+                      "EM": f"{sum(i['exact_match'] or 0 for i in items) / len(items):.3f}",
+                      "EX": f"{sum(i['exec_match'] or 0 for i in items) / len(items):.3f}"}
+            if args.official:
+                # the official program stops on a turn it cannot score: time both on the rest
+                kept_gold, kept_pred, turns = _scorable_only(gold, pred, items, Path(scratch))
+                mine = _best_of(args.repeat, dataset, kept_pred, kept_gold, reference_opts, parallel_opts,
+                                Path(scratch))
+                official = min(_official_seconds(args.official, dataset, kept_gold, kept_pred)
+                               for _ in range(args.repeat))
+                column.update({"official: turns": str(turns), "official s": f"{official:.2f}",
+                               "reference / official": f"{mine['reference'] / official:.2f}x",
+                               "first run / official": f"{mine['first run'] / official:.2f}x",
+                               "cached / official": f"{mine['cached'] / official:.2f}x"})
+                sums["official"] = sums.get("official", 0.0) + official
+                for key in ("reference", "first run", "cached"):
+                    sums[f"mine {key}"] = sums.get(f"mine {key}", 0.0) + mine[key]
+            for key, value in best.items():
+                sums[key] = sums.get(key, 0.0) + value
+            columns[dataset] = column
+    both = _timings(sums)
+    if args.official:
+        both.update({f"{key} / official": f"{sums[f'mine {key}'] / sums['official']:.2f}x"
+                     for key in ("reference", "first run", "cached")} | {"official s": f"{sums['official']:.2f}"})
+    columns["both"] = both
+    table = Table(title=f"mtsql evaluate (EM + test-suite EX), model-like predictions ({data_dir()})")
+    table.add_column("")
+    for name in columns:
+        table.add_column(name, justify="right")
+    for row in columns["sparc"]:
+        table.add_row(row, *(column.get(row, "") for column in columns.values()))
     console.print(table)
     workers = args.workers or available_cores()
     console.print(f"{workers} worker processes on {available_cores()} cores; load average (1, 5, 15 min) "
                   f"before {_load(load_before)}, after {_load(os.getloadavg())}; Python {sys.version.split()[0]}")
     return 0
+
+
+def _best_of(repeat: int, dataset: str, pred: Path, gold: Path | None, reference_opts: EvaluateOptions,
+             parallel_opts: EvaluateOptions, scratch: Path) -> dict | None:
+    """Minimum wall (and critical-path CPU) seconds of the three paths over interleaved runs, with
+    the reference's items; ``None`` if any path's items differ from the reference's."""
+    best = {"reference": float("inf"), "first run": float("inf"), "cached": float("inf"),
+            "reference CPU": float("inf"), "cached CPU": float("inf")}
+    for _ in range(repeat):
+        for path in (scratch / "cache").glob("gold/*"):
+            path.unlink()  # each first run starts from an empty gold cache
+        runs = [timed(dataset, pred, options, gold) for options in (reference_opts, parallel_opts, parallel_opts)]
+        if not all(items == runs[0][2] for _, _, items in runs):
+            return None
+        for key, (wall, _cpu, _items) in zip(("reference", "first run", "cached"), runs, strict=True):
+            best[key] = min(best[key], wall)
+        best["reference CPU"] = min(best["reference CPU"], runs[0][1])
+        best["cached CPU"] = min(best["cached CPU"], runs[2][1])
+    return best | {"items": runs[0][2]}
+
+
+def _timings(best: dict) -> dict[str, str]:
+    return {"reference s": f"{best['reference']:.2f}",
+            "first run s": f"{best['first run']:.2f}", "first run ratio": f"{best['first run'] / best['reference']:.2f}x",
+            "cached s": f"{best['cached']:.2f}", "cached ratio": f"{best['cached'] / best['reference']:.2f}x",
+            "cached CPU ratio": f"{best['cached CPU'] / best['reference CPU']:.2f}x"}
+
+
+def _scorable_only(gold: Path, pred: Path, items: list[dict], scratch: Path) -> tuple[Path, Path, int]:
+    """Gold and prediction files without the interactions holding a turn no official program can
+    score (missing database, failing gold); (gold, pred, turns kept)."""
+    bad = {i["interaction_index"] for i in items if i["exact_match"] is None or i["exec_match"] is None}
+    kept = {"gold": [], "pred": []}
+    turns = 0
+    for name, path in (("gold", gold), ("pred", pred)):
+        for index, interaction in enumerate(read_interactions(path, gold=name == "gold")):
+            if index not in bad:
+                kept[name].append("".join(_line(turn, name) + "\n" for turn in interaction) + "\n")
+                turns += len(interaction) if name == "gold" else 0
+    paths = scratch / f"{gold.parent.name}_kept_gold.txt", scratch / f"{gold.parent.name}_kept_pred.txt"
+    for path, name in zip(paths, ("gold", "pred"), strict=True):
+        path.write_text("".join(kept[name]))
+    return *paths, turns
+
+
+def _line(turn, name: str) -> str:
+    return f"{turn.sql}\t{turn.db_id}" if name == "gold" else turn.sql
+
+
+_OFFICIAL_DRIVER = """
+import contextlib, io, sys, time
+sys.path.insert(0, sys.argv[1])
+import process_sql
+try:
+    process_sql.word_tokenize("a")
+except LookupError:  # no NLTK punkt data here: the official tokenization, from mtsql's copy of the model
+    from mtsql.sql.tokenizer import _word_tokenize
+    process_sql.word_tokenize = _word_tokenize
+import evaluation
+kmaps = evaluation.build_foreign_key_map_from_json(sys.argv[4])
+started = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    evaluation.evaluate(sys.argv[2], sys.argv[3], sys.argv[5], "all", kmaps, False, False, False)
+print(time.perf_counter() - started)
+"""
+
+
+def _official_seconds(official: Path, dataset: str, gold: Path, pred: Path) -> float:
+    """Seconds the official test-suite program spends scoring (EM + EX, as mtsql's defaults), timed
+    inside its own process like the mtsql paths (start-up and imports left out)."""
+    args = [sys.executable, "-c", _OFFICIAL_DRIVER, str(official.resolve()), str(gold), str(pred),
+            str(tables_file(dataset, data_dir())), str(data_dir() / "database")]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"the official program failed:\n{done.stderr[-2000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def _load(values: tuple[float, float, float]) -> str:

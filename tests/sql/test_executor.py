@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
+import os
 import shutil
 import sqlite3
+import threading
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mtsql.sql import executor
 from mtsql.sql.executor import ERROR_CLASSES, execute, execute_cached
 
 
@@ -108,6 +112,59 @@ def test_text_that_is_not_utf8_is_decoded_leniently(tmp_path):
     assert execute(path, "SELECT a FROM t").rows == (("AB",),)
 
 
+def make_db(path, rows: int):
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE student (id INTEGER)")
+    conn.executemany("INSERT INTO student VALUES (?)", [(i,) for i in range(rows)])
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_a_kept_connection_is_replaced_with_the_file(db, tmp_path):
+    assert execute(db, "SELECT count(*) FROM student").rows == ((4,),)
+    os.replace(make_db(tmp_path / "new.sqlite", 7), db)
+    assert execute(db, "SELECT count(*) FROM student").rows == ((7,),)
+    db.unlink()
+    assert execute(db, "SELECT count(*) FROM student").error_class == "no_database"
+
+
+def test_a_cut_or_interrupted_query_leaves_the_next_one_whole(db):
+    endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c"
+    assert execute(db, endless, max_rows=10).error_class == "too_many_rows"
+    assert execute(db, "SELECT count(*) FROM student").rows == ((4,),)
+    assert execute(db, "SELECT count(*) FROM (" + endless + ")", timeout_s=0.2).error_class == "timeout"
+    assert execute(db, "SELECT count(*) FROM student", timeout_s=5).rows == ((4,),)
+    assert execute(db, "PRAGMA query_only = 0").error_class == "write_refused"
+    assert execute(db, "DELETE FROM student").error_class == "write_refused"
+
+
+def _count_in_child(db, sender):
+    sender.send(execute(db, "SELECT count(*) FROM student").rows)
+
+
+def test_a_forked_process_uses_its_own_connection(db):
+    assert execute(db, "SELECT count(*) FROM student").ok  # the parent holds a connection
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_count_in_child, args=(db, sender))
+    child.start()
+    assert receiver.recv() == ((4,),)
+    child.join()
+    assert child.exitcode == 0 and execute(db, "SELECT count(*) FROM student").rows == ((4,),)
+
+
+def test_open_connections_are_bounded_per_thread(tmp_path):
+    for i in range(executor._OPEN_PER_THREAD + 5):
+        assert execute(make_db(tmp_path / f"{i}.sqlite", i), "SELECT count(*) FROM student").rows == ((i,),)
+    assert len(executor._open.pool) == executor._OPEN_PER_THREAD
+    results = []
+    worker = threading.Thread(target=lambda: results.append(execute(tmp_path / "3.sqlite", "SELECT count(*) FROM student")))
+    worker.start()
+    worker.join()
+    assert results[0].rows == ((3,),)
+
+
 def test_gold_results_are_cached(db):
     first = execute_cached(db, "SELECT count(*) FROM student")
     assert execute_cached(db, "SELECT count(*) FROM student") is first and first.rows == ((4,),)
@@ -140,3 +197,4 @@ def test_fuzz_never_raises_and_never_changes_the_database(db, pieces):
     assert result.ok or result.error_class in ERROR_CLASSES
     assert isinstance(result.preview(), str)
     assert sha256(db) == before
+    assert execute(db, "SELECT count(*) FROM student").rows == ((4,),)  # nothing carried to the next query

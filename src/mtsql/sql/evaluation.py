@@ -204,6 +204,8 @@ def _scored(groups: dict, sources: DataSources, options: EvaluateOptions, worker
     tokenize("SELECT 1")  # load NLTK, sqlparse and tables.json here, once, rather than in every process
     remove_distinct("SELECT DISTINCT 1")
     load_foreign_key_maps(sources.tables_json)
+    if options.gold_cache:
+        gold_cache.code_digest()
     with GroupWorkers(_score_groups, groups, (sources, options), workers=workers) as pool:
         yield pool.results()
 

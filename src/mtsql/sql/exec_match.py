@@ -36,8 +36,9 @@ from mtsql.sql.executor import ExecResult, execute
 GOLD_MAX_ROWS = 1_000_000
 PRED_MIN_ROW_CAP = 10_000
 SQLPARSE_MAX_TOKENS = 10_000  # sqlparse refuses to group longer statements: the official program crashes
-# a statement split (";", or sqlparse's upper-case "GO") or a DISTINCT token may change the text
-_MAY_CHANGE = re.compile(r";|GO|[dD][iI][sS][tT][iI][nN][cC][tT]")
+# a statement split (a ";" with more than spaces or tabs after it, or sqlparse's upper-case "GO") or a
+# DISTINCT token may change the text; a final ";" keeps the trailing blanks in the first statement
+_MAY_CHANGE = re.compile(r";(?![ \t]*\Z)|GO|[dD][iI][sS][tT][iI][nN][cC][tT]")
 _CUR_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", re.IGNORECASE)
 
 

@@ -1,6 +1,6 @@
 """The SQL sandbox: run one query on a SQLite database without being able to change it.
 
-Every call opens its own connection with ``file:...?mode=ro`` and ``PRAGMA query_only``, and an
+Each thread keeps a connection per database file (``file:...?mode=ro``, ``PRAGMA query_only``), with an
 authorizer that allows only reading (SELECT, reading columns, functions other than
 ``load_extension``, recursive CTEs and a few schema-reading pragmas): DDL, DML, ATTACH (hence
 ``VACUUM INTO``), transactions and pragma writes are refused before they run. The time budget is
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import marshal
+import os
 import sqlite3
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import quote
 
 ERROR_CLASSES = ("syntax", "no_such_table", "no_such_column", "ambiguous_column", "timeout", "too_many_rows",
@@ -28,6 +30,7 @@ MAX_VALUE_BYTES = 5_000_000  # largest string or blob a query may build (SQLITE_
 MAX_RESULT_BYTES = 50_000_000  # total size of a fetched result (marshal bytes)
 _PROGRESS_STEPS = 1_000  # SQLite VM instructions between two deadline checks
 _FETCH_CHUNK = 64
+_OPEN_PER_THREAD = 16  # database files a thread keeps a connection open to
 
 _READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
                            "foreign_key_list"})
@@ -83,32 +86,61 @@ def execute(db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000
     started = time.perf_counter()
     if not isinstance(sql, str):
         sql = bytes(sql).decode("utf-8", errors="replace") if isinstance(sql, (bytes, bytearray)) else str(sql)
-    path = Path(db_path) if db_path is not None else None
-    if path is None or not path.is_file():
+    if db_path is None or not os.path.isfile(db_path):
         return _failure("no_database", f"no database file at {db_path}", started)
     if len(sql) > MAX_SQL_CHARS:
         return _failure("other", f"query longer than {MAX_SQL_CHARS} characters", started)
     try:
-        conn = _connect(path)
-    except sqlite3.Error as exc:
-        return _failure("no_database", f"cannot open {path}: {exc}", started)
+        conn = _connection(os.fspath(db_path))
+    except (sqlite3.Error, OSError) as exc:
+        return _failure("no_database", f"cannot open {db_path}: {exc}", started)
     deadline = started + timeout_s
     conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_STEPS)
     try:
         return _run(conn, sql, started, deadline, max_rows)
     finally:
-        conn.close()
+        conn.set_progress_handler(None, 0)
+        conn.text_factory = str
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+def _connection(path: str) -> sqlite3.Connection:
+    """This thread's open connection to the file at ``path``, kept between calls (opening one and
+    reading its schema costs more than most queries); a replaced or changed file gets a new one, and
+    past ``_OPEN_PER_THREAD`` files the least recently used connection is closed."""
+    stat = os.stat(path)
+    key = (path, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    pool = _open.__dict__.setdefault("pool", OrderedDict())
+    conn = pool.pop(key, None) or _connect(path)
+    pool[key] = conn
+    while len(pool) > _OPEN_PER_THREAD:
+        pool.popitem(last=False)[1].close()
+    return conn
+
+
+def _forget_inherited_connections() -> None:
+    """In a forked child: never use (nor close) the parent's connections, which SQLite forbids."""
+    _inherited.append(_open.__dict__.pop("pool", None))
+
+
+_open = threading.local()
+_inherited: list = []
+os.register_at_fork(after_in_child=_forget_inherited_connections)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(_read_only_uri(path), uri=True, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA query_only = 1")
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.set_authorizer(_authorize)
     return conn
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_only_uri(path: str) -> str:
+    """The read-only URI of a database file (its real path, resolved once per process)."""
+    return f"file:{quote(os.path.realpath(path))}?mode=ro"
 
 
 def _authorize(action: int, arg1, arg2, _db, _trigger) -> int:
@@ -138,6 +170,7 @@ def _decode_lossy(data: bytes) -> str:
 def _fetch(conn: sqlite3.Connection, sql: str, started: float, deadline: float, max_rows: int) -> ExecResult:
     rows: list[tuple] = []
     columns: tuple[str, ...] = ()
+    cursor = None
     try:
         cursor = conn.execute(sql)
         columns = tuple(d[0] for d in cursor.description or ())
@@ -162,6 +195,9 @@ def _fetch(conn: sqlite3.Connection, sql: str, started: float, deadline: float, 
     except (ValueError, UnicodeError, OverflowError, MemoryError) as exc:
         error_class = "syntax" if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError) else "other"
         return _failure(error_class, f"{type(exc).__name__}: {exc}", started)
+    finally:
+        if cursor is not None:
+            cursor.close()  # ends the statement (and its read transaction) on the kept connection
     return ExecResult(True, columns, tuple(rows), None, None, False, time.perf_counter() - started)
 
 

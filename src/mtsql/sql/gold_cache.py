@@ -114,7 +114,7 @@ def cache_file(db_id: str, folders: Sequence[Path]) -> Path:
     """Where a database's gold entries live: ``<db_id>-<where>-<what>.pickle``, ``where`` a digest of
     the folders, ``what`` one of everything the entries depend on."""
     where = hashlib.sha256("\0".join(str(Path(folder).resolve()) for folder in folders).encode())
-    what = hashlib.sha256(_code_digest().encode())
+    what = hashlib.sha256(code_digest().encode())
     for folder in folders:
         db_folder = Path(folder) / db_id
         files = sorted(p for p in db_folder.iterdir() if ".sqlite" in p.name) if db_folder.is_dir() else []
@@ -125,7 +125,7 @@ def cache_file(db_id: str, folders: Sequence[Path]) -> Path:
 
 
 @functools.cache
-def _code_digest() -> str:
+def code_digest() -> str:
     """A digest of the code the entries come from: the SQL layer's source, SQLite, NLTK, sqlparse
     and Python versions; any change invalidates saved entries."""
     digest = hashlib.sha256()
