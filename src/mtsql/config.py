@@ -44,7 +44,8 @@ class DataConfig:
     train_flatten: bool = False  # every training turn as a question of its own, without its dialogue
     eval_datasets: tuple[Dataset, ...] = ("cosql", "sparc")
     eval_split: Split = "dev"
-    eval_limit: int | None = None
+    eval_limit: int | None = None  # N interactions, picked by eval_pick
+    eval_pick: Literal["first", "spread"] = "first"  # spread: one database after another, those with a file
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+import torch
 
-from mtsql.backends import make_backend
+from mtsql.backends import hf, make_backend
 from mtsql.backends.base import Generation, SamplingParams
 from mtsql.backends.hf import HFBackend, _PrefixCache
 from mtsql.chat_format import ChatFormat
@@ -110,6 +112,43 @@ def test_prefix_cache_reuses_earlier_turns_without_changing_results(tiny_backend
     monkeypatch.setattr(tiny_backend, "cache", None)
     assert ids_of(first) == ids_of(tiny_backend.generate(prompts, params))
     assert ids_of(second) == ids_of(tiny_backend.generate(follow, params))
+
+
+def test_new_conversations_start_from_their_shared_opening(tiny_backend, chat, monkeypatch):
+    system = "You write SQLite for the concert_singer database. " * 12  # an opening of > MIN_SHARED ids
+    opened = [chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
+              for q in QUESTIONS]
+    common = len(os.path.commonprefix(opened))
+    assert common >= hf.MIN_SHARED
+    params = SamplingParams(max_new_tokens=5)
+    monkeypatch.setattr(tiny_backend, "cache", None)
+    expected = ids_of(tiny_backend.generate(opened, params))
+    cache = _PrefixCache(max_tokens=100_000)
+    monkeypatch.setattr(tiny_backend, "cache", cache)
+    assert ids_of(tiny_backend.generate(opened, params)) == expected
+    assert list(cache.shared) == [tuple(opened[0][:common])]  # learnt from the first two, used by the others
+    assert cache.reused_tokens == 2 * common
+    kept = [(k.clone(), v.clone()) for k, v in cache.shared[tuple(opened[0][:common])].layers]
+    assert ids_of(tiny_backend.generate(opened, params)) == expected  # every row from the shared opening
+    assert cache.reused_tokens == 6 * common
+    assert all(torch.equal(k, k2) and torch.equal(v, v2)
+               for (k, v), (k2, v2) in zip(kept, cache.shared[tuple(opened[0][:common])].layers, strict=True))
+
+
+def test_shared_openings_are_bounded_and_need_a_long_common_start(tiny_backend, chat, monkeypatch):
+    cache = _PrefixCache(max_tokens=100_000)
+    monkeypatch.setattr(tiny_backend, "cache", cache)
+    for db in range(hf.MAX_SHARED + 2):
+        system = f"Database {db}: " + "tables singer, concert, stadium. " * 10
+        tiny_backend.generate([chat.prompt_ids([{"role": "system", "content": system},
+                                                {"role": "user", "content": q}]) for q in QUESTIONS[:2]],
+                              SamplingParams(max_new_tokens=2))
+    assert len(cache.shared) == hf.MAX_SHARED
+    short = _PrefixCache(max_tokens=100_000)
+    monkeypatch.setattr(tiny_backend, "cache", short)
+    tiny_backend.generate([chat.prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS],
+                          SamplingParams(max_new_tokens=2))
+    assert not short.shared and short.reused_tokens == 0
 
 
 def test_prefix_cache_is_bounded(tiny_backend, prompts, monkeypatch):

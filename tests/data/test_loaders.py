@@ -1,8 +1,10 @@
 import json
+from collections import Counter
 
 import pytest
 
-from mtsql.data import dataset_file, load_turns
+from mtsql.config import DataConfig
+from mtsql.data import dataset_file, eval_turns, load_turns
 from mtsql.data.check import check_split
 from mtsql.errors import UsageError
 
@@ -52,6 +54,22 @@ def test_raw_flattening_joins_clarifications(tmp_path):
 def test_limit_keeps_whole_interactions(fixture_root):
     turns = load_turns("cosql", "dev", root=fixture_root, limit=3, with_hardness=False)
     assert {t.interaction_index for t in turns} == {0, 1, 2}
+
+
+def test_spread_pick_covers_databases_with_a_file_in_turn(fixture_root):
+    """SParC's dev file starts with 16+ pets_1 dialogues: "first 16" would be one database."""
+    first = eval_turns(DataConfig(eval_limit=16), "sparc", fixture_root)
+    assert {t.db_id for t in first} == {"pets_1"}
+    spread = eval_turns(DataConfig(eval_limit=16, eval_pick="spread"), "sparc", fixture_root)
+    per_db = Counter(t.db_id for t in {t.interaction_index: t for t in spread}.values())
+    with_file = {t.db_id for t in load_turns("sparc", "dev", root=fixture_root, with_hardness=False)} - {"wta_1"}
+    assert set(per_db) == with_file and max(per_db.values()) - min(per_db.values()) <= 1
+    assert len({t.interaction_index for t in spread}) == 16
+    for interaction in {t.interaction_index for t in spread}:  # whole interactions, each db's first ones
+        whole = [t for t in load_turns("sparc", "dev", root=fixture_root) if t.interaction_index == interaction]
+        assert [t for t in spread if t.interaction_index == interaction] == whole
+    assert eval_turns(DataConfig(eval_pick="spread"), "sparc", fixture_root) == load_turns("sparc", "dev",
+                                                                                           root=fixture_root)
 
 
 def test_spider_questions_are_interactions_of_one_turn(fixture_root):

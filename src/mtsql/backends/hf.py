@@ -8,8 +8,9 @@ continuation depends on its seed only, never on its neighbours in the batch; it 
 logprobs. ``_StopCriteria`` ends each row at an end-of-turn id or right after a stop string.
 
 Multi-turn prompts repeat the whole conversation so far. With ``prefix_cache`` the backend keeps
-each finished row's keys/values (prompt + continuation) and, when a later prompt extends one of
-them, computes only the new ids: first alone, row by row (no padding), all but the last new id;
+each finished row's keys/values (prompt + continuation), and the opening new conversations share
+(system prompt, tools, schema; see ``_PrefixCache``); when a later prompt extends one of them, it
+computes only the new ids: first alone, row by row (no padding), all but the last new id;
 then the batch starts from the last one, rows laid out ``[pad][cached ids][last id]`` with the
 attention mask and positions (cumulative sum of the mask) skipping the pads. On CUDA, where one
 forward per row costs more than padding, rows with a short new part skip the first pass and the
@@ -24,6 +25,7 @@ with one random stream for the whole batch (no per-row seeds) and knows no stop 
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +53,8 @@ PREFIX_CACHE_SHARE = 0.3  # on CUDA: of the free memory at load, for the prefix 
 BATCH_MEMORY_SHARE = 0.8  # on CUDA: of the free memory, for one call's rows
 CUDA_BATCHED_PREFILL = 256  # on CUDA: new ids a row may have to be prefilled in the batch call
 MAX_BATCH_ROWS = 1024
+MIN_SHARED = 64  # ids two new conversations must open with before their common keys/values are kept
+MAX_SHARED = 4  # shared openings kept (least recently used dropped)
 
 
 class HFBackend(Backend):
@@ -158,10 +162,7 @@ class HFBackend(Backend):
 
     def _batch(self, prompts: list[list[int]], max_new_tokens: int):
         """(input_ids, attention_mask, cache or None) for left-padded prompts, reusing cached prefixes."""
-        hits = [self.cache.take(p) if self.cache is not None else None for p in prompts]
-        if self.cache is not None:
-            hits = [self._prefill(p, h) if len(p) - (len(h.tokens) if h else 0) > max(1, self.batched_prefill) else h
-                    for p, h in zip(prompts, hits, strict=True)]
+        hits = [self._cached_part(p) for p in prompts]  # one after another: a row may share what the last one kept
         cached = [len(h.tokens) if h else 0 for h in hits]
         head, tail = max(cached), max(len(p) - c for p, c in zip(prompts, cached, strict=True))
         ids, mask = [], []
@@ -174,6 +175,16 @@ class HFBackend(Backend):
         past = self._stack_cache(hits, head, capacity=head + tail + max_new_tokens) if head else None
         return input_ids, attention_mask, past
 
+    def _cached_part(self, prompt: list[int]) -> _CachedPrefix | None:
+        """Keys/values of ``prompt`` up to where the batch call takes over: the cache's longest prefix,
+        extended alone by ``_prefill`` when the rest is longer than the batch call prefills."""
+        if self.cache is None:
+            return None
+        hit = self.cache.take(prompt)
+        if len(prompt) - (len(hit.tokens) if hit else 0) > max(1, self.batched_prefill):
+            return self._prefill(prompt, hit)
+        return hit
+
     def _prefill(self, prompt: list[int], hit: _CachedPrefix | None) -> _CachedPrefix:
         """Run ``prompt[:-1]`` past its cached part through the model alone; its keys/values as a prefix."""
         start = len(hit.tokens) if hit else 0
@@ -181,7 +192,10 @@ class HFBackend(Backend):
         with torch.inference_mode():
             self.model(input_ids=torch.tensor([prompt[start:-1]], device=self.device), past_key_values=past,
                        use_cache=True, logits_to_keep=1)
-        return _CachedPrefix(tuple(prompt[:-1]), [(layer.keys[0], layer.values[0]) for layer in past.layers])
+        computed = _CachedPrefix(tuple(prompt[:-1]), [(layer.keys[0], layer.values[0]) for layer in past.layers])
+        if hit is None or hit.shared:  # a new conversation: its opening may be worth keeping for others
+            self.cache.share(computed)
+        return computed
 
     def _stack_cache(self, hits, length: int, capacity: int) -> DynamicCache:
         """A batch cache of ``length`` positions (room for ``capacity``), each row's cached part right-aligned."""
@@ -264,20 +278,28 @@ def _use_grouped_sdpa(model) -> None:
 
 
 class _CachedPrefix:
-    __slots__ = ("tokens", "layers")
+    """Keys/values of ``tokens`` (per layer, ``[heads, positions, head_dim]``); a ``shared`` one is
+    an opening many conversations start with, read by each and never written."""
 
-    def __init__(self, tokens: tuple[int, ...], layers: list):
-        self.tokens, self.layers = tokens, layers
+    __slots__ = ("tokens", "layers", "shared")
+
+    def __init__(self, tokens: tuple[int, ...], layers: list, shared: bool = False):
+        self.tokens, self.layers, self.shared = tokens, layers, shared
 
 
 class _PrefixCache:
-    """Finished sequences' keys/values, least recently stored evicted beyond ``max_tokens`` positions."""
+    """Finished sequences' keys/values, least recently stored evicted beyond ``max_tokens`` positions,
+    and up to ``MAX_SHARED`` shared openings: when a new conversation begins with at least
+    ``MIN_SHARED`` ids of the previous new one (the system prompt, tool list, a database's schema),
+    the keys/values of those ids are kept, and later conversations start from them."""
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
         self.entries: OrderedDict[tuple[int, ...], _CachedPrefix] = OrderedDict()
+        self.shared: OrderedDict[tuple[int, ...], _CachedPrefix] = OrderedDict()
         self.size = 0
         self.reused_tokens = 0  # prompt ids not recomputed thanks to the cache, over its lifetime
+        self._last_new: tuple[int, ...] = ()
 
     def put(self, tokens: list[int], layers: list) -> None:
         key = tuple(tokens)
@@ -290,18 +312,35 @@ class _PrefixCache:
             self.size -= len(old)
 
     def take(self, prompt: list[int]) -> _CachedPrefix | None:
-        """The longest stored strict prefix of ``prompt``, removed from the cache (a turn is continued once)."""
+        """The longest kept strict prefix of ``prompt``: a conversation's own, removed from the cache
+        (a turn is continued once), or a shared opening, left in it."""
         best = None
-        for key in self.entries:
+        for key in (*self.entries, *self.shared):
             n = len(key)
             if n < len(prompt) and (best is None or n > len(best)) and key[-1] == prompt[n - 1] \
                     and tuple(prompt[:n]) == key:
                 best = key
         if best is None:
             return None
-        self.size -= len(best)
         self.reused_tokens += len(best)
+        if best in self.shared:
+            self.shared.move_to_end(best)
+            return self.shared[best]
+        self.size -= len(best)
         return self.entries.pop(best)
+
+    def share(self, computed: _CachedPrefix) -> None:
+        """Note a new conversation's computed prompt; keep the opening it has in common with the
+        previous new one when that is long enough and not kept yet."""
+        previous, self._last_new = self._last_new, computed.tokens
+        common = len(os.path.commonprefix([previous, computed.tokens]))
+        key = computed.tokens[:common]
+        if common < MIN_SHARED or key in self.shared or common > self.max_tokens:
+            return
+        layers = [(k[:, :common].clone(), v[:, :common].clone()) for k, v in computed.layers]
+        self.shared[key] = _CachedPrefix(key, layers, shared=True)
+        while len(self.shared) > MAX_SHARED:
+            self.shared.popitem(last=False)
 
 
 class _RowSampler:

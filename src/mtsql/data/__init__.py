@@ -93,8 +93,32 @@ def train_pool(cfg: DataConfig, root: Path) -> list[Turn]:
 
 
 def eval_turns(cfg: DataConfig, dataset: str, root: Path) -> list[Turn]:
-    """The evaluation slice of ``dataset``: the first ``eval_limit`` interactions of ``eval_split``."""
-    return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit)
+    """The evaluation slice of ``dataset``: ``eval_limit`` interactions of ``eval_split`` (all
+    without a limit), the first ones or, with ``eval_pick: spread``, those of :func:`spread_pick`."""
+    if cfg.eval_limit is None or cfg.eval_pick == "first":
+        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit)
+    turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
+    chosen = spread_pick(turns, cfg.eval_limit, root)
+    return _with_hardness([t for t in turns if t.interaction_index in chosen], root)
+
+
+def spread_pick(turns: list[Turn], limit: int, root: Path) -> set[int]:
+    """``limit`` interaction indices taken in turn from each database that has a database file (in
+    the order databases first appear; each database's interactions in file order), so that a small
+    slice covers many databases rather than the first one or two of the file, and every turn can be
+    scored for execution."""
+    by_db: dict[str, list[int]] = {}
+    for turn in turns:
+        indices = by_db.setdefault(turn.db_id, [])
+        if not indices or indices[-1] != turn.interaction_index:
+            indices.append(turn.interaction_index)
+    queues = [indices for db_id, indices in by_db.items() if database_path(db_id, root).exists()]
+    chosen: set[int] = set()
+    for rank in range(max(map(len, queues), default=0)):
+        for indices in queues:
+            if rank < len(indices) and len(chosen) < limit:
+                chosen.add(indices[rank])
+    return chosen
 
 
 def _with_hardness(turns: list[Turn], root: Path) -> list[Turn]:

@@ -75,12 +75,15 @@ def _data(art: Artifact) -> str | None:
     if not data:
         return None
     train = f"{data.get('train_dataset')} {data.get('train_split')}" + _limit(data.get("train_limit"))
-    evals = f"{', '.join(data.get('eval_datasets') or [])} {data.get('eval_split')}" + _limit(data.get("eval_limit"))
+    evals = (f"{', '.join(data.get('eval_datasets') or [])} {data.get('eval_split')}"
+             + _limit(data.get("eval_limit"), data.get("eval_pick", "first")))
     return f"train: {train}; eval: {evals}"
 
 
-def _limit(limit) -> str:
-    return " (all)" if limit is None else f" (first {limit})"
+def _limit(limit, pick: str = "first") -> str:
+    if limit is None:
+        return " (all)"
+    return f" (first {limit})" if pick == "first" else f" ({limit} spread over databases)"
 
 
 def provenance_section(arts: dict[str, Artifact]) -> list[str]:
