@@ -67,7 +67,7 @@ def main() -> int:
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, stop=STOP_STRINGS)
     table = Table(title=f"{args.model} on {args.device}: first message of new conversations "
                         f"(batch {args.batch_size}, {args.new_tokens} new ids)")
-    for column in ("conversations", "prompt ids", "computed (shared)", "s without", "s shared", "speed-up",
+    for column in ("convs", "prompt ids", "computed (shared)", "s without", "s shared", "speed-up",
                    "same tokens"):
         table.add_column(column, justify="right")
     for count in args.conversations:
