@@ -125,6 +125,13 @@ def test_a_kept_connection_is_replaced_with_the_file(db, tmp_path):
     assert execute(db, "SELECT count(*) FROM student").rows == ((4,),)
     os.replace(make_db(tmp_path / "new.sqlite", 7), db)
     assert execute(db, "SELECT count(*) FROM student").rows == ((7,),)
+    assert [key[0] for key in executor._open.pool].count(os.fspath(db)) == 1  # the old one was closed
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(db)
+    assert execute(link, "SELECT count(*) FROM student").rows == ((7,),)
+    link.unlink()
+    link.symlink_to(make_db(tmp_path / "other.sqlite", 2))
+    assert execute(link, "SELECT count(*) FROM student").rows == ((2,),)  # a link follows its new target
     db.unlink()
     assert execute(db, "SELECT count(*) FROM student").error_class == "no_database"
 

@@ -110,7 +110,11 @@ def _connection(path: str) -> sqlite3.Connection:
     stat = os.stat(path)
     key = (path, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     pool = _open.__dict__.setdefault("pool", OrderedDict())
-    conn = pool.pop(key, None) or _connect(path)
+    conn = pool.pop(key, None)
+    if conn is None:
+        for stale in [k for k in pool if k[0] == path]:  # the file was replaced or changed
+            pool.pop(stale).close()
+        conn = _connect(path)
     pool[key] = conn
     while len(pool) > _OPEN_PER_THREAD:
         pool.popitem(last=False)[1].close()
@@ -128,19 +132,14 @@ os.register_at_fork(after_in_child=_forget_inherited_connections)
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(_read_only_uri(path), uri=True, isolation_level=None, check_same_thread=False)
+    uri = f"file:{quote(os.path.realpath(path))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA query_only = 1")
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.set_authorizer(_authorize)
     return conn
-
-
-@functools.lru_cache(maxsize=1024)
-def _read_only_uri(path: str) -> str:
-    """The read-only URI of a database file (its real path, resolved once per process)."""
-    return f"file:{quote(os.path.realpath(path))}?mode=ro"
 
 
 def _authorize(action: int, arg1, arg2, _db, _trigger) -> int:

@@ -27,7 +27,7 @@ from mtsql.sql.exec_match import (
     testsuite_databases,
     testsuite_exec_match,
 )
-from mtsql.sql.executor import _execute_cached, _read_only_uri
+from mtsql.sql.executor import _execute_cached
 from mtsql.sql.hardness import hardness
 from mtsql.sql.parser import SEMANTICS, empty_sql, parse_sql
 from mtsql.sql.schema import load_foreign_key_maps, load_schema
@@ -191,7 +191,7 @@ def hardness_of(sql: str, db_id: str, *, data_root=None, sources: DataSources | 
 def clear_caches() -> None:
     """Forget cached schemas, foreign-key maps, parsed golds and gold results in this process
     (benchmarks, tests; what :func:`gold_cache.persisted` saved on disk stays)."""
-    for cached in (load_schema, load_foreign_key_maps, _execute_cached, _read_only_uri, _remove_distinct_tokens,
-                   testsuite_databases, _foreign_keys_digest, _first_database):
+    for cached in (load_schema, load_foreign_key_maps, _execute_cached, _remove_distinct_tokens, testsuite_databases,
+                   _foreign_keys_digest, _first_database):
         cached.cache_clear()
     gold_cache.clear()
