@@ -30,21 +30,23 @@ def run_folder(run: str, runs_dir: Path) -> Path:
 
 
 def pipeline_order(label: str) -> tuple:
-    """Sort key of an artifact label: SFT rounds, RL pool sample, curriculum, RL stages, evaluations."""
+    """Sort key of an artifact label, as the pipelines run them: the base model's evaluations, SFT
+    rounds, the SFT evaluations, RL pool sample, curriculum, RL stages, the RL evaluations, then
+    evaluations of other models and anything else."""
     stem, _, suffix = label.rpartition("-")
     number = int(suffix[1:]) if suffix[1:].isdigit() else 0
-    if stem in ROUND_STAGES and suffix.startswith("r") and number or label in ROUND_STAGES:
-        return (0, number, ROUND_STAGES.index(stem or label), label)
-    if label == "sample-pool":
-        return (1, 0, 0, label)
-    if label == "curriculum":
-        return (2, 0, 0, label)
-    if stem == "rl" and suffix.startswith("c") and number:
-        return (3, number, 0, label)
     if label.startswith("eval-"):
         phase = label.removeprefix("eval-").split("-")[0]
-        return (4, PHASES.index(phase) if phase in PHASES else len(PHASES), 0, label)
-    return (5, 0, 0, label)
+        return ({"base": 0, "sft": 2, "rl": 6}.get(phase, 7), 0, 0, label)
+    if stem in ROUND_STAGES and suffix.startswith("r") and number or label in ROUND_STAGES:
+        return (1, number, ROUND_STAGES.index(stem or label), label)
+    if label == "sample-pool":
+        return (3, 0, 0, label)
+    if label == "curriculum":
+        return (4, 0, 0, label)
+    if stem == "rl" and suffix.startswith("c") and number:
+        return (5, number, 0, label)
+    return (8, 0, 0, label)
 
 
 def status_rows(folder: Path) -> list[tuple[str, ...]]:

@@ -10,8 +10,8 @@ def test_labels_sort_in_pipeline_order():
     labels = ["eval-rl", "rl-c2", "eval-base-short", "sft-r2", "curriculum", "sample-r10", "eval-sft", "rl-c10",
               "reject-r1", "sample-pool", "sample-r2", "sft-r1", "eval-base", "sample-r1", "rl-c1", "notes", "sample"]
     assert sorted(labels, key=pipeline_order) == [
-        "sample", "sample-r1", "reject-r1", "sft-r1", "sample-r2", "sft-r2", "sample-r10", "sample-pool", "curriculum",
-        "rl-c1", "rl-c2", "rl-c10", "eval-base", "eval-base-short", "eval-sft", "eval-rl", "notes"]
+        "eval-base", "eval-base-short", "sample", "sample-r1", "reject-r1", "sft-r1", "sample-r2", "sft-r2",
+        "sample-r10", "eval-sft", "sample-pool", "curriculum", "rl-c1", "rl-c2", "rl-c10", "eval-rl", "notes"]
 
 
 def test_rows_in_pipeline_order_without_spurious_ones(run_folder):
@@ -22,10 +22,10 @@ def test_rows_in_pipeline_order_without_spurious_ones(run_folder):
                                                                          "kept": 10})
     (run_folder / "rl-c3" / "0123456789ab.partial").mkdir(parents=True)
     rows = status_rows(run_folder)
-    assert [(r[0], r[1]) for r in rows] == [
-        ("sample-r1", "latest"), ("reject-r1", "latest"), ("reject-r1", "older"), ("sft-r1", "latest"),
-        ("curriculum", "latest"), ("rl-c1", "latest"), ("rl-c2", "latest"), ("rl-c3", "partial"),
-        ("eval-base", "latest"), ("eval-base-short", "latest"), ("eval-sft", "latest"), ("eval-rl", "latest")]
+    assert [(r[0], r[1]) for r in rows] == [  # as pipelines/reproduce.yaml runs them
+        ("eval-base", "latest"), ("eval-base-short", "latest"), ("sample-r1", "latest"), ("reject-r1", "latest"),
+        ("reject-r1", "older"), ("sft-r1", "latest"), ("eval-sft", "latest"), ("curriculum", "latest"),
+        ("rl-c1", "latest"), ("rl-c2", "latest"), ("rl-c3", "partial"), ("eval-rl", "latest")]
     by_label = {r[0]: r for r in rows if r[1] != "older"}
     assert by_label["eval-sft"][5] == "long, gold memory\ncosql EX 40.0% EM 20.0% n=40\nsparc EX 33.3% EM 0.0% n=3"
     assert by_label["eval-base-short"][5].startswith("short, gold memory")
@@ -56,7 +56,7 @@ def test_cli_status_lists_the_run(run_folder):
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= 100
     order = [next(i for i, line in enumerate(lines) if line.startswith(f"{label} "))
-             for label in ("sample-r1", "sft-r1", "curriculum", "rl-c1", "eval-base", "eval-rl")]
+             for label in ("eval-base", "sample-r1", "sft-r1", "curriculum", "rl-c1", "eval-rl")]
     assert order == sorted(order)
     assert "\x1b[" not in result.output
 
