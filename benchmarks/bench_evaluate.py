@@ -15,7 +15,7 @@ Three timings per dataset, each with the process's caches emptied first (the min
 same gold file costs). The ratios are to the reference; items must be identical in all three.
 With ``--official DIR`` (a checkout of taoyds/test-suite-sql-eval, which cannot be shipped), the
 official program is timed too, on the interactions it can score (it stops on the others), and
-the reference and cached paths are timed again on the same ones for the ratio.
+the three mtsql paths are timed again on the same ones for the ratios.
 Scoring is timed in-process (Python start-up and imports, ~2 s, are the same for any path and left
 out). The gold cache lives in a temporary $MTSQL_HOME.
 
@@ -142,6 +142,9 @@ def main() -> int:
                 kept_gold, kept_pred, turns = _scorable_only(gold, pred, items, Path(scratch))
                 mine = _best_of(args.repeat, dataset, kept_pred, kept_gold, reference_opts, parallel_opts,
                                 Path(scratch))
+                if mine is None:
+                    print(f"{dataset}: the parallel path's items differ from the reference's", file=sys.stderr)
+                    return 1
                 official = min(_official_seconds(args.official, dataset, kept_gold, kept_pred)
                                for _ in range(args.repeat))
                 column.update({"official: turns": str(turns), "official s": f"{official:.2f}",
