@@ -102,6 +102,27 @@ def test_local_rl_runs_every_curriculum_stage_and_caches(tiny_cfg):
     assert again.manifest["created_at"] == last.manifest["created_at"]
 
 
+def test_local_rl_reuses_keys_values_within_a_step_and_drops_them_at_each_update(tiny_cfg, monkeypatch):
+    from mtsql.rollout import RolloutEngine
+
+    seen = []
+    real_run = RolloutEngine.run
+
+    def spy(engine, *args, **kwargs):
+        cache = engine.backend.cache
+        seen.append({"kept_at_start": len(cache.entries) + len(cache.shared), "reused_before": cache.reused_tokens})
+        rows = real_run(engine, *args, **kwargs)
+        seen[-1]["reused"] = engine.backend.cache.reused_tokens - seen[-1]["reused_before"]
+        return rows
+
+    monkeypatch.setattr(RolloutEngine, "run", spy)
+    cfg = replace(tiny_cfg, rl={"steps_per_stage": 2}, curriculum={"stages": (("easy", "medium", "hard", "extra"),)})
+    pipeline.rl(cfg, curriculum_art=pipeline.curriculum(cfg), engine="local")
+    assert len(seen) == 2
+    assert all(step["reused"] > 0 for step in seen), "later messages start from the conversation's kept keys/values"
+    assert seen[1]["kept_at_start"] == 0, "keys/values computed before an update must not be reused after it"
+
+
 def test_evaluate_model_writes_official_items(tiny_cfg):
     cfg = replace(tiny_cfg, data={"eval_limit": 1})
     art = pipeline.evaluate(cfg, label="eval-base")

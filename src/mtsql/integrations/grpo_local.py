@@ -216,14 +216,16 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     Each step draws ``rl.batch_size`` questions (a seeded shuffle, cycling), samples ``rl.n``
     trajectories of each with the current weights at ``rl.temperature``, scores them with the
     configured reward family and applies one GRPO update (``rl.mini_batch_size`` questions per
-    optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). One JSON line per step goes
+    optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). Within a step, the backend's
+    prefix cache spares recomputing each conversation's earlier messages; every update clears it.
+    One JSON line per step goes
     to ``metrics_path``, which starts empty (this engine keeps no checkpoint: a rerun starts again
     at step 1); a progress bar shows the step and its mean reward.
     """
 
     torch.manual_seed(cfg.seed)
     dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # trained weights stay float32
-    backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device, prefix_cache=False)
+    backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device)
     model = backend.model
     if cfg.rl.lora_rank > 0:
         model = backend.model = with_lora(model, cfg.rl)
@@ -254,6 +256,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
                  for r in rows if r["response_ids"]], max_prompt_len=cfg.rl.max_prompt_len,
                 max_response_len=cfg.rl.max_response_len)
             stats = grpo_update(model, optimizer, episodes, settings, pad_id=backend.pad_id, ref_model=ref_model)
+            backend.clear_prefix_cache()  # its keys/values were computed with the weights before this update
             rewards = [r["reward"]["score"] for r in rows]
             line = {
                 "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
