@@ -43,6 +43,48 @@ def test_batched_greedy_equals_one_prompt_at_a_time(tiny_backend, prompts):
     assert [g.text for g in batched] == [tiny_backend.tokenizer.decode(g.token_ids) for g in batched]
 
 
+def test_greedy_ids_are_those_of_transformers_generate(tiny_backend, prompts, monkeypatch):
+    monkeypatch.setattr(tiny_backend, "cache", None)
+    ours = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=10))
+    for prompt, got in zip(prompts, ours, strict=True):
+        with torch.inference_mode():
+            ref = tiny_backend.model.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False,
+                                              eos_token_id=sorted(tiny_backend.end_of_turn_ids))
+        assert got.token_ids == ref[0, len(prompt):].tolist()
+
+
+def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backend, prompts, monkeypatch):
+    params, seeds = SamplingParams(max_new_tokens=12, temperature=1.0), [1, 2, 3, 4]
+    monkeypatch.setattr(tiny_backend, "end_of_turn_ids", frozenset())
+    free = ids_of(tiny_backend.generate(prompts, params, seeds=seeds))
+    longest_first = sorted(range(len(prompts)), key=lambda row: -len(prompts[row]))
+    ends = {free[row][step] for row, step in zip(longest_first, (1, 4, 7), strict=False)}
+    expected = [ids[:next((i + 1 for i, t in enumerate(ids) if t in ends), len(ids))] for ids in free]
+    assert sorted(map(len, expected)) == [2, 5, 8, 12]  # the rows really end at different steps
+    monkeypatch.setattr(tiny_backend, "end_of_turn_ids", frozenset(ends))
+    sizes, trims = [], []
+    forward, keep = tiny_backend.model.forward, hf._ReservedLayer.keep
+    monkeypatch.setattr(tiny_backend.model, "forward", lambda **kw: sizes.append(kw["input_ids"].shape) or forward(**kw))
+    monkeypatch.setattr(hf._ReservedLayer, "keep", lambda self, rows, first: trims.append(first) or keep(self, rows, first))
+    tiny_backend.clear_prefix_cache()
+    out = tiny_backend.generate(prompts, params, seeds=seeds)
+    assert ids_of(out) == expected
+    assert [g.finish_reason for g in out] == ["length" if len(ids) == 12 else "stop" for ids in expected]
+    steps = [shape[0] for shape in sizes if shape[1] == 1]
+    assert steps[:2] == [4, 4] and steps[-4:] == [1, 1, 1, 1] and 3 in steps and 2 in steps
+    assert any(trims), "columns only the leaving (longest) rows attended to are dropped"
+    alone = [tiny_backend.generate([p], params, seeds=[seed])[0].token_ids for p, seed in zip(prompts, seeds, strict=True)]
+    assert alone == expected
+    tiny_backend.clear_prefix_cache()
+    tiny_backend.generate(prompts, params, seeds=seeds)  # keeps each row's keys/values as it leaves
+    follow = [p + ids + [p[-1]] for p, ids in zip(prompts, expected, strict=True)]
+    reused = tiny_backend.cache.reused_tokens
+    continued = ids_of(tiny_backend.generate(follow, params, seeds=seeds))
+    assert tiny_backend.cache.reused_tokens - reused == sum(len(f) - 2 for f in follow)
+    tiny_backend.clear_prefix_cache()
+    assert continued == ids_of(tiny_backend.generate(follow, params, seeds=seeds))
+
+
 def test_stop_string_ends_the_row_where_it_is_completed(tiny_backend, prompts):
     free = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=10))
     stop = tiny_backend.tokenizer.decode(free[1].token_ids[3:5])  # text the greedy model writes for prompt 1
@@ -283,15 +325,10 @@ def test_stop_strings_are_checked_only_after_ids_that_can_end_them(tiny_backend,
             decoded.append(list(ids))
             return tokenizer.decode(ids, **kwargs)
 
-    import torch
-
     enders: dict[int, bool] = {}
-    criteria = _StopCriteria(Counting(), frozenset(), stop, 0, enders)
-    for end in range(1, len(ids) + 1):
-        done = criteria(torch.tensor([ids[:end]]), None)
-        if done[0]:
-            break
-    assert tokenizer.decode(ids[:end]).endswith("</answer_sql>") and criteria.stopped_at == {0: end}
+    criteria = _StopCriteria(Counting(), frozenset(), stop, enders)
+    end = next(end for end in range(1, len(ids) + 1) if criteria.ends(ids[:end]))
+    assert tokenizer.decode(ids[:end]).endswith("</answer_sql>")
     assert set(enders) == set(ids[:end]) and sum(enders.values()) >= 1
     lone = [d for d in decoded if len(d) == 1]
     assert len(lone) == len(set(ids[:end]))  # each id decoded alone once; windows only after a '>'

@@ -2,10 +2,12 @@
 
 Imported only when the ``hf`` backend is made (``mtsql.backends.make_backend``).
 
-``model.generate`` runs greedily. To sample, ``_RowSampler`` first reduces the logits to one
-choice per row, drawn with the row's own ``torch.Generator`` (temperature, top-p), so a row's
-continuation depends on its seed only, never on its neighbours in the batch; it also records
-logprobs. ``_StopCriteria`` ends each row at an end-of-turn id or right after a stop string.
+A call decodes its rows step by step (``_decode``, one model forward per step). ``_RowSampler``
+picks each row's id greedily or draws it with the row's own ``torch.Generator`` (temperature,
+top-p), so a row's continuation depends on its seed only, never on its neighbours in the batch; it
+also records logprobs. ``_StopCriteria`` ends each row at an end-of-turn id or right after a stop
+string. Rows that have ended leave the batch as soon as they are a quarter of it, so a call costs
+what its live rows need, not what its longest row needs for all of them.
 
 Multi-turn prompts repeat the whole conversation so far. With ``prefix_cache`` the backend keeps
 each finished row's keys/values (prompt + continuation), and the opening new conversations share
@@ -16,7 +18,7 @@ attention mask and positions (cumulative sum of the mask) skipping the pads. On 
 forward per row costs more than padding, rows with a short new part skip the first pass and the
 batch call prefills them together (``[pad][cached ids][pad][new ids]``). The batch cache is
 preallocated (``_ReservedLayer``) and grouped-query models attend through ``_grouped_sdpa``, so no
-decoding step copies the cache.
+decoding step copies the cache; only rows leaving the batch do.
 
 On CUDA, weights default to bfloat16 and a call's rows are bounded by free memory (``batch_limit``).
 Transformers' own continuous batching (``generate_batch``, paged attention) is not used: it samples
@@ -31,15 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import (
-    AttentionInterface,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    DynamicCache,
-    GenerationConfig,
-    LogitsProcessorList,
-    StoppingCriteriaList,
-)
+from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -126,28 +120,75 @@ class HFBackend(Backend):
     def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]) -> list[Generation]:
         input_ids, attention_mask, past = self._batch(prompts, params.max_new_tokens)
         sampler = _RowSampler(params, seeds, self.device)
-        processors = [sampler] if params.temperature > 0 or params.logprobs else []  # plain greedy: argmax
-        stopper = _StopCriteria(self.tokenizer, self.end_of_turn_ids, params.stop, input_ids.shape[1],
-                                self._enders(params.stop))
-        config = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=False, use_cache=True,
-                                  eos_token_id=sorted(self.end_of_turn_ids), pad_token_id=self.pad_id,
-                                  return_dict_in_generate=True)
+        stopper = _StopCriteria(self.tokenizer, self.end_of_turn_ids, params.stop, self._enders(params.stop))
         with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, past_key_values=past,
-                generation_config=config, logits_processor=LogitsProcessorList(processors),
-                stopping_criteria=StoppingCriteriaList([stopper]),
-            )
-        new = out.sequences[:, input_ids.shape[1]:].tolist()
+            new, stopped = self._decode(prompts, input_ids, attention_mask, past, params.max_new_tokens,
+                                        sampler, stopper)
         results = []
-        for row in range(len(prompts)):
-            length = stopper.stopped_at.get(row, len(new[row]))
-            reason = "stop" if row in stopper.stopped_at else "length"
-            logprobs = sampler.logprobs[row][:length] if params.logprobs else None
-            results.append(self._finish(new[row][:length], reason, logprobs))
-        if self.cache is not None:
-            self._remember(prompts, results, attention_mask, out.past_key_values)
+        for row, ids in enumerate(new):
+            logprobs = sampler.logprobs[row][:len(ids)] if params.logprobs else None
+            results.append(self._finish(ids, "stop" if row in stopped else "length", logprobs))
         return results
+
+    def _decode(self, prompts, input_ids, attention_mask, past, max_new_tokens, sampler, stopper):
+        """Generate for every row until it stops or has ``max_new_tokens`` ids; returns each row's ids
+        and the rows that stopped. Finished rows leave the batch once they are a quarter of it (so
+        later steps compute only live rows), together with the columns no remaining row attends to;
+        each leaving row's keys/values go to the prefix cache."""
+        rows, width = len(prompts), input_ids.shape[1]
+        past = past if past is not None else self._empty_cache(rows, width + max_new_tokens)
+        mask = torch.zeros((rows, width + max_new_tokens), dtype=attention_mask.dtype, device=self.device)
+        mask[:, :width] = attention_mask
+        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+        head = past.get_seq_length()
+        feed, feed_positions = input_ids[:, head:], positions[:, head:]
+        live = list(range(rows))  # the original row of each batch row
+        new: list[list[int]] = [[] for _ in range(rows)]
+        stopped: set[int] = set()
+        start = 0  # columns dropped from the left
+        for step in range(max_new_tokens):
+            end = width + step - start
+            logits = self.model(input_ids=feed, attention_mask=mask[:, :end], position_ids=feed_positions,
+                                past_key_values=past, use_cache=True, logits_to_keep=1).logits
+            choice = sampler.pick(logits[:, -1].float(), live, skip=stopped)
+            for row, token in zip(live, choice.tolist(), strict=True):
+                if row not in stopped:
+                    new[row].append(token)
+                    if stopper.ends(new[row]):
+                        stopped.add(row)
+            done = [index for index, row in enumerate(live) if row in stopped]
+            if len(done) == len(live) or step == max_new_tokens - 1:
+                break
+            mask[:, end] = 1
+            feed, feed_positions = choice[:, None], mask[:, :end].sum(-1, keepdim=True)
+            if len(done) * 4 >= len(live):
+                self._remember_rows(prompts, new, [live[i] for i in done], done, mask, width - start, past)
+                keep = torch.tensor([i for i in range(len(live)) if live[i] not in stopped], device=self.device)
+                mask = mask.index_select(0, keep)
+                first = int(mask[:, :end].any(0).int().argmax())  # leading columns every kept row masks out
+                if not isinstance(past.layers[0], _ReservedLayer):
+                    first = 0
+                for layer in past.layers:
+                    layer.keep(keep, first) if isinstance(layer, _ReservedLayer) else layer.batch_select_indices(keep)
+                mask, start = mask[:, first:], start + first
+                feed, feed_positions = feed.index_select(0, keep), feed_positions.index_select(0, keep)
+                live = [live[i] for i in keep.tolist()]
+        self._remember_rows(prompts, new, live, list(range(len(live))), mask, width - start, past)
+        return new, stopped
+
+    def _empty_cache(self, rows: int, capacity: int) -> DynamicCache | None:
+        """A batch cache with room for ``capacity`` positions, or None (transformers makes its own)
+        for a model whose layers are not all full attention."""
+        if not self._cache_supported():
+            return DynamicCache(config=self.model.config)
+        config = self.model.config.get_text_config(decoder=True)
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        cache = DynamicCache(config=self.model.config)
+        cache.layers = [_ReservedLayer(*(torch.zeros((rows, heads, capacity, head_dim), dtype=self.model.dtype,
+                                                     device=self.device) for _ in range(2)), 0)
+                        for _ in range(config.num_hidden_layers)]
+        return cache
 
     def _enders(self, stop: tuple[str, ...]) -> dict[int, bool] | None:
         """The memo of which ids can complete one of ``stop`` (None: check every id)."""
@@ -214,16 +255,19 @@ class HFBackend(Backend):
         cache.layers = layers
         return cache
 
-    def _remember(self, prompts, results, attention_mask, past) -> None:
-        """Keep each row's keys/values for prompt + continuation (minus the last id, never fed back)."""
-        width = attention_mask.shape[1]
-        for row, (prompt, gen) in enumerate(zip(prompts, results, strict=True)):
-            fed = gen.token_ids[:-1]
-            positions = attention_mask[row].nonzero().flatten().tolist() + list(range(width, width + len(fed)))
-            index = torch.tensor(positions, device=self.device)
-            layers = [(layer.keys[row, :, index].clone(), layer.values[row, :, index].clone())
+    def _remember_rows(self, prompts, new, rows, batch_rows, mask, prompt_width, past) -> None:
+        """Keep the keys/values of each of ``rows`` (at ``batch_rows`` of the batch) for its prompt and
+        the ids fed after it: all it generated but the last, never fed back."""
+        if self.cache is None:
+            return
+        for row, batch_row in zip(rows, batch_rows, strict=True):
+            fed = new[row][:-1]
+            prompt_columns = mask[batch_row, :prompt_width].nonzero().flatten()
+            fed_columns = torch.arange(prompt_width, prompt_width + len(fed), device=self.device)
+            index = torch.cat([prompt_columns, fed_columns])
+            layers = [(layer.keys[batch_row, :, index].clone(), layer.values[batch_row, :, index].clone())
                       for layer in past.layers]
-            self.cache.put(prompt + fed, layers)
+            self.cache.put(prompts[row] + fed, layers)
 
 
 class _ReservedLayer(DynamicLayer):
@@ -247,6 +291,17 @@ class _ReservedLayer(DynamicLayer):
         values[..., start:end, :] = value_states
         self.keys, self.values = keys[..., :end, :], values[..., :end, :]
         return self.keys, self.values
+
+    def keep(self, rows: torch.Tensor, first: int) -> None:
+        """Keep only ``rows`` (batch indices) and the positions from ``first`` on, in new buffers."""
+        length = self.keys.shape[-2]
+        kept = []
+        for buffer, current in zip(self.buffers, (self.keys, self.values), strict=True):
+            fresh = buffer.new_empty((len(rows), buffer.shape[1], buffer.shape[2] - first, buffer.shape[3]))
+            fresh[:, :, :length - first] = current[:, :, first:].index_select(0, rows)
+            kept.append(fresh)
+        self.buffers = tuple(kept)
+        self.keys, self.values = kept[0][..., :length - first, :], kept[1][..., :length - first, :]
 
 
 def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -344,29 +399,31 @@ class _PrefixCache:
 
 
 class _RowSampler:
-    """A logits processor that picks each row's next id with its own generator and records its logprob."""
+    """Picks each row's next id (argmax, or drawn with the row's own generator) and records its logprob."""
 
     def __init__(self, params: SamplingParams, seeds: list[int], device: str):
         self.params = params
         self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         self.logprobs: list[list[float]] = [[] for _ in seeds]
 
-    def __call__(self, input_ids, scores):
+    def pick(self, scores: torch.Tensor, rows: list[int], skip: set[int] = frozenset()) -> torch.Tensor:
+        """One id per batch row from its float logits; ``rows`` are the rows' original indices, and
+        rows in ``skip`` (finished, still in the batch) get the argmax without touching their draws."""
         params = self.params
-        if params.temperature == 0:
-            choice = scores.argmax(dim=-1)
-        else:
+        choice = scores.argmax(dim=-1)
+        if params.temperature > 0:
             probs = torch.softmax(scores / params.temperature, dim=-1)
             if params.top_p < 1:
                 probs = _top_p(probs, params.top_p)
-            choice = torch.stack([
-                torch.multinomial(probs[row], 1, generator=self.generators[row])[0] for row in range(len(probs))
-            ])
+            for index, row in enumerate(rows):
+                if row not in skip:
+                    choice[index] = torch.multinomial(probs[index], 1, generator=self.generators[row])[0]
         if params.logprobs:
             picked = torch.log_softmax(scores, dim=-1).gather(1, choice[:, None])[:, 0].tolist()
-            for row, value in enumerate(picked):
-                self.logprobs[row].append(value)
-        return scores.fill_(float("-inf")).scatter_(1, choice[:, None], 0.0)  # generate's argmax takes it
+            for row, value in zip(rows, picked, strict=True):
+                if row not in skip:
+                    self.logprobs[row].append(value)
+        return choice
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -379,29 +436,20 @@ def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class _StopCriteria:
-    """Per-row stop: an end-of-turn id or a completed stop string. Records where each row stopped.
+    """Whether a row's ids end with an end-of-turn id or a completed stop string.
 
     A stop string can only be completed by an id whose text holds its last character, so only
     rows whose last id does (``enders``, a memo filled as ids come) are decoded."""
 
-    def __init__(self, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], prompt_width: int,
-                 enders: dict[int, bool] | None = None):
-        self.tokenizer, self.end_ids, self.stop, self.prompt_width = tokenizer, end_ids, stop, prompt_width
+    def __init__(self, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], enders: dict[int, bool] | None = None):
+        self.tokenizer, self.end_ids, self.stop = tokenizer, end_ids, stop
         self.width = max((len(s) for s in stop), default=0)  # ids that can hold a stop string
         self.enders, self.last_chars = enders, {s[-1] for s in stop if s}
-        self.stopped_at: dict[int, int] = {}
 
-    def __call__(self, input_ids, scores, **kwargs):
-        new = input_ids[:, self.prompt_width:]
-        last = new[:, -1].tolist()
-        done = []
-        for row, token in enumerate(last):
-            if row not in self.stopped_at:
-                if token in self.end_ids or (self.stop and self._may_end(token) and completes_stop_string(
-                        self.tokenizer, new[row, -self.width:].tolist(), self.stop)):
-                    self.stopped_at[row] = new.shape[1]
-            done.append(row in self.stopped_at)
-        return torch.tensor(done, device=input_ids.device)
+    def ends(self, ids: list[int]) -> bool:
+        token = ids[-1]
+        return token in self.end_ids or bool(self.stop and self._may_end(token) and completes_stop_string(
+            self.tokenizer, ids[-self.width:], self.stop))
 
     def _may_end(self, token: int) -> bool:
         if self.enders is None:
