@@ -177,6 +177,29 @@ def test_new_conversations_start_from_their_shared_opening(tiny_backend, chat, m
                for (k, v), (k2, v2) in zip(kept, cache.shared[tuple(opened[0][:common])].layers, strict=True))
 
 
+def test_interleaved_dialogues_each_share_their_own_opening(tiny_backend, chat, monkeypatch):
+    system = "You write SQLite queries for the database below. " * 8
+
+    def opening(db):
+        return [{"role": "system", "content": system + f"Database {db}: " + "tables singer, concert. " * 10}]
+
+    dialogues = {db: [chat.prompt_ids(opening(db) + [{"role": "user", "content": q}]) for q in QUESTIONS[1:4]]
+                 for db in ("pets", "cars")}
+    interleaved = [dialogues[db][turn] for turn in (0, 1) for db in ("pets", "cars")]
+    third = [dialogues["pets"][2], dialogues["cars"][2]]
+    params = SamplingParams(max_new_tokens=3)
+    monkeypatch.setattr(tiny_backend, "cache", None)
+    expected = ids_of(tiny_backend.generate(interleaved, params)), ids_of(tiny_backend.generate(third, params))
+    cache = _PrefixCache(max_tokens=100_000)
+    monkeypatch.setattr(tiny_backend, "cache", cache)
+    assert ids_of(tiny_backend.generate(interleaved, params)) == expected[0]
+    own = {db: len(os.path.commonprefix(turns)) for db, turns in dialogues.items()}
+    assert {tuple(dialogues[db][0][:n]) for db, n in own.items()} <= set(cache.shared)
+    before = cache.reused_tokens
+    assert ids_of(tiny_backend.generate(third, params)) == expected[1]
+    assert cache.reused_tokens - before == own["pets"] + own["cars"]  # each from its own schema, not the system's
+
+
 def test_shared_openings_are_bounded_and_need_a_long_common_start(tiny_backend, chat, monkeypatch):
     cache = _PrefixCache(max_tokens=100_000)
     monkeypatch.setattr(tiny_backend, "cache", cache)

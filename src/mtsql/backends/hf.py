@@ -28,7 +28,7 @@ with one random stream for the whole batch (no per-row seeds) and knows no stop 
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,7 +48,8 @@ BATCH_MEMORY_SHARE = 0.8  # on CUDA: of the free memory, for one call's rows
 CUDA_BATCHED_PREFILL = 256  # on CUDA: new ids a row may have to be prefilled in the batch call
 MAX_BATCH_ROWS = 1024
 MIN_SHARED = 64  # ids two new conversations must open with before their common keys/values are kept
-MAX_SHARED = 4  # shared openings kept (least recently used dropped)
+MAX_SHARED = 16  # shared openings kept (least recently used dropped)
+RECENT_NEW = 16  # earlier new conversations a new one is compared with for a common opening
 
 
 class HFBackend(Backend):
@@ -345,8 +346,10 @@ class _CachedPrefix:
 class _PrefixCache:
     """Finished sequences' keys/values, least recently stored evicted beyond ``max_tokens`` positions,
     and up to ``MAX_SHARED`` shared openings: when a new conversation begins with at least
-    ``MIN_SHARED`` ids of the previous new one (the system prompt, tool list, a database's schema),
-    the keys/values of those ids are kept, and later conversations start from them."""
+    ``MIN_SHARED`` ids of one of the ``RECENT_NEW`` new ones before it (the system prompt, tool
+    list, a database's schema), the keys/values of the longest such opening are kept, and later
+    conversations start from them (within a quarter of ``max_tokens`` positions). Turns of one
+    dialogue need not be neighbours for their schema to be shared."""
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
@@ -354,7 +357,7 @@ class _PrefixCache:
         self.shared: OrderedDict[tuple[int, ...], _CachedPrefix] = OrderedDict()
         self.size = 0
         self.reused_tokens = 0  # prompt ids not recomputed thanks to the cache, over its lifetime
-        self._last_new: tuple[int, ...] = ()
+        self._recent_new: deque[tuple[int, ...]] = deque(maxlen=RECENT_NEW)
 
     def put(self, tokens: list[int], layers: list) -> None:
         key = tuple(tokens)
@@ -385,16 +388,16 @@ class _PrefixCache:
         return self.entries.pop(best)
 
     def share(self, computed: _CachedPrefix) -> None:
-        """Note a new conversation's computed prompt; keep the opening it has in common with the
-        previous new one when that is long enough and not kept yet."""
-        previous, self._last_new = self._last_new, computed.tokens
-        common = len(os.path.commonprefix([previous, computed.tokens]))
+        """Note a new conversation's computed prompt; keep the longest opening it has in common with
+        a recent new one when that is long enough and not kept yet."""
+        common = max((len(os.path.commonprefix([earlier, computed.tokens])) for earlier in self._recent_new), default=0)
+        self._recent_new.append(computed.tokens)
         key = computed.tokens[:common]
         if common < MIN_SHARED or key in self.shared or common > self.max_tokens:
             return
         layers = [(k[:, :common].clone(), v[:, :common].clone()) for k, v in computed.layers]
         self.shared[key] = _CachedPrefix(key, layers, shared=True)
-        while len(self.shared) > MAX_SHARED:
+        while len(self.shared) > MAX_SHARED or sum(map(len, self.shared)) > self.max_tokens // 4:
             self.shared.popitem(last=False)
 
 
