@@ -85,6 +85,24 @@ def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backe
     assert continued == ids_of(tiny_backend.generate(follow, params, seeds=seeds))
 
 
+def test_rows_leave_a_plain_transformers_cache_too(tiny_backend, prompts, monkeypatch):
+    """Models with other than full-attention layers decode in transformers' own cache; rows that
+    end leave it the same way."""
+    params, seeds = SamplingParams(max_new_tokens=8, temperature=1.0), [5, 6, 7, 8]
+    monkeypatch.setattr(tiny_backend, "cache", None)
+    monkeypatch.setattr(tiny_backend, "end_of_turn_ids", frozenset())
+    free = ids_of(tiny_backend.generate(prompts, params, seeds=seeds))
+    monkeypatch.setattr(tiny_backend, "end_of_turn_ids", frozenset({free[0][1], free[1][3]}))
+    reserved = ids_of(tiny_backend.generate(prompts, params, seeds=seeds))
+    assert sorted(map(len, reserved))[:2] != [8, 8]  # rows really ended early
+    monkeypatch.setattr(tiny_backend, "_cache_supported", lambda: False)
+    cut = []
+    select = hf.DynamicLayer.batch_select_indices
+    monkeypatch.setattr(hf.DynamicLayer, "batch_select_indices", lambda self, rows: cut.append(len(rows)) or select(self, rows))
+    assert ids_of(tiny_backend.generate(prompts, params, seeds=seeds)) == reserved
+    assert cut and max(cut) < len(prompts)
+
+
 def test_stop_string_ends_the_row_where_it_is_completed(tiny_backend, prompts):
     free = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=10))
     stop = tiny_backend.tokenizer.decode(free[1].token_ids[3:5])  # text the greedy model writes for prompt 1

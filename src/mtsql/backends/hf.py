@@ -165,21 +165,16 @@ class HFBackend(Backend):
             if len(done) * 4 >= len(live):
                 self._remember_rows(prompts, new, [live[i] for i in done], done, mask, width - start, past)
                 keep = torch.tensor([i for i in range(len(live)) if live[i] not in stopped], device=self.device)
-                mask = mask.index_select(0, keep)
-                first = int(mask[:, :end].any(0).int().argmax())  # leading columns every kept row masks out
-                if not isinstance(past.layers[0], _ReservedLayer):
-                    first = 0
-                for layer in past.layers:
-                    layer.keep(keep, first) if isinstance(layer, _ReservedLayer) else layer.batch_select_indices(keep)
-                mask, start = mask[:, first:], start + first
+                mask, first = _keep_rows(past, mask.index_select(0, keep), keep, end)
+                start += first
                 feed, feed_positions = feed.index_select(0, keep), feed_positions.index_select(0, keep)
                 live = [live[i] for i in keep.tolist()]
         self._remember_rows(prompts, new, live, list(range(len(live))), mask, width - start, past)
         return new, stopped
 
-    def _empty_cache(self, rows: int, capacity: int) -> DynamicCache | None:
-        """A batch cache with room for ``capacity`` positions, or None (transformers makes its own)
-        for a model whose layers are not all full attention."""
+    def _empty_cache(self, rows: int, capacity: int) -> DynamicCache:
+        """A batch cache with room for ``capacity`` positions (a plain one, which transformers fills
+        with the layer kinds it needs, for a model whose layers are not all full attention)."""
         if not self._cache_supported():
             return DynamicCache(config=self.model.config)
         config = self.model.config.get_text_config(decoder=True)
@@ -269,6 +264,20 @@ class HFBackend(Backend):
             layers = [(layer.keys[batch_row, :, index].clone(), layer.values[batch_row, :, index].clone())
                       for layer in past.layers]
             self.cache.put(prompts[row] + fed, layers)
+
+
+def _keep_rows(past: DynamicCache, mask: torch.Tensor, rows: torch.Tensor, end: int) -> tuple[torch.Tensor, int]:
+    """Cut the batch cache to ``rows`` (``mask`` is already cut) and, when its layers are reserved,
+    to the positions from the first column one of them attends to. Returns the mask without the
+    dropped columns and how many were dropped."""
+    if not all(isinstance(layer, _ReservedLayer) for layer in past.layers):
+        for layer in past.layers:
+            layer.batch_select_indices(rows)
+        return mask, 0
+    first = int(mask[:, :end].any(0).int().argmax())  # leading columns every kept row masks out
+    for layer in past.layers:
+        layer.keep(rows, first)
+    return mask[:, first:], first
 
 
 class _ReservedLayer(DynamicLayer):

@@ -218,9 +218,8 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     configured reward family and applies one GRPO update (``rl.mini_batch_size`` questions per
     optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). Within a step, the backend's
     prefix cache spares recomputing each conversation's earlier messages; every update clears it.
-    One JSON line per step goes
-    to ``metrics_path``, which starts empty (this engine keeps no checkpoint: a rerun starts again
-    at step 1); a progress bar shows the step and its mean reward.
+    One JSON line per step goes to ``metrics_path``, which starts empty (this engine keeps no
+    checkpoint: a rerun starts again at step 1); a progress bar shows the step and its mean reward.
     """
 
     torch.manual_seed(cfg.seed)
