@@ -18,7 +18,6 @@ from mtsql.errors import UsageError
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
 ROUND_STAGES = ("sample", "reject", "sft")
-PHASES = ("base", "sft", "rl")
 
 
 def run_folder(run: str, runs_dir: Path) -> Path:

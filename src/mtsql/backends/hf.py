@@ -271,8 +271,7 @@ def _keep_rows(past: DynamicCache, mask: torch.Tensor, rows: torch.Tensor, end: 
     to the positions from the first column one of them attends to. Returns the mask without the
     dropped columns and how many were dropped."""
     if not all(isinstance(layer, _ReservedLayer) for layer in past.layers):
-        for layer in past.layers:
-            layer.batch_select_indices(rows)
+        past.batch_select_indices(rows)
         return mask, 0
     first = int(mask[:, :end].any(0).int().argmax())  # leading columns every kept row masks out
     for layer in past.layers:
@@ -418,7 +417,7 @@ class _RowSampler:
         self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         self.logprobs: list[list[float]] = [[] for _ in seeds]
 
-    def pick(self, scores: torch.Tensor, rows: list[int], skip: set[int] = frozenset()) -> torch.Tensor:
+    def pick(self, scores: torch.Tensor, rows: list[int], skip: set[int] | frozenset[int] = frozenset()) -> torch.Tensor:
         """One id per batch row from its float logits; ``rows`` are the rows' original indices, and
         rows in ``skip`` (finished, still in the batch) get the argmax without touching their draws."""
         params = self.params
