@@ -102,6 +102,17 @@ def test_pathological_queries_stop_within_the_budget(db, sql):
     assert elapsed < 1.5 * budget
 
 
+def test_a_long_query_rarely_calls_back_into_python(db, monkeypatch):
+    """The deadline check runs Python, which needs the GIL: done every few SQLite instructions it
+    stalls the threads generating beside the SQL workers (and the workers with them)."""
+    checks = []
+    clock = executor.time.perf_counter
+    monkeypatch.setattr(executor.time, "perf_counter", lambda: checks.append(1) or clock())
+    count = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) SELECT count(*) FROM n"
+    assert execute(db, count).rows == ((1_000_000,),)
+    assert len(checks) < 100  # about 17 million instructions
+
+
 def test_text_that_is_not_utf8_is_decoded_leniently(tmp_path):
     path = tmp_path / "bad.sqlite"
     conn = sqlite3.connect(path)
