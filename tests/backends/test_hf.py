@@ -85,6 +85,23 @@ def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backe
     assert continued == ids_of(tiny_backend.generate(follow, params, seeds=seeds))
 
 
+def test_every_step_writes_into_the_reserved_cache(tiny_backend, prompts, monkeypatch):
+    """With or without a cached prefix, new keys/values go into the preallocated buffers; none is
+    concatenated (a copy of the whole cache per layer and step)."""
+    concatenated = []
+    update = hf.DynamicLayer.update
+    monkeypatch.setattr(hf.DynamicLayer, "update", lambda self, *a, **kw: concatenated.append(type(self).__name__)
+                        or update(self, *a, **kw))
+    params = SamplingParams(max_new_tokens=6)
+    for cache in (None, _PrefixCache(max_tokens=10_000)):
+        monkeypatch.setattr(tiny_backend, "cache", cache)
+        first = tiny_backend.generate(prompts, params)
+        tiny_backend.generate([p + g.token_ids + [p[-1]] for p, g in zip(prompts, first, strict=True)], params)
+    assert tiny_backend.cache.reused_tokens > 0  # the second pass started from cached prefixes
+    assert "_ReservedLayer" not in concatenated
+    assert "DynamicLayer" in concatenated  # prefilling a row alone extends its cached part, as it should
+
+
 def test_rows_leave_a_plain_transformers_cache_too(tiny_backend, prompts, monkeypatch):
     """Models with other than full-attention layers decode in transformers' own cache; rows that
     end leave it the same way."""

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -238,15 +239,16 @@ class HFBackend(Backend):
         """A batch cache of ``length`` positions (room for ``capacity``), each row's cached part right-aligned."""
         template = next(h for h in hits if h)
         layers = []
-        for layer, (k0, v0) in enumerate(template.layers):  # each [heads, positions, head_dim]
-            keys = k0.new_zeros((len(hits), k0.shape[0], capacity, k0.shape[2]))
-            values = v0.new_zeros((len(hits), v0.shape[0], capacity, v0.shape[2]))
-            for row, hit in enumerate(hits):
-                if hit:
-                    k, v = hit.layers[layer]
-                    keys[row, :, length - k.shape[1]:length] = k
-                    values[row, :, length - v.shape[1]:length] = v
-            layers.append(_ReservedLayer(keys, values, length))
+        for layer, pair in enumerate(template.layers):  # each [heads, positions, head_dim]
+            buffers = []
+            for part, like in enumerate(pair):
+                # rows as [positions, heads, head_dim], left-padded to the longest in one op
+                rows = [hit.layers[layer][part].transpose(0, 1) if hit else like[:, :0].transpose(0, 1)
+                        for hit in hits]
+                buffer = like.new_zeros((len(hits), like.shape[0], capacity, like.shape[2]))
+                buffer[:, :, :length] = pad_sequence(rows, batch_first=True, padding_side="left").transpose(1, 2)
+                buffers.append(buffer)
+            layers.append(_ReservedLayer(*buffers, length))
         cache = DynamicCache(config=self.model.config)
         cache.layers = layers
         return cache
@@ -254,15 +256,15 @@ class HFBackend(Backend):
     def _remember_rows(self, prompts, new, rows, batch_rows, mask, prompt_width, past) -> None:
         """Keep the keys/values of each of ``rows`` (at ``batch_rows`` of the batch) for its prompt and
         the ids fed after it: all it generated but the last, never fed back."""
-        if self.cache is None:
+        if self.cache is None or not rows:
             return
-        for row, batch_row in zip(rows, batch_rows, strict=True):
+        prompt_masks = mask[batch_rows, :prompt_width].tolist()  # one transfer for all rows
+        for row, batch_row, prompt_mask in zip(rows, batch_rows, prompt_masks, strict=True):
             fed = new[row][:-1]
-            prompt_columns = mask[batch_row, :prompt_width].nonzero().flatten()
-            fed_columns = torch.arange(prompt_width, prompt_width + len(fed), device=self.device)
-            index = torch.cat([prompt_columns, fed_columns])
-            layers = [(layer.keys[batch_row, :, index].clone(), layer.values[batch_row, :, index].clone())
-                      for layer in past.layers]
+            columns = [c for c, seen in enumerate(prompt_mask) if seen] + list(range(prompt_width, prompt_width + len(fed)))
+            index = torch.tensor(columns, device=self.device)
+            # indexing with a tensor copies: the entry owns its keys/values
+            layers = [(layer.keys[batch_row, :, index], layer.values[batch_row, :, index]) for layer in past.layers]
             self.cache.put(prompts[row] + fed, layers)
 
 
@@ -288,17 +290,23 @@ class _ReservedLayer(DynamicLayer):
         super().__init__()
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self.buffers = (keys, values)
-        self.keys, self.values = keys[..., :length, :], values[..., :length, :]
+        self._show(length)
+
+    def _show(self, length: int) -> None:
+        """Expose the first ``length`` positions of the buffers as the layer's keys/values."""
+        self.keys, self.values = (buffer[..., :length, :] for buffer in self.buffers)
+        self._shown = (self.keys, self.values)
 
     def update(self, key_states, value_states, *args, **kwargs):
-        keys, values = self.buffers
         start = self.keys.shape[-2]
         end = start + key_states.shape[-2]
-        if end > keys.shape[-2] or self.keys.data_ptr() != keys.data_ptr() or self.keys.shape[0] != keys.shape[0]:
+        # the tensors themselves, not their addresses: an empty view's address is not its buffer's
+        replaced = self.keys is not self._shown[0] or self.values is not self._shown[1]
+        if end > self.buffers[0].shape[-2] or replaced:
             return super().update(key_states, value_states, *args, **kwargs)
-        keys[..., start:end, :] = key_states
-        values[..., start:end, :] = value_states
-        self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+        self.buffers[0][..., start:end, :] = key_states
+        self.buffers[1][..., start:end, :] = value_states
+        self._show(end)
         return self.keys, self.values
 
     def keep(self, rows: torch.Tensor, first: int) -> None:
@@ -310,7 +318,7 @@ class _ReservedLayer(DynamicLayer):
             fresh[:, :, :length - first] = current[:, :, first:].index_select(0, rows)
             kept.append(fresh)
         self.buffers = tuple(kept)
-        self.keys, self.values = kept[0][..., :length - first, :], kept[1][..., :length - first, :]
+        self._show(length - first)
 
 
 def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
