@@ -181,6 +181,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--tool-workers", type=int, default=4, help="the engine's environment threads")
     parser.add_argument("--device", default="cpu", help="hf backend: cpu | cuda | cuda:N")
+    parser.add_argument("--loops", nargs="+", default=["reference", "engine"], choices=["reference", "engine"],
+                        help="which loops to run (speed-up and 'same' need both)")
     parser.add_argument("--openai-url", default=None, help="an OpenAI-compatible server for the openai backend")
     parser.add_argument("--openai-concurrency", type=int, default=64)
     args = parser.parse_args()
@@ -220,28 +222,32 @@ def main() -> None:
             runs = {}
             for name, loop in (("reference", reference_run),
                                ("engine", partial(engine_run, workers=args.tool_workers))):
+                if name not in args.loops:
+                    continue
                 getattr(backend, "clear_prefix_cache", lambda: None)()
                 SqlHeavyEnv.sql_s = 0.0
                 runs[name] = loop(backend, chat, params, turns, n, batch, env_factory)
                 runs[name][1]["sql_s"] = SqlHeavyEnv.sql_s
                 console.print(f"{kind} {count} {name}: {runs[name][1]['generated_tokens']} tokens in "
                               f"{runs[name][1]['wall_s']:.1f} s")
-            same = runs["reference"][0] == runs["engine"][0]
-            speedup = runs["reference"][1]["wall_s"] / runs["engine"][1]["wall_s"]
-            rows = [("reference", runs["reference"][1], "1.00x"), ("engine", runs["engine"][1], f"{speedup:.2f}x")]
+            both = len(runs) == 2
+            same = both and runs["reference"][0] == runs["engine"][0]
+            speedup = f"{runs['reference'][1]['wall_s'] / runs['engine'][1]['wall_s']:.2f}x" if both else ""
+            rows = [(name, runs[name][1], "1.00x" if name == "reference" and both else speedup if both else "")
+                    for name in runs]
             if kind == "hf":
-                total = runs["engine"][1]["generated_tokens"]
+                total = next(iter(runs.values()))[1]["generated_tokens"]
                 raw = raw_run(backend, chat, (turns * n)[:count], max(1, round(total / count)), env_factory)
                 rows.append(("raw generate", raw, ""))
             for name, stats, gain in rows:
                 console.print(f"{kind} {count} {name}: {stats['generated_tokens'] / stats['wall_s']:,.1f} tokens/s, "
                               f"busy {stats['generate_s'] / stats['wall_s']:.0%}, SQL {stats.get('sql_s', 0):.1f} s "
-                              f"{gain} {'same tokens: ' + str(same) if name == 'engine' else ''}")
+                              f"{gain} {'same tokens: ' + str(same) if name == 'engine' and both else ''}")
                 table.add_row(kind, str(count), str(batch), name, str(stats["generated_tokens"]),
                               f"{stats['wall_s']:.1f}", f"{stats.get('sql_s', 0):.1f}",
                               f"{stats['generated_tokens'] / stats['wall_s']:,.0f}",
                               f"{stats['generate_s'] / stats['wall_s']:.0%}", gain,
-                              ("yes" if same else "NO") if name == "engine" else "")
+                              ("yes" if same else "NO") if name == "engine" and both else "")
         backend.close()
     console.print(table)
 
