@@ -232,11 +232,11 @@ def main() -> None:
                               f"{runs[name][1]['wall_s']:.1f} s")
             both = len(runs) == 2
             same = both and runs["reference"][0] == runs["engine"][0]
-            speedup = f"{runs['reference'][1]['wall_s'] / runs['engine'][1]['wall_s']:.2f}x" if both else ""
-            rows = [(name, runs[name][1], "1.00x" if name == "reference" and both else speedup if both else "")
-                    for name in runs]
+            gains = ({"reference": "1.00x",
+                      "engine": f"{runs['reference'][1]['wall_s'] / runs['engine'][1]['wall_s']:.2f}x"} if both else {})
+            rows = [(name, runs[name][1], gains.get(name, "")) for name in runs]
             if kind == "hf":
-                total = next(iter(runs.values()))[1]["generated_tokens"]
+                total = runs.get("engine", runs.get("reference"))[1]["generated_tokens"]
                 raw = raw_run(backend, chat, (turns * n)[:count], max(1, round(total / count)), env_factory)
                 rows.append(("raw generate", raw, ""))
             for name, stats, gain in rows:
