@@ -3,8 +3,10 @@ command building, failure messages; ``slow``: real CPU trainings (LoRA + merge, 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from mtsql.integrations.llamafactory import (
     train_command,
     train_config,
 )
+from mtsql.integrations.llamafactory.launch import LABELLED_LOGITS_ENTRY
 from mtsql.integrations.llamafactory.process import (
     TrainWatcher,
     check_model_dir,
@@ -264,7 +267,7 @@ def test_epochs_when_no_max_steps_and_bad_values_are_usage_errors(tmp_path):
 
 
 def test_train_command_single_process_and_torchrun(tmp_path):
-    command = train_command(tmp_path / "train.yaml", SftConfig(), model_path=tmp_path)
+    command = train_command(tmp_path / "train.yaml", SftConfig(use_cpu=False), model_path=tmp_path)
     argv, env = command.argv, command.env
     assert command.name == "llamafactory-cli train" and argv[1:] == ("train", str(tmp_path / "train.yaml")) and Path(argv[0]).name == "llamafactory-cli"
     assert env == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -278,6 +281,16 @@ def test_train_command_single_process_and_torchrun(tmp_path):
         train_command(tmp_path / "t.yaml", SftConfig(nnodes=2, node_rank=2), model_path=tmp_path)
     with pytest.raises(UsageError, match="without spaces"):
         train_command(tmp_path / "a b.yaml", SftConfig(nproc_per_node=2), model_path=tmp_path)
+
+
+def test_a_single_cpu_process_trains_through_the_labelled_logits_entry(tmp_path):
+    command = train_command(tmp_path / "train.yaml", SftConfig(use_cpu=True), model_path=tmp_path)
+    assert command.argv == (sys.executable, "-m", LABELLED_LOGITS_ENTRY, str(tmp_path / "train.yaml"))
+    assert command.env == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    assert importlib.util.find_spec(LABELLED_LOGITS_ENTRY) is not None
+    # several CPU processes still go through llamafactory-cli's own torchrun launch
+    torchrun = train_command(tmp_path / "t.yaml", SftConfig(use_cpu=True, nproc_per_node=2), model_path=tmp_path)
+    assert Path(torchrun.argv[0]).name == "llamafactory-cli" and torchrun.env["FORCE_TORCHRUN"] == "1"
 
 
 @pytest.mark.parametrize("finetuning_type", ["lora", "full"])
@@ -480,6 +493,6 @@ def test_failed_training_quotes_llamafactorys_error(tmp_path, tiny_qwen3):
     (broken / "model.safetensors").write_text("not weights")
     plan = plan_sft(SftConfig(max_steps=1, cutoff_len=64), model_path=broken, template="qwen3", work_dir=tmp_path)
     export([trajectory()], plan.dataset_dir, broken)
-    with pytest.raises(StageFailed, match=r"llamafactory-cli train failed \(exit 1\): \S*SafetensorError: "):
+    with pytest.raises(StageFailed, match=r"llamafactory train failed \(exit 1\): \S*SafetensorError: "):
         run_sft(plan, log_path=tmp_path / "log.txt")
     assert not plan.model_dir.exists()

@@ -17,6 +17,7 @@ downloads Hub models first), so a Hub id given by hand is still fetched by LLaMA
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -32,6 +33,8 @@ from mtsql.integrations.process import Command
 from mtsql.models import is_hub_id
 
 FINETUNING_TYPES = ("lora", "full")
+LABELLED_LOGITS_ENTRY = "mtsql.integrations.llamafactory.labelled_logits"
+MISSING = "LLaMA-Factory (llamafactory-cli) not found: install llamafactory==0.9.5 in this environment"
 # keys train_config sets only in some configurations: sft.extra may not set them either
 CONDITIONAL_KEYS = ("max_steps", "num_train_epochs", "use_cpu", "disable_gradient_checkpointing", "save_only_model",
                     "lora_rank", "lora_alpha", "lora_target", "deepspeed")
@@ -208,7 +211,8 @@ def merge_config(*, model_path: str | Path, adapter_dir: Path, template: str, ex
 
 def train_command(yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path) -> Command:
     """``llamafactory-cli train YAML``, through torchrun when more than one process is asked for or
-    DeepSpeed is on (LLaMA-Factory runs DeepSpeed only under torchrun)."""
+    DeepSpeed is on (LLaMA-Factory runs DeepSpeed only under torchrun). A single CPU process runs
+    LLaMA-Factory's trainer through ``labelled_logits`` instead (same YAML, same trainer)."""
     env = engine_env(model_path)
     if sft_cfg.logger == "tensorboard":
         env["TENSORBOARD_LOGGING_DIR"] = str(Path(yaml_path).parent / "tensorboard")
@@ -225,6 +229,11 @@ def train_command(yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path
             MASTER_ADDR=sft_cfg.master_addr, MASTER_PORT=str(sft_cfg.master_port),
             NPROC_PER_NODE=str(sft_cfg.nproc_per_node),
         )
+        return Command("llamafactory-cli train", (cli_path(), "train", str(yaml_path)), env)
+    if sft_cfg.use_cpu:  # the same trainer, in one process, with logits only at labelled positions
+        if importlib.util.find_spec("llamafactory") is None:
+            raise StageFailed(MISSING)
+        return Command("llamafactory train", (sys.executable, "-m", LABELLED_LOGITS_ENTRY, str(yaml_path)), env)
     return Command("llamafactory-cli train", (cli_path(), "train", str(yaml_path)), env)
 
 
@@ -245,7 +254,7 @@ def cli_path() -> str:
     beside = Path(sys.executable).parent / "llamafactory-cli"
     found = str(beside) if beside.exists() else shutil.which("llamafactory-cli")
     if not found:
-        raise StageFailed("llamafactory-cli not found: install llamafactory==0.9.5 in this environment")
+        raise StageFailed(MISSING)
     return found
 
 
