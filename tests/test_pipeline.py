@@ -8,10 +8,11 @@ import pytest
 from mtsql import pipeline
 from mtsql.artifacts import Artifact
 from mtsql.config import load_config, replace
-from mtsql.data import train_pool
+from mtsql.data import eval_turns, train_pool
 from mtsql.errors import UsageError
 from mtsql.files import read_jsonl
 from mtsql.paths import data_dir
+from mtsql.rollout import RolloutEngine
 from mtsql.runner import run_stage, store_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,14 +124,25 @@ def test_local_rl_reuses_keys_values_within_a_step_and_drops_them_at_each_update
     assert seen[1]["kept_at_start"] == 0, "keys/values computed before an update must not be reused after it"
 
 
-def test_evaluate_model_writes_official_items(tiny_cfg):
+def test_evaluate_model_writes_official_items(tiny_cfg, monkeypatch):
     cfg = replace(tiny_cfg, data={"eval_limit": 1})
+    rollouts, run = [], RolloutEngine.run
+
+    def recorded(engine, turns, **kwargs):
+        rollouts.append([turn.dataset for turn in turns])
+        return run(engine, turns, **kwargs)
+
+    monkeypatch.setattr(RolloutEngine, "run", recorded)
     art = pipeline.evaluate(cfg, label="eval-base")
+    assert len(cfg.data.eval_datasets) == 2 and len(rollouts) == 1, "one rollout keeps the batches full"
+    assert set(rollouts[0]) == set(cfg.data.eval_datasets)
     for name in cfg.data.eval_datasets:
         block = art.metrics["datasets"][name]
         items = read_jsonl(art.path / name / "items.jsonl")
         assert len(items) == block["turns"] and {"exact_match", "exec_match", "hardness"} <= set(items[0])
         assert block["ex"] == 0.0 and set(block["by_turn"]) == {"1", "2", "3", "4", ">4"}
+        trajectories = read_jsonl(art.path / name / "trajectories.jsonl")
+        assert [row["uid"] for row in trajectories] == [t.uid for t in eval_turns(cfg.data, name, data_dir())]
 
 
 @pytest.mark.slow

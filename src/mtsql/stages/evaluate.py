@@ -8,6 +8,8 @@ prediction file, so the numbers are the official ones.
 
 Reads: the ``model`` input (a training artifact; none: the base model); the eval slices of config
 section ``data``; config sections ``sql``, ``env``, ``model``, ``sample``, ``reward``, ``evaluate``, ``seed``.
+One rollout covers every dataset's turns (``_split`` parts them again).
+
 Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl`` (with
 voting, the greedy ones in ``<dataset>/greedy/``); the
 stage metrics hold, per dataset, EX / EM (question and interaction), the breakdowns by hardness
@@ -89,18 +91,20 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) ->
                if n > 1 else None)
     out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
            "memory": cfg.env.memory, "decoding": f"vote@{n}" if sampler else "greedy", "datasets": {}}
-    for name in cfg.data.eval_datasets:
-        turns = eval_turns(cfg.data, name, root)
-        folder = ctx.out / name
-        rows = _rollout(greedy, turns, 1, cfg, folder / "greedy-rollout")
+    by_dataset = {name: eval_turns(cfg.data, name, root) for name in cfg.data.eval_datasets}
+    every_turn = [turn for turns in by_dataset.values() for turn in turns]
+    greedy_rows = _split(_rollout(greedy, every_turn, 1, cfg, ctx.out / "greedy-rollout"), by_dataset)
+    sampled = (_split(_rollout(sampler, every_turn, n, cfg, ctx.out / "vote-rollout"), by_dataset)
+               if sampler else {})
+    for name, turns in by_dataset.items():
+        folder, rows = ctx.out / name, greedy_rows[name]
         block = _score(cfg, name, turns, rows, rows, folder / "greedy" if sampler else folder)
         if sampler:
-            samples = _rollout(sampler, turns, n, cfg, folder / "vote-rollout")
             by_uid: dict[str, list[dict]] = defaultdict(list)
-            for row in samples:
+            for row in sampled[name]:
                 by_uid[row["uid"]].append(row)
             chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) for t in turns]
-            greedy_block, block = block, _score(cfg, name, turns, chosen, samples, folder)
+            greedy_block, block = block, _score(cfg, name, turns, chosen, sampled[name], folder)
             block["decodings"] = {"greedy": _headline(greedy_block), f"vote@{n}": _headline(block)}
         out["datasets"][name] = block
     return out
@@ -112,6 +116,18 @@ def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path
                       score=scorer(cfg, cfg.data_root))
     shutil.rmtree(shards)
     return rows
+
+
+def _split(rows: list[dict], by_dataset: dict[str, list]) -> dict[str, list[dict]]:
+    """The records of one rollout over every dataset, back by dataset (in each dataset's turn order).
+
+    All datasets go through one rollout so that the batches stay full until the last turn: run one
+    after the other, each dataset's last turns would decode in a batch of a few rows."""
+    dataset_of = {turn.uid: name for name, turns in by_dataset.items() for turn in turns}
+    split: dict[str, list[dict]] = {name: [] for name in by_dataset}
+    for row in rows:
+        split[dataset_of[row["uid"]]].append(row)
+    return split
 
 
 def _score(cfg: ConfigView, name: str, turns, chosen: list[dict], rows: list[dict], folder: Path) -> dict:
