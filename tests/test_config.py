@@ -66,7 +66,7 @@ def test_base_inheritance_and_roundtrip(tmp_path):
     ("env.mode=lng", "long, short"), ("env.memory=oracle", "gold, predicted"),
     ("reward.family=sql-r1", "process, outcome, sqlr1"), ("sample.policy=greedy", "model, gold, gold_with_correction"),
     ("sample.backend=tgi", "hf, vllm, openai"), ("rl.engine=trl", "auto, verl, local"),
-    ("curriculum.by=length", "hardness, turn, pass_rate"), ("sft.finetuning_type=qlora", "lora, full"),
+    ("curriculum.by=length", "hardness, turn, pass_rate"), ("sft.finetuning_type=qlora", "lora, full, freeze"),
     ("data.eval_datasets=[cosql, spdier]", "sparc, cosql"), ("model.template=chatml", "qwen3_nothink, qwen3"),
 ])
 def test_a_bad_choice_names_the_key_the_legal_values_and_the_override(override, legal):

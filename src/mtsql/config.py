@@ -64,6 +64,7 @@ class EnvConfig:
 
     mode: Literal["long", "short"] = "long"  # long: tools and verification; short: a direct SQL answer
     max_turns: int = 4  # assistant messages per question
+    max_invalid: int | None = None  # end the episode after this many unparseable messages in a row
     memory: Literal["gold", "predicted"] = "gold"  # gold: the paper's oracle; predicted: the agent's own answers
     result_chars: int = 200  # rendered result preview in an observation
     sample_values: int = 3  # example values per column in the schema prompt
@@ -124,7 +125,8 @@ class RejectConfig:
 class SftConfig:
     """LLaMA-Factory SFT (``mtsql.integrations.llamafactory``)."""
 
-    finetuning_type: Literal["lora", "full"] = "lora"
+    finetuning_type: Literal["lora", "full", "freeze"] = "lora"  # freeze: only the last freeze_layers train
+    freeze_layers: int = 0  # freeze: how many of the model's last decoder layers train (the rest stay fixed)
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_target: str = "all"  # LLaMA-Factory: all linear layers, or comma-separated module names

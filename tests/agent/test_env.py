@@ -106,6 +106,25 @@ def test_budget_runs_out_without_an_answer(make_env, sparc_turns):
         env.step("<answer_sql>SELECT 1</answer_sql>")
 
 
+def test_max_invalid_messages_in_a_row_end_the_episode(make_env, sparc_turns):
+    env = make_env(max_turns=6, max_invalid=2)
+    env.reset(find(sparc_turns, FIRST))
+    steps = [env.step(text) for text in ("no tags", EXEC.format("SELECT 1"), "no tags", "still none")]
+    assert [done for _, done, _ in steps] == [False, False, False, True]  # the valid call reset the count
+    assert steps[-1][0] is None and steps[-1][2]["finish_reason"] == "invalid"
+    traj = env.trajectory
+    assert (traj.finish_reason, traj.final_sql, traj.protocol_valid, len(traj.steps)) == ("invalid", None, False, 4)
+
+
+def test_without_max_invalid_only_the_budget_ends_unparseable_messages(make_env, sparc_turns):
+    env = make_env(max_turns=3)
+    env.reset(find(sparc_turns, FIRST))
+    assert [env.step("no tags")[1] for _ in range(3)] == [False, False, True]
+    assert env.trajectory.finish_reason == "max_turns"
+    with pytest.raises(ValueError, match="env.max_invalid must be at least 1"):
+        make_env(max_invalid=0)
+
+
 def test_a_tool_call_as_last_message_is_not_run(make_env, sparc_turns):
     env = make_env(max_turns=1)
     env.reset(find(sparc_turns, FIRST))

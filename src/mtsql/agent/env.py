@@ -8,7 +8,8 @@
 Long mode: the agent runs queries with ``exec_sql``, states ``<exec_verify>`` on each result, on
 later turns of a dialogue checks its query with ``memory_retrieve`` and ``<memory_verify>``, and
 ends with ``<answer_sql>``, within ``max_turns`` assistant messages. A message that cannot be
-parsed gets a protocol-error observation and costs a message. Departures from that flow (a missing
+parsed gets a protocol-error observation and costs a message; ``max_invalid`` such messages in a
+row end the episode (``finish_reason = "invalid"``). Departures from that flow (a missing
 verdict, answering without a memory check, ...) do not stop the episode; they are recorded as the
 step's ``flow_errors`` and make the trajectory ``protocol_valid = False``.
 
@@ -124,6 +125,8 @@ class SqlAgentEnv:
             raise ValueError(f"env.memory must be one of {MEMORY_SOURCES}, got {env_cfg.memory!r}")
         if env_cfg.max_turns < 1:
             raise ValueError(f"env.max_turns must be at least 1, got {env_cfg.max_turns}")
+        if env_cfg.max_invalid is not None and env_cfg.max_invalid < 1:
+            raise ValueError(f"env.max_invalid must be at least 1 (or null), got {env_cfg.max_invalid}")
         self.env_cfg = env_cfg
         self.sql_cfg = sql_cfg
         self.data_root = data_dir(data_root)
@@ -213,6 +216,9 @@ class SqlAgentEnv:
         if len(self.trajectory.steps) >= self.max_turns:
             self._finish("max_turns", None)
             return None
+        if not action.valid and self._invalid_in_a_row() == self.env_cfg.max_invalid:
+            self._finish("invalid", None)
+            return None
         if action.valid:
             observation = self._run_tool(step, action)
             if action.tool == "exec_sql" or self.trajectory.memory:  # an empty memory needs no verdict
@@ -222,6 +228,14 @@ class SqlAgentEnv:
         if len(self.trajectory.steps) == self.max_turns - 1:
             observation = prompts.with_last_message_warning(observation)
         return observation
+
+    def _invalid_in_a_row(self) -> int:
+        count = 0
+        for step in reversed(self.trajectory.steps):
+            if step.action != "invalid":
+                break
+            count += 1
+        return count
 
     def _check_flow(self, step: Step, action: Action) -> None:
         traj, errors = self.trajectory, step.flow_errors

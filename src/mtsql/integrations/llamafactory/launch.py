@@ -32,12 +32,13 @@ from mtsql.integrations.passthrough import check_extra
 from mtsql.integrations.process import Command
 from mtsql.models import is_hub_id
 
-FINETUNING_TYPES = ("lora", "full")
+FINETUNING_TYPES = ("lora", "full", "freeze")
 LABELLED_LOGITS_ENTRY = "mtsql.integrations.llamafactory.labelled_logits"
 MISSING = "LLaMA-Factory (llamafactory-cli) not found: install llamafactory==0.9.5 in this environment"
 # keys train_config sets only in some configurations: sft.extra may not set them either
 CONDITIONAL_KEYS = ("max_steps", "num_train_epochs", "use_cpu", "disable_gradient_checkpointing", "save_only_model",
-                    "lora_rank", "lora_alpha", "lora_target", "deepspeed")
+                    "lora_rank", "lora_alpha", "lora_target", "freeze_trainable_layers", "freeze_trainable_modules",
+                    "deepspeed")
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def plan_sft(sft_cfg: SftConfig, *, model_path: str | Path, template: str, work_
     plan = SftPlan(dataset_dir=dataset_dir, dataset=dataset, train_yaml=train_yaml, train_config=config,
                    train=train_command(train_yaml, sft_cfg, model_path=model_path), trainer_dir=trainer_dir,
                    model_dir=model_dir, deepspeed_json=ds_json, deepspeed_config=ds_config)
-    if sft_cfg.finetuning_type == "full":
+    if sft_cfg.finetuning_type != "lora":  # full and freeze write a whole model: nothing to merge
         return plan
     merge_yaml = work_dir / "merge.yaml"
     return replace(
@@ -122,6 +123,11 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
     }
     if sft_cfg.finetuning_type == "lora":
         config.update(lora_rank=sft_cfg.lora_rank, lora_alpha=sft_cfg.lora_alpha, lora_target=sft_cfg.lora_target)
+    if sft_cfg.finetuning_type == "freeze":
+        if sft_cfg.freeze_layers < 1:
+            raise UsageError(f"sft.finetuning_type=freeze trains the last sft.freeze_layers decoder layers: "
+                             f"set it to 1 or more, got {sft_cfg.freeze_layers}")
+        config.update(freeze_trainable_layers=sft_cfg.freeze_layers, freeze_trainable_modules="all")
     config.update(
         dataset=dataset,
         dataset_dir=str(dataset_dir),
@@ -154,7 +160,7 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         config["use_cpu"] = True
     if not sft_cfg.gradient_checkpointing:
         config["disable_gradient_checkpointing"] = True
-    if sft_cfg.finetuning_type == "full":
+    if sft_cfg.finetuning_type != "lora":
         config["save_only_model"] = True
     if deepspeed_json is not None:
         config["deepspeed"] = str(deepspeed_json)
