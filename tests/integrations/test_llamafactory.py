@@ -488,6 +488,13 @@ def test_cpu_training_produces_a_loadable_model(tmp_path, tiny_qwen3, finetuning
     assert result.steps == 2 and result.examples == 2 and math.isfinite(result.train_loss)
     check_model_dir(plan.model_dir)
     _generates(plan.model_dir, tiny_qwen3)
+    if finetuning_type == "freeze":  # only the last decoder layer moved
+        from safetensors.torch import load_file
+
+        before, after = load_file(tiny_qwen3 / "model.safetensors"), load_file(plan.model_dir / "model.safetensors")
+        last = max(int(name.split(".")[2]) for name in before if name.startswith("model.layers."))
+        changed = {name.split(".")[2] for name in before if not before[name].equal(after[name])}
+        assert changed == {str(last)}
 
 
 @pytest.mark.slow
