@@ -441,3 +441,24 @@ def test_batch_sizes_follow_the_backend(tiny_tokenizer):
     assert plain.batches[0] == 2 and max(plain.batches) == 2  # 4 in flight, 2 per call
     assert scheduling.batches[0] == 4  # every admitted conversation at once
     assert limited.batches[0] == 3 and max(limited.batches) == 3 and sum(limited.batches) == 8  # 3, not 2
+
+
+class ForgettingBackend(ScriptedBackend):
+    """Records what the engine says it will not continue."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.forgotten: list[list[int]] = []
+
+    def forget(self, tokens):
+        self.forgotten.append(list(tokens))
+
+
+def test_a_finished_conversation_is_forgotten_by_the_backend(tiny_tokenizer, tmp_path):
+    turns = dialogue("f", 3)  # one, two and three messages
+    backend = ForgettingBackend(tiny_tokenizer)
+    records = engine(backend, tiny_tokenizer).run(turns[:2], out_dir=tmp_path, progress=False)
+    assert backend.forgotten == [r["prompt_ids"] + r["response_ids"] for r in records]  # each once, when it ends
+    again = ForgettingBackend(tiny_tokenizer)
+    engine(again, tiny_tokenizer).run(turns, out_dir=tmp_path, progress=False)
+    assert len(again.forgotten) == 1  # the resumed records were never in this backend

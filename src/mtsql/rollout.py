@@ -8,7 +8,8 @@ ready conversations, while a pool of worker threads resets environments, runs th
 the replies (``env.step``: SQL, memory rendering) and, if the caller asks, scores finished
 records. A conversation whose step is done is ready for the next call; a finished one's place is
 taken at once by the next turn waiting (up to twice ``batch_size`` conversations in flight, so one
-batch's tools run while the other generates). ``engine.stats`` tells how busy the backend was.
+batch's tools run while the other generates), and the backend ``forget``s it (what it kept to
+continue it goes). ``engine.stats`` tells how busy the backend was.
 
 Work is token-in / token-out (``mtsql.episode_tokens``): an episode's ids are its prompt, then per
 assistant message the generated ids (mask 1), and, when the conversation goes on, a closing
@@ -385,6 +386,8 @@ class _Rollout:
         self.results[record["key"]] = finished.row if self.score is not None else record
         if episode is None:
             return  # a resumed record
+        if self.engine.backend is not None and episode.tokens is not None:
+            self.engine.backend.forget(episode.tokens.sequence)
         if self.writer is not None:
             self.writer.write(finished.line)
         self.in_flight -= 1

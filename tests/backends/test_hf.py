@@ -251,6 +251,33 @@ def test_shared_openings_are_bounded_and_need_a_long_common_start(tiny_backend, 
     assert not short.shared and short.reused_tokens == 0
 
 
+def test_forget_drops_a_finished_conversation_but_not_the_shared_opening(tiny_backend, chat, monkeypatch):
+    system = "You write SQLite for the concert_singer database. " * 12
+    opened = [chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
+              for q in QUESTIONS]
+    cache = _PrefixCache(max_tokens=100_000)
+    monkeypatch.setattr(tiny_backend, "cache", cache)
+    first = tiny_backend.generate(opened, SamplingParams(max_new_tokens=4))
+    ended = opened[0] + first[0].token_ids  # the whole conversation, as the rollout engine has it
+    assert tuple(ended[:-1]) in cache.entries and len(cache.entries) == 4 and len(cache.shared) == 1
+    size = cache.size
+    tiny_backend.forget(ended)
+    assert tuple(ended[:-1]) not in cache.entries and len(cache.entries) == 3 and len(cache.shared) == 1
+    assert cache.size == size - (len(ended) - 1)
+    tiny_backend.forget(opened[1])  # a conversation that has not got to its kept part: nothing goes
+    assert len(cache.entries) == 3
+
+
+def test_the_prefix_cache_takes_a_share_of_the_available_memory(tiny_qwen3, monkeypatch):
+    class Memory:
+        available = 3 * 2**30
+
+    monkeypatch.setattr(hf.psutil, "virtual_memory", lambda: Memory())
+    backend = HFBackend(tiny_qwen3)
+    assert backend.cache.max_tokens == int(hf.PREFIX_CACHE_SHARE * Memory.available // backend.memory.kv_per_token)
+    assert HFBackend(tiny_qwen3, max_cached_tokens=123).cache.max_tokens == 123
+
+
 def test_prefix_cache_is_bounded(tiny_backend, prompts, monkeypatch):
     cache = _PrefixCache(max_tokens=max(map(len, prompts)) + 10)
     monkeypatch.setattr(tiny_backend, "cache", cache)

@@ -71,6 +71,9 @@ class Backend(ABC):
     def close(self) -> None:  # noqa: B027 (a default, not a stub: most backends hold nothing to release)
         """Release the model or connections."""
 
+    def forget(self, tokens: Sequence[int]) -> None:  # noqa: B027 (a default: most backends keep nothing)
+        """The conversation whose ids are ``tokens`` ends: what was kept to continue it may go."""
+
     def _seeds(self, prompts: Sequence, params: SamplingParams, seeds: Sequence[int] | None) -> list[int]:
         if seeds is None:
             return [params.seed + i for i in range(len(prompts))]

@@ -10,7 +10,8 @@ string. Rows that have ended leave the batch as soon as they are a quarter of it
 what its live rows need, not what its longest row needs for all of them.
 
 Multi-turn prompts repeat the whole conversation so far. With ``prefix_cache`` the backend keeps
-each finished row's keys/values (prompt + continuation), and the opening new conversations share
+each finished row's keys/values (prompt + continuation) until the conversation goes on or ends
+(``forget``), and the opening new conversations share
 (system prompt, tools, schema; see ``_PrefixCache``); when a later prompt extends one of them, it
 computes only the new ids: first alone, row by row (no padding), all but the last new id;
 then the batch starts from the last one, rows laid out ``[pad][cached ids][last id]`` with the
@@ -20,6 +21,8 @@ batch call prefills them together (``[pad][cached ids][pad][new ids]``). The bat
 preallocated (``_ReservedLayer``) and grouped-query models attend through ``_grouped_sdpa``, so no
 decoding step copies the cache; only rows leaving the batch do.
 
+The prefix cache may take ``PREFIX_CACHE_SHARE`` of the memory free at load (RAM on CPU), so it
+holds every conversation in flight: an evicted one is computed again in full at its next message.
 On CUDA, weights default to bfloat16 and a call's rows are bounded by free memory (``batch_limit``).
 Transformers' own continuous batching (``generate_batch``, paged attention) is not used: it samples
 with one random stream for the whole batch (no per-row seeds) and knows no stop strings. A decoding
@@ -35,6 +38,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import torch
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -45,8 +49,7 @@ from mtsql.backends.base import Backend, Generation, SamplingParams, completes_s
 from mtsql.errors import UsageError
 
 GROUPED_SDPA = "mtsql_grouped_sdpa"
-CPU_CACHED_TOKENS = 65_536  # prefix cache size on CPU (positions)
-PREFIX_CACHE_SHARE = 0.3  # on CUDA: of the free memory at load, for the prefix cache
+PREFIX_CACHE_SHARE = 0.3  # of the free memory at load (device or RAM), for the prefix cache
 BATCH_MEMORY_SHARE = 0.8  # on CUDA: of the free memory, for one call's rows
 CUDA_BATCHED_PREFILL = 256  # on CUDA: new ids a row may have to be prefilled in the batch call
 MAX_BATCH_ROWS = 1024
@@ -58,9 +61,9 @@ RECENT_NEW = 16  # earlier new conversations a new one is compared with for a co
 class HFBackend(Backend):
     """A transformers causal LM on one device (CPU by default).
 
-    ``dtype="auto"``: float32 on CPU, bfloat16 on CUDA. On CUDA the backend also sizes its own
-    batches from free memory (``batch_limit``; a larger call is run in parts), keeps up to
-    ``PREFIX_CACHE_SHARE`` of the free memory for the prefix cache (``max_cached_tokens=None``)
+    ``dtype="auto"``: float32 on CPU, bfloat16 on CUDA. The prefix cache keeps up to
+    ``PREFIX_CACHE_SHARE`` of the free memory (``max_cached_tokens=None``). On CUDA the backend also
+    sizes its own batches from free memory (``batch_limit``; a larger call is run in parts)
     and lets the batch call prefill rows whose new part has at most ``batched_prefill`` ids
     (default: ``CUDA_BATCHED_PREFILL`` on CUDA, 0 on CPU, where rows are prefilled alone, unpadded).
     """
@@ -85,11 +88,15 @@ class HFBackend(Backend):
             self.pad_id = min(self.end_of_turn_ids)
         self.memory = _MemoryModel.of(self.model)
         if max_cached_tokens is None:
-            max_cached_tokens = (int(PREFIX_CACHE_SHARE * _free_bytes(device) // self.memory.kv_per_token) if cuda
-                                 else CPU_CACHED_TOKENS)
+            max_cached_tokens = int(PREFIX_CACHE_SHARE * _free_bytes(device) // self.memory.kv_per_token)
         self.cache = _PrefixCache(max_cached_tokens) if prefix_cache and self._cache_supported() else None
         self._stop_enders: dict[int, bool] = {}  # id -> decodes to text holding a stop string's last character
         self._stop_enders_for: tuple[str, ...] = ()
+
+    def forget(self, tokens: Sequence[int]) -> None:
+        """Drop the kept keys/values of the conversation that ends at ``tokens`` (shared openings stay)."""
+        if self.cache is not None:
+            self.cache.drop_prefixes_of(tokens)
 
     def clear_prefix_cache(self) -> None:
         """Drop every kept key/value (frees memory; later prompts are computed in full)."""
@@ -388,6 +395,12 @@ class _PrefixCache:
             old, _ = self.entries.popitem(last=False)
             self.size -= len(old)
 
+    def drop_prefixes_of(self, tokens: Sequence[int]) -> None:
+        """Remove the conversations' own entries that ``tokens`` continues (shared openings stay)."""
+        for key in [k for k in self.entries if len(k) <= len(tokens) and tuple(tokens[:len(k)]) == k]:
+            del self.entries[key]
+            self.size -= len(key)
+
     def take(self, prompt: list[int]) -> _CachedPrefix | None:
         """The longest kept strict prefix of ``prompt``: a conversation's own, removed from the cache
         (a turn is continued once), or a shared opening, left in it."""
@@ -483,7 +496,7 @@ class _StopCriteria:
 
 
 # ---------------------------------------------------------------------------------------------
-# Memory arithmetic (CUDA): how many rows one call can take
+# Memory arithmetic: how many rows one call can take (CUDA), how much the prefix cache may keep
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
@@ -528,7 +541,9 @@ def rows_that_fit(free_bytes: int, row_bytes: int, share: float = BATCH_MEMORY_S
 
 
 def _free_bytes(device: str) -> int:
-    """Memory a new allocation can use on a CUDA device: free on the device plus what PyTorch's
-    caching allocator holds unused."""
+    """Memory a new allocation can use: on a CUDA device, free on the device plus what PyTorch's
+    caching allocator holds unused; on CPU, the RAM available without swapping."""
+    if torch.device(device).type != "cuda":
+        return psutil.virtual_memory().available
     free, _ = torch.cuda.mem_get_info(device)
     return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
