@@ -181,6 +181,7 @@ class RlConfig:
     max_response_len: int = 8000
     temperature: float = 1.0
     lora_rank: int = 0  # 0 = full parameters
+    freeze_layers: int = 0  # local engine: only the last freeze_layers decoder layers train (0: every weight)
     n_gpus_per_node: int = 4
     nnodes: int = 1
     ray_address: str | None = None

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mtsql.config import RlConfig
+from mtsql.errors import UsageError
 from mtsql.integrations.grpo_local import (
     Episode,
     GrpoSettings,
@@ -17,6 +18,7 @@ from mtsql.integrations.grpo_local import (
     pad_batch,
     response_logprobs,
     signal_share,
+    trainable,
     with_lora,
 )
 
@@ -173,3 +175,35 @@ def test_lora_uses_rl_lora_alpha(tiny_model):
     assert model.peft_config["default"].lora_alpha == 32
     scales = {m.scaling["default"] for m in model.modules() if hasattr(m, "scaling") and isinstance(m.scaling, dict)}
     assert scales == {32 / 4}
+
+
+def named_gradients(model, eps) -> dict[str, torch.Tensor]:
+    unclipped = GrpoSettings(max_grad_norm=float("inf"))  # clipping scales by the norm over what trains
+    grpo_update(model, torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0), eps,
+                unclipped, pad_id=0)
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+def test_freeze_layers_trains_the_last_layers_with_their_full_model_gradient(tiny_model):
+    """Freezing what lies below changes no gradient above it: the last layer gets exactly the
+    gradient it gets in full training, and nothing else gets one."""
+    layers = len(tiny_model.base_model.layers)
+    frozen = trainable(copy.deepcopy(tiny_model), RlConfig(freeze_layers=1))
+    grads = named_gradients(frozen, mixed_episodes())
+    full = named_gradients(copy.deepcopy(tiny_model), mixed_episodes())
+    last = f"model.layers.{layers - 1}."
+    assert grads and all(name.startswith(last) for name in grads)
+    assert set(grads) == {name for name in full if name.startswith(last)}
+    for name, grad in grads.items():
+        assert torch.allclose(grad, full[name], atol=1e-6), name
+    assert len(full) > len(grads), "full training also reaches the embeddings and the lower layers"
+
+
+def test_freeze_layers_outside_the_model_or_beside_lora_is_refused(tiny_model):
+    layers = len(tiny_model.base_model.layers)
+    with pytest.raises(UsageError, match=rf"rl.freeze_layers={layers + 1}: the model has {layers} decoder layers"):
+        trainable(copy.deepcopy(tiny_model), RlConfig(freeze_layers=layers + 1))
+    with pytest.raises(UsageError, match="choose one way to train fewer weights"):
+        trainable(copy.deepcopy(tiny_model), RlConfig(freeze_layers=1, lora_rank=4))
+    whole = trainable(copy.deepcopy(tiny_model), RlConfig())
+    assert all(p.requires_grad for p in whole.parameters())

@@ -312,3 +312,8 @@ def test_run_stage_plan_checks_the_overrides_before_starting_anything(tmp_path):
     with pytest.raises(UsageError, match="verl rejects the training overrides"):
         run_stage_plan([broken, merge], tmp_path / "log.txt", steps=2)
     assert not (tmp_path / "log.txt").exists()
+
+
+def test_freeze_layers_is_refused_for_verl(tmp_path):
+    with pytest.raises(UsageError, match="rl.freeze_layers=12 is a local-engine setting"):
+        plan_for(tmp_path, "rl.freeze_layers=12")

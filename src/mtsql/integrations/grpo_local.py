@@ -12,7 +12,8 @@ runs its episodes ``micro_batch`` at a time, each micro-batch padded to its own 
 backward per micro-batch while gradients accumulate. A micro-batch's loss is its token sum over the
 whole mini-batch's token count (verl's ``batch_num_tokens``), so the accumulated gradient is the
 mini-batch's token-mean gradient. Logits are computed only at the positions that predict a model
-token (``logits_to_keep``): none for the prompt, observations or padding.
+token (``logits_to_keep``): none for the prompt, observations or padding. With ``rl.freeze_layers``
+only the model's last decoder layers train, so the backward pass stops at the first of them.
 
 Length limits, per episode (``fit_lengths``): a prompt longer than ``rl.max_prompt_len`` tokens
 leaves the episode out of the update (verl's RL parquet drops such prompts before training); a
@@ -38,6 +39,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mtsql.backends.hf import HFBackend
+from mtsql.errors import UsageError
 from mtsql.rollout import RolloutEngine, derive_seed
 from mtsql.trajectories import scorer
 
@@ -225,9 +227,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     torch.manual_seed(cfg.seed)
     dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # trained weights stay float32
     backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device)
-    model = backend.model
-    if cfg.rl.lora_rank > 0:
-        model = backend.model = with_lora(model, cfg.rl)
+    model = backend.model = trainable(backend.model, cfg.rl)
     ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.rl.lr, weight_decay=0.0)
@@ -277,6 +277,19 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
             "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history)}
 
 
+def trainable(model, rl):
+    """``model`` set to train what ``rl`` asks: LoRA adapters (``rl.lora_rank``), only the last
+    ``rl.freeze_layers`` decoder layers, or (both 0) every weight."""
+    if rl.lora_rank > 0 and rl.freeze_layers > 0:
+        raise UsageError(f"rl.lora_rank={rl.lora_rank} and rl.freeze_layers={rl.freeze_layers}: "
+                         "choose one way to train fewer weights and set the other to 0")
+    if rl.lora_rank > 0:
+        return with_lora(model, rl)
+    if rl.freeze_layers > 0:
+        train_last_layers(model, rl.freeze_layers)
+    return model
+
+
 def with_lora(model, rl):
     """``model`` wrapped with LoRA adapters of rank ``rl.lora_rank`` and scale ``rl.lora_alpha`` on
     every linear layer (what verl's ``target_modules=all-linear`` means)."""
@@ -284,6 +297,19 @@ def with_lora(model, rl):
 
     return get_peft_model(model, LoraConfig(r=rl.lora_rank, lora_alpha=rl.lora_alpha, target_modules="all-linear",
                                             task_type="CAUSAL_LM"))
+
+
+def train_last_layers(model, count: int) -> None:
+    """Only the last ``count`` decoder layers of ``model`` train; the embeddings (and a tied output
+    projection), the layers below and the final norm stay fixed, as with LLaMA-Factory's
+    ``finetuning_type: freeze``. The backward pass then stops at the first trainable layer."""
+    layers = model.base_model.layers
+    if not 1 <= count <= len(layers):
+        raise UsageError(f"rl.freeze_layers={count}: the model has {len(layers)} decoder layers; "
+                         f"train 1 to {len(layers)} of them, or set 0 to train every weight")
+    model.requires_grad_(False)
+    for layer in layers[-count:]:
+        layer.requires_grad_(True)
 
 
 def save_model(model, tokenizer, folder) -> None:

@@ -75,8 +75,9 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
     """What this stage would run (``--dry-run``): the verl files and commands, or the local engine's steps."""
     base = stage_model(cfg.model.name, model, resolve=False)
     if cfg.rl.engine == "local":
+        weights = f"the last {cfg.rl.freeze_layers} decoder layers of " if cfg.rl.freeze_layers else ""
         return (f"# local GRPO in this process: {cfg.rl.steps_per_stage} steps of {cfg.rl.batch_size} questions "
-                f"x {cfg.rl.n} samples from {base}; curriculum stage {stage} of {curriculum.path}\n")
+                f"x {cfg.rl.n} samples, training {weights}{base}; curriculum stage {stage} of {curriculum.path}\n")
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
     rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs
     commands, _ = _verl_plan(cfg, base_model=base, out=out, stage=stage, rows=rows)

@@ -377,6 +377,9 @@ def _check(cfg: Config, stages: Sequence[StageData]) -> None:
         raise UsageError("no curriculum stage to train")
     if cfg.rl.nnodes > 1 and not cfg.rl.ray_address:
         raise UsageError(f"rl.nnodes={cfg.rl.nnodes} needs a Ray cluster: start it (ray start) and set rl.ray_address")
+    if cfg.rl.freeze_layers:
+        raise UsageError(f"rl.freeze_layers={cfg.rl.freeze_layers} is a local-engine setting: verl's actor trains "
+                         "every weight (or LoRA adapters): set rl.freeze_layers: 0, or rl.lora_rank for fewer weights")
     for stage in stages:
         if stage.rows is not None and stage.rows < cfg.rl.batch_size:
             raise UsageError(f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
