@@ -205,5 +205,7 @@ def test_freeze_layers_outside_the_model_or_beside_lora_is_refused(tiny_model):
         trainable(copy.deepcopy(tiny_model), RlConfig(freeze_layers=layers + 1))
     with pytest.raises(UsageError, match="choose one way to train fewer weights"):
         trainable(copy.deepcopy(tiny_model), RlConfig(freeze_layers=1, lora_rank=4))
+    with pytest.raises(UsageError, match="Linear keeps no decoder layers at base_model.layers"):
+        trainable(torch.nn.Linear(2, 2), RlConfig(freeze_layers=1))
     whole = trainable(copy.deepcopy(tiny_model), RlConfig())
     assert all(p.requires_grad for p in whole.parameters())

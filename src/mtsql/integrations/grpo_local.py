@@ -303,7 +303,10 @@ def train_last_layers(model, count: int) -> None:
     """Only the last ``count`` decoder layers of ``model`` train; the embeddings (and a tied output
     projection), the layers below and the final norm stay fixed, as with LLaMA-Factory's
     ``finetuning_type: freeze``. The backward pass then stops at the first trainable layer."""
-    layers = model.base_model.layers
+    layers = getattr(getattr(model, "base_model", model), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise UsageError(f"rl.freeze_layers={count}: {type(model).__name__} keeps no decoder layers at "
+                         "base_model.layers; set rl.freeze_layers: 0 (or rl.lora_rank) for this model")
     if not 1 <= count <= len(layers):
         raise UsageError(f"rl.freeze_layers={count}: the model has {len(layers)} decoder layers; "
                          f"train 1 to {len(layers)} of them, or set 0 to train every weight")
