@@ -3,6 +3,7 @@
     python benchmarks/bench_rollout.py                                  # hf on CPU, SmolLM2, 16 and 64
     python benchmarks/bench_rollout.py --model tiny-qwen3 --conversations 16 64 256
     python benchmarks/bench_rollout.py --device cuda --conversations 16 64 256
+    python benchmarks/bench_rollout.py --backends hf vllm --loops engine    # paired: vLLM server vs hf
     python benchmarks/bench_rollout.py --backends hf vllm openai --openai-url http://127.0.0.1:8000/v1
 
 Every conversation is a CoSQL dev turn of the packaged fixture (greedy, long-horizon protocol,
@@ -21,6 +22,11 @@ Both loops get the same batch size (``--batch-size``, default half the conversat
 generated tokens/s, the share of wall time the backend was generating, the engine's speed-up over
 the reference (wall time; the tokens are the same) and whether both produced the same tokens and
 trajectories. Goal on CPU: the backend busy >= 90 % at 64 conversations.
+
+With several backends, a second table pairs each one's engine run with hf's on the same
+conversations: the wall-time ratio, the server start (vllm: a managed server, ``--dtype``), and on
+how many conversations the greedy tokens and trajectories are the same as hf's (float32 for
+agreement; bfloat16 where the CPU has it is faster and rounds differently).
 """
 
 from __future__ import annotations
@@ -163,10 +169,26 @@ def raw_run(backend, chat, turns, new_tokens: int, env_factory) -> dict:
 
 def load_backend(kind: str, model, args):
     if kind == "hf":
-        return make_backend("hf", model, device=args.device)
+        return make_backend("hf", model, device=args.device, dtype=args.dtype)
     if kind == "vllm":
-        return make_backend("vllm", model)
+        return make_backend("vllm", model, device=args.device, dtype=args.dtype)
     return make_backend("openai", model, base_url=args.openai_url, concurrency=args.openai_concurrency)
+
+
+def paired_table(engine_runs: dict, starts: dict) -> Table:
+    """Each backend's engine run against hf's on the same conversations."""
+    table = Table(title="paired with hf (engine loop, same conversations)")
+    for column in ("backend", "conv.", "seconds", "hf seconds", "hf / backend", "start s", "same as hf"):
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    for (kind, count), (records, stats) in engine_runs.items():
+        if kind == "hf" or ("hf", count) not in engine_runs:
+            continue
+        hf_records, hf_stats = engine_runs[("hf", count)]
+        same = sum(records.get(key) == value for key, value in hf_records.items())
+        table.add_row(kind, str(count), f"{stats['wall_s']:.1f}", f"{hf_stats['wall_s']:.1f}",
+                      f"{hf_stats['wall_s'] / stats['wall_s']:.2f}x", f"{starts.get(kind, 0):.1f}",
+                      f"{same}/{len(hf_records)}")
+    return table
 
 
 def main() -> None:
@@ -180,7 +202,8 @@ def main() -> None:
     parser.add_argument("--sql-ms", type=float, default=100.0, help="SQL work per environment step")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--tool-workers", type=int, default=4, help="the engine's environment threads")
-    parser.add_argument("--device", default="cpu", help="hf backend: cpu | cuda | cuda:N")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    parser.add_argument("--dtype", default="float32", help="hf and vllm: float32 | bfloat16 | auto")
     parser.add_argument("--loops", nargs="+", default=["reference", "engine"], choices=["reference", "engine"],
                         help="which loops to run (speed-up and 'same' need both)")
     parser.add_argument("--openai-url", default=None, help="an OpenAI-compatible server for the openai backend")
@@ -203,13 +226,16 @@ def main() -> None:
     for column in ("backend", "conv.", "batch", "loop", "tokens", "seconds", "SQL s", "tokens/s", "busy", "speed-up",
                    "same"):
         table.add_column(column, justify="left" if column in ("backend", "loop") else "right")
+    engine_runs, starts = {}, {}
     for kind in args.backends:
         if kind == "openai" and not args.openai_url:
             console.print("openai: skipped (no --openai-url)")
             continue
         try:
+            loading = time.perf_counter()
             backend = load_backend(kind, model, args)
-        except Exception as exc:  # a backend this machine lacks (vLLM without a GPU): say so, go on
+            starts[kind] = time.perf_counter() - loading
+        except Exception as exc:  # a backend this machine lacks (no vLLM built): say so, go on
             console.print(f"{kind}: not available here ({str(exc).splitlines()[0]})")
             continue
         chat = ChatFormat(backend.tokenizer)
@@ -230,6 +256,8 @@ def main() -> None:
                 runs[name][1]["sql_s"] = SqlHeavyEnv.sql_s
                 console.print(f"{kind} {count} {name}: {runs[name][1]['generated_tokens']} tokens in "
                               f"{runs[name][1]['wall_s']:.1f} s")
+            if "engine" in runs:
+                engine_runs[(kind, count)] = runs["engine"]
             both = len(runs) == 2
             same = both and runs["reference"][0] == runs["engine"][0]
             gains = ({"reference": "1.00x",
@@ -250,6 +278,8 @@ def main() -> None:
                               ("yes" if same else "NO") if name == "engine" and both else "")
         backend.close()
     console.print(table)
+    if len({kind for kind, _ in engine_runs}) > 1:
+        console.print(paired_table(engine_runs, starts))
 
 
 if __name__ == "__main__":

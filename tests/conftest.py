@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_tokenizer", "tiny_backend", "smollm2", "model_dir"}
+VLLM_FIXTURES = {"vllm_python", "tiny_server"}
 
 
 def pytest_collection_modifyitems(items):
@@ -24,6 +25,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.model)
         if "full_data" in used:
             item.add_marker(pytest.mark.data)
+        if VLLM_FIXTURES & used:
+            item.add_marker(pytest.mark.vllm)
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +82,29 @@ def smollm2(models_home) -> Path:
     from mtsql import models
 
     return models.pull("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The Python with vLLM that the vllm backend finds (``make setup`` builds .venv-vllm on CPU
+    machines). Missing, the tests fail under CI (where make test built it) and are skipped elsewhere."""
+    from mtsql.backends.vllm_server import find_python
+    from mtsql.errors import UsageError
+
+    try:
+        return find_python()
+    except UsageError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"no vLLM for the vllm tests: {exc}")
+        pytest.skip(f"no vLLM here (run make setup): {exc}")
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_qwen3, vllm_python, tmp_path_factory):
+    """A vLLM server on the tiny Qwen3 (float32), shared by the tests that only talk to it."""
+    from mtsql.backends.vllm import VLLMBackend
+
+    backend = VLLMBackend(tiny_qwen3, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
+                          log_path=tmp_path_factory.mktemp("vllm") / "server.log")
+    yield backend
+    backend.close()

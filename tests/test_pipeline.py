@@ -20,7 +20,7 @@ TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 
 
 def cfg_for(tmp_path, *overrides):
-    return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=4", *overrides])
+    return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=4", "sample.backend=hf", *overrides])
 
 
 def test_scripted_sample_reject_curriculum_and_cache(tmp_path):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -424,7 +427,28 @@ def test_scoring_runs_on_the_workers_for_new_and_resumed_records(tiny_tokenizer,
 
 
 class SchedulingBackend(ScriptedBackend):
-    schedules_requests = True  # as vLLM and servers: hand it every ready conversation
+    """As a vLLM server: every ready conversation is submitted alone, at once, and comes back on its own."""
+
+    schedules_requests = True
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.pool = ThreadPoolExecutor(16)
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def submit(self, prompt, params, seed):
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+        def work():
+            time.sleep(0.05)  # long enough for every ready conversation to be submitted meanwhile
+            with self.lock:
+                self.in_flight -= 1
+                return self.generate([prompt], params, [seed])[0]
+
+        return self.pool.submit(work)
 
 
 class LimitedBackend(ScriptedBackend):
@@ -439,7 +463,7 @@ def test_batch_sizes_follow_the_backend(tiny_tokenizer):
         records = engine(backend, tiny_tokenizer, batch_size=2).run(turns, progress=False)
         assert [r["uid"] for r in records] == [t.uid for t in turns]
     assert plain.batches[0] == 2 and max(plain.batches) == 2  # 4 in flight, 2 per call
-    assert scheduling.batches[0] == 4  # every admitted conversation at once
+    assert set(scheduling.batches) == {1} and scheduling.most_in_flight == 4  # each alone, all admitted at once
     assert limited.batches[0] == 3 and max(limited.batches) == 3 and sum(limited.batches) == 8  # 3, not 2
 
 

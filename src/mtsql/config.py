@@ -110,6 +110,14 @@ class SampleConfig:
     openai_model: str | None = None  # the name the server serves the model under (default: its path or id)
     openai_concurrency: int = 8
     openai_timeout_s: float = 120.0
+    # backend vllm (docs/engines.md): a vLLM server mtsql starts for each stage's model and stops after it
+    vllm_base_url: str | None = None  # a vLLM server you run instead (its /v1 URL): mtsql cannot verify it
+    vllm_model: str | None = None  # the name that server serves the model under
+    vllm_python: str | None = None  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else this one)
+    vllm_kv_cache_gib: float | None = None  # CPU: the server's KV cache (None: a quarter of the free RAM, <= 8)
+    vllm_eager: bool | None = None  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
+    vllm_args: tuple[str, ...] = ()  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"]
+    vllm_start_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,8 @@ class RlConfig:
     temperature: float = 1.0
     lora_rank: int = 0  # 0 = full parameters
     freeze_layers: int = 0  # local engine: only the last freeze_layers decoder layers train (0: every weight)
+    rollout_backend: Literal["hf", "vllm"] = "hf"  # local engine: vllm restarts a managed server on each
+                                                   # step's weights (sample.vllm_* settings)
     n_gpus_per_node: int = 4
     nnodes: int = 1
     ray_address: str | None = None

@@ -58,6 +58,9 @@ TINY_QWEN3_SEED = 1234
 
 ROUND_TRIP_TEXT = "Hello world!  SELECT name FROM singer WHERE age > 30;\n\tcafé 😀 <|im_end|>"
 INFO_FILE = "mtsql_model.json"
+# How an alias is built; a cached folder of an older recipe is rebuilt. tiny-qwen3 2: head_dim 32, the
+# smallest vLLM's CPU attention runs (it refused 16).
+RECIPES = {"tiny-qwen3": 2}
 
 
 def models_dir() -> Path:
@@ -184,14 +187,15 @@ def list_models() -> list[dict]:
 
 
 def _ensure(alias: str, build: Callable[[Path], dict], force: bool) -> Path:
+    """The alias's folder, built (or rebuilt, when ``RECIPES`` has changed since) if needed."""
     dest = model_dir(alias)
-    if dest.exists() and not force:
+    if dest.exists() and not force and _recipe_of(dest) == RECIPES.get(alias, 1):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias}.", dir=dest.parent))
     try:
         info = build(tmp)
-        info["alias"] = alias
+        info["alias"], info["recipe"] = alias, RECIPES.get(alias, 1)
         verify_model(tmp)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
         tmp.chmod(0o755)  # mkdtemp made it private
@@ -207,6 +211,13 @@ def _ensure(alias: str, build: Callable[[Path], dict], force: bool) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp)
     return dest
+
+
+def _recipe_of(folder: Path) -> int | None:
+    try:
+        return json.loads((folder / INFO_FILE).read_text()).get("recipe", 1)
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def verify_model(folder: Path) -> None:
@@ -334,7 +345,7 @@ def _build_tiny_qwen3(folder: Path) -> dict:
     ids = {text: tokenizer.convert_tokens_to_ids(text) for text in ("<|endoftext|>", "<|im_end|>")}
     config = Qwen3Config(
         vocab_size=QWEN3_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
         tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
     )

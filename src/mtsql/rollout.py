@@ -44,7 +44,7 @@ from pathlib import Path
 from mtsql.agent.env import SqlAgentEnv
 from mtsql.agent.policies import SCRIPTED, make_policy
 from mtsql.agent.tools import TOOL_SCHEMAS, MemoryEntry
-from mtsql.backends import make_backend
+from mtsql.backends import make_backend, server_options
 from mtsql.backends.base import Backend, SamplingParams
 from mtsql.chat_format import ChatFormat
 from mtsql.data.records import Turn
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 STOP_STRINGS = ("</tool_call>", "</answer_sql>")
 SHARD_GLOB = "rollout-*.jsonl"
+SERVER_LOG = "vllm-server.log"  # a managed vLLM server's output, in the stage folder
 TOOL_WORKERS = 4  # threads for environment steps and scoring (SQLite releases the GIL while it runs a query)
 FILL_WAIT = 0.05  # the longest a free backend waits for a fuller batch, as a share of its last call's time
 
@@ -153,17 +154,20 @@ class RolloutEngine:
         self.policy, self.tools, self.memory, self.batch_size = policy, list(tools), memory, batch_size
         self.max_response_tokens, self.tool_workers = max_response_tokens, tool_workers
         self.stats: dict = {}  # figures of the last run: wall_s, generate_s, calls, generated_tokens, episodes
+        self.owns_backend = False  # from_config made the backend: close() releases it
 
     @classmethod
     def from_config(cls, cfg, *, data_root: Path, policy: str, model: str | None = None,
                     temperature: float | None = None, backend: Backend | None = None,
-                    max_response_tokens: int | None = None) -> RolloutEngine:
+                    max_response_tokens: int | None = None, log_path: Path | None = None) -> RolloutEngine:
         """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model``, ``seed``) with a
         model backend (``policy="model"``) or a scripted policy (``gold``, ``gold_with_correction``).
 
-        ``backend``: an already loaded backend (the RL engine samples from the model it trains);
-        ``temperature`` overrides ``sample.temperature``; ``max_response_tokens`` bounds each episode's
-        response (the RL engines' response length)."""
+        ``backend``: an already loaded backend (the RL engine samples from the model it trains; the
+        caller closes it), else the engine makes ``sample.backend`` for ``model`` and ``close`` releases
+        it (a managed vLLM server logs to ``log_path``); ``temperature`` overrides
+        ``sample.temperature``; ``max_response_tokens`` bounds each episode's response (the RL
+        engines' response length). Use it as a context manager: ``with RolloutEngine.from_config(...)``."""
         def make_env():
             return SqlAgentEnv(cfg.env, cfg.sql, data_root)
 
@@ -173,14 +177,35 @@ class RolloutEngine:
                        **common)
         if policy != "model":
             raise UsageError(f"sample.policy: unknown '{policy}'; choose model, {', '.join(SCRIPTED)}")
-        backend = backend or make_backend(cfg.sample.backend, model, **backend_options(cfg))
-        params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
-                                top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
-                                seed=cfg.seed, stop=STOP_STRINGS)
-        chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
-        tools = TOOL_SCHEMAS if cfg.env.mode == "long" else ()
-        return cls(make_env, backend=backend, chat=chat, params=params, tools=tools,
-                   max_response_tokens=max_response_tokens, **common)
+        owned = backend is None
+        if owned:
+            options = backend_options(cfg) | ({"log_path": log_path} if cfg.sample.backend == "vllm" else {})
+            backend = make_backend(cfg.sample.backend, model, **options)
+        try:
+            params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
+                                    top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
+                                    seed=cfg.seed, stop=STOP_STRINGS)
+            chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
+            tools = TOOL_SCHEMAS if cfg.env.mode == "long" else ()
+            engine = cls(make_env, backend=backend, chat=chat, params=params, tools=tools,
+                         max_response_tokens=max_response_tokens, **common)
+        except BaseException:
+            if owned:
+                backend.close()
+            raise
+        engine.owns_backend = owned
+        return engine
+
+    def close(self) -> None:
+        """Release the backend this engine made (a managed vLLM server stops)."""
+        if self.owns_backend and self.backend is not None:
+            self.backend.close()
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -----------------------------------------------------------------------------------------
 
@@ -256,13 +281,14 @@ class _Rollout:
         self.writer, self.meter = writer, meter
         self.waiting: deque[_Chain] = deque(chains)  # chains with a turn to start
         self.ready: deque[_Episode] = deque()
-        self.events: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[Future | tuple[_Episode, Future]] = queue.SimpleQueue()
         self.with_workers = self.in_flight = self.starting = 0  # starting: resets with the workers
         self.target = engine.batch_size  # conversations one call should get
         self.results: dict[str, dict] = {}
         self.started = self.idle_since = time.perf_counter()
         self.generate_s = self.last_call_s = 0.0
         self.calls = self.generated = self.episodes = 0
+        self.generating, self.busy_since = 0, 0.0  # requests a scheduling backend is working on, since when
 
     def run(self, keys: list[str]) -> dict[str, dict]:
         with ThreadPoolExecutor(self.engine.tool_workers, thread_name_prefix="rollout-tools") as self.pool:
@@ -313,6 +339,8 @@ class _Rollout:
 
     def _worth_waiting(self) -> bool:
         """Whether to let the workers fill the batch a little longer before calling the backend."""
+        if self.engine.backend is not None and self.engine.backend.schedules_requests:
+            return False  # requests go one by one: nothing to fill
         if not self.calls:
             return self.starting > 0  # the backend has nothing to do yet: start with every episode admitted
         if len(self.ready) >= self.target or not self.with_workers:
@@ -321,6 +349,9 @@ class _Rollout:
 
     def _generate(self) -> None:
         engine = self.engine
+        if engine.backend is not None and engine.backend.schedules_requests:
+            self._submit_ready()
+            return
         limit = self._call_size()
         batch = [self.ready.popleft() for _ in range(min(len(self.ready), limit or len(self.ready)))]
         started = time.perf_counter()
@@ -337,13 +368,31 @@ class _Rollout:
         for episode, (text, _) in zip(batch, replies, strict=True):
             self._submit(self._step, episode, text)
 
+    def _submit_ready(self) -> None:
+        """Hand every ready conversation to a backend that schedules requests itself; each message
+        comes back as an event as soon as it is done (``_generated``)."""
+        backend, params = self.engine.backend, self.engine.params
+        while self.ready:
+            episode = self.ready.popleft()
+            if not self.generating:
+                self.busy_since = time.perf_counter()
+            self.generating += 1
+            self.with_workers += 1
+            self.calls += 1
+            future = backend.submit(episode.tokens.sequence, params, derive_seed(episode.seed, len(episode.generations)))
+            future.add_done_callback(lambda done, episode=episode: self.events.put((episode, done)))
+
+    def _generated(self, episode: _Episode, generation) -> None:
+        self.generating -= 1
+        if not self.generating:
+            self.generate_s += time.perf_counter() - self.busy_since
+        self._submit(self._step, episode, self._take(episode, generation))
+
     def _call_size(self) -> int | None:
-        """Conversations the next call takes (None: every ready one); updates the batch target."""
+        """Conversations the next call takes; updates the batch target."""
         engine = self.engine
         if engine.backend is None:
             return self.target
-        if engine.backend.schedules_requests:
-            return None
         longest = max(len(e.tokens.sequence) for e in self.ready) + engine.params.max_new_tokens
         limit = engine.backend.batch_limit(longest)
         if limit is not None:
@@ -374,6 +423,10 @@ class _Rollout:
                 return
             wait = False
             self.with_workers -= 1
+            if isinstance(future, tuple):  # a backend request: (episode, its future)
+                episode, request = future
+                self._generated(episode, request.result())  # a failed request surfaces here
+                continue
             outcome = future.result()  # a worker's exception surfaces here
             if isinstance(outcome, _Episode):
                 self.starting -= not outcome.steps
@@ -485,12 +538,15 @@ class _Meter:
 
 def backend_options(cfg) -> dict:
     """Constructor options of the ``sample.backend`` a config names (``model``, ``sample``, ``seed``)."""
-    if cfg.sample.backend == "hf":
+    sample = cfg.sample
+    if sample.backend == "hf":
         return {"dtype": cfg.model.dtype, "device": cfg.model.device}
-    if cfg.sample.backend == "openai":
-        return {"base_url": cfg.sample.openai_base_url, "served_model": cfg.sample.openai_model,
-                "concurrency": cfg.sample.openai_concurrency, "timeout_s": cfg.sample.openai_timeout_s}
-    return {"dtype": cfg.model.dtype, "seed": cfg.seed}
+    if sample.backend == "openai":
+        return {"base_url": sample.openai_base_url, "served_model": sample.openai_model,
+                "concurrency": sample.openai_concurrency, "timeout_s": sample.openai_timeout_s}
+    if sample.vllm_base_url:
+        return {"base_url": sample.vllm_base_url, "served_model": sample.vllm_model}
+    return {"start_timeout_s": sample.vllm_start_timeout_s, **server_options(cfg)}
 
 
 def iter_keys(turns: Iterable[Turn], n: int) -> list[str]:

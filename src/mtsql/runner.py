@@ -8,7 +8,9 @@ A stage is a module in ``mtsql.stages`` with:
 * ``INPUTS``: ``{name: default label or None}``, the artifacts it reads (None: optional);
 * ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
 * optionally ``plan(cfg, out, **inputs, **params) -> str``: the external commands and files it
-  would run and write, for ``--dry-run``.
+  would run and write, for ``--dry-run``;
+* optionally ``engine_identity(cfg) -> dict``: what generates its tokens beyond the config (the
+  vLLM version and server settings), which the fingerprint covers too and config.yaml shows.
 
 The fingerprint also covers ``params`` (per-call settings such as a curriculum stage number), the
 input fingerprints and the digest of the code the stage module runs (``provenance.code_digest``).
@@ -79,6 +81,9 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
         raise UsageError(f"stage '{name}' needs input(s) {', '.join(missing)}")
     view = view_for(name, cfg)
     config = {**view.hashed(), "params": params}
+    engine = module.engine_identity(view) if hasattr(module, "engine_identity") else {}
+    if engine:
+        config["engine"] = engine  # what generates its tokens, beyond the config (a vLLM version, ...)
     code = code_digest(module.__name__)
     store = store_for(cfg)
     if dry_run:

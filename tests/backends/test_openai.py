@@ -13,18 +13,28 @@ import pytest
 
 from mtsql.backends.base import SamplingParams
 from mtsql.backends.openai import OpenAIBackend
-from mtsql.errors import StageFailed
+from mtsql.errors import StageFailed, UsageError
 
 
 class Server:
-    """Answers POST /v1/completions with ``reply(body) -> (status, payload)``; records every request."""
+    """Answers POST /v1/completions with ``reply(body) -> (status, payload)``; records every request.
+    GET /v1/models lists ``models`` (None: 404, a server without a model list)."""
 
-    def __init__(self, reply):
+    def __init__(self, reply, models=None):
         self.reply, self.requests, self.in_flight, self.max_in_flight = reply, [], 0, 0
         self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                found = self.path.endswith("/models") and models is not None
+                data = json.dumps({"object": "list", "data": [{"id": m} for m in models or []]}).encode()
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Length", str(len(data) if found else 0))
+                self.end_headers()
+                if found:
+                    self.wfile.write(data)
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
@@ -60,8 +70,8 @@ class Server:
 def serve():
     servers = []
 
-    def start(reply):
-        servers.append(Server(reply))
+    def start(reply, models=None):
+        servers.append(Server(reply, models))
         return servers[-1]
 
     yield start
@@ -164,15 +174,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_tokenizer_is_loaded_from_the_model_by_default(tiny_qwen3):
-    backend = OpenAIBackend(tiny_qwen3, "http://127.0.0.1:1/v1")
+def test_the_tokenizer_is_loaded_from_the_model_by_default(serve, tiny_qwen3):
+    backend = OpenAIBackend(tiny_qwen3, serve(lambda body: (500, {})).url)
     assert backend.tokenizer.convert_tokens_to_ids("<tool_call>") == 151657
     assert backend.end_of_turn_id == 151645 and backend.served_model == str(tiny_qwen3)
     backend.close()
 
 
-def test_server_down_is_one_clear_error(client):
-    backend = client(f"http://127.0.0.1:{free_port()}/v1", max_retries=2)
+def test_server_down_is_one_line_before_any_work(client):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(UsageError, match=rf"cannot reach the server at {url} \(ConnectError\): start it"):
+        client(url)
+
+
+def test_a_wrong_model_name_is_one_line_naming_what_is_served(serve, client):
+    server = serve(lambda body: (500, {}), models=["smollm2"])
+    with pytest.raises(UsageError, match=r"serves smollm2, not 'tiny': set the served model name"):
+        client(server.url)
+
+
+def test_server_gone_after_start_is_one_clear_error(serve, client):
+    server = serve(lambda body: (500, {}), models=["tiny"])
+    backend = client(server.url, max_retries=2)
+    server.close()
     with pytest.raises(StageFailed, match=r"no answer after 3 attempts \(is the server up\?\): ConnectError"):
         backend.generate([[1, 2]], SamplingParams())
 

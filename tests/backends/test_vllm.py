@@ -1,108 +1,193 @@
-"""The vLLM backend: a clear error without vLLM, and its use of vLLM's offline API (a stand-in module)."""
+"""The vllm backend against real vLLM servers (vLLM's CPU build in .venv-vllm, float32): the same
+greedy ids and log-probs as the hf backend, seeds, new weights, the OpenAI client, and no server
+left behind when a stage ends, fails or is killed."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
-import types
-from dataclasses import dataclass, field
+import time
+from pathlib import Path
 
+import httpx
 import pytest
+import torch
 
-from mtsql.backends import make_backend
+from mtsql.backends import engine_identity, make_backend
 from mtsql.backends.base import SamplingParams
+from mtsql.backends.hf import HFBackend
+from mtsql.backends.openai import OpenAIBackend
+from mtsql.backends.vllm import UNVERIFIED, VLLMBackend, server_spec
+from mtsql.backends.vllm_server import SERVED_NAME
+from mtsql.chat_format import ChatFormat
+from mtsql.config import load_config
 from mtsql.errors import UsageError
 
-
-def test_missing_vllm_is_a_usage_error_with_the_fix(monkeypatch):
-    monkeypatch.setitem(sys.modules, "vllm", None)  # what "not installed" looks like to import
-    with pytest.raises(UsageError, match=r"needs vLLM.*pip install 'mtsql\[gpu\]'"):
-        make_backend("vllm", "Qwen/Qwen3-1.7B")
+TOOL_STOP = ("</tool_call>", "</answer_sql>")
 
 
-@dataclass
-class FakeLogprob:
-    logprob: float
+def chat_prompts(tokenizer, count: int = 6) -> list[list[int]]:
+    chat = ChatFormat(tokenizer)
+    return [chat.prompt_ids([{"role": "system", "content": "You answer with SQL inside <answer_sql> tags."},
+                             {"role": "user", "content": f"How many singers are older than {20 + i}?"}])
+            for i in range(count)]
 
 
-@dataclass
-class FakeCompletion:
-    token_ids: list[int]
-    finish_reason: str
-    logprobs: list = field(default_factory=list)
+def assert_same_generations(served, reference, *, logprob_tolerance: float) -> None:
+    for a, b in zip(served, reference, strict=True):
+        assert (a.token_ids, a.finish_reason, a.text) == (b.token_ids, b.finish_reason, b.text)
+        assert len(a.logprobs) == len(b.logprobs) == len(a.token_ids)
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < logprob_tolerance
 
 
-class FakeLLM:
-    """Records what the backend asks of ``vllm.LLM`` and continues every prompt with fixed ids."""
-
-    instances: list = []
-
-    def __init__(self, **options):
-        self.options, self.calls = options, []
-        FakeLLM.instances.append(self)
-
-    def get_tokenizer(self):
-        return self.tokenizer
-
-    def generate(self, prompts, sampling_params, use_tqdm=True):
-        self.calls.append((prompts, sampling_params, use_tqdm))
-        outputs = []
-        for prompt, params in zip(prompts, sampling_params, strict=True):
-            ids = [prompt["prompt_token_ids"][-1] + 1, self.end_id] if params.seed % 2 else [7, 8, 9]
-            reason = "stop" if params.seed % 2 else "length"
-            logprobs = [{i: FakeLogprob(-0.25 * (k + 1))} for k, i in enumerate(ids)]
-            outputs.append(types.SimpleNamespace(outputs=[FakeCompletion(ids, reason, logprobs)]))
-        return outputs
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
-@pytest.fixture
-def fake_vllm(monkeypatch, tiny_tokenizer):
-    module = types.ModuleType("vllm")
-    module.LLM = FakeLLM
-    module.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
-    FakeLLM.tokenizer = tiny_tokenizer
-    FakeLLM.end_id = tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
-    FakeLLM.instances = []
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    return module
+def wait_gone(pgid: int, seconds: float = 60.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return True
+        time.sleep(0.5)
+    return False
 
 
-def test_token_ids_in_and_out_with_prefix_caching(fake_vllm, tiny_tokenizer):
-    backend = make_backend("vllm", "/models/qwen3", max_model_len=4096)
-    llm = FakeLLM.instances[0]
-    assert llm.options["enable_prefix_caching"] and llm.options["model"] == "/models/qwen3"
-    assert llm.options["max_model_len"] == 4096
-    params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=32, stop=("</tool_call>",), logprobs=True)
-    out = backend.generate([[10, 11], [20]], params, seeds=[3, 4])
-    prompts, per_prompt, use_tqdm = llm.calls[0]
-    assert prompts == [{"prompt_token_ids": [10, 11]}, {"prompt_token_ids": [20]}] and not use_tqdm
-    assert [p.seed for p in per_prompt] == [3, 4]
-    first = per_prompt[0]
-    assert (first.temperature, first.top_p, first.max_tokens, first.stop) == (0.7, 0.9, 32, ["</tool_call>"])
-    assert first.include_stop_str_in_output and not first.skip_special_tokens and first.logprobs == 0
-    assert FakeLLM.end_id in first.stop_token_ids
-    assert out[0].token_ids == [12, FakeLLM.end_id] and out[0].finish_reason == "stop"
-    assert out[0].text == tiny_tokenizer.decode([12]) and out[0].logprobs == [-0.25, -0.5]
-    assert out[1].token_ids == [7, 8, 9] and out[1].finish_reason == "length"
-    assert backend.generate([], params) == []
+def test_tiny_model_greedy_ids_and_logprobs_match_the_hf_backend(tiny_server, tiny_backend):
+    params = SamplingParams(temperature=0.0, max_new_tokens=24, stop=TOOL_STOP, logprobs=True)
+    prompts = chat_prompts(tiny_backend.tokenizer)
+    assert_same_generations(tiny_server.generate(prompts, params), tiny_backend.generate(prompts, params),
+                            logprob_tolerance=1e-3)
 
 
-def test_the_rollout_engine_hands_vllm_every_ready_conversation(fake_vllm, tiny_tokenizer):
-    from mtsql.chat_format import ChatFormat
-    from mtsql.data.records import Turn
-    from mtsql.rollout import RolloutEngine
+def test_smollm2_greedy_ids_match_and_close_stops_every_server_process(smollm2, vllm_python, tmp_path):
+    backend = VLLMBackend(smollm2, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
+                          log_path=tmp_path / "server.log")
+    pgid = backend.server.process.pid
+    try:
+        params = SamplingParams(temperature=0.0, max_new_tokens=40, stop=TOOL_STOP, logprobs=True)
+        prompts = chat_prompts(backend.tokenizer, 4)
+        assert_same_generations(backend.generate(prompts, params),
+                                HFBackend(smollm2, dtype="float32").generate(prompts, params),
+                                logprob_tolerance=1e-3)
+    finally:
+        backend.close()
+    assert not group_alive(pgid)  # the API server, its engine core and its worker
+    assert "Application startup complete" in (tmp_path / "server.log").read_text()  # logged where asked
 
-    class OneMessageEnv:
-        def reset(self, turn, memory=None):
-            self.trajectory = types.SimpleNamespace(to_dict=lambda: {"final_sql": None})
-            return [{"role": "user", "content": turn.question}]
 
-        def step(self, text):
-            return None, True, {}
+def test_sampling_depends_on_the_seed_only(tiny_server):
+    prompts = chat_prompts(tiny_server.tokenizer, 3)
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    first = tiny_server.generate(prompts, params, seeds=[5, 6, 7])
+    again = tiny_server.generate(list(reversed(prompts)), params, seeds=[7, 6, 5])
+    assert [g.token_ids for g in first] == [g.token_ids for g in reversed(again)]
+    other = tiny_server.generate(prompts, params, seeds=[8, 9, 10])
+    assert [g.token_ids for g in first] != [g.token_ids for g in other]
 
-    turns = [Turn(dataset="cosql", split="dev", interaction_id=f"d{i}", interaction_index=0, turn_index=0, db_id="db",
-                  question=f"q{i}?", gold_sql="SELECT 1", previous_questions=(), previous_sql=()) for i in range(6)]
-    backend = make_backend("vllm", "/models/qwen3")
-    records = RolloutEngine(OneMessageEnv, backend=backend, chat=ChatFormat(tiny_tokenizer),
-                            params=SamplingParams(max_new_tokens=3), batch_size=2).run(turns, progress=False)
-    calls = FakeLLM.instances[0].calls
-    assert len(records) == 6 and len(calls[0][0]) == 4  # twice batch_size in flight, all in one call
+
+def test_the_openai_backend_works_against_the_real_server(tiny_server, tiny_qwen3):
+    client = OpenAIBackend(tiny_qwen3, tiny_server.base_url, served_model=SERVED_NAME, concurrency=4)
+    try:
+        params = SamplingParams(temperature=0.0, max_new_tokens=16, stop=TOOL_STOP, logprobs=True)
+        prompts = chat_prompts(client.tokenizer, 3)
+        assert_same_generations(client.generate(prompts, params), tiny_server.generate(prompts, params),
+                                logprob_tolerance=1e-6)
+    finally:
+        client.close()
+    with pytest.raises(UsageError, match=rf"serves {SERVED_NAME}, not 'qwen3-4b'"):
+        OpenAIBackend(tiny_qwen3, tiny_server.base_url, served_model="qwen3-4b")
+
+
+def test_the_server_renders_chats_as_mtsql_does(tiny_server):
+    """What /v1/chat/completions would see is the prompt mtsql builds (the model's chat template)."""
+    messages = [{"role": "system", "content": "Answer in SQL."}, {"role": "user", "content": "How many pets?"},
+                {"role": "assistant", "content": "<answer_sql>SELECT count(*) FROM pets</answer_sql>"},
+                {"role": "user", "content": "And dogs?"}]
+    answer = httpx.post(tiny_server.base_url.removesuffix("/v1") + "/tokenize", timeout=30,
+                        json={"model": SERVED_NAME, "messages": messages, "add_generation_prompt": True})
+    assert answer.status_code == 200
+    assert answer.json()["tokens"] == ChatFormat(tiny_server.tokenizer).prompt_ids(messages)
+
+
+def test_reload_serves_new_weights_as_a_fresh_model_would(tiny_qwen3, vllm_python, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param, generator=torch.Generator().manual_seed(1)) * 0.05)
+    model.save_pretrained(tmp_path / "updated")
+    backend = VLLMBackend(tiny_qwen3, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
+                          log_path=tmp_path / "server.log")
+    first = backend.server.process.pid
+    try:
+        backend.tokenizer.save_pretrained(tmp_path / "updated")
+        params = SamplingParams(temperature=0.0, max_new_tokens=12, logprobs=True)
+        prompts = chat_prompts(backend.tokenizer, 2)
+        before = backend.generate(prompts, params)
+        backend.reload(tmp_path / "updated")
+        after = backend.generate(prompts, params)
+    finally:
+        backend.close()
+    assert not group_alive(first)
+    assert [g.token_ids for g in after] != [g.token_ids for g in before]
+    assert_same_generations(after, HFBackend(tmp_path / "updated", dtype="float32").generate(prompts, params),
+                            logprob_tolerance=1e-3)
+
+
+KEEP_SERVING = """
+import sys, time
+from mtsql.backends.vllm import VLLMBackend
+backend = VLLMBackend(sys.argv[1], python=sys.argv[2], dtype="float32", kv_cache_gib=1)
+print("PGID", backend.server.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_process_leaves_no_server(how, tiny_qwen3, vllm_python):
+    child = subprocess.Popen([sys.executable, "-c", KEEP_SERVING, str(tiny_qwen3), str(vllm_python)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line.startswith("PGID"), f"the server did not start: {line!r}"
+        pgid = int(line.split()[1])
+        assert group_alive(pgid)
+        child.send_signal(how)
+        child.wait(30)
+        assert wait_gone(pgid), "the vLLM server outlived the process that started it"
+    finally:
+        child.kill()
+
+
+def test_a_server_that_cannot_start_is_one_line_with_its_log(tmp_path, vllm_python):
+    with pytest.raises(Exception, match=r"exited with code \d+ before it was ready: .*\(log: ") as caught:
+        VLLMBackend(tmp_path, python=str(vllm_python), log_path=tmp_path / "server.log")  # no model there
+    assert type(caught.value).__name__ == "StageFailed"
+
+
+def test_engine_identity_names_what_changes_tokens(vllm_python):
+    cfg = load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}", "model.dtype=float32"])
+    identity = engine_identity(cfg)
+    assert identity["engine"] == "vllm-server" and identity["version"].startswith("vllm")
+    assert identity["dtype"] == "float32" and identity["eager"] is True
+    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}",
+                                              "model.dtype=bfloat16"])) != identity
+    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}",
+                                              "model.dtype=float32", "sample.vllm_kv_cache_gib=3"])) == identity
+    user = engine_identity(load_config(None, ["sample.backend=vllm", "sample.vllm_base_url=http://h:1/v1"]))
+    assert user == {"engine": "vllm-server", "base_url": "http://h:1/v1", "served_model": None, "note": UNVERIFIED}
+    assert engine_identity(load_config(None, ["sample.backend=hf"])) == {}
+
+
+def test_no_vllm_is_a_usage_error_with_the_fix(tmp_path):
+    with pytest.raises(UsageError, match=r"sample.vllm_python=.*not an executable file"):
+        make_backend("vllm", "model", python=str(tmp_path / "missing"))
+    assert server_spec(Path("m"), python=sys.executable, device="cuda").eager is False

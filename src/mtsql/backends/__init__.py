@@ -3,7 +3,8 @@
     backend = make_backend("hf", model_path, dtype="float32", device="cpu")
 
 ``BACKENDS`` names the module and class of each; a backend's module is imported only when it is
-made, so the ``vllm`` extra (GPU machines) is needed only by the ``vllm`` backend.
+made. ``engine_identity`` is what a generating stage's fingerprint records of its engine beyond the
+config: for the ``vllm`` backend, the vLLM version and the server settings that change tokens.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from mtsql.errors import UsageError
 
 BACKENDS = {
     "hf": ("mtsql.backends.hf", "HFBackend"),  # transformers, CPU or one GPU
-    "vllm": ("mtsql.backends.vllm", "VLLMBackend"),  # vLLM in-process (GPU extra)
+    "vllm": ("mtsql.backends.vllm", "VLLMBackend"),  # a vLLM server mtsql starts (or one you run)
     "openai": ("mtsql.backends.openai", "OpenAIBackend"),  # any OpenAI-compatible server
 }
 
@@ -27,3 +28,23 @@ def make_backend(kind: str, model: str | Path, **options) -> Backend:
         raise UsageError(f"unknown backend '{kind}': choose {', '.join(BACKENDS)}")
     module, name = BACKENDS[kind]
     return getattr(importlib.import_module(module), name)(model, **options)
+
+
+def server_options(cfg) -> dict:
+    """The managed vLLM server's settings in a config (sections ``model``, ``sample``, ``seed``)."""
+    sample = cfg.sample
+    return {"dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "python": sample.vllm_python,
+            "kv_cache_gib": sample.vllm_kv_cache_gib, "eager": sample.vllm_eager, "extra_args": sample.vllm_args}
+
+
+def engine_identity(cfg) -> dict:
+    """What generated a stage's tokens, beyond its config: {} for hf and openai (the config says it
+    all, or nothing can be known); for vllm, the managed server's version and token-changing
+    settings, or a user-run server's URL with a note that it cannot be verified."""
+    if cfg.sample.backend != "vllm":
+        return {}
+    from mtsql.backends.vllm import server_spec, user_server_identity
+
+    if cfg.sample.vllm_base_url:
+        return user_server_identity(cfg.sample.vllm_base_url, cfg.sample.vllm_model)
+    return server_spec("<model>", **server_options(cfg)).identity()

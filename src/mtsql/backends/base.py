@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 
@@ -50,8 +51,9 @@ class Generation:
 class Backend(ABC):
     """A model that continues token-id prompts. ``end_of_turn_ids``: ids that end an assistant message.
 
-    ``schedules_requests``: the backend queues and schedules any number of prompts itself (vLLM, a
-    server), so a caller should hand it every prompt it has ready rather than a fixed batch.
+    ``schedules_requests``: the backend queues and schedules any number of prompts itself (a vLLM or
+    other server): a caller hands it each prompt as soon as it is ready (``submit``) rather than a
+    fixed batch, and takes each continuation as soon as it is done.
     """
 
     tokenizer: object
@@ -63,6 +65,10 @@ class Backend(ABC):
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
     ) -> list[Generation]:
         """One continuation per prompt, in order."""
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams, seed: int) -> Future[Generation]:
+        """One continuation, computed in the background (backends that ``schedules_requests``)."""
+        raise NotImplementedError(f"{type(self).__name__} generates in batches: call generate")
 
     def batch_limit(self, tokens_per_row: int) -> int | None:
         """The most rows of ``tokens_per_row`` ids (prompt + new) one call can hold; None: no limit of its own."""

@@ -1,8 +1,11 @@
 """Generation through any OpenAI-compatible completions server (vLLM serve, SGLang, llama.cpp).
 
 Prompts are sent as token ids to ``{base_url}/completions``, one request per prompt, at most
-``concurrency`` in flight. Connection errors, timeouts, HTTP 429 and 5xx are retried with
-exponential backoff; other HTTP errors and malformed answers fail at once with one clear line.
+``concurrency`` in flight (``submit`` returns a future per prompt, so a caller can hand each
+conversation on as soon as its message is done). Before the first request the backend asks
+``{base_url}/models`` whether the server is up and serves the model, and says which of the two is
+wrong in one line. Connection errors, timeouts, HTTP 429 and 5xx are retried with exponential
+backoff; other HTTP errors and malformed answers fail at once with one clear line.
 
 The continuation's ids are taken from the answer when the server returns them (vLLM's
 ``return_token_ids``); otherwise the text is encoded, with the stop string put back if the server
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from mtsql.backends.base import Backend, Generation, SamplingParams, end_of_turn_ids
@@ -43,12 +46,14 @@ class OpenAIBackend(Backend):
             raise UsageError(f"openai backend: cannot load the tokenizer of '{tokenizer or model}': "
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
         self.httpx = httpx
-        self.url = base_url.rstrip("/") + "/completions"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/completions"
         self.served_model = served_model or str(model)
         self.max_retries, self.backoff_s = max_retries, backoff_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(timeout=timeout_s, headers=headers,
                                    limits=httpx.Limits(max_connections=concurrency))
+        self._check_served()
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-backend")
         self.end_of_turn_ids = end_of_turn_ids(self.tokenizer)
         im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -57,12 +62,32 @@ class OpenAIBackend(Backend):
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:
         seeds = self._seeds(prompts, params, seeds)
-        jobs = [self.pool.submit(self._complete, list(p), params, s) for p, s in zip(prompts, seeds, strict=True)]
+        jobs = [self.submit(p, params, s) for p, s in zip(prompts, seeds, strict=True)]
         return [job.result() for job in jobs]
 
+    def submit(self, prompt: Sequence[int], params: SamplingParams, seed: int) -> Future[Generation]:
+        return self.pool.submit(self._complete, list(prompt), params, seed)
+
     def close(self) -> None:
-        self.pool.shutdown(wait=True)
+        self.pool.shutdown(wait=True, cancel_futures=True)
         self.client.close()
+
+    def _check_served(self) -> None:
+        """One line, before any work, when the server is not up or does not serve ``served_model``."""
+        try:
+            answer = self.client.get(self.base_url + "/models", timeout=30.0)
+        except self.httpx.TransportError as exc:
+            raise UsageError(f"cannot reach the server at {self.base_url} ({type(exc).__name__}): start it, or "
+                             "fix the base URL (sample.openai_base_url / sample.vllm_base_url)") from None
+        if answer.status_code != 200:
+            return  # a server without a model list: requests will tell
+        try:
+            served = [m["id"] for m in answer.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            return
+        if served and self.served_model not in served:
+            raise UsageError(f"the server at {self.base_url} serves {', '.join(served)}, not '{self.served_model}': "
+                             "set the served model name (sample.openai_model / sample.vllm_model)")
 
     def _complete(self, prompt: list[int], params: SamplingParams, seed: int) -> Generation:
         body = {

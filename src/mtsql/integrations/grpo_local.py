@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import json
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +39,11 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mtsql.backends.hf import HFBackend
+from mtsql.backends import make_backend, server_options
+from mtsql.backends.hf import HFBackend, resolve_dtype
+from mtsql.backends.vllm import VLLMBackend
 from mtsql.errors import UsageError
-from mtsql.rollout import RolloutEngine, derive_seed
+from mtsql.rollout import SERVER_LOG, RolloutEngine, derive_seed
 from mtsql.trajectories import scorer
 
 LOSS_AGG_MODE = "token-mean"
@@ -226,9 +229,36 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
 
     torch.manual_seed(cfg.seed)
     dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # trained weights stay float32
-    backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device)
-    model = backend.model = trainable(backend.model, cfg.rl)
+    backend, model = rollout_backend(cfg, base_model, dtype, Path(out_dir) / SERVER_LOG)
+    try:
+        return _train(cfg, turns, backend, model, out_dir=Path(out_dir), metrics_path=metrics_path, stage=stage)
+    finally:
+        if isinstance(backend, VLLMBackend):
+            backend.close()
+
+
+def rollout_backend(cfg, base_model: str, dtype: str, log_path: Path):
+    """The backend that rolls out and the model that trains (``rl.rollout_backend``): one HF model
+    for both, or a managed vLLM server beside a trainable HF copy of the same weights."""
+    if cfg.rl.rollout_backend == "hf":
+        backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device)
+        backend.model = trainable(backend.model, cfg.rl)
+        return backend, backend.model
+    if cfg.rl.lora_rank:
+        raise UsageError("rl.rollout_backend=vllm trains full weights or the last rl.freeze_layers layers; "
+                         "with rl.lora_rank set rl.rollout_backend=hf")
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=resolve_dtype(dtype, cfg.model.device))
+    model = trainable(model.to(cfg.model.device).eval(), cfg.rl)
+    backend = make_backend("vllm", base_model, log_path=log_path, **server_options(cfg))
+    return backend, model
+
+
+def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: int) -> dict:
     ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
+    pad_id = backend.tokenizer.pad_token_id
+    pad_id = min(backend.end_of_turn_ids) if pad_id is None else pad_id
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.rl.lr, weight_decay=0.0)
     root = cfg.data_root
@@ -254,8 +284,9 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
                 [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
                  for r in rows if r["response_ids"]], max_prompt_len=cfg.rl.max_prompt_len,
                 max_response_len=cfg.rl.max_response_len)
-            stats = grpo_update(model, optimizer, episodes, settings, pad_id=backend.pad_id, ref_model=ref_model)
-            backend.clear_prefix_cache()  # its keys/values were computed with the weights before this update
+            stats = grpo_update(model, optimizer, episodes, settings, pad_id=pad_id, ref_model=ref_model)
+            if step < cfg.rl.steps_per_stage:  # the next rollouts sample from the updated weights
+                refresh(backend, model, out_dir / "rollout-weights")
             rewards = [r["reward"]["score"] for r in rows]
             line = {
                 "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
@@ -271,10 +302,21 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
                 handle.write(json.dumps(line) + "\n")
             progress.update(task, completed=step, reward=f"{line['reward_mean']:.3f}")
     save_model(model, backend.tokenizer, out_dir / "model")
+    shutil.rmtree(out_dir / "rollout-weights", ignore_errors=True)
     first, last = history[0], history[-1]
     return {"steps": len(history), "reward_first": first["reward_mean"], "reward_last": last["reward_mean"],
             "ex_last": last["ex"], "response_length_last": last["response_length"],
             "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history)}
+
+
+def refresh(backend, model, folder: Path) -> None:
+    """Make ``backend`` sample from ``model``'s current weights: the HF backend shares the model and
+    drops its kept keys/values; a vLLM server restarts on the weights saved to ``folder``."""
+    if isinstance(backend, HFBackend):
+        backend.clear_prefix_cache()  # its keys/values were computed with the weights before this update
+        return
+    save_model(model, backend.tokenizer, folder)
+    backend.reload(folder)
 
 
 def trainable(model, rl):

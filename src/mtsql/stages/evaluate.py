@@ -24,12 +24,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from mtsql import backends
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import eval_turns
 from mtsql.files import write_jsonl
 from mtsql.models import stage_model
-from mtsql.rollout import RolloutEngine
+from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.sql import score_turn
 from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
 from mtsql.trajectories import scorer, summarize_trajectories, vote
@@ -83,10 +84,20 @@ def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
     }
 
 
+def engine_identity(cfg: ConfigView) -> dict:
+    """The generation engine, for the fingerprint."""
+    return backends.engine_identity(cfg)
+
+
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
+    with RolloutEngine.from_config(cfg.replace(sample={"temperature": 0.0}), data_root=cfg.data_root,
+                                   policy="model", model=stage_model(cfg.model.name, model),
+                                   log_path=ctx.out / SERVER_LOG) as greedy:
+        return _evaluate(ctx, cfg, greedy, model)
+
+
+def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: Artifact | None) -> dict:
     root, n = cfg.data_root, cfg.evaluate.vote
-    greedy = RolloutEngine.from_config(cfg.replace(sample={"temperature": 0.0}), data_root=root, policy="model",
-                                       model=stage_model(cfg.model.name, model))
     sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend)
                if n > 1 else None)
     out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,

@@ -18,6 +18,7 @@ import json
 import shutil
 from pathlib import Path
 
+from mtsql import backends
 from mtsql.artifacts import MODEL_DIR, Artifact, StageContext
 from mtsql.chat_format import ChatFormat
 from mtsql.config import ConfigView
@@ -45,6 +46,13 @@ def pick_engine(name: str) -> str:
     import torch  # only to look for a GPU
 
     return "verl" if torch.cuda.is_available() else "local"
+
+
+def engine_identity(cfg: ConfigView) -> dict:
+    """The local engine's rollout server, for the fingerprint (verl's rollouts are verl's own)."""
+    if cfg.rl.engine == "local" and cfg.rl.rollout_backend == "vllm":
+        return backends.engine_identity(cfg.replace(sample={"backend": "vllm"}))
+    return {}
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 
+from mtsql import backends
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import train_pool
@@ -23,11 +24,16 @@ from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
 from mtsql.files import write_jsonl
 from mtsql.models import stage_model
-from mtsql.rollout import RolloutEngine
+from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.trajectories import scorer, summarize_trajectories
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
 INPUTS = {"model": None, "pool": None}
+
+
+def engine_identity(cfg: ConfigView) -> dict:
+    """The generation engine, for the fingerprint (none for a scripted policy)."""
+    return backends.engine_identity(cfg) if cfg.sample.policy == "model" else {}
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, pool: Artifact | None = None) -> dict:
@@ -39,10 +45,11 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, po
         raise UsageError("sample: no turns to sample (empty split, slice or pool)")
     policy = cfg.sample.policy
     model_path = stage_model(cfg.model.name, model) if policy == "model" else None
-    engine = RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy=policy, model=model_path)
     shards = ctx.out / "rollout"
-    rows = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards,
-                      score=scorer(cfg, cfg.data_root))
+    with RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy=policy, model=model_path,
+                                   log_path=ctx.out / SERVER_LOG) as engine:
+        rows = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards,
+                          score=scorer(cfg, cfg.data_root))
     write_jsonl(ctx.out / "trajectories.jsonl", rows)
     shutil.rmtree(shards)  # every record is in trajectories.jsonl now
     return {"policy": policy, "model": model.label if model else cfg.model.name, **summarize_trajectories(rows)}

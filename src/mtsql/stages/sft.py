@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtsql import backends
 from mtsql.agent.tools import TOOL_SCHEMAS
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
@@ -25,11 +26,16 @@ from mtsql.errors import StageFailed
 from mtsql.files import read_jsonl
 from mtsql.integrations.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
 from mtsql.models import stage_model
-from mtsql.rollout import RolloutEngine
+from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.trajectories import scorer, summarize_trajectories
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
 INPUTS = {"reject": "reject", "model": None}
+
+
+def engine_identity(cfg: ConfigView) -> dict:
+    """The generation engine of the held-out check, for the fingerprint (none without one)."""
+    return backends.engine_identity(cfg) if cfg.sft.heldout else {}
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact | None = None) -> dict:
@@ -48,7 +54,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact
                "train_loss": result.train_loss, "steps": result.steps, "train_runtime_s": result.runtime_s}
     if cfg.sft.heldout:
         heldout = eval_turns(cfg.data, cfg.data.eval_datasets[0], cfg.data_root)[: cfg.sft.heldout]
-        metrics["heldout"] = heldout_scores(cfg, heldout, str(sft_plan.model_dir))
+        metrics["heldout"] = heldout_scores(cfg, heldout, str(sft_plan.model_dir), log_path=ctx.out / SERVER_LOG)
     return metrics
 
 
@@ -61,11 +67,11 @@ def _plan(cfg: ConfigView, out: Path, base: str) -> SftPlan:
     return plan_sft(cfg.sft, model_path=base, template=cfg.model.template, work_dir=out, seed=cfg.seed)
 
 
-def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str) -> dict:
+def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str, log_path: Path | None = None) -> dict:
     """Greedy EX / EM / protocol-valid rate of ``model`` on ``turns`` (no artifact: a quick check)."""
     greedy = cfg.replace(sample={"n": 1, "temperature": 0.0})
-    engine = RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy="model", model=model)
-    rows = engine.run(turns, n=1, seed=cfg.seed, progress=False,
-                      score=scorer(cfg, cfg.data_root))
+    with RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy="model", model=model,
+                                   log_path=log_path) as engine:
+        rows = engine.run(turns, n=1, seed=cfg.seed, progress=False, score=scorer(cfg, cfg.data_root))
     summary = summarize_trajectories(rows)
     return {k: summary[k] for k in ("count", "ex", "em", "protocol_valid", "tool_calls_per_turn")}

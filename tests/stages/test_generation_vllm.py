@@ -1,0 +1,99 @@
+"""Sample and evaluate stages generating through real vLLM servers (tiny Qwen3, float32): the same
+trajectories, token ids, masks and metrics as the hf backend; the engine in the fingerprint; no
+server left once a stage is done or interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from mtsql.backends.vllm import UNVERIFIED
+from mtsql.backends.vllm_server import SERVED_NAME
+from mtsql.config import load_config
+from mtsql.files import read_jsonl
+from mtsql.runner import run_stage
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "configs" / "profiles" / "tiny.yaml"
+
+
+def cfg_for(tmp_path, tiny_qwen3, vllm_python, *overrides):
+    return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=2",
+                              "data.train_limit=2", "env.max_turns=2", "sample.max_new_tokens=24",
+                              f"sample.vllm_python={vllm_python}", "sample.vllm_kv_cache_gib=1", *overrides])
+
+
+def by_key(artifact, dataset: str) -> dict[str, dict]:
+    return {row["key"]: row for row in read_jsonl(artifact.path / dataset / "trajectories.jsonl")}
+
+
+def vllm_processes() -> list[str]:
+    done = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True)
+    return [line for line in done.stdout.splitlines() if "vllm.entrypoints" in line or "VLLM::" in line]
+
+
+def test_evaluate_through_a_managed_server_gives_the_hf_trajectories(tmp_path, tiny_qwen3, vllm_python):
+    before = vllm_processes()
+    served = run_stage("evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=vllm"), label="e-vllm")
+    assert vllm_processes() == before, "the stage's server is stopped when the stage ends"
+    local = run_stage("evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=hf"), label="e-hf")
+    assert served.fingerprint != local.fingerprint
+    engine = yaml.safe_load((served.path / "config.yaml").read_text())["engine"]
+    assert engine["engine"] == "vllm-server" and engine["dtype"] == "float32" and engine["version"].startswith("vllm")
+    assert "engine" not in yaml.safe_load((local.path / "config.yaml").read_text())
+    assert "Application startup complete" in (served.path / "vllm-server.log").read_text()
+    for dataset in ("cosql", "sparc"):
+        a, b = by_key(served, dataset), by_key(local, dataset)
+        assert a.keys() == b.keys() and a
+        for key in a:
+            for field in ("prompt_ids", "response_ids", "response_mask", "final_sql", "execution", "exact"):
+                assert a[key][field] == b[key][field], (key, field)
+    assert served.metrics["datasets"] == local.metrics["datasets"]
+
+
+def test_sample_through_a_user_run_server_records_that_it_cannot_be_verified(tmp_path, tiny_qwen3, vllm_python,
+                                                                             tiny_server):
+    cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=vllm", "sample.policy=model", "sample.n=2",
+                  f"sample.vllm_base_url={tiny_server.base_url}", f"sample.vllm_model={SERVED_NAME}")
+    sampled = run_stage("sample", cfg, label="sample-r1")
+    engine = yaml.safe_load((sampled.path / "config.yaml").read_text())["engine"]
+    assert engine == {"engine": "vllm-server", "base_url": tiny_server.base_url, "served_model": SERVED_NAME,
+                      "note": UNVERIFIED}
+    rows = read_jsonl(sampled.path / "trajectories.jsonl")
+    assert rows and len(rows) == 2 * len({row["uid"] for row in rows})
+    for row in rows:
+        assert len(row["response_ids"]) == len(row["response_mask"]) and 1 in row["response_mask"]
+        assert row["prompt_ids"] and row["generated_tokens"] == sum(row["response_mask"])
+    assert not (sampled.path / "vllm-server.log").exists()  # nothing started for a user-run server
+
+
+def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_python):
+    args = [sys.executable, "-m", "mtsql", "evaluate", "--config", str(TINY), "--model", "base",
+            f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=16",
+            "sample.max_new_tokens=96", f"sample.vllm_python={vllm_python}", "sample.vllm_kv_cache_gib=1"]
+    child = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                             env={**os.environ, "COLUMNS": "200"})
+    pgid = None
+    for line in child.stderr:
+        if "starting (pid" in line:
+            pgid = int(line.split("(pid ")[1].split(",")[0])
+        if "ready after" in line:
+            break
+    assert pgid is not None, "the stage did not start a vLLM server"
+    time.sleep(2)
+    child.send_signal(signal.SIGINT)
+    rest = child.stderr.read()
+    assert child.wait(60) == 130, rest
+    try:
+        os.killpg(pgid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "the vLLM server outlived the interrupted stage"
+    assert list((tmp_path / "runs").rglob("*.partial")), "the interrupted stage is left to resume"
