@@ -69,6 +69,10 @@ class EnvConfig:
     result_chars: int = 200  # rendered result preview in an observation
     sample_values: int = 3  # example values per column in the schema prompt
     thinking: bool = True
+    protocol: Literal["mtsql", "release"] = "mtsql"  # release: the released MTSQL-R1 checkpoints' tool calls
+                                                     # (exec_sql(code), memory_retrieve(code)) and observation
+                                                     # shape, first call of a message run (docs/paper.md)
+    observation_chars: int | None = None  # cap on a whole observation, cut in the middle (release RL: 8000)
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,11 @@ class RewardConfig:
     em: float = 1.0
     exec_verify: float = 0.1
     coherence: float = 0.1
-    clause_f1: float = 0.8
+    clause_f1: float = 0.8  # weight of the clause score (clause_score picks which)
     format: float = 0.0
+    clause_score: Literal["f1", "release"] = "f1"  # f1: micro F1 of clause items over every proposed query,
+                                                   # the answer included; release: MTSQL-R1's per-clause 0/1
+                                                   # average of the Spider parse over the tool calls' SQL
 
 
 @dataclass(frozen=True)
