@@ -209,6 +209,9 @@ class EvaluateConfig:
 
     limit: int | None = None
     vote: int = 1  # >1: self-consistency voting over this many samples by execution result
+    max_response_tokens: int | None = None  # tokens one turn may generate over all its messages (release: 8000)
+    prompt_filter_tokens: int | None = None  # also report the metrics without the items whose prompt is longer,
+                                             # as verl's filter_overlong_prompts drops them (release: 4000)
 
 
 @dataclass(frozen=True)
