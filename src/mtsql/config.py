@@ -182,6 +182,13 @@ class RlConfig:
     kl_coef: float = 0.0
     clip_ratio: float = 0.2
     steps_per_stage: int = 60
+    epochs_per_stage: int | None = None  # curriculum by epochs: passes over a stage's items, each of
+                                         # items // batch_size steps, at least 1 (None: steps_per_stage)
+    val_every: int = 0  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and at
+                        # the last step of a stage (0: never; mtsql evaluate scores the models afterwards)
+    val_limit: int | None = None  # dialogues per eval dataset in a validation (None: all)
+    val_pick: Literal["last", "best"] = "last"  # a stage's model: its last step's, or the best validated one
+                                                # (highest mean reward; needs val_every)
     batch_size: int = 256
     mini_batch_size: int = 256
     max_prompt_len: int = 4000
@@ -259,6 +266,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     where = _Origins(origins, str(path) if path is not None else "<defaults>")
     cfg = build(Config, raw, source=where, prefix="")
     _check_curriculum(cfg.curriculum, where)
+    _check_rl(cfg.rl, where)
     if cfg.sft.bf16 == "auto":  # resolved here, so config.yaml and the fingerprint show what runs
         cfg = replace(cfg, sft={"bf16": not cfg.sft.use_cpu or cpu_has_fast_bf16()})
     return cfg
@@ -285,6 +293,17 @@ def _check_curriculum(cfg: CurriculumConfig, where: _Origins) -> None:
     if stray:
         raise UsageError(f"{where.of('curriculum.stages')}: 'curriculum.stages' has {stray}, which are not "
                          f"{cfg.by} labels; with curriculum.by={cfg.by} use {', '.join(labels)}")
+
+
+def _check_rl(cfg: RlConfig, where: _Origins) -> None:
+    if cfg.val_pick == "best" and cfg.val_every < 1:
+        raise UsageError(f"{where.of('rl.val_pick')}: 'rl.val_pick' is best but nothing is validated; set "
+                         "rl.val_every to N > 0 (validate every N steps) or rl.val_pick: last")
+    for key in ("val_every", "epochs_per_stage"):
+        value = getattr(cfg, key)
+        if value is not None and value < (0 if key == "val_every" else 1):
+            raise UsageError(f"{where.of(f'rl.{key}')}: 'rl.{key}' must be at least "
+                             f"{0 if key == 'val_every' else 1}, got {value}")
 
 
 def to_dict(cfg: Any) -> Any:
