@@ -191,3 +191,29 @@ def test_release_profile_runs_end_to_end_with_a_stand_in_model(tmp_path, tiny_qw
     report = (run / "report" / "report.md").read_text()
     assert "* eval-base: release protocol; long mode; gold memory; greedy; 8 tokens per message; 20 per turn" in report
     assert f"cosql: {cosql['dropped']} of {cosql['turns']} turns have a prompt over 1,000 tokens" in report
+
+
+def test_per_dataset_trains_one_model_per_dataset_with_a_train_split(tmp_path, capsys):
+    from mtsql.config import DataConfig
+    from mtsql.data import per_dataset_groups
+    from mtsql.paths import FIXTURE_DATA
+
+    root = tmp_path / "data"
+    root.mkdir()
+    for entry in FIXTURE_DATA.iterdir():
+        if entry.name != "sparc":
+            (root / entry.name).symlink_to(entry)
+    (root / "sparc").mkdir()
+    for entry in (FIXTURE_DATA / "sparc").iterdir():
+        (root / "sparc" / entry.name).symlink_to(entry)
+    data = DataConfig(train_dataset="cosql", eval_datasets=("cosql", "sparc"))
+    assert per_dataset_groups(data, FIXTURE_DATA) == [("cosql", ("cosql", "sparc"))]  # no SParC train split
+    (root / "sparc" / "train.json").symlink_to(FIXTURE_DATA / "sparc" / "dev.json")  # stands in for one
+    assert per_dataset_groups(data, root) == [("cosql", ("cosql",)), ("sparc", ("sparc",))]
+    assert per_dataset_groups(DataConfig(train_dataset="cosql", eval_datasets=("sparc",)), root) == [("sparc", ("sparc",))]
+
+    pipeline.run_pipeline(REPO / "pipelines" / "reproduce.yaml", TINY,
+                          [f"runs_dir={tmp_path / 'runs'}", f"data.root={root}", "data.per_dataset=true"], dry_run=True)
+    err = capsys.readouterr().err
+    assert "run 'tiny-cosql'" in err and "run 'tiny-sparc'" in err
+    assert "a model trained on sparc, scored on sparc" in err

@@ -42,6 +42,9 @@ class DataConfig:
     train_split: Split = "train"
     train_limit: int | None = None  # first N interactions (a slice for small profiles)
     train_flatten: bool = False  # every training turn as a question of its own, without its dialogue
+    per_dataset: bool = False  # `mtsql run`: one model per eval dataset that has a train split (run
+                               # <run>-<dataset>, scored on that dataset), as MTSQL-R1's release trains;
+                               # eval datasets without one are scored by train_dataset's model
     eval_datasets: tuple[Dataset, ...] = ("cosql", "sparc")
     eval_split: Split = "dev"
     eval_limit: int | None = None  # N interactions, picked by eval_pick
