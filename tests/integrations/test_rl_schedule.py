@@ -13,6 +13,7 @@ from mtsql.errors import UsageError
 from mtsql.files import read_jsonl
 from mtsql.integrations.rl_schedule import best_step, stage_steps, validation_due
 from mtsql.integrations.verl.launch import StageData, build_stage_plan, compose_train_config
+from mtsql.report import build_report
 from mtsql.stages.rl import _verl_curve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,3 +119,6 @@ def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, mo
     saved = dict(AutoModelForCausalLM.from_pretrained(last.path / "model").named_parameters())
     assert kept and all(torch.equal(saved[name], value) for name, value in kept.items())
     assert any(not torch.equal(last_weights[name], value) for name, value in kept.items()), "step 3 trained"
+    report = build_report(tmp_path / "runs" / cfg.run).read_text()
+    assert "* rl-c1 dev validation: step 2: reward 0.900, EX " in report and "step 3: reward 0.100" in report
+    assert "model kept: step 2" in report
