@@ -14,6 +14,7 @@ from mtsql.agent.policies import GoldPolicy, ReplayPolicy, run_episode
 from mtsql.agent.protocol import parse_action
 from mtsql.agent.tools import RELEASE_MEMORY_ROWS, RELEASE_TOOL_SCHEMAS, env_tools
 from mtsql.config import EnvConfig, RewardConfig
+from mtsql.integrations.verl.dataset import episode_tools
 from mtsql.paths import FIXTURE_DATA
 from mtsql.rewards import compute_rewards
 
@@ -63,6 +64,7 @@ def test_release_runs_the_first_call_that_parses_and_ignores_the_rest():
 def test_release_tool_schemas_and_system_prompt_use_code():
     env_cfg = EnvConfig(protocol="release")
     assert env_tools(env_cfg) is RELEASE_TOOL_SCHEMAS and env_tools(EnvConfig(protocol="release", mode="short")) == []
+    assert episode_tools(env_cfg) is RELEASE_TOOL_SCHEMAS  # what verl's agent loop shows the model
     system = prompts.system_prompt(mode="long", max_turns=4, result_chars=200, thinking=True, protocol="release")
     assert '"arguments": {"code": "SELECT ..."}}' in system and '"sql"' not in system
 
