@@ -166,3 +166,54 @@ def test_evaluate_with_voting_reports_greedy_and_vote_side_by_side(tiny_cfg):
     greedy = read_jsonl(art.path / "cosql" / "greedy" / "trajectories.jsonl")
     assert len(voted) == 2 * len(greedy) == 2 * block["turns"]
     assert not list(art.path.rglob("*-rollout")), "resumable shards are removed once scored"
+
+
+def test_release_profile_runs_end_to_end_with_a_stand_in_model(tmp_path, tiny_qwen3):
+    """configs/profiles/mtsql-r1-release.yaml with the tiny Qwen3 standing in for the released checkpoint."""
+    runs = tmp_path / "runs"
+    pipeline.run_pipeline(REPO / "pipelines" / "release.yaml", REPO / "configs" / "profiles" / "mtsql-r1-release.yaml",
+                          [f"runs_dir={runs}", "model.name=tiny-qwen3", "model.dtype=float32", "sample.backend=hf",
+                           "sample.batch_size=16", "data.eval_limit=2", "data.eval_datasets=[cosql,sparc]",
+                           "sample.max_new_tokens=8", "evaluate.max_response_tokens=20",
+                           "evaluate.prompt_filter_tokens=1000"])
+    run = runs / "mtsql-r1-release"
+    metrics = json.loads((run / "eval-base" / "latest" / "metrics.json").read_text())
+    assert (metrics["protocol"], metrics["memory"], metrics["decoding"]) == ("release", "gold", "greedy")
+    assert metrics["budgets"] == {"max_turns": 4, "max_new_tokens": 8, "max_response_tokens": 20,
+                                  "prompt_filter_tokens": 1000, "observation_chars": 8000}
+    cosql, sparc = (metrics["datasets"][name]["prompt_filter"] for name in ("cosql", "sparc"))
+    assert 0 < cosql["dropped"] < cosql["turns"] and cosql["longest_prompt"] > 1000  # the fixture's CoSQL prompts
+    assert cosql["kept"]["turns"] == cosql["turns"] - cosql["dropped"]              # are ~950-1,050 tokens
+    assert sparc["dropped"] == 0 and sparc["kept"]["turns"] == sparc["turns"] == metrics["datasets"]["sparc"]["turns"]
+    rows = read_jsonl(run / "eval-base" / "latest" / "cosql" / "trajectories.jsonl")
+    assert all(sum(g["tokens"] for g in row["generations"]) <= 20 for row in rows), "8,000 in the profile"
+    assert all('"code"' in row["trajectory"]["messages"][0]["content"] for row in rows)
+    report = (run / "report" / "report.md").read_text()
+    assert "* eval-base: release protocol; long mode; gold memory; greedy; 8 tokens per message; 20 per turn" in report
+    assert f"cosql: {cosql['dropped']} of {cosql['turns']} turns have a prompt over 1,000 tokens" in report
+
+
+def test_per_dataset_trains_one_model_per_dataset_with_a_train_split(tmp_path, capsys):
+    from mtsql.config import DataConfig
+    from mtsql.data import per_dataset_groups
+    from mtsql.paths import FIXTURE_DATA
+
+    root = tmp_path / "data"
+    root.mkdir()
+    for entry in FIXTURE_DATA.iterdir():
+        if entry.name != "sparc":
+            (root / entry.name).symlink_to(entry)
+    (root / "sparc").mkdir()
+    for entry in (FIXTURE_DATA / "sparc").iterdir():
+        (root / "sparc" / entry.name).symlink_to(entry)
+    data = DataConfig(train_dataset="cosql", eval_datasets=("cosql", "sparc"))
+    assert per_dataset_groups(data, FIXTURE_DATA) == [("cosql", ("cosql", "sparc"))]  # no SParC train split
+    (root / "sparc" / "train.json").symlink_to(FIXTURE_DATA / "sparc" / "dev.json")  # stands in for one
+    assert per_dataset_groups(data, root) == [("cosql", ("cosql",)), ("sparc", ("sparc",))]
+    assert per_dataset_groups(DataConfig(train_dataset="cosql", eval_datasets=("sparc",)), root) == [("sparc", ("sparc",))]
+
+    pipeline.run_pipeline(REPO / "pipelines" / "reproduce.yaml", TINY,
+                          [f"runs_dir={tmp_path / 'runs'}", f"data.root={root}", "data.per_dataset=true"], dry_run=True)
+    err = capsys.readouterr().err
+    assert "run 'tiny-cosql'" in err and "run 'tiny-sparc'" in err
+    assert "a model trained on sparc, scored on sparc" in err

@@ -77,6 +77,41 @@ def test_coherence(turns, checked, verdict, expected):
     assert out["clause_f1"] == pytest.approx((clause_f1(checked, LATER_GOLD) + 1.0) / 2)
 
 
+ORDERED = "SELECT PetID FROM pets WHERE weight > 10 ORDER BY PetID"  # SELECT and ORDER BY differ from LATER_GOLD
+UNPARSEABLE = "SELECT nope FROM pets"  # no such column: the Spider parser refuses it
+RELEASE_EXEC = THINK + '{}<tool_call>{{"name": "exec_sql", "arguments": {{"code": "{}"}}}}</tool_call>'
+RELEASE_MEMORY = THINK + '{}<tool_call>{{"name": "memory_retrieve", "arguments": {{"code": "{}"}}}}</tool_call>'
+
+
+def test_clause_scores_by_hand(turns):
+    # per-query values against LATER_GOLD = SELECT count(*) FROM pets WHERE weight > 10, whose clause items
+    # are (select count(*)), (from pets), (where weight > 10) and whose Spider parse has select, from, where:
+    #   PARTIAL:     items 2 of them, F1 = 2*1*(2/3)/(1+2/3) = 0.8;  clauses 2 of 3 equal (no WHERE) = 2/3
+    #   ORDERED:     4 items, 2 shared, F1 = 2*(1/2)*(2/3)/(7/6) = 4/7;  4 clauses, from and where equal = 1/2
+    #   UNPARSEABLE: 2 items, 1 shared, F1 = 2*(1/2)*(1/3)/(5/6) = 0.4;  no parse = 0
+    texts = [EXEC.format("", UNPARSEABLE), EXEC.format(NO_PASS, PARTIAL), EXEC.format(NO_PASS, ORDERED),
+             ANSWER.format(NO_PASS, LATER_GOLD)]
+    traj = episode(turns, "sparc-dev-0000/2", texts)
+    f1 = rewards(traj, LATER_GOLD, RewardConfig(clause_score="f1"))
+    release = rewards(traj, LATER_GOLD, RewardConfig(clause_score="release"))
+    assert f1["clause_f1"] == release["clause_f1"] == pytest.approx((0.4 + 0.8 + 4 / 7 + 1.0) / 4)  # answer in
+    assert f1["clause_exact"] == release["clause_exact"] == pytest.approx((0 + 2 / 3 + 1 / 2) / 3)  # answer out
+    assert f1["process"] - release["process"] == pytest.approx(0.8 * (f1["clause_f1"] - f1["clause_exact"]))
+
+
+@pytest.mark.parametrize(("clause_score", "memory_score"), [("f1", 4 / 7), ("release", 1 / 2)])
+def test_release_protocol_memory_copies_count_in_the_clause_score_and_are_what_coherence_checks(
+        turns, clause_score, memory_score):
+    texts = [RELEASE_EXEC.format("", PARTIAL), RELEASE_EXEC.format(NO_PASS, LATER_GOLD),
+             RELEASE_MEMORY.format(PASS, ORDERED), ANSWER.format(M_NO_PASS, LATER_GOLD)]
+    traj = episode(turns, "sparc-dev-0000/2", texts, protocol="release")
+    assert traj.steps[2].checked_sql == ORDERED
+    out = rewards(traj, LATER_GOLD, RewardConfig(clause_score=clause_score))
+    assert out["clause_exact"] == pytest.approx((2 / 3 + 1 + 1 / 2) / 3)  # the memory call's copy is the third
+    assert out["clause_f1"] == pytest.approx((0.8 + 1 + 1) / 3)  # exec arguments and the answer
+    assert out["coherence"] == pytest.approx(1 - memory_score)  # no_pass on the memory call's own query
+
+
 def test_a_memory_call_on_a_first_turn_earns_no_coherence(turns):
     texts = [EXEC.format("", FIRST_GOLD), MEMORY.format(PASS), ANSWER.format(M_PASS, FIRST_GOLD)]
     traj = episode(turns, "sparc-dev-0000/0", texts)

@@ -42,6 +42,9 @@ class DataConfig:
     train_split: Split = "train"
     train_limit: int | None = None  # first N interactions (a slice for small profiles)
     train_flatten: bool = False  # every training turn as a question of its own, without its dialogue
+    per_dataset: bool = False  # `mtsql run`: one model per eval dataset that has a train split (run
+                               # <run>-<dataset>, scored on that dataset), as MTSQL-R1's release trains;
+                               # eval datasets without one are scored by train_dataset's model
     eval_datasets: tuple[Dataset, ...] = ("cosql", "sparc")
     eval_split: Split = "dev"
     eval_limit: int | None = None  # N interactions, picked by eval_pick
@@ -69,6 +72,10 @@ class EnvConfig:
     result_chars: int = 200  # rendered result preview in an observation
     sample_values: int = 3  # example values per column in the schema prompt
     thinking: bool = True
+    protocol: Literal["mtsql", "release"] = "mtsql"  # release: the released MTSQL-R1 checkpoints' tool calls
+                                                     # (exec_sql(code), memory_retrieve(code)) and observation
+                                                     # shape, first call of a message run (docs/paper.md)
+    observation_chars: int | None = None  # cap on a whole observation, cut in the middle (release RL: 8000)
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,11 @@ class RewardConfig:
     em: float = 1.0
     exec_verify: float = 0.1
     coherence: float = 0.1
-    clause_f1: float = 0.8
+    clause_f1: float = 0.8  # weight of the clause score (clause_score picks which)
     format: float = 0.0
+    clause_score: Literal["f1", "release"] = "f1"  # f1: micro F1 of clause items over every proposed query,
+                                                   # the answer included; release: MTSQL-R1's per-clause 0/1
+                                                   # average of the Spider parse over the tool calls' SQL
 
 
 @dataclass(frozen=True)
@@ -183,6 +193,13 @@ class RlConfig:
     kl_coef: float = 0.0
     clip_ratio: float = 0.2
     steps_per_stage: int = 60
+    epochs_per_stage: int | None = None  # curriculum by epochs: passes over a stage's items, each of
+                                         # items // batch_size steps, at least 1 (None: steps_per_stage)
+    val_every: int = 0  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and at
+                        # the last step of a stage (0: never; mtsql evaluate scores the models afterwards)
+    val_limit: int | None = None  # dialogues per eval dataset in a validation (None: all)
+    val_pick: Literal["last", "best"] = "last"  # a stage's model: its last step's, or the best validated one
+                                                # (highest mean reward; needs val_every)
     batch_size: int = 256
     mini_batch_size: int = 256
     max_prompt_len: int = 4000
@@ -212,6 +229,9 @@ class EvaluateConfig:
 
     limit: int | None = None
     vote: int = 1  # >1: self-consistency voting over this many samples by execution result
+    max_response_tokens: int | None = None  # tokens one turn may generate over all its messages (release: 8000)
+    prompt_filter_tokens: int | None = None  # also report the metrics without the items whose prompt is longer,
+                                             # as verl's filter_overlong_prompts drops them (release: 4000)
 
 
 @dataclass(frozen=True)
@@ -259,6 +279,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     where = _Origins(origins, str(path) if path is not None else "<defaults>")
     cfg = build(Config, raw, source=where, prefix="")
     _check_curriculum(cfg.curriculum, where)
+    _check_rl(cfg.rl, where)
     if cfg.sft.bf16 == "auto":  # resolved here, so config.yaml and the fingerprint show what runs
         cfg = replace(cfg, sft={"bf16": not cfg.sft.use_cpu or cpu_has_fast_bf16()})
     return cfg
@@ -285,6 +306,17 @@ def _check_curriculum(cfg: CurriculumConfig, where: _Origins) -> None:
     if stray:
         raise UsageError(f"{where.of('curriculum.stages')}: 'curriculum.stages' has {stray}, which are not "
                          f"{cfg.by} labels; with curriculum.by={cfg.by} use {', '.join(labels)}")
+
+
+def _check_rl(cfg: RlConfig, where: _Origins) -> None:
+    if cfg.val_pick == "best" and cfg.val_every < 1:
+        raise UsageError(f"{where.of('rl.val_pick')}: 'rl.val_pick' is best but nothing is validated; set "
+                         "rl.val_every to N > 0 (validate every N steps) or rl.val_pick: last")
+    for key in ("val_every", "epochs_per_stage"):
+        value = getattr(cfg, key)
+        if value is not None and value < (0 if key == "val_every" else 1):
+            raise UsageError(f"{where.of(f'rl.{key}')}: 'rl.{key}' must be at least "
+                             f"{0 if key == 'val_every' else 1}, got {value}")
 
 
 def to_dict(cfg: Any) -> Any:

@@ -19,8 +19,10 @@ from rich.table import Table
 
 from mtsql.artifacts import Artifact
 from mtsql.config import Config, build, load_config, replace
+from mtsql.data import per_dataset_groups
 from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
+from mtsql.paths import data_dir
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, store_for
 from mtsql.stages.rl import pick_engine
@@ -174,8 +176,23 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     ``sft-iterate`` runs the SFT rounds, ``curriculum`` (with the SFT model) and ``rl`` the curriculum
     RL stages, ``evaluate`` a model picked by the step's ``model``, ``report`` builds the report; any
     other stage of ``runner.STAGES`` runs on the latest artifacts of its ``INPUTS``' default labels
-    (the ones this pipeline made first)."""
+    (the ones this pipeline made first). With ``data.per_dataset`` and more than one group of
+    ``data.per_dataset_groups``, the whole pipeline runs once per group, as run ``<run>-<train dataset>``."""
     pipeline = load_pipeline(path)
+    base_cfg = load_config(config_path, overrides)
+    groups = per_dataset_groups(base_cfg.data, data_dir(base_cfg.data.root)) if base_cfg.data.per_dataset else []
+    if len(groups) < 2:
+        _run_steps(pipeline, path, config_path, overrides, force=force, dry_run=dry_run)
+        return
+    for train, evals in groups:
+        group = [f"run={base_cfg.run}-{train}", f"data.train_dataset={train}",
+                 f"data.eval_datasets=[{', '.join(evals)}]", "data.per_dataset=false"]
+        console.print(f"[bold]{train}[/]: a model trained on {train}, scored on {', '.join(evals)}")
+        _run_steps(pipeline, path, config_path, [*overrides, *group], force=force, dry_run=dry_run)
+
+
+def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrides: list[str], *, force: bool,
+               dry_run: bool) -> None:
     base_cfg = load_config(config_path, overrides)
     models: dict[str, object] = dict.fromkeys(MODEL_REFS)
     made: dict[str, object] = {}

@@ -8,11 +8,21 @@
   the evaluator cannot score gives 0 with ``ex_scored`` / ``em_scored`` = 0.
 * process (MTSQL-R1): outcome + w·exec_verify + w·coherence + w·clause_f1 (+ w·format).
   exec_verify: mean over executed ``exec_sql`` calls of ``EXEC_VERIFY_TABLE[result kind, verdict]``,
-  a missing verdict scoring 0. coherence: mean over ``memory_retrieve`` calls of the clause F1 of the
-  checked query against the gold if the ``<memory_verify>`` verdict is pass, 1 - F1 if no_pass, 0
-  if missing (calls on a first turn, with nothing to check, do not count). clause_f1: mean clause
-  F1 of every proposed query (exec_sql arguments and the answer). A term with no call to average
-  over is 0.
+  a missing verdict scoring 0. coherence: mean over ``memory_retrieve`` calls of the clause score of
+  the checked query against the gold if the ``<memory_verify>`` verdict is pass, 1 - score if
+  no_pass, 0 if missing (calls on a first turn, with nothing to check, do not count). The clause
+  score (``reward.clause_score``) is one of:
+
+  - ``f1`` (``clause_f1``): mean clause-item micro F1 (``sql.clauses``) of every proposed query,
+    the exec_sql arguments and the answer;
+  - ``release`` (``clause_exact``, MTSQL-R1's released reward): both queries parsed into the Spider
+    dict against the database schema; each clause that either query has (select, from, where,
+    groupBy, having, orderBy, limit, intersect, union, except) scores 1 when the two are equal and 0
+    otherwise; the query's score is the mean, 0 when either does not parse. Averaged over the SQL
+    of every tool call that ran (exec_sql and, under the release protocol, the memory call's copy),
+    the answer left out.
+
+  A term with no query to average over is 0.
 * format: 1 when the trajectory followed the protocol (``Trajectory.protocol_valid``), else 0.
 * sqlr1 (SQL-R1): format ±1 (protocol-valid and answered); if the format holds, execution ±2 (the
   final SQL runs, an empty result included, or errors / times out); if it ran, result ±3 (EX); if it
@@ -23,14 +33,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from mtsql.agent.env import Trajectory
 from mtsql.config import RewardConfig, SqlConfig
 from mtsql.paths import data_dir, database_path
-from mtsql.sql import score_turn
+from mtsql.sql import gold_cache, score_turn
 from mtsql.sql.clauses import clause_f1
+from mtsql.sql.errors import SqlParseError
 from mtsql.sql.executor import execute_cached
+from mtsql.sql.parser import parse_sql
+from mtsql.sql.schema import load_schema
+from mtsql.sql.scoring import DataSources
 
 FAMILIES = ("process", "outcome", "sqlr1")
 EXEC_VERIFY_TABLE = {
@@ -39,8 +54,9 @@ EXEC_VERIFY_TABLE = {
     ("ok", "pass"): 1.0, ("ok", "no_pass"): 0.0,
 }
 LENGTH_CAP = 2048
+CLAUSE_SCORES = ("f1", "release")
 KEYS = ("score", "outcome", "process", "sqlr1", "ex", "em", "ex_scored", "em_scored", "exec_verify",
-        "coherence", "clause_f1", "format", "sqlr1_format", "sqlr1_execution", "sqlr1_result", "sqlr1_length")
+        "coherence", "clause_f1", "clause_exact", "format", "sqlr1_format", "sqlr1_execution", "sqlr1_result", "sqlr1_length")
 
 
 def compute_rewards(trajectory: Trajectory, gold_sql: str, cfg: RewardConfig = RewardConfig(), *,
@@ -49,19 +65,30 @@ def compute_rewards(trajectory: Trajectory, gold_sql: str, cfg: RewardConfig = R
     """Every reward term and family total of ``trajectory``; ``score`` is ``cfg.family``'s total."""
     if cfg.family not in FAMILIES:
         raise ValueError(f"reward.family must be one of {FAMILIES}, got {cfg.family!r}")
+    if cfg.clause_score not in CLAUSE_SCORES:
+        raise ValueError(f"reward.clause_score must be one of {CLAUSE_SCORES}, got {cfg.clause_score!r}")
     root = data_dir(data_root)
     ex, em, ex_scored, em_scored = outcome_terms(trajectory, gold_sql, sql_cfg=sql_cfg, data_root=root)
+    schema_db = DataSources.from_root(root).schema_database(trajectory.db_id)
+    if cfg.clause_score == "release":
+        def similarity(sql):
+            return release_clause_score(sql, gold_sql, schema_db)
+    else:
+        def similarity(sql):
+            return clause_f1(sql, gold_sql)
     out = {
         "ex": ex, "em": em, "ex_scored": ex_scored, "em_scored": em_scored,
         "exec_verify": exec_verify_reward(trajectory),
-        "coherence": coherence_reward(trajectory, gold_sql),
+        "coherence": coherence_reward(trajectory, similarity),
         "clause_f1": clause_f1_reward(trajectory, gold_sql),
+        "clause_exact": clause_exact_reward(trajectory, gold_sql, schema_db),
         "format": format_reward(trajectory),
     }
+    clause = out["clause_exact" if cfg.clause_score == "release" else "clause_f1"]
     out.update(sqlr1_terms(trajectory, ex, sql_cfg=sql_cfg, data_root=root, response_tokens=response_tokens))
     out["outcome"] = cfg.ex * ex + cfg.em * em + cfg.format * out["format"]
     out["process"] = (out["outcome"] + cfg.exec_verify * out["exec_verify"] + cfg.coherence * out["coherence"]
-                      + cfg.clause_f1 * out["clause_f1"])
+                      + cfg.clause_f1 * clause)
     out["sqlr1"] = out["sqlr1_format"] + out["sqlr1_execution"] + out["sqlr1_result"] + out["sqlr1_length"]
     out["score"] = out[cfg.family]
     return {key: float(out[key]) for key in KEYS}
@@ -86,15 +113,16 @@ def exec_verify_reward(trajectory: Trajectory) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def coherence_reward(trajectory: Trajectory, gold_sql: str) -> float:
-    """Mean over the memory_retrieve calls that showed a memory: F1(checked query, gold) on pass,
-    1 - F1 on no_pass, 0 without a verdict. A call on a first turn (empty memory) does not count."""
+def coherence_reward(trajectory: Trajectory, similarity: Callable[[str | None], float]) -> float:
+    """Mean over the memory_retrieve calls that showed a memory: similarity(checked query) (the clause
+    score against the gold) on pass, 1 - it on no_pass, 0 without a verdict. A call on a first turn
+    (empty memory) does not count."""
     values = []
     for step in trajectory.tool_steps("memory_retrieve"):
         if step.observation is None or not trajectory.memory:
             continue
-        f1 = clause_f1(step.checked_sql, gold_sql)
-        values.append(f1 if step.verdict == "pass" else 1.0 - f1 if step.verdict == "no_pass" else 0.0)
+        score = similarity(step.checked_sql) if step.checked_sql else 0.0
+        values.append(score if step.verdict == "pass" else 1.0 - score if step.verdict == "no_pass" else 0.0)
     return sum(values) / len(values) if values else 0.0
 
 
@@ -102,6 +130,26 @@ def clause_f1_reward(trajectory: Trajectory, gold_sql: str) -> float:
     """Mean clause F1 against the gold of every query the model proposed."""
     proposed = trajectory.proposed_sql()
     return sum(clause_f1(sql, gold_sql) for sql in proposed) / len(proposed) if proposed else 0.0
+
+
+def clause_exact_reward(trajectory: Trajectory, gold_sql: str, schema_db: Path | None) -> float:
+    """Mean ``release_clause_score`` of the SQL of every tool call that ran (the answer left out)."""
+    called = [s.sql for s in trajectory.steps if s.action == "tool_call" and s.sql]
+    return sum(release_clause_score(sql, gold_sql, schema_db) for sql in called) / len(called) if called else 0.0
+
+
+def release_clause_score(predicted: str, gold_sql: str, schema_db: Path | None) -> float:
+    """Share of the Spider-parse clauses present in either query that are equal in both; 0 when
+    either query does not parse or there is no schema to parse against."""
+    if schema_db is None:
+        return 0.0
+    try:
+        gold = gold_cache.parsed(gold_sql, schema_db, "official")
+        pred = parse_sql(predicted, load_schema(schema_db))
+    except SqlParseError:
+        return 0.0
+    present = [key for key in gold.keys() | pred.keys() if gold.get(key) or pred.get(key)]
+    return sum(gold.get(key) == pred.get(key) for key in present) / len(present) if present else 0.0
 
 
 def format_reward(trajectory: Trajectory) -> float:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from mtsql.agent.env import SqlAgentEnv
 from mtsql.agent.policies import SCRIPTED, make_policy
-from mtsql.agent.tools import TOOL_SCHEMAS, MemoryEntry
+from mtsql.agent.tools import MemoryEntry, env_tools
 from mtsql.backends import make_backend, server_options
 from mtsql.backends.base import Backend, SamplingParams
 from mtsql.chat_format import ChatFormat
@@ -186,8 +186,7 @@ class RolloutEngine:
                                     top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
                                     seed=cfg.seed, stop=STOP_STRINGS)
             chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
-            tools = TOOL_SCHEMAS if cfg.env.mode == "long" else ()
-            engine = cls(make_env, backend=backend, chat=chat, params=params, tools=tools,
+            engine = cls(make_env, backend=backend, chat=chat, params=params, tools=env_tools(cfg.env),
                          max_response_tokens=max_response_tokens, **common)
         except BaseException:
             if owned:

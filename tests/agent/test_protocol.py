@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtsql.agent.protocol import TOOL_ARGUMENTS, Action, parse_action
-from mtsql.agent.tools import TOOL_SCHEMAS
+from mtsql.agent.protocol import PROTOCOL_ARGUMENTS, PROTOCOLS, Action, parse_action
+from mtsql.agent.tools import tool_schemas
+
+TOOL_ARGUMENTS = PROTOCOL_ARGUMENTS["mtsql"]
 
 EXEC = '<tool_call>\n{"name": "exec_sql", "arguments": {"sql": "SELECT count(*) FROM singer"}}\n</tool_call>'
 MEMORY = '<tool_call>{"name": "memory_retrieve", "arguments": {}}</tool_call>'
@@ -88,12 +90,14 @@ def test_non_text_input_is_invalid():
     assert parse_action(b"<answer_sql>x</answer_sql>").kind == "invalid"
 
 
-def test_tool_schemas_match_the_parser():
-    shapes = {s["function"]["name"]: tuple(s["function"]["parameters"]["required"]) for s in TOOL_SCHEMAS}
-    assert shapes == TOOL_ARGUMENTS
-    for schema in TOOL_SCHEMAS:
-        assert set(schema["function"]["parameters"]["properties"]) == set(TOOL_ARGUMENTS[schema["function"]["name"]])
-    json.dumps(TOOL_SCHEMAS)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_tool_schemas_match_the_parser(protocol):
+    schemas, arguments = tool_schemas(protocol), PROTOCOL_ARGUMENTS[protocol]
+    shapes = {s["function"]["name"]: tuple(s["function"]["parameters"]["required"]) for s in schemas}
+    assert shapes == arguments
+    for schema in schemas:
+        assert set(schema["function"]["parameters"]["properties"]) == set(arguments[schema["function"]["name"]])
+    json.dumps(schemas)
 
 
 VALID = [

@@ -14,6 +14,11 @@ verdict, answering without a memory check, ...) do not stop the episode; they ar
 step's ``flow_errors`` and make the trajectory ``protocol_valid = False``.
 
 Short mode (the paper's baseline): no tools; the first message is the answer, valid or not.
+
+``env.protocol: release`` reads and answers messages as the released MTSQL-R1 checkpoints expect
+(``protocol.parse_action``, ``tools.release_exec_sql`` / ``release_memory_retrieve``): the memory check
+is about the query the ``memory_retrieve`` call carries, and further actions in a message are ignored
+(counted in ``Step.ignored_actions``). ``env.observation_chars`` caps every observation.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from mtsql.data.records import Turn
 from mtsql.paths import data_dir, database_path
 
 MODES = ("long", "short")
+MIN_OBSERVATION_CHARS = 100
 MEMORY_SOURCES = ("gold", "predicted")
 VERDICT_TAG = {"exec_sql": EXEC_VERIFY, "memory_retrieve": MEMORY_VERIFY}
 
@@ -42,7 +48,9 @@ class Step:
     ``exec_verdict`` / ``memory_verdict``: the verdicts this message states. ``verdict`` (tool steps
     only): the verdict the agent later gave on this tool's result, None if it never gave one.
     ``result_kind`` (exec_sql): ok | empty | error, with the sandbox's ``error_class``.
-    ``checked_sql`` (memory_retrieve): the latest executed query, the one the memory check is about.
+    ``checked_sql`` (memory_retrieve): the query the memory check is about: the latest executed one
+    (mtsql protocol) or the call's own (release). ``ignored_actions``: the tool calls or answers after
+    the first call that the release protocol did not run.
     """
 
     index: int
@@ -62,6 +70,7 @@ class Step:
     row_count: int | None = None
     checked_sql: str | None = None
     verdict: str | None = None
+    ignored_actions: int = 0
     tool_s: float = 0.0
 
 
@@ -127,6 +136,9 @@ class SqlAgentEnv:
             raise ValueError(f"env.max_turns must be at least 1, got {env_cfg.max_turns}")
         if env_cfg.max_invalid is not None and env_cfg.max_invalid < 1:
             raise ValueError(f"env.max_invalid must be at least 1 (or null), got {env_cfg.max_invalid}")
+        if env_cfg.observation_chars is not None and env_cfg.observation_chars < MIN_OBSERVATION_CHARS:
+            raise ValueError(f"env.observation_chars must be at least {MIN_OBSERVATION_CHARS} (or null), "
+                             f"got {env_cfg.observation_chars}")
         self.env_cfg = env_cfg
         self.sql_cfg = sql_cfg
         self.data_root = data_dir(data_root)
@@ -144,7 +156,7 @@ class SqlAgentEnv:
         memory = self._memory(turn, memory)
         cfg = self.env_cfg
         system = prompts.system_prompt(mode=cfg.mode, max_turns=cfg.max_turns, result_chars=cfg.result_chars,
-                                       thinking=cfg.thinking)
+                                       thinking=cfg.thinking, protocol=cfg.protocol)
         user = prompts.user_prompt(
             schema=render_schema(turn.db_id, self.data_root, cfg.sample_values), question=turn.question,
             history=[(m.question, m.sql) for m in memory], show_history_sql=cfg.mode == "short")
@@ -162,11 +174,11 @@ class SqlAgentEnv:
             raise RuntimeError("step() needs a running episode: call reset() first")
         started = time.perf_counter()
         text = assistant_text if isinstance(assistant_text, str) else repr(assistant_text)
-        action = parse_action(assistant_text)
+        action = parse_action(assistant_text, self.env_cfg.protocol)
         step = Step(index=len(traj.steps), text=text, action=action.kind, tool=action.tool,
                     arguments=action.arguments, sql=action.sql, exec_verdict=action.exec_verdict,
                     memory_verdict=action.memory_verdict, has_think=action.think is not None,
-                    invalid_reason=action.reason)
+                    invalid_reason=action.reason, ignored_actions=action.ignored)
         traj.messages.append({"role": "assistant", "content": text})
         traj.steps.append(step)
         observation = None
@@ -176,6 +188,7 @@ class SqlAgentEnv:
             observation = self._long(step, action)
         traj.elapsed_s += time.perf_counter() - started
         if observation is not None:
+            observation = prompts.cap_observation(observation, self.env_cfg.observation_chars)
             step.observation = observation
             traj.messages.append({"role": "tool", "content": observation})
         info = {"action": step.action, "tool": step.tool, "invalid_reason": step.invalid_reason,
@@ -264,17 +277,22 @@ class SqlAgentEnv:
         started = time.perf_counter()
         turn, cfg = self._turn, self.env_cfg
         db_path = database_path(turn.db_id, self.data_root)
+        release = cfg.protocol == "release"
+        common = {"db_path": db_path, "question": turn.question, "sql_cfg": self.sql_cfg,
+                  "result_chars": cfg.result_chars}
         if action.tool == "exec_sql":
-            run, observation = tools.exec_sql(db_path=db_path, sql=action.sql, question=turn.question,
-                                              has_history=bool(turn.previous_questions), sql_cfg=self.sql_cfg,
-                                              result_chars=cfg.result_chars)
+            run_exec = tools.release_exec_sql if release else tools.exec_sql
+            run, observation = run_exec(sql=action.sql, has_history=bool(turn.previous_questions), **common)
             step.result_kind, step.error_class, step.row_count = run.kind, run.error_class, run.row_count
+        elif release:
+            step.checked_sql = action.sql
+            observation = tools.release_memory_retrieve(memory=self.trajectory.memory, candidate=action.sql,
+                                                        **common)
         else:
             executed = self.trajectory.tool_steps("exec_sql")
             step.checked_sql = executed[-1].sql if executed else None
-            observation = tools.memory_retrieve(db_path=db_path, memory=self.trajectory.memory,
-                                                question=turn.question, candidate=step.checked_sql,
-                                                sql_cfg=self.sql_cfg, result_chars=cfg.result_chars)
+            observation = tools.memory_retrieve(memory=self.trajectory.memory, candidate=step.checked_sql,
+                                                **common)
         step.tool_s = time.perf_counter() - started
         return observation
 

@@ -12,7 +12,8 @@ through ``SqlAgentEnv.step`` exactly as a model is driven.
 * ``ReplayPolicy``: replays recorded assistant texts.
 
 The scripted policies are stateless: each message is decided from the conversation so far, and
-they answer at once when the environment says it is the last message.
+they answer at once when the environment says it is the last message. They write the tool calls of
+the configured ``env.protocol`` (under ``release`` the memory call carries the query it checks).
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ def make_policy(name: str, *, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConf
                 data_root: Path | None = None) -> Policy:
     """A scripted policy by name: ``gold`` or ``gold_with_correction``."""
     if name == "gold":
-        return GoldPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking)
+        return GoldPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol)
     if name == "gold_with_correction":
-        return GoldWithCorrectionPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, sql_cfg=sql_cfg,
-                                        data_root=data_root)
+        return GoldWithCorrectionPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol,
+                                        sql_cfg=sql_cfg, data_root=data_root)
     raise ValueError(f"unknown scripted policy {name!r}: choose one of {', '.join(SCRIPTED)}")
 
 
@@ -87,15 +88,15 @@ class ReplayPolicy:
 class GoldPolicy:
     """Executes the gold query, verifies pass, retrieves memory on later turns, answers the gold."""
 
-    def __init__(self, *, mode: str = "long", thinking: bool = True) -> None:
-        self.mode, self.thinking = mode, thinking
+    def __init__(self, *, mode: str = "long", thinking: bool = True, protocol: str = "mtsql") -> None:
+        self.mode, self.thinking, self.protocol = mode, thinking, protocol
 
     def __call__(self, messages: list[dict], turn: Turn, rng: random.Random) -> str:
         if self.mode == "short":
             gold = runnable(turn.gold_sql)
             return self._message(f"The question asks: {turn.question}\nQuery: {render_breakdown(gold)}",
                                  answer=gold)
-        previous = _own_actions(messages)
+        previous = _own_actions(messages, self.protocol)
         if not previous:
             return self._first(turn, rng)
         return self._next(previous[-1], _last_observation(messages), turn)
@@ -106,7 +107,8 @@ class GoldPolicy:
     def _run(self, turn: Turn, sql: str, *, think: str | None = None, exec_verdict: str | None = None) -> str:
         think = think or (f"The question asks: {turn.question}\n"
                           f"I will run this query and check its result: {render_breakdown(sql)}")
-        return self._message(think, exec_verdict=exec_verdict, call=("exec_sql", {"sql": sql}))
+        argument = "code" if self.protocol == "release" else "sql"
+        return self._message(think, exec_verdict=exec_verdict, call=("exec_sql", {argument: sql}))
 
     def _next(self, last: Action, observation: str, turn: Turn) -> str:
         gold, result = runnable(turn.gold_sql), _result_line(observation)
@@ -114,10 +116,11 @@ class GoldPolicy:
         if last.tool == "exec_sql":
             think = f"The result was: {result}\n" + (
                 "The query is what the question asks for, even though this database cannot run it."
-                if result.startswith("ERROR") else "It is what the question asks for.")
+                if result.startswith(("ERROR", "Error:")) else "It is what the question asks for.")
             if turn.previous_questions and not final:
+                arguments = {"code": last.sql} if self.protocol == "release" else {}
                 return self._message(think + " Next I check it against the earlier turns.", exec_verdict="pass",
-                                     call=("memory_retrieve", {}))
+                                     call=("memory_retrieve", arguments))
             return self._message(think, exec_verdict="pass", answer=gold)
         if last.tool == "memory_retrieve":
             think = ("The query keeps what the earlier turns established and changes only what the current "
@@ -147,9 +150,9 @@ class GoldWithCorrectionPolicy(GoldPolicy):
     column name), otherwise one that runs and gives a wrong result, when the gold has both kinds.
     """
 
-    def __init__(self, *, mode: str = "long", thinking: bool = True, sql_cfg: SqlConfig = SqlConfig(),
-                 data_root: Path | None = None, error_share: float = 0.3) -> None:
-        super().__init__(mode=mode, thinking=thinking)
+    def __init__(self, *, mode: str = "long", thinking: bool = True, protocol: str = "mtsql",
+                 sql_cfg: SqlConfig = SqlConfig(), data_root: Path | None = None, error_share: float = 0.3) -> None:
+        super().__init__(mode=mode, thinking=thinking, protocol=protocol)
         self.sql_cfg = sql_cfg
         self.data_root = data_dir(data_root)
         self.error_share = error_share
@@ -195,8 +198,8 @@ def _differs(gold: ExecResult, other: ExecResult, ordered: bool) -> bool:
     return Counter(gold_rows) != Counter(other_rows)
 
 
-def _own_actions(messages: list[dict]) -> list[Action]:
-    return [parse_action(m["content"]) for m in messages if m["role"] == "assistant"]
+def _own_actions(messages: list[dict], protocol: str) -> list[Action]:
+    return [parse_action(m["content"], protocol) for m in messages if m["role"] == "assistant"]
 
 
 def _last_observation(messages: list[dict]) -> str:
@@ -204,8 +207,12 @@ def _last_observation(messages: list[dict]) -> str:
 
 
 def _result_line(observation: str) -> str:
-    """The result block of an exec_sql observation on one line ("a | b; 1 | 2; (1 row)")."""
+    """The result block of an exec_sql observation on one line ("a | b; 1 | 2; (1 row)"), or the
+    release protocol's result line."""
     lines = observation.splitlines()
+    recap = [line for line in lines if line.startswith(prompts.RELEASE_RESULT_LINE)]
+    if recap:
+        return recap[0][len(prompts.RELEASE_RESULT_LINE):]
     if "Result:" not in lines:
         return "(no result shown)"
     block = lines[lines.index("Result:") + 1:]

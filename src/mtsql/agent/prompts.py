@@ -17,12 +17,12 @@ ROLE = (
 
 LONG_STEPS = """Work step by step, one step per message:
 1. Write a candidate query and run it:
-   <tool_call>{{"name": "exec_sql", "arguments": {{"sql": "SELECT ..."}}}}</tool_call>
+   <tool_call>{{"name": "exec_sql", "arguments": {{"{argument}": "SELECT ..."}}}}</tool_call>
 2. Judge the result you get back. Write <exec_verify>pass</exec_verify> if the query ran, returns the \
 columns the question asks for and the rows are plausible. Otherwise write \
 <exec_verify>no_pass</exec_verify> and run a corrected query.
-3. If the conversation has earlier questions, after a pass retrieve the dialogue memory:
-   <tool_call>{{"name": "memory_retrieve", "arguments": {{}}}}</tool_call>
+3. If the conversation has earlier questions, after a pass retrieve the dialogue memory{memory_about}:
+   <tool_call>{{"name": "memory_retrieve", "arguments": {memory_arguments}}}</tool_call>
    Check that your query is consistent with the earlier turns and write \
 <memory_verify>pass</memory_verify>, or <memory_verify>no_pass</memory_verify> and run a corrected query.
 4. Give the final query: <answer_sql>SELECT ...</answer_sql>. This ends your work on the question.
@@ -66,13 +66,18 @@ FORMAT_REMINDER = (
 )
 
 
-def system_prompt(*, mode: str, max_turns: int, result_chars: int, thinking: bool) -> str:
-    """The rules of the task: the step-by-step tool protocol (long) or a direct answer (short)."""
+def system_prompt(*, mode: str, max_turns: int, result_chars: int, thinking: bool, protocol: str = "mtsql") -> str:
+    """The rules of the task: the step-by-step tool protocol (long) or a direct answer (short); under
+    the release protocol both tools take the query as ``code``."""
     if mode == "short":
         steps = SHORT_STEPS.format(think_rule=SHORT_THINK_RULE if thinking else "")
     else:
-        steps = LONG_STEPS.format(think_rule=THINK_RULE if thinking else "", max_turns=max_turns,
-                                  result_chars=result_chars)
+        release = protocol == "release"
+        steps = LONG_STEPS.format(
+            think_rule=THINK_RULE if thinking else "", max_turns=max_turns, result_chars=result_chars,
+            argument="code" if release else "sql",
+            memory_about=" with the query to check" if release else "",
+            memory_arguments='{"code": "SELECT ..."}' if release else "{}")
     return f"{ROLE}\n\n{steps}"
 
 
@@ -119,6 +124,61 @@ def memory_observation(*, turns: Sequence[tuple[str, str | None, str, str]], que
     else:
         lines.append("Candidate query: none yet (run one with exec_sql first)")
     return "\n".join(lines) + f"\n\n{MEMORY_CHECKLIST}"
+
+
+RELEASE_EXEC_STEPS = """Next:
+1. Check the result: did the query run without an error? Are the returned columns in the schema and the \
+ones the question asks for? Are there unexpected NULL values, an empty result or an error message?
+2. Then write <exec_verify>pass</exec_verify> if the result is valid for the question, or \
+<exec_verify>no_pass</exec_verify> if it shows an error, the wrong columns or implausible values.
+3. On no_pass, reason step by step, correct the query and run the corrected one with exec_sql.
+4. On pass, {next_step}"""
+
+RELEASE_RESULT_LINE = "- Result: "
+RELEASE_NEXT_MEMORY = ("call memory_retrieve with this query at least once, to check it against the earlier "
+                       "questions of the dialogue.")
+RELEASE_MEMORY_STEPS = """Check the candidate query for coherence with the dialogue:
+1. Does it follow from the current question and the earlier ones? Where the current question changes \
+something (columns, conditions, ordering), the query must change with it; elsewhere it must stay as before.
+   Go through it clause by clause: the tables read, the selected columns, the conditions \
+(WHERE / GROUP BY / HAVING), the ordering, the joins, and whether its result answers the current question.
+2. Then write <memory_verify>pass</memory_verify> if it is coherent, or <memory_verify>no_pass</memory_verify> \
+if it is not.
+3. On no_pass, say what is wrong, correct the query and run the corrected one with exec_sql.
+4. On pass, give the final query in <answer_sql>...</answer_sql>."""
+
+
+def release_exec_observation(*, question: str, sql: str, result: str, has_history: bool) -> str:
+    """The exec_sql response under the release protocol: a recap (question, query, result already
+    cut), then the four verification steps."""
+    steps = RELEASE_EXEC_STEPS.format(next_step=RELEASE_NEXT_MEMORY if has_history else NEXT_ANSWER)
+    return f"Recap:\n- Current question: {question}\n- Query: {sql}\n{RELEASE_RESULT_LINE}{result}\n\n{steps}"
+
+
+def release_memory_observation(*, question: str, candidate: str, result: str,
+                               turns: Sequence[tuple[str, str | None, str, str]]) -> str:
+    """The memory_retrieve response under the release protocol: the candidate with its result, then
+    each earlier turn (question, SQL, Spider parse, first rows), then the coherence steps."""
+    lines = [f"Current question: {question}", f"Candidate query: {candidate}", f"Its result: {result}", "",
+             "Earlier turns, oldest first:" if turns else "Earlier turns: none, this is the first question."]
+    for number, (question_text, sql, parsed, rows) in enumerate(turns, 1):
+        lines.append(f"[Turn {number}] Question: {question_text}")
+        if sql:
+            lines.append(f"  SQL: {sql}\n  Parsed: {parsed}\n  First rows: {rows}")
+        else:
+            lines.append("  SQL: (no query was given)")
+    return "\n".join(lines) + f"\n\n{RELEASE_MEMORY_STEPS}"
+
+
+def cap_observation(text: str, max_chars: int | None) -> str:
+    """``text`` cut in the middle to at most ``max_chars`` characters (None: unchanged), as verl cuts tool
+    responses: the head and the tail kept around a marker."""
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    marker = "\n...(cut)...\n"
+    keep = max(0, max_chars - len(marker))
+    head = keep - keep // 2
+    return text[:head] + marker + text[len(text) - keep // 2:]
 
 
 def protocol_error(reason: str, *, thinking: bool) -> str:

@@ -11,7 +11,12 @@ A valid message is (whitespace and free text between the parts are allowed):
       <answer_sql>SELECT ...</answer_sql>
 
 The verdicts and the action may come in any order after the reasoning; tags inside the reasoning
-are ignored. A leading ``</think>`` with no opening tag is accepted
+are ignored.
+
+``protocol="release"`` reads messages as the released MTSQL-R1 checkpoints write them: both tools take
+one ``code`` argument (``memory_retrieve``'s is the candidate query to check), and when a message
+holds several ``<tool_call>`` blocks (or a call next to an ``<answer_sql>``) the first call that
+parses is the action and the rest is ignored, as verl's tool loop runs only the first parsed call. A leading ``</think>`` with no opening tag is accepted
 (templates that put ``<think>`` in the generation prompt). Anything else is an ``invalid`` action
 whose ``reason`` says what is wrong, for the env to feed back to the model.
 """
@@ -27,8 +32,13 @@ EXEC_VERIFY, MEMORY_VERIFY = "exec_verify", "memory_verify"
 TAGS = (THINK, TOOL_CALL, ANSWER, EXEC_VERIFY, MEMORY_VERIFY)
 VERDICTS = ("pass", "no_pass")
 
-TOOL_ARGUMENTS: dict[str, tuple[str, ...]] = {"exec_sql": ("sql",), "memory_retrieve": ()}
-"""Each tool's arguments (all strings, all required); ``tools.TOOL_SCHEMAS`` describes the same."""
+PROTOCOLS = ("mtsql", "release")
+PROTOCOL_ARGUMENTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mtsql": {"exec_sql": ("sql",), "memory_retrieve": ()},
+    "release": {"exec_sql": ("code",), "memory_retrieve": ("code",)},
+}
+"""Each protocol's tools and their arguments (all strings, all required); ``tools.tool_schemas`` describes
+the same."""
 
 _TAG = re.compile(r"<(/?)(" + "|".join(TAGS) + r")>")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
@@ -51,14 +61,17 @@ class Action:
     memory_verdict: str | None = None
     think: str | None = None
     reason: str | None = None
+    ignored: int = 0
 
     @property
     def valid(self) -> bool:
         return self.kind != "invalid"
 
 
-def parse_action(text: object) -> Action:
+def parse_action(text: object, protocol: str = "mtsql") -> Action:
     """Turn one assistant message into an ``Action``; any malformed input is an ``invalid`` action."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if not isinstance(text, str):
         return Action("invalid", reason=f"a message must be text, got {type(text).__name__}")
     think, body, problem = _split_think(text)
@@ -67,7 +80,7 @@ def parse_action(text: object) -> Action:
     blocks, problem = _blocks(body)
     if problem:
         return _invalid(problem, think)
-    return _action(blocks, think)
+    return _action(blocks, think, protocol)
 
 
 def _invalid(reason: str, think: str | None) -> Action:
@@ -120,7 +133,7 @@ def _blocks(body: str) -> tuple[list[tuple[str, str]], str | None]:
     return blocks, None
 
 
-def _action(blocks: list[tuple[str, str]], think: str | None) -> Action:
+def _action(blocks: list[tuple[str, str]], think: str | None, protocol: str) -> Action:
     verdicts: dict[str, str] = {}
     calls = [content for tag, content in blocks if tag == TOOL_CALL]
     answers = [content for tag, content in blocks if tag == ANSWER]
@@ -132,26 +145,41 @@ def _action(blocks: list[tuple[str, str]], think: str | None) -> Action:
             return _invalid(f"<{tag}> must contain pass or no_pass, got {_clip(values[0])!r}", think)
         if values:
             verdicts[tag] = values[0]
+    common = {"exec_verdict": verdicts.get(EXEC_VERIFY), "memory_verdict": verdicts.get(MEMORY_VERIFY),
+              "think": think}
+    if protocol == "release" and calls:
+        return _first_call(calls, len(answers), common)
     if calls and answers:
         return _invalid("both a <tool_call> and an <answer_sql>: one action per message", think)
     if len(calls) > 1 or len(answers) > 1:
         return _invalid("more than one action: one <tool_call> or one <answer_sql> per message", think)
     if not calls and not answers:
         return _invalid("no action: end the message with a <tool_call> or an <answer_sql>", think)
-    common = {"exec_verdict": verdicts.get(EXEC_VERIFY), "memory_verdict": verdicts.get(MEMORY_VERIFY),
-              "think": think}
     if answers:
         sql = _strip_fence(answers[0])
         if not sql:
             return _invalid("<answer_sql> is empty", think)
         return Action("answer", sql=sql, **common)
-    name, arguments, problem = _tool_call(calls[0])
+    name, arguments, problem = _tool_call(calls[0], PROTOCOL_ARGUMENTS[protocol])
     if problem:
         return _invalid(problem, think)
     return Action("tool_call", tool=name, arguments=arguments, sql=arguments.get("sql"), **common)
 
 
-def _tool_call(content: str) -> tuple[str, dict, str | None]:
+def _first_call(calls: list[str], answers: int, common: dict) -> Action:
+    """Release protocol: the first call that parses is the action; the other blocks are ignored."""
+    problems = []
+    for index, content in enumerate(calls):
+        name, arguments, problem = _tool_call(content, PROTOCOL_ARGUMENTS["release"])
+        if problem:
+            problems.append(problem)
+            continue
+        return Action("tool_call", tool=name, arguments=arguments, sql=arguments["code"],
+                      ignored=len(calls) - index - 1 + answers, **common)
+    return _invalid(problems[0], common["think"])
+
+
+def _tool_call(content: str, tools: dict[str, tuple[str, ...]]) -> tuple[str, dict, str | None]:
     """(name, arguments, problem) of a ``<tool_call>`` body."""
     try:
         call = json.loads(content)
@@ -162,11 +190,11 @@ def _tool_call(content: str) -> tuple[str, dict, str | None]:
     name, arguments = call["name"], call.get("arguments", {})
     if set(call) - {"name", "arguments"}:
         return "", {}, f"unexpected keys in the <tool_call>: {sorted(set(call) - {'name', 'arguments'})}"
-    if name not in TOOL_ARGUMENTS:
-        return "", {}, f"unknown tool {_clip(name)!r}: the tools are {', '.join(TOOL_ARGUMENTS)}"
+    if name not in tools:
+        return "", {}, f"unknown tool {_clip(name)!r}: the tools are {', '.join(tools)}"
     if not isinstance(arguments, dict):
         return "", {}, f"the arguments of {name} must be a JSON object"
-    expected = TOOL_ARGUMENTS[name]
+    expected = tools[name]
     if set(arguments) != set(expected):
         wanted = ", ".join(expected) or "no arguments"
         return "", {}, f"{name} takes {wanted}; got {sorted(arguments) or 'none'}"

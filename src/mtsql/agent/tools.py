@@ -1,7 +1,14 @@
 """The two tools: ``exec_sql`` (the read-only sandbox) and ``memory_retrieve`` (the dialogue memory).
 
-``TOOL_SCHEMAS`` (OpenAI function JSON) is what the chat template, the SFT export and the RL tool
-configuration all show the model; ``protocol.TOOL_ARGUMENTS`` checks calls against the same shape.
+``tool_schemas(protocol)`` (OpenAI function JSON) is what the chat template, the SFT export and the RL
+tool configuration all show the model; ``protocol.PROTOCOL_ARGUMENTS`` checks calls against the same
+shape. ``TOOL_SCHEMAS`` are mtsql's (``exec_sql(sql)``, ``memory_retrieve()``), ``RELEASE_TOOL_SCHEMAS``
+the released MTSQL-R1 checkpoints' (both take ``code``, the query to run or to check).
+
+The release protocol's observations (``release_exec_sql``, ``release_memory_retrieve``) follow the
+release's shape: results as a Python list of row tuples behind a short prefix, cut to
+``result_chars`` characters prefix included; each earlier turn with its SQL, its Spider parse and its
+first ``RELEASE_MEMORY_ROWS`` result rows.
 """
 
 from __future__ import annotations
@@ -11,9 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.agent import prompts
-from mtsql.config import SqlConfig
+from mtsql.config import EnvConfig, SqlConfig
 from mtsql.sql.clauses import render_breakdown
+from mtsql.sql.errors import SqlParseError
 from mtsql.sql.executor import ExecResult, execute_cached
+from mtsql.sql.parser import parse_sql
+from mtsql.sql.schema import load_schema
+
+RELEASE_MEMORY_ROWS = 50  # result rows of an earlier turn in the release's memory observation
 
 TOOL_SCHEMAS: list[dict] = [
     {
@@ -39,6 +51,46 @@ TOOL_SCHEMAS: list[dict] = [
         },
     },
 ]
+
+
+RELEASE_TOOL_SCHEMAS: list[dict] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "exec_sql",
+            "description": "Execute an SQL query on the conversation's database and return its results.",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "The SQL query to execute."}},
+                "required": ["code"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "memory_retrieve",
+            "description": "Retrieve the earlier questions of the dialogue with their SQL, to check a query "
+                           "for coherence with them.",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string",
+                                        "description": "The SQL query to check against the dialogue memory."}},
+                "required": ["code"],
+            },
+        },
+    },
+]
+
+
+def tool_schemas(protocol: str) -> list[dict]:
+    """The tool schemas the model is shown under ``protocol`` (mtsql | release)."""
+    return RELEASE_TOOL_SCHEMAS if protocol == "release" else TOOL_SCHEMAS
+
+
+def env_tools(env_cfg: EnvConfig) -> list[dict]:
+    """The tool schemas an environment shows the model: its protocol's in long mode, none in short."""
+    return tool_schemas(env_cfg.protocol) if env_cfg.mode == "long" else []
 
 
 @dataclass(frozen=True)
@@ -111,3 +163,48 @@ def memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: s
             turns.append((entry.question, None, "", ""))
     return prompts.memory_observation(turns=turns, question=question, candidate=candidate,
                                       candidate_clauses=render_breakdown(candidate) if candidate else "")
+
+
+def release_exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_cfg: SqlConfig,
+                     result_chars: int) -> tuple[SqlRun, str]:
+    """exec_sql under the release protocol: a recap with the result cut to ``result_chars`` (prefix
+    included), then the four verification steps."""
+    result = execute_cached(db_path, sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
+    text = release_result(result)[:result_chars]
+    run = SqlRun(kind=result_kind(result), error_class=None if result.ok else result.error_class,
+                 row_count=len(result.rows) if result.ok else None, text=text, elapsed_s=result.elapsed_s)
+    return run, prompts.release_exec_observation(question=question, sql=sql, result=text, has_history=has_history)
+
+
+def release_memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: str, candidate: str,
+                            sql_cfg: SqlConfig, result_chars: int) -> str:
+    """memory_retrieve under the release protocol: the call's own query run (cut as in exec_sql), then
+    each earlier turn with its SQL, its Spider parse and its first ``RELEASE_MEMORY_ROWS`` rows."""
+    own = execute_cached(db_path, candidate, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
+    turns = []
+    for entry in memory:
+        if entry.sql:
+            result = execute_cached(db_path, entry.sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
+            rows = repr(list(result.rows[:RELEASE_MEMORY_ROWS])) if result.ok else release_result(result)
+            turns.append((entry.question, entry.sql, _spider_parse(db_path, entry.sql), rows))
+        else:
+            turns.append((entry.question, None, "", ""))
+    return prompts.release_memory_observation(question=question, candidate=candidate,
+                                              result=release_result(own)[:result_chars], turns=turns)
+
+
+def release_result(result: ExecResult) -> str:
+    """A result as the release shows it: the rows as a Python list of tuples, or the error, behind a prefix."""
+    if not result.ok:
+        return f"Error: {result.error_message}"
+    return f"Rows: {list(result.rows)!r}"
+
+
+def _spider_parse(db_path: Path, sql: str) -> str:
+    """The Spider parse of ``sql`` (the dict the official evaluators compare), or why there is none."""
+    if not Path(db_path).is_file():
+        return "(no database to parse against)"
+    try:
+        return repr(parse_sql(sql, load_schema(db_path)))
+    except SqlParseError:
+        return "(the query does not parse)"

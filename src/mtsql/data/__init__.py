@@ -48,6 +48,18 @@ def dataset_file(dataset: str, split: str, root: Path | None = None) -> Path:
     return root / RAW_COSQL_TRAIN
 
 
+def has_split(dataset: str, split: str, root: Path | None = None) -> bool:
+    return dataset_file(dataset, split, root).exists()
+
+
+def per_dataset_groups(cfg: DataConfig, root: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """(train dataset, the eval datasets its model is scored on) for ``data.per_dataset``: one group per
+    eval dataset with a ``train_split``, each scored on itself; the others join ``train_dataset``'s."""
+    own = [name for name in cfg.eval_datasets if name != cfg.train_dataset and has_split(name, cfg.train_split, root)]
+    rest = tuple(name for name in cfg.eval_datasets if name not in own)
+    return [*([(cfg.train_dataset, rest)] if rest else []), *((name, (name,)) for name in own)]
+
+
 def gold_file(dataset: str, root: Path | None = None) -> Path:
     _check(dataset, "dev")
     return (root or data_dir()) / dataset / "dev_gold.txt"

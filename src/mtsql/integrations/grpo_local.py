@@ -43,6 +43,7 @@ from mtsql.backends import make_backend, server_options
 from mtsql.backends.hf import HFBackend, resolve_dtype
 from mtsql.backends.vllm import VLLMBackend
 from mtsql.errors import UsageError
+from mtsql.integrations.rl_schedule import LocalValidation, stage_steps
 from mtsql.rollout import SERVER_LOG, RolloutEngine, derive_seed
 from mtsql.trajectories import scorer
 
@@ -216,7 +217,9 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
 
 
 def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: int = 1) -> dict:
-    """GRPO on ``turns`` for ``rl.steps_per_stage`` steps from ``base_model``; saves ``out_dir/model``.
+    """GRPO on ``turns`` for ``stage_steps`` steps (``rl.steps_per_stage``, or ``rl.epochs_per_stage``
+    epochs) from ``base_model``; saves ``out_dir/model``: the last step's weights, or with
+    ``rl.val_pick: best`` those of the best step validated every ``rl.val_every`` steps (``rl_schedule``).
 
     Each step draws ``rl.batch_size`` questions (a seeded shuffle, cycling), samples ``rl.n``
     trajectories of each with the current weights at ``rl.temperature``, scores them with the
@@ -265,6 +268,8 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
     engine = RolloutEngine.from_config(cfg, data_root=root, policy="model", temperature=cfg.rl.temperature,
                                        backend=backend)
     settings = grpo_settings(cfg.rl)
+    steps = stage_steps(cfg.rl, len(turns))
+    validation = LocalValidation(cfg, backend, stage=stage, last_step=steps) if cfg.rl.val_every else None
     order: list = []
     rng = random.Random(derive_seed(cfg.seed, "rl", stage))
     history = []
@@ -272,8 +277,8 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
     columns = (TextColumn(f"rl stage {stage}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True)) as progress:
-        task = progress.add_task("rl", total=cfg.rl.steps_per_stage, reward="-")
-        for step in range(1, cfg.rl.steps_per_stage + 1):
+        task = progress.add_task("rl", total=steps, reward="-")
+        for step in range(1, steps + 1):
             started = time.perf_counter()
             if len(order) < cfg.rl.batch_size:
                 order += rng.sample(turns, len(turns))
@@ -285,7 +290,7 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
                  for r in rows if r["response_ids"]], max_prompt_len=cfg.rl.max_prompt_len,
                 max_response_len=cfg.rl.max_response_len)
             stats = grpo_update(model, optimizer, episodes, settings, pad_id=pad_id, ref_model=ref_model)
-            if step < cfg.rl.steps_per_stage:  # the next rollouts sample from the updated weights
+            if step < steps or validation:  # the next rollouts (or the validation) sample the updated weights
                 refresh(backend, model, out_dir / "rollout-weights")
             rewards = [r["reward"]["score"] for r in rows]
             line = {
@@ -297,16 +302,20 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
                 "groups_with_signal": signal_share(episodes), "episodes_trained": len(episodes), **over,
                 **stats, "wall_s": round(time.perf_counter() - started, 2),
             }
+            if validation:
+                line |= validation.after_step(step, model)
             history.append(line)
             with open(metrics_path, "a") as handle:
                 handle.write(json.dumps(line) + "\n")
             progress.update(task, completed=step, reward=f"{line['reward_mean']:.3f}")
+    picked = validation.finish(model) if validation else steps
     save_model(model, backend.tokenizer, out_dir / "model")
     shutil.rmtree(out_dir / "rollout-weights", ignore_errors=True)
     first, last = history[0], history[-1]
     return {"steps": len(history), "reward_first": first["reward_mean"], "reward_last": last["reward_mean"],
             "ex_last": last["ex"], "response_length_last": last["response_length"],
-            "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history)}
+            "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history), "picked_step": picked,
+            "val_reward_picked": history[picked - 1].get("val_reward_mean")}
 
 
 def refresh(backend, model, folder: Path) -> None:

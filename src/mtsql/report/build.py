@@ -57,7 +57,8 @@ def build_report(run: Path) -> Path:
     curve = plots.save(plots.rl_figure(stages, training.CURVES), tmp / "plots" / "rl_curves.png").name if stages else None
     lines += training.rl_section(arts, curve)
     lines += provenance_section(arts)
-    lines += published_section({name for a in evals.values() for name in a.metrics.get("datasets", {})})
+    lines += published_section({name for a in evals.values() for name in a.metrics.get("datasets", {})},
+                               {label: a.metrics for label, a in evals.items()})
     (tmp / "report.md").write_text("\n".join(lines))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

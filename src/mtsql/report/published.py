@@ -39,12 +39,18 @@ SQL_R1_RESULTS: dict[str, dict[str, float]] = {
 }
 
 
-def published_section(datasets: set[str]) -> list[str]:
+RELEASE_SETTINGS = ("release protocol (exec_sql(code), memory_retrieve(code)), gold memory, greedy, 8,000 "
+                    "response tokens per turn, prompts over 4,000 tokens dropped (verl validation)")
+
+
+def published_section(datasets: set[str], settings: dict[str, dict] | None = None) -> list[str]:
     """The papers' own numbers for the datasets this run evaluates: MTSQL-R1 for SParC / CoSQL,
-    SQL-R1 for Spider."""
+    SQL-R1 for Spider. ``settings``: each evaluation's metrics (label -> metrics.json), whose protocol,
+    memory, decoding and budgets are listed next to the paper's, so that numbers obtained under
+    different settings are not compared unknowingly."""
     lines = []
     if datasets & {"sparc", "cosql"}:
-        lines += _mtsql_r1()
+        lines += _mtsql_r1() + _settings(settings or {})
     if "spider" in datasets:
         benchmarks = ["Spider dev", "Spider test", "BIRD dev"]
         rows = [[model, *(f"{scores[b]:.1f}" if b in scores else "–" for b in benchmarks)]
@@ -68,3 +74,30 @@ def _mtsql_r1() -> list[str]:
         lines.append(f"* {kind}: " + "; ".join(f"{k} {' → '.join(f'{v:.1f}' for v in values)}"
                                               for k, values in buckets.items()))
     return lines + [""]
+
+
+def _settings(evals: dict[str, dict]) -> list[str]:
+    lines = ["Settings of the published numbers (the release's evaluation scripts, docs/paper.md): "
+             f"{RELEASE_SETTINGS}. This run's evaluations:", ""]
+    for label, metrics in evals.items():
+        budgets = metrics.get("budgets", {})
+        per_turn = budgets.get("max_response_tokens")
+        cap = budgets.get("observation_chars")
+        parts = [f"{metrics.get('protocol', 'mtsql')} protocol", f"{metrics.get('mode', 'long')} mode",
+                 f"{metrics.get('memory', 'gold')} memory", metrics.get("decoding", "greedy"),
+                 f"{budgets.get('max_new_tokens', '?')} tokens per message",
+                 f"{per_turn:,} per turn" if per_turn else "no cap per turn",
+                 f"observations cut at {cap:,} characters" if cap else "observations uncut"]
+        for name, block in metrics.get("datasets", {}).items():
+            kept = block.get("prompt_filter")
+            if kept:
+                without = kept["kept"] or {}
+                parts.append(f"{name}: {kept['dropped']} of {kept['turns']} turns have a prompt over "
+                             f"{kept['limit']:,} tokens; without them EX {_pct(without.get('ex'))} / EM "
+                             f"{_pct(without.get('em'))} (with them {_pct(block.get('ex'))} / {_pct(block.get('em'))})")
+        lines.append(f"* {label}: " + "; ".join(parts))
+    return lines + [""]
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"

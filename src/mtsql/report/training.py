@@ -103,7 +103,21 @@ def rl_section(arts: dict[str, Artifact], plot: str | None) -> list[str]:
     if thinned:
         lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
                   "`metrics.jsonl`.", ""]
-    return lines + table(["stage", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows)
+    return lines + table(["stage", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows) + \
+        _validation_lines(stages)
+
+
+def _validation_lines(stages: dict[int, Artifact]) -> list[str]:
+    """The dev validations of each stage (``rl.val_every``) and the step whose model the stage kept."""
+    lines = []
+    for k, art in stages.items():
+        validated = [row for row in rl_steps(art) if row.get("val_reward_mean") is not None]
+        if validated:
+            shown = "; ".join(f"step {row['step']}: reward {row['val_reward_mean']:.3f}"
+                              + (f", EX {100 * row['val_ex']:.1f} %" if row.get("val_ex") is not None else "")
+                              for row in validated)
+            lines.append(f"* rl-c{k} dev validation: {shown}; model kept: step {art.metrics.get('picked_step')}")
+    return ["", *lines, ""] if lines else []
 
 
 def thin(rows: list[dict], limit: int) -> list[dict]:

@@ -13,7 +13,14 @@ One rollout covers every dataset's turns (``_split`` parts them again).
 Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl`` (with
 voting, the greedy ones in ``<dataset>/greedy/``); the
 stage metrics hold, per dataset, EX / EM (question and interaction), the breakdowns by hardness
-and turn, and the protocol abilities (tool calls, verification accuracy, self-correction).
+and turn, and the protocol abilities (tool calls, verification accuracy, self-correction); and the
+settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``.
+
+Budgets: ``sample.max_new_tokens`` per message and ``evaluate.max_response_tokens`` for a whole
+turn. ``evaluate.prompt_filter_tokens``: nothing is dropped, but the items whose prompt (the system
+and user messages in the chat template, without the tool schemas, as verl's
+``filter_overlong_prompts`` counts) is longer are counted, and each dataset's headline is given again
+without them (``prompt_filter``), the way a verl validation pass would have scored it.
 """
 
 from __future__ import annotations
@@ -54,14 +61,19 @@ def verification_accuracy(rows: list[dict], cfg: ConfigView) -> float | None:
     return agree / total if total else None
 
 
+def accuracy(summary: dict, metric: str, *path: str) -> float | None:
+    """One accuracy of an official summary (``accuracy(summary, "execution", "question")``), None if absent."""
+    node = summary[metric]
+    for key in path:
+        node = node.get(key) if node is not None else None
+    return node["accuracy"] if node is not None else None
+
+
 def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
     """The official summary reshaped for reports, plus protocol abilities of the chosen samples
     (single-turn datasets have no interaction match and no turn buckets: those are None and empty)."""
     def acc(metric, *path):
-        node = summary[metric]
-        for key in path:
-            node = node.get(key) if node is not None else None
-        return node["accuracy"] if node is not None else None
+        return accuracy(summary, metric, *path)
 
     def breakdown(key: str) -> dict:
         table = summary["exact"].get(key, {})
@@ -92,16 +104,23 @@ def engine_identity(cfg: ConfigView) -> dict:
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
     with RolloutEngine.from_config(cfg.replace(sample={"temperature": 0.0}), data_root=cfg.data_root,
                                    policy="model", model=stage_model(cfg.model.name, model),
+                                   max_response_tokens=cfg.evaluate.max_response_tokens,
                                    log_path=ctx.out / SERVER_LOG) as greedy:
         return _evaluate(ctx, cfg, greedy, model)
 
 
 def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: Artifact | None) -> dict:
     root, n = cfg.data_root, cfg.evaluate.vote
-    sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend)
-               if n > 1 else None)
+    budget = cfg.evaluate.max_response_tokens
+    sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend,
+                                         max_response_tokens=budget) if n > 1 else None)
     out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
-           "memory": cfg.env.memory, "decoding": f"vote@{n}" if sampler else "greedy", "datasets": {}}
+           "protocol": cfg.env.protocol, "memory": cfg.env.memory,
+           "decoding": f"vote@{n}" if sampler else "greedy",
+           "budgets": {"max_turns": cfg.env.max_turns, "max_new_tokens": cfg.sample.max_new_tokens,
+                       "max_response_tokens": budget, "prompt_filter_tokens": cfg.evaluate.prompt_filter_tokens,
+                       "observation_chars": cfg.env.observation_chars},
+           "datasets": {}}
     by_dataset = {name: eval_turns(cfg.data, name, root) for name in cfg.data.eval_datasets}
     every_turn = [turn for turns in by_dataset.values() for turn in turns]
     greedy_rows = _split(_rollout(greedy, every_turn, 1, cfg, ctx.out / "greedy-rollout"), by_dataset)
@@ -117,8 +136,28 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
             chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) for t in turns]
             greedy_block, block = block, _score(cfg, name, turns, chosen, sampled[name], folder)
             block["decodings"] = {"greedy": _headline(greedy_block), f"vote@{n}": _headline(block)}
+        if cfg.evaluate.prompt_filter_tokens is not None:
+            block["prompt_filter"] = _prompt_filter(cfg, turns, rows, greedy.chat)
         out["datasets"][name] = block
     return out
+
+
+def _prompt_filter(cfg: ConfigView, turns, rows: list[dict], chat) -> dict:
+    """The greedy headline without the turns whose prompt is over ``evaluate.prompt_filter_tokens``,
+    and how many those are (the prompt counted as verl's filter counts it: no tool schemas)."""
+    limit = cfg.evaluate.prompt_filter_tokens
+    lengths = [len(chat.prompt_ids(row["trajectory"]["messages"][:2])) for row in rows]
+    kept = [(turn, row["final_sql"] or "") for turn, row, length in zip(turns, rows, lengths, strict=True)
+            if length <= limit]
+    out = {"limit": limit, "turns": len(turns), "dropped": len(turns) - len(kept), "longest_prompt": max(lengths),
+           "kept": None}
+    if not kept:
+        return out
+    summary = score_pairs(kept, data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql)).summary
+    return out | {"kept": {"turns": summary["turns"], "interactions": summary.get("interactions"),
+                     "ex": accuracy(summary, "execution", "question"), "em": accuracy(summary, "exact", "question"),
+                     "interaction_ex": accuracy(summary, "execution", "interaction"),
+                     "interaction_em": accuracy(summary, "exact", "interaction")}}
 
 
 def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> list[dict]:

@@ -10,11 +10,16 @@ training artifact; none: the base model); config sections ``data``, ``sql``, ``e
 ``model``, ``sample`` (generation settings of the local engine), ``rl``, ``seed``. ``rl.engine``
 must be resolved (``verl`` or ``local``, see ``pick_engine``) before the stage runs.
 Writes: ``model/``, ``metrics.jsonl`` (one line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
+
+``rl.epochs_per_stage`` and ``rl.val_every`` / ``rl.val_pick`` (``integrations.rl_schedule``) set how
+long a stage trains and which step's model it keeps; verl validates on ``data/val.parquet`` (the dev
+turns) and, to keep the best step, merges that step's checkpoint instead of the last one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -24,10 +29,14 @@ from mtsql.chat_format import ChatFormat
 from mtsql.config import ConfigView
 from mtsql.data.records import Turn, read_turns
 from mtsql.errors import UsageError
+from mtsql.integrations.process import run_logged
+from mtsql.integrations.rl_schedule import best_step, epochs_note, stage_steps, validation_turns
 from mtsql.integrations.verl.dataset import write_rl_parquet
 from mtsql.integrations.verl.launch import (
     StageData,
     build_stage_plan,
+    checkpoint_dir,
+    merge_command,
     read_metrics,
     render_plan,
     run_stage_plan,
@@ -69,14 +78,26 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     if cfg.rl.engine != "verl":
         raise UsageError(f"rl.engine={cfg.rl.engine}: resolve 'auto' with pick_engine before running the stage")
     rows = _write_parquet(cfg, turns, base, _train_file(ctx.out, stage))
+    if cfg.rl.val_every:
+        _write_parquet(cfg, validation_turns(cfg), base, _val_file(ctx.out))
     commands, stage_data = _verl_plan(cfg, base_model=base, out=ctx.out, stage=stage, rows=rows)
-    run_stage_plan(commands, ctx.log_path, steps=cfg.rl.steps_per_stage)
-    shutil.move(str(ctx.out / "verl" / stage_data.name / "merged"), ctx.out / MODEL_DIR)
-    curve = _verl_curve(ctx.out / "verl" / stage_data.name, stage)
+    steps = stage_steps(cfg.rl, rows)
+    run_stage_plan(commands, ctx.log_path, steps=steps)
+    stage_dir = ctx.out / "verl" / stage_data.name
+    curve = _verl_curve(stage_dir, stage)
+    picked = best_step(curve) if cfg.rl.val_pick == "best" else None
+    if picked is not None and picked != steps:
+        merge = merge_command(checkpoint_dir(stage_dir, picked), stage_dir / f"merged-step-{picked}",
+                              name=f"{stage_data.name} merge step {picked}", cwd=stage_dir)
+        run_logged(merge, ctx.log_path)
+        shutil.move(str(merge.produces["merged_model"]), ctx.out / MODEL_DIR)
+    else:
+        shutil.move(str(stage_dir / "merged"), ctx.out / MODEL_DIR)
     (ctx.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in curve))
     last = curve[-1] if curve else {}
     return {"engine": "verl", "items": stage_data.rows, "steps": len(curve),
-            "reward_last": last.get("reward_mean"), "response_length_last": last.get("response_length")}
+            "reward_last": last.get("reward_mean"), "response_length_last": last.get("response_length"),
+            "picked_step": picked or steps}
 
 
 def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:
@@ -84,7 +105,7 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
     base = stage_model(cfg.model.name, model, resolve=False)
     if cfg.rl.engine == "local":
         weights = f"the last {cfg.rl.freeze_layers} decoder layers of " if cfg.rl.freeze_layers else ""
-        return (f"# local GRPO in this process: {cfg.rl.steps_per_stage} steps of {cfg.rl.batch_size} questions "
+        return (f"# local GRPO in this process: {epochs_note(cfg.rl)} of {cfg.rl.batch_size} questions "
                 f"x {cfg.rl.n} samples, training {weights}{base}; curriculum stage {stage} of {curriculum.path}\n")
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
     rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs
@@ -95,6 +116,10 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
 
 def _train_file(out: Path, stage: int) -> Path:
     return out / "data" / f"stage-{stage}.parquet"
+
+
+def _val_file(out: Path) -> Path:
+    return out / "data" / "val.parquet"
 
 
 def _write_parquet(cfg: ConfigView, turns: list[Turn], base_model: str, path: Path) -> int:
@@ -108,15 +133,24 @@ def _write_parquet(cfg: ConfigView, turns: list[Turn], base_model: str, path: Pa
 
 def _verl_plan(cfg: ConfigView, *, base_model: str, out: Path, stage: int, rows: int | None):
     """The verl train + merge commands of one curriculum stage (``rows``: None when not known yet)."""
-    stage_data = StageData(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows)
+    stage_data = StageData(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
+                           val_file=_val_file(out) if cfg.rl.val_every else None)
     return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
                             data_root=cfg.data_root), stage_data
 
 
 VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean"}
+VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
 
 
 def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
-    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike)."""
-    return [{"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()}}
-            for row in read_metrics(stage_dir)]
+    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike);
+    ``val_reward_mean``: the mean over datasets of the greedy validation reward, on validated steps."""
+    curve = []
+    for row in read_metrics(stage_dir):
+        line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()}}
+        validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
+        if validated:
+            line["val_reward_mean"] = sum(validated) / len(validated)
+        curve.append(line)
+    return curve

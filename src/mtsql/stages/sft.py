@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtsql import backends
-from mtsql.agent.tools import TOOL_SCHEMAS
+from mtsql.agent.tools import env_tools
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import eval_turns
@@ -46,7 +46,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact
     base = stage_model(cfg.model.name, model)
     stats = export_sharegpt(({"messages": r["trajectory"]["messages"]} for r in rows), ctx.out / "data",
                             tokenizer_path=base, template=cfg.model.template, cutoff_len=cfg.sft.cutoff_len,
-                            tools=TOOL_SCHEMAS if cfg.env.mode == "long" else ())
+                            tools=env_tools(cfg.env))
     sft_plan = _plan(cfg, ctx.out, base)
     result = run_sft(sft_plan, log_path=ctx.log_path, expected_examples=stats.examples)
     metrics = {"examples": stats.examples, "dropped": stats.dropped, "over_cutoff": stats.over_cutoff,

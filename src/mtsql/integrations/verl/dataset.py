@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.tools import TOOL_SCHEMAS, MemoryEntry
+from mtsql.agent.tools import MemoryEntry, env_tools
 from mtsql.chat_format import ChatFormat
 from mtsql.config import EnvConfig, SqlConfig
 from mtsql.data.records import Turn
@@ -40,7 +40,7 @@ class ExportReport:
 
 def episode_tools(env_cfg: EnvConfig) -> list[dict] | None:
     """The tool schemas the chat template shows the model: the two tools in long mode, none in short."""
-    return TOOL_SCHEMAS if env_cfg.mode == "long" else None
+    return env_tools(env_cfg) or None
 
 
 def rl_row(index: int, turn: Turn, messages: Sequence[dict], memory: Sequence[MemoryEntry] | None) -> dict:

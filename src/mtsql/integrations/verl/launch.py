@@ -40,6 +40,7 @@ from mtsql.config import Config, to_dict
 from mtsql.errors import StageFailed, UsageError
 from mtsql.integrations.passthrough import check_extra, clashes
 from mtsql.integrations.process import Command, OutputLines, run_logged
+from mtsql.integrations.rl_schedule import stage_steps
 from mtsql.integrations.verl.dataset import AGENT_NAME
 
 AGENT_LOOP_TARGET = "mtsql.integrations.verl.agent_loop.SqlAgentLoop"
@@ -73,6 +74,7 @@ class StageData:
     name: str
     train_file: Path
     rows: int | None
+    val_file: Path | None = None  # the dev rows validated every rl.val_every steps (None: no validation)
 
 
 def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: str, out_dir: Path,
@@ -91,7 +93,8 @@ def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: st
     current, adapter = model_path, None
     for index, stage in enumerate(stages):
         stage_dir = out_dir / stage.name
-        checkpoint = stage_dir / "checkpoints" / f"global_step_{cfg.rl.steps_per_stage}" / "actor"
+        steps = stage_steps(cfg.rl, stage.rows)
+        checkpoint = checkpoint_dir(stage_dir, "<steps>" if steps is None else steps)
         merged = stage_dir / "merged"
         metrics = next_metrics_file(stage_dir)
         overrides = train_overrides(cfg, stage, model_path=current, lora_adapter=adapter, stage_dir=stage_dir,
@@ -103,12 +106,23 @@ def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: st
         produces = {"merged_model": merged}
         if cfg.rl.lora_rank:
             produces["lora_adapter"] = merged / "lora_adapter"  # the merger keeps LoRA weights apart
-        plan.append(Command(
-            name=f"{stage.name} merge", cwd=stage_dir, produces=produces,
-            argv=(python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(checkpoint),
-                  "--target_dir", str(merged))))
+        plan.append(merge_command(checkpoint, merged, name=f"{stage.name} merge", cwd=stage_dir, python=python,
+                                  produces=produces))
         current, adapter = str(merged), (str(produces["lora_adapter"]) if cfg.rl.lora_rank else None)
     return plan
+
+
+def checkpoint_dir(stage_dir: Path, step: int | str) -> Path:
+    """Where verl leaves the actor checkpoint of ``step`` (what the merger reads)."""
+    return Path(stage_dir) / "checkpoints" / f"global_step_{step}" / "actor"
+
+
+def merge_command(checkpoint: Path, target: Path, *, name: str, cwd: Path, python: str = sys.executable,
+                  produces: dict[str, Path] | None = None) -> Command:
+    """verl's model merger: an FSDP actor checkpoint into a Hugging Face folder."""
+    return Command(name=name, cwd=cwd, produces=produces or {"merged_model": target},
+                   argv=(python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
+                         str(checkpoint), "--target_dir", str(target)))
 
 
 def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
@@ -128,6 +142,7 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
                     stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path) -> list[str]:
     """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.extra``."""
     rl = cfg.rl
+    steps = stage_steps(rl, stage.rows)  # None: epochs over a stage whose size is not known yet (dry run)
     actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
     reward_kwargs = "+reward.custom_reward_function.reward_kwargs"
     logger = rl.logger
@@ -136,8 +151,9 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
         ("algorithm.adv_estimator", "grpo"),
         ("algorithm.use_kl_in_reward", False),
         ("data.train_files", str(Path(stage.train_file).resolve())),
-        # verl always builds a validation set; validation itself is off (mtsql evaluate scores the models)
-        ("data.val_files", str(Path(stage.train_file).resolve())),
+        # verl always builds a validation set; without rl.val_every it is never used (mtsql evaluate scores
+        # the models)
+        ("data.val_files", str(Path(stage.val_file or stage.train_file).resolve())),
         ("data.train_batch_size", rl.batch_size),
         ("data.max_prompt_length", rl.max_prompt_len),
         ("data.max_response_length", rl.max_response_len),
@@ -180,12 +196,15 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
         *([(f"{RUNTIME_ENV}.TENSORBOARD_DIR", str(stage_dir / "tensorboard"))] if logger == "tensorboard" else []),
         ("trainer.default_local_dir", str(stage_dir / "checkpoints")),
         ("trainer.resume_mode", "auto"),
-        ("trainer.total_training_steps", rl.steps_per_stage),
-        # enough epochs for total_training_steps whatever the stage size (an epoch has >= 1 step)
-        ("trainer.total_epochs", rl.steps_per_stage),
-        ("trainer.save_freq", rl.steps_per_stage),
-        ("trainer.test_freq", -1),
+        ("trainer.total_training_steps", steps),
+        # steps: enough epochs for total_training_steps whatever the stage size (an epoch has >= 1 step)
+        ("trainer.total_epochs", rl.epochs_per_stage or rl.steps_per_stage),
+        # verl saves at the last step whenever save_freq > 0; rl.val_pick: best keeps every validated step
+        ("trainer.save_freq", rl.val_every if rl.val_pick == "best" else steps or 1),
+        ("trainer.test_freq", rl.val_every or -1),
         ("trainer.val_before_train", False),
+        (f"{rollout}.val_kwargs.do_sample", False),  # validation is greedy, as the release's
+        (f"{rollout}.val_kwargs.n", 1),
         ("trainer.n_gpus_per_node", rl.n_gpus_per_node),
         ("trainer.nnodes", rl.nnodes),
     ]
