@@ -166,3 +166,27 @@ def test_evaluate_with_voting_reports_greedy_and_vote_side_by_side(tiny_cfg):
     greedy = read_jsonl(art.path / "cosql" / "greedy" / "trajectories.jsonl")
     assert len(voted) == 2 * len(greedy) == 2 * block["turns"]
     assert not list(art.path.rglob("*-rollout")), "resumable shards are removed once scored"
+
+
+def test_evaluate_reports_pass_at_k_from_the_vote_samples_and_every_measure(tiny_cfg, monkeypatch):
+    rollouts, run = [], RolloutEngine.run
+
+    def recorded(engine, turns, **kwargs):
+        rollouts.append(kwargs.get("n", 1))
+        return run(engine, turns, **kwargs)
+
+    monkeypatch.setattr(RolloutEngine, "run", recorded)
+    cfg = replace(tiny_cfg, data={"eval_limit": 1, "eval_datasets": ("cosql",)}, evaluate={"vote": 2, "samples": 3})
+    art = pipeline.evaluate(cfg, label="eval-pass")
+    assert rollouts == [1, 3], "one greedy rollout, one sampled rollout serving vote@2 and pass@k"
+    block = art.metrics["datasets"]["cosql"]
+    assert block["pass_at_k"]["samples"] == 3 and block["pass_at_k"]["ks"] == [1, 2, 3]
+    assert block["pass_at_k"]["all"]["turns"] == block["turns"]
+    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == 2 * block["turns"], "the vote's 2 samples"
+    assert set(block["verdict_calibration"]) == {"exec_verify", "memory_verify"}
+    assert set(block["propagation"]) == {"after_right", "after_wrong", "by_turn"}
+    assert block["ex_non_empty_gold"]["scored"] + block["ex_non_empty_gold"]["vacuous"] == block["scored_ex"]
+    greedy, voted = block["decodings"]["greedy"]["cost"], block["decodings"]["vote@2"]["cost"]
+    assert greedy["messages"] >= 1 and greedy["prompt_tokens"] > greedy["generated_tokens"] > 0
+    assert voted["generated_tokens"] > greedy["generated_tokens"], "the vote pays for both samples"
+    assert art.metrics["max_turns"] == cfg.env.max_turns

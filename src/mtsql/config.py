@@ -82,6 +82,8 @@ class RewardConfig:
     coherence: float = 0.1
     clause_f1: float = 0.8
     format: float = 0.0
+    empty_match_credit: bool = True  # false: a prediction matching a gold with an empty (or all-NULL)
+                                     # result earns no EX / result credit (measures.vacuous)
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,7 @@ class EvaluateConfig:
 
     limit: int | None = None
     vote: int = 1  # >1: self-consistency voting over this many samples by execution result
+    samples: int = 1  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared with vote)
 
 
 @dataclass(frozen=True)
