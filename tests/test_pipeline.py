@@ -98,7 +98,9 @@ def test_local_rl_runs_every_curriculum_stage_and_caches(tiny_cfg):
     nonempty = [k for k in (1, 2, 3) if read_jsonl(plan.path / f"stage-{k}.jsonl")]
     assert stages == [f"rl-c{k}" for k in nonempty]
     curve = read_jsonl(last.path / "metrics.jsonl")
-    assert len(curve) == 1 and {"reward_mean", "response_length", "tool_calls_per_turn", "ex", "pg_loss"} <= set(curve[0])
+    assert len(curve) == 1 and {"reward_mean", "response_length", "tool_calls_per_turn", "ex", "pg_loss",
+                                "memory_calls_per_turn", "self_correction_rate", "invalid_message_rate",
+                                "messages_per_turn"} <= set(curve[0])
     assert (last.path / "model" / "config.json").exists()
     again = pipeline.rl(tiny_cfg, curriculum_art=plan, engine="local")
     assert again.manifest["created_at"] == last.manifest["created_at"]
