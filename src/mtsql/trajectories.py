@@ -100,6 +100,9 @@ def summarize_trajectories(rows: list[dict]) -> dict:
     }
 
 
+BEHAVIOUR = ("tool_calls", "memory_calls", "messages", "invalid_messages", "self_corrected")
+
+
 def episode_behaviour(trajectory: dict) -> dict[str, float]:
     """What the agent did in one episode (``Trajectory.to_dict()``): tool and memory calls, assistant
     messages, unparseable messages, and whether it self-corrected (an exec_sql result other than the

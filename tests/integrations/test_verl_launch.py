@@ -68,6 +68,7 @@ def test_every_override_is_a_verl_key_with_the_intended_value(composed):
     assert config.data.train_files.endswith("data dir/stage-0.parquet") and config.data.train_batch_size == 256
     assert (config.trainer.n_gpus_per_node, config.trainer.nnodes, config.trainer.total_training_steps) == (4, 1, 60)
     assert config.trainer.save_freq == 60 and config.trainer.default_local_dir.endswith("stage-0/checkpoints")
+    assert config.trainer.rollout_data_dir.endswith("stage-0/rollouts"), "each step's samples, for the behaviour curves"
     assert config.trainer.logger == ["console", "file"] and config.trainer.experiment_name == "paper-stage-0"
     reward = config.reward.custom_reward_function
     assert (reward.path, reward.name) == ("pkg://mtsql.integrations.verl.reward", "compute_score")

@@ -30,6 +30,7 @@ from mtsql.integrations.verl.launch import (
     read_metrics,
     render_plan,
     run_stage_plan,
+    step_behaviour_of,
 )
 from mtsql.models import stage_model
 
@@ -109,6 +110,8 @@ VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_le
 
 
 def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
-    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike)."""
-    return [{"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()}}
-            for row in read_metrics(stage_dir)]
+    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike),
+    with the agent's behaviour from each step's samples (its response length in model tokens, as the
+    local engine counts it, replacing verl's)."""
+    return [{"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()},
+             **step_behaviour_of(stage_dir, row["step"])} for row in read_metrics(stage_dir)]
