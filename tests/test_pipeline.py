@@ -192,3 +192,24 @@ def test_evaluate_reports_pass_at_k_from_the_vote_samples_and_every_measure(tiny
     assert greedy["messages"] >= 1 and greedy["prompt_tokens"] > greedy["generated_tokens"] > 0
     assert voted["generated_tokens"] > greedy["generated_tokens"], "the vote pays for both samples"
     assert art.metrics["max_turns"] == cfg.env.max_turns
+
+
+def test_evaluate_samples_without_a_vote_keep_greedy_as_the_headline(tiny_cfg):
+    cfg = replace(tiny_cfg, data={"eval_limit": 1, "eval_datasets": ("cosql",)}, evaluate={"samples": 2})
+    art = pipeline.evaluate(cfg, label="eval-samples")
+    block = art.metrics["datasets"]["cosql"]
+    assert art.metrics["decoding"] == "greedy" and "decodings" not in block
+    assert block["pass_at_k"]["ks"] == [1, 2] and block["pass_at_k"]["all"]["turns"] == block["turns"]
+    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == block["turns"], "the greedy trajectories"
+    assert len(read_jsonl(art.path / "cosql" / "samples" / "trajectories.jsonl")) == 2 * block["turns"]
+
+
+def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
+    from mtsql.config import ConfigView
+    from mtsql.stages.evaluate import judge
+
+    cfg = ConfigView(cfg_for(tmp_path), ("sql",), owner="test", data_root=data_dir())
+    row = {"turn": {"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"}}
+    ex = judge(cfg)
+    assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0
+    assert ex(row, "SELECT nope FROM pets") == 0
