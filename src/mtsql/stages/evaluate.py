@@ -54,7 +54,8 @@ def judge(cfg: ConfigView) -> Callable[[dict, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
     def ex(row: dict, sql: str) -> int | None:
         return score_turn(row["turn"]["gold_sql"], sql, row["turn"]["db_id"], data_root=cfg.data_root,
-                          exec_semantics=cfg.sql.exec_semantics).execution
+                          exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
+                          timeout_s=cfg.sql.timeout_s).execution
     return ex
 
 
