@@ -38,11 +38,9 @@ def test_cost_of_trajectories():
            "generated_tokens": 50, "elapsed_s": 2.0,
            "generations": [{"tokens": 10, "prompt_tokens": 100}, {"tokens": 20, "prompt_tokens": 130}]}
     # 2 exec_sql calls ran + one memory_retrieve running the 2 remembered queries; 5 assistant messages
-    assert trajectory_cost(row) == {"generated_tokens": 50, "prompt_tokens": 230, "sql_executions": 4,
-                                    "messages": 5, "episode_s": 2.0}
+    assert trajectory_cost(row) == {"generated_tokens": 50, "prompt_tokens": 230, "sql_executions": 4, "messages": 5}
     other = {"trajectory": {"steps": [{"tool": None, "action": "answer"}], "memory": []}, "generated_tokens": 10,
              "elapsed_s": 1.0, "generations": [{"tokens": 10, "prompt_tokens": 90}]}
     assert cost_per_turn([row, other], turns=2, wall_s=3.0) == {
-        "generated_tokens": 30.0, "prompt_tokens": 160.0, "sql_executions": 2.0, "messages": 3.0, "episode_s": 1.5,
-        "wall_s": 1.5}
+        "generated_tokens": 30.0, "prompt_tokens": 160.0, "sql_executions": 2.0, "messages": 3.0, "wall_s": 1.5}
     assert cost_per_turn([row, other], turns=1)["wall_s"] is None, "two samples of one turn: vote@2's cost"

@@ -103,7 +103,7 @@ def measured(name: str, turns: int, k: int, mode: str, tokens: float) -> dict:
             "propagation": propagation(items),
             "ex_non_empty_gold": non_empty_gold_ex(items, {(0, 0)}, set()),
             "cost": {"generated_tokens": tokens, "prompt_tokens": 10 * tokens, "sql_executions": 1.5, "messages": 3.0,
-                     "wall_s": 0.5, "episode_s": 2.0}}
+                     "wall_s": 0.5}}
 
 
 def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int, int]], *, memory: str = "gold",

@@ -247,8 +247,8 @@ def test_vacuous_memory_propagation_and_cost_sections(report):
     assert "| eval-sft | gold | cosql | 100.0 [75.8, 100.0] (12/12) | 0.0 [0.0, 17.6] (0/18) | +100.0 [+70.0, +100.0] |" \
         in section(text, "Error propagation")
     cost = section(text, "Cost against accuracy")
-    assert "| eval-sft-vote4 | cosql | greedy | 40.0 [26.3, 55.4] (16/40) | 40 | 400 | 1.5 | 3 | 0.5 | 2 |" in cost
-    assert "| eval-sft-vote4 | cosql | vote@4 | 50.0 [35.2, 64.8] (20/40) | 160 | 1,600 | 1.5 | 3 | 0.5 | 2 |" in cost
+    assert "| eval-sft-vote4 | cosql | greedy | 40.0 [26.3, 55.4] (16/40) | 40 | 400 | 1.5 | 3 | 0.5 |" in cost
+    assert "| eval-sft-vote4 | cosql | vote@4 | 50.0 [35.2, 64.8] (20/40) | 160 | 1,600 | 1.5 | 3 | 0.5 |" in cost
 
 
 def test_curves_against_max_turns_and_vote_n(shared_run):

@@ -3,14 +3,14 @@
 Per trajectory: ``generated_tokens`` (model tokens), ``prompt_tokens`` (the context each model call
 read, summed over its messages: what a backend without a prefix cache computes), ``sql_executions``
 (each ``exec_sql`` call that ran, plus one per remembered query a ``memory_retrieve`` call ran),
-``messages`` (assistant messages) and ``episode_s`` (from the episode's start to its end, waits for
-the batch included). A decoding's cost per turn sums its trajectories (vote@n: every sample) and
-divides by the turns; ``wall_s`` is the rollout's wall time per turn when known.
+and ``messages`` (assistant messages). A decoding's cost per turn sums its trajectories (vote@n:
+every sample) and divides by the turns; ``wall_s`` is the rollout's wall time per turn when known
+(episodes run side by side in batches, so an episode's own duration, waits included, is no cost).
 """
 
 from __future__ import annotations
 
-FIELDS = ("generated_tokens", "prompt_tokens", "sql_executions", "messages", "episode_s")
+FIELDS = ("generated_tokens", "prompt_tokens", "sql_executions", "messages")
 
 
 def trajectory_cost(row: dict) -> dict[str, float]:
@@ -22,8 +22,7 @@ def trajectory_cost(row: dict) -> dict[str, float]:
                       if s.get("tool") == "memory_retrieve" and s.get("observation") is not None)
     return {"generated_tokens": row.get("generated_tokens") or 0,
             "prompt_tokens": sum(g.get("prompt_tokens", 0) for g in row.get("generations") or []),
-            "sql_executions": executions, "messages": len(trajectory["steps"]),
-            "episode_s": row.get("elapsed_s") or 0.0}
+            "sql_executions": executions, "messages": len(trajectory["steps"])}
 
 
 def cost_per_turn(rows: list[dict], turns: int, wall_s: float | None = None) -> dict[str, float | None]:

@@ -22,7 +22,7 @@ from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
 
 COST_COLUMNS = {"generated_tokens": "generated tokens", "prompt_tokens": "prompt tokens",
-                "sql_executions": "SQL executions", "messages": "messages", "wall_s": "wall s", "episode_s": "episode s"}
+                "sql_executions": "SQL executions", "messages": "messages", "wall_s": "wall s"}
 
 
 def blocks(evals: dict[str, Artifact], key: str):
@@ -172,8 +172,8 @@ def cost_section(evals: dict[str, Artifact], plots: list[str]) -> list[str]:
     lines = ["## Cost against accuracy", "",
              "Per turn: model tokens generated, prompt tokens (the context each model call read, summed over the "
              "turn's messages), SQL executions (exec_sql calls that ran, plus the remembered queries each "
-             "memory_retrieve ran), assistant messages, the rollout's wall seconds (shared among the datasets it "
-             "served) and an episode's own seconds (start to end, batch waits included). vote@n counts all n samples.",
+             "memory_retrieve ran), assistant messages and the rollout's wall seconds (its share for the dataset: "
+             "one rollout serves every dataset). vote@n counts all n samples.",
              "", *table(["evaluation", "dataset", "decoding", "EX", *COST_COLUMNS.values()], rows, numeric_from=3)]
     for path in plots:
         lines += [f"![EX against cost](plots/{path})", ""]
