@@ -54,3 +54,29 @@ def test_memory_verify_table_and_following():
 def test_nothing_to_divide_is_none():
     cell = verdict_calibration([{"trajectory": {"steps": [answer(0, G)]}}], judge)["exec_verify"]
     assert cell["accuracy"] is None and cell["precision_pass"] is None and cell["unscored"] == 0
+
+
+def test_scripted_self_corrections_are_calibrated_and_followed():
+    """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the gold,
+    says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and acted on."""
+    from mtsql.agent.env import SqlAgentEnv
+    from mtsql.agent.policies import GoldWithCorrectionPolicy, run_episode
+    from mtsql.config import Config, ConfigView, EnvConfig
+    from mtsql.data import load_turns
+    from mtsql.paths import FIXTURE_DATA
+    from mtsql.stages.evaluate import judge
+
+    turns = [t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.db_id == "pets_1"][:8]
+    policy = GoldWithCorrectionPolicy(data_root=FIXTURE_DATA)
+    rows = [{"turn": t.to_dict(), "trajectory": run_episode(SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA),
+                                                            policy, t).to_dict()} for t in turns]
+    corrected = sum(len([s for s in r["trajectory"]["steps"] if s["tool"] == "exec_sql"]) == 2 for r in rows)
+    later = sum(bool(t.previous_questions) for t in turns)
+    assert corrected >= 4 and later >= 4, "the slice holds both kinds"
+    out = verdict_calibration(rows, judge(ConfigView(Config(), ("sql",), owner="test", data_root=FIXTURE_DATA)))
+    exec_cell, memory_cell = out["exec_verify"], out["memory_verify"]
+    assert exec_cell["table"] == {"pass": {"right": len(turns), "wrong": 0}, "no_pass": {"right": 0, "wrong": corrected}}
+    assert memory_cell["table"] == {"pass": {"right": later, "wrong": 0}, "no_pass": {"right": 0, "wrong": 0}}
+    assert exec_cell["accuracy"] == 1.0 and exec_cell["unscored"] == 0
+    assert exec_cell["followed"] == {"pass": {"followed": len(turns), "count": len(turns)},
+                                     "no_pass": {"followed": corrected, "count": corrected}}
