@@ -25,6 +25,7 @@ from mtsql.data.records import Turn, read_turns
 from mtsql.errors import UsageError
 from mtsql.integrations.verl.dataset import write_rl_parquet
 from mtsql.integrations.verl.launch import (
+    ROLLOUTS_DIR,
     StageData,
     build_stage_plan,
     read_metrics,
@@ -67,6 +68,9 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     shutil.move(str(ctx.out / "verl" / stage_data.name / "merged"), ctx.out / MODEL_DIR)
     curve = _verl_curve(ctx.out / "verl" / stage_data.name, stage)
     (ctx.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in curve))
+    dump = ctx.out / "verl" / stage_data.name / ROLLOUTS_DIR
+    if dump.exists():  # read into metrics.jsonl; every sample's text, tens of MB a step at the paper's sizes
+        shutil.rmtree(dump)
     last = curve[-1] if curve else {}
     return {"engine": "verl", "items": stage_data.rows, "steps": len(curve),
             "reward_last": last.get("reward_mean"), "response_length_last": last.get("response_length")}

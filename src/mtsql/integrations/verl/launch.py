@@ -20,7 +20,8 @@ the trainer, possibly on another node. Each run of a stage therefore logs to a n
 shares), and ``read_metrics`` merges the attempts by step, a resumed attempt's step replacing the
 earlier one. verl also dumps each step's samples into ``rollouts/<step>.jsonl`` with the keys the
 reward function returned, from which ``step_behaviour_of`` reads the agent's behaviour per step (the
-dump holds every sample's decoded text too: a few MB per step at the paper's batch sizes).
+dump holds every sample's decoded text too, tens of MB a step at the paper's batch sizes: the rl
+stage removes it once its curve is written).
 """
 
 from __future__ import annotations
