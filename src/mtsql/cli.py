@@ -140,7 +140,7 @@ def evaluate(
     """Score with the official metrics: exact set match, execution, question and interaction.
 
     With --pred: score an official-format prediction file. Without: evaluate a model of the run
-    (--model) on the profile's eval datasets, greedy or with evaluate.vote samples."""
+    (--model) on the profile's eval datasets, greedy or with evaluate.vote samples (evaluate.samples: pass@k)."""
     cfg = _cfg(config, overrides)
     if pred is None:
         artifact = store_for(cfg).model(model or "auto")
