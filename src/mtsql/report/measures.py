@@ -59,7 +59,7 @@ def pass_at_k_section(evals: dict[str, Artifact]) -> list[str]:
             "at least one of k samples is right (EX 1), by the unbiased estimator 1 − C(n−c, k)/C(n, k) averaged over "
             "the turns whose samples the evaluator could score (a mean over turns, so no interval); greedy and vote@n "
             "EX are the official figures of the same evaluation (%, [95 % interval], k/n).", "",
-            *table(["evaluation", "dataset", "turns of", "turns", "greedy EX", "vote EX",
+            *table(["evaluation", "dataset", "slice", "turns", "greedy EX", "vote EX",
                     *(f"pass@{k}" for k in ks)], rows, numeric_from=3)]
 
 
