@@ -98,7 +98,9 @@ def test_local_rl_runs_every_curriculum_stage_and_caches(tiny_cfg):
     nonempty = [k for k in (1, 2, 3) if read_jsonl(plan.path / f"stage-{k}.jsonl")]
     assert stages == [f"rl-c{k}" for k in nonempty]
     curve = read_jsonl(last.path / "metrics.jsonl")
-    assert len(curve) == 1 and {"reward_mean", "response_length", "tool_calls_per_turn", "ex", "pg_loss"} <= set(curve[0])
+    assert len(curve) == 1 and {"reward_mean", "response_length", "tool_calls_per_turn", "ex", "pg_loss",
+                                "memory_calls_per_turn", "self_correction_rate", "invalid_message_rate",
+                                "messages_per_turn"} <= set(curve[0])
     assert (last.path / "model" / "config.json").exists()
     again = pipeline.rl(tiny_cfg, curriculum_art=plan, engine="local")
     assert again.manifest["created_at"] == last.manifest["created_at"]
@@ -217,3 +219,48 @@ def test_per_dataset_trains_one_model_per_dataset_with_a_train_split(tmp_path, c
     err = capsys.readouterr().err
     assert "run 'tiny-cosql'" in err and "run 'tiny-sparc'" in err
     assert "a model trained on sparc, scored on sparc" in err
+
+
+def test_evaluate_reports_pass_at_k_from_the_vote_samples_and_every_measure(tiny_cfg, monkeypatch):
+    rollouts, run = [], RolloutEngine.run
+
+    def recorded(engine, turns, **kwargs):
+        rollouts.append(kwargs.get("n", 1))
+        return run(engine, turns, **kwargs)
+
+    monkeypatch.setattr(RolloutEngine, "run", recorded)
+    cfg = replace(tiny_cfg, data={"eval_limit": 1, "eval_datasets": ("cosql",)}, evaluate={"vote": 2, "samples": 3})
+    art = pipeline.evaluate(cfg, label="eval-pass")
+    assert rollouts == [1, 3], "one greedy rollout, one sampled rollout serving vote@2 and pass@k"
+    block = art.metrics["datasets"]["cosql"]
+    assert block["pass_at_k"]["samples"] == 3 and block["pass_at_k"]["ks"] == [1, 2, 3]
+    assert block["pass_at_k"]["all"]["turns"] == block["turns"]
+    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == 2 * block["turns"], "the vote's 2 samples"
+    assert set(block["verdict_calibration"]) == {"exec_verify", "memory_verify"}
+    assert set(block["propagation"]) == {"after_right", "after_wrong", "by_turn"}
+    assert block["ex_non_empty_gold"]["scored"] + block["ex_non_empty_gold"]["vacuous"] == block["scored_ex"]
+    greedy, voted = block["decodings"]["greedy"]["cost"], block["decodings"]["vote@2"]["cost"]
+    assert greedy["messages"] >= 1 and greedy["prompt_tokens"] > greedy["generated_tokens"] > 0
+    assert voted["generated_tokens"] > greedy["generated_tokens"], "the vote pays for both samples"
+    assert art.metrics["max_turns"] == cfg.env.max_turns
+
+
+def test_evaluate_samples_without_a_vote_keep_greedy_as_the_headline(tiny_cfg):
+    cfg = replace(tiny_cfg, data={"eval_limit": 1, "eval_datasets": ("cosql",)}, evaluate={"samples": 2})
+    art = pipeline.evaluate(cfg, label="eval-samples")
+    block = art.metrics["datasets"]["cosql"]
+    assert art.metrics["decoding"] == "greedy" and "decodings" not in block
+    assert block["pass_at_k"]["ks"] == [1, 2] and block["pass_at_k"]["all"]["turns"] == block["turns"]
+    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == block["turns"], "the greedy trajectories"
+    assert len(read_jsonl(art.path / "cosql" / "samples" / "trajectories.jsonl")) == 2 * block["turns"]
+
+
+def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
+    from mtsql.config import ConfigView
+    from mtsql.stages.evaluate import judge
+
+    cfg = ConfigView(cfg_for(tmp_path), ("sql",), owner="test", data_root=data_dir())
+    row = {"turn": {"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"}}
+    ex = judge(cfg)
+    assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0
+    assert ex(row, "SELECT nope FROM pets") == 0

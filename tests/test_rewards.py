@@ -200,3 +200,15 @@ def test_families_and_weights(turns):
     assert heavy["score"] == pytest.approx(2.0 + 0.5 + 1.0)
     with pytest.raises(ValueError, match="reward.family"):
         compute_rewards(traj, LATER_GOLD, RewardConfig(family="dense"), data_root=FIXTURE_DATA)
+
+
+def test_an_empty_prediction_matching_an_empty_gold_can_earn_no_credit(turns):
+    empty_gold, other_empty = "SELECT PetID FROM pets WHERE pet_age > 100", "SELECT PetID FROM pets WHERE weight > 1000"
+    traj = episode(turns, "sparc-dev-0000/0", [EXEC.format("", other_empty), ANSWER.format(PASS, other_empty)])
+    credited = rewards(traj, empty_gold, RewardConfig(family="sqlr1"))
+    assert (credited["ex"], credited["sqlr1_result"]) == (1.0, 3.0), "by default [] == [] is a match"
+    refused = rewards(traj, empty_gold, RewardConfig(family="sqlr1", empty_match_credit=False))
+    assert (refused["ex"], refused["outcome"], refused["sqlr1_result"], refused["sqlr1_length"]) == (0.0, 0.0, 0.0, 0.0)
+    assert refused["sqlr1"] == 1.0 + 2.0, "format and execution only: no result credit, and no penalty either"
+    right = episode(turns, "sparc-dev-0000/0", [EXEC.format("", FIRST_GOLD), ANSWER.format(PASS, FIRST_GOLD)])
+    assert rewards(right, FIRST_GOLD, RewardConfig(empty_match_credit=False))["ex"] == 1.0, "non-empty golds keep it"

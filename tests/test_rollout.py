@@ -315,7 +315,8 @@ def one_at_a_time(backend, chat, params, make_env, turns, n, seed):
                 while True:
                     out = backend.generate([prompt + ids], params, [derive_seed(derive_seed(seed, key), len(generations))])[0]
                     ids, mask = ids + out.token_ids, mask + [1] * len(out.token_ids)
-                    generations.append({"tokens": len(out.token_ids), "finish_reason": out.finish_reason})
+                    generations.append({"tokens": len(out.token_ids), "prompt_tokens": len(prompt + ids) - len(out.token_ids),
+                                        "finish_reason": out.finish_reason})
                     observation, ended, _ = env.step(out.text)
                     if ended:
                         break
@@ -404,7 +405,8 @@ def test_a_response_budget_ends_episodes_without_a_dangling_observation(tiny_tok
     cut = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer, max_response_tokens=first - 2).run(
         turns[1:2], progress=False)[0]
     assert cut["response_ids"] == free[1]["response_ids"][: first - 2] and cut["stop"] == "response_length"
-    assert cut["truncated"] and cut["generations"] == [{"tokens": first - 2, "finish_reason": "length"}]
+    assert cut["truncated"] and cut["generations"] == [{"tokens": first - 2, "prompt_tokens": len(cut["prompt_ids"]),
+                                                        "finish_reason": "length"}]
     assert cut["trajectory"]["messages"][2]["content"] == tiny_tokenizer.decode(cut["response_ids"])  # what the env read
 
 

@@ -40,3 +40,22 @@ def test_ties_go_to_the_earliest_sample_whatever_the_input_order():
 @pytest.mark.parametrize("sqls", [FAILS, [None, None]])
 def test_with_nothing_executable_the_first_sample_is_returned(sqls):
     assert pick(*sqls)["sample"] == 0
+
+
+def test_behaviour_of_one_rl_step_on_hand_made_episodes():
+    from mtsql.trajectories import episode_behaviour, step_behaviour
+
+    def step(action, tool=None, verdict=None):
+        return {"action": action, "tool": tool, "verdict": verdict}
+
+    corrected = {"steps": [step("tool_call", "exec_sql", "no_pass"), step("tool_call", "exec_sql", "pass"),
+                           step("tool_call", "memory_retrieve", "pass"), step("answer")]}
+    invalid = {"steps": [step("invalid"), step("invalid")]}
+    last_no_pass = {"steps": [step("tool_call", "exec_sql", "no_pass"), step("invalid"), step("answer")]}
+    episodes = [episode_behaviour(t) for t in (corrected, invalid, last_no_pass)]
+    assert episodes[0] == {"tool_calls": 3, "memory_calls": 1, "messages": 4, "invalid_messages": 0, "self_corrected": 1.0}
+    assert episodes[2]["self_corrected"] == 0.0, "a no_pass on the last query run is not followed by a correction"
+    out = step_behaviour(episodes, [30, 10, 20])
+    assert out == pytest.approx({"tool_calls_per_turn": 4 / 3, "memory_calls_per_turn": 1 / 3,
+                                 "self_correction_rate": 1 / 3, "invalid_message_rate": 3 / 9,
+                                 "messages_per_turn": 3.0, "response_length": 20.0})

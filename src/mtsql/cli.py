@@ -140,7 +140,7 @@ def evaluate(
     """Score with the official metrics: exact set match, execution, question and interaction.
 
     With --pred: score an official-format prediction file. Without: evaluate a model of the run
-    (--model) on the profile's eval datasets, greedy or with evaluate.vote samples."""
+    (--model) on the profile's eval datasets, greedy or with evaluate.vote samples (evaluate.samples: pass@k)."""
     cfg = _cfg(config, overrides)
     if pred is None:
         artifact = store_for(cfg).model(model or "auto")
@@ -221,11 +221,11 @@ for _name in STAGES.keys() - {c.name or c.callback.__name__.replace("_", "-") fo
 def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
-    """Counts, missing databases and gold queries that fail to execute, as a table."""
+    """Counts, missing databases, gold queries that fail to execute or return nothing (vacuous), as a table."""
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, description="executing gold", console=err_console))
     table = Table(title=f"{dataset} {split} ({report_['root']})", show_header=False)
     unit = report_["unit"]
-    for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written"):
+    for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written", "gold_vacuous"):
         if key in report_:
             table.add_row(key.replace("_", " "), str(report_[key]))
     table.add_row("missing databases", ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items()) or "none")

@@ -92,6 +92,8 @@ class RewardConfig:
     clause_score: Literal["f1", "release"] = "f1"  # f1: micro F1 of clause items over every proposed query,
                                                    # the answer included; release: MTSQL-R1's per-clause 0/1
                                                    # average of the Spider parse over the tool calls' SQL
+    empty_match_credit: bool = True  # false: a prediction matching a gold with an empty (or all-NULL)
+                                     # result earns no EX / result credit (measures.vacuous)
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,7 @@ class EvaluateConfig:
     max_response_tokens: int | None = None  # tokens one turn may generate over all its messages (release: 8000)
     prompt_filter_tokens: int | None = None  # also report the metrics without the items whose prompt is longer,
                                              # as verl's filter_overlong_prompts drops them (release: 4000)
+    samples: int = 1  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared with vote)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@
     the answer left out.
 
   A term with no query to average over is 0.
+* empty results: with ``empty_match_credit: false``, a final SQL that matches a gold whose result is
+  empty (no rows, or only NULLs; ``measures.vacuous``) while returning nothing itself scores EX 0,
+  and sqlr1 gives it neither the result nor the length term: an ``[] == []`` match earns no credit.
 * format: 1 when the trajectory followed the protocol (``Trajectory.protocol_valid``), else 0.
 * sqlr1 (SQL-R1): format ±1 (protocol-valid and answered); if the format holds, execution ±2 (the
   final SQL runs, an empty result included, or errors / times out); if it ran, result ±3 (EX); if it
@@ -38,6 +41,7 @@ from pathlib import Path
 
 from mtsql.agent.env import Trajectory
 from mtsql.config import RewardConfig, SqlConfig
+from mtsql.measures.vacuous import is_vacuous
 from mtsql.paths import data_dir, database_path
 from mtsql.sql import gold_cache, score_turn
 from mtsql.sql.clauses import clause_f1
@@ -69,6 +73,8 @@ def compute_rewards(trajectory: Trajectory, gold_sql: str, cfg: RewardConfig = R
         raise ValueError(f"reward.clause_score must be one of {CLAUSE_SCORES}, got {cfg.clause_score!r}")
     root = data_dir(data_root)
     ex, em, ex_scored, em_scored = outcome_terms(trajectory, gold_sql, sql_cfg=sql_cfg, data_root=root)
+    vacuous = bool(ex) and not cfg.empty_match_credit and vacuous_match(trajectory, gold_sql, sql_cfg, root)
+    ex = 0.0 if vacuous else ex
     schema_db = DataSources.from_root(root).schema_database(trajectory.db_id)
     if cfg.clause_score == "release":
         def similarity(sql):
@@ -85,7 +91,8 @@ def compute_rewards(trajectory: Trajectory, gold_sql: str, cfg: RewardConfig = R
         "format": format_reward(trajectory),
     }
     clause = out["clause_exact" if cfg.clause_score == "release" else "clause_f1"]
-    out.update(sqlr1_terms(trajectory, ex, sql_cfg=sql_cfg, data_root=root, response_tokens=response_tokens))
+    out.update(sqlr1_terms(trajectory, ex, sql_cfg=sql_cfg, data_root=root, response_tokens=response_tokens,
+                           vacuous=vacuous))
     out["outcome"] = cfg.ex * ex + cfg.em * em + cfg.format * out["format"]
     out["process"] = (out["outcome"] + cfg.exec_verify * out["exec_verify"] + cfg.coherence * out["coherence"]
                       + cfg.clause_f1 * clause)
@@ -104,6 +111,12 @@ def outcome_terms(trajectory: Trajectory, gold_sql: str, *, sql_cfg: SqlConfig =
     ex = float(bool(answered and score.execution))
     em = float(bool(answered and score.exact))
     return ex, em, float(score.execution is not None), float(score.exact is not None)
+
+
+def vacuous_match(trajectory: Trajectory, gold_sql: str, sql_cfg: SqlConfig, root: Path) -> bool:
+    """The final SQL and the gold both return nothing (no rows or only NULLs): a match that says nothing."""
+    db_path = database_path(trajectory.db_id, root)
+    return all(is_vacuous(db_path, sql, sql_cfg.timeout_s) for sql in (gold_sql, trajectory.final_sql))
 
 
 def exec_verify_reward(trajectory: Trajectory) -> float:
@@ -157,8 +170,10 @@ def format_reward(trajectory: Trajectory) -> float:
 
 
 def sqlr1_terms(trajectory: Trajectory, ex: float, *, sql_cfg: SqlConfig = SqlConfig(),
-                data_root: Path | None = None, response_tokens: int | None = None) -> dict[str, float]:
-    """SQL-R1's format, execution, result and length terms (each gated by the one before)."""
+                data_root: Path | None = None, response_tokens: int | None = None,
+                vacuous: bool = False) -> dict[str, float]:
+    """SQL-R1's format, execution, result and length terms (each gated by the one before); a
+    ``vacuous`` match (see ``vacuous_match``) gets neither the result nor the length term."""
     terms = {"sqlr1_format": -1.0, "sqlr1_execution": 0.0, "sqlr1_result": 0.0, "sqlr1_length": 0.0}
     if not (trajectory.protocol_valid and trajectory.final_sql):
         return terms
@@ -168,6 +183,8 @@ def sqlr1_terms(trajectory: Trajectory, ex: float, *, sql_cfg: SqlConfig = SqlCo
         terms["sqlr1_execution"] = -2.0
         return terms
     terms["sqlr1_execution"] = 2.0
+    if vacuous:
+        return terms
     terms["sqlr1_result"] = 3.0 if ex else -3.0
     if ex:
         length = response_tokens if response_tokens is not None else _words(trajectory)

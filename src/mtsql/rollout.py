@@ -400,9 +400,11 @@ class _Rollout:
 
     def _take(self, episode: _Episode, generation) -> str:
         """Add a generation to the episode's tokens (cut to its budget); the text the environment reads."""
+        context = len(episode.tokens.sequence)  # the ids this call read (measures.cost's prompt tokens)
         kept = episode.tokens.add_generation(generation.token_ids, generation.logprobs)
         cut = len(kept) < len(generation.token_ids)
-        episode.generations.append({"tokens": len(kept), "finish_reason": "length" if cut else generation.finish_reason})
+        episode.generations.append({"tokens": len(kept), "prompt_tokens": context,
+                                    "finish_reason": "length" if cut else generation.finish_reason})
         self.generated += len(kept)
         return episode.tokens.text(kept) if cut else generation.text
 

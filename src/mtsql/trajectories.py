@@ -7,6 +7,7 @@ check, evaluation, the local RL engine) reads a record the same way:
     is_correct(row, ("ex", "em"))        # protocol-valid and scored 1 on each
     summarize_trajectories(rows)         # EX, EM, protocol and reward statistics by hardness and turn
     vote(samples_of_one_turn, root, 5.0) # SQL-R1's self-consistency: the most common execution result
+    step_behaviour([episode_behaviour(r["trajectory"]) for r in rows], tokens)  # one RL step's behaviour
 """
 
 from __future__ import annotations
@@ -97,6 +98,33 @@ def summarize_trajectories(rows: list[dict]) -> dict:
         "by_hardness": {k: block(v) for k, v in sorted(by_hardness.items())},
         "by_turn": {k: block(by_turn[k]) for k in TURN_BUCKETS if k in by_turn},
     }
+
+
+BEHAVIOUR = ("tool_calls", "memory_calls", "messages", "invalid_messages", "self_corrected")
+
+
+def episode_behaviour(trajectory: dict) -> dict[str, float]:
+    """What the agent did in one episode (``Trajectory.to_dict()``): tool and memory calls, assistant
+    messages, unparseable messages, and whether it self-corrected (an exec_sql result other than the
+    last one judged no_pass, as ``score_record``'s ``self_corrected``)."""
+    steps = trajectory["steps"]
+    calls = [s for s in steps if s["action"] == "tool_call"]
+    executed = [s for s in calls if s.get("tool") == "exec_sql"]
+    return {"tool_calls": len(calls), "memory_calls": sum(s.get("tool") == "memory_retrieve" for s in calls),
+            "messages": len(steps), "invalid_messages": sum(s["action"] == "invalid" for s in steps),
+            "self_corrected": float(any(s.get("verdict") == "no_pass" for s in executed[:-1]))}
+
+
+def step_behaviour(episodes: list[dict], response_tokens: list[float]) -> dict[str, float]:
+    """The behaviour of one RL step's samples (``episode_behaviour`` of each, and its response length):
+    tool and memory calls, messages per turn, the self-correction rate, the share of assistant
+    messages that could not be parsed, and the mean response length in tokens."""
+    messages = sum(e["messages"] for e in episodes)
+    return {"tool_calls_per_turn": mean(e["tool_calls"] for e in episodes),
+            "memory_calls_per_turn": mean(e["memory_calls"] for e in episodes),
+            "self_correction_rate": mean(e["self_corrected"] for e in episodes),
+            "invalid_message_rate": sum(e["invalid_messages"] for e in episodes) / messages if messages else 0.0,
+            "messages_per_turn": messages / len(episodes), "response_length": mean(response_tokens)}
 
 
 def vote(rows: list[dict], root: Path, timeout_s: float) -> dict:

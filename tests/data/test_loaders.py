@@ -115,6 +115,8 @@ def test_check_split_on_fixture(fixture_root):
     assert report["missing_databases"] and "wta_1" in report["missing_databases"]
     failing = report["gold_fail_after_joining_operators"]
     assert [(f["db_id"], f["turn"]) for f in failing] == [("battle_death", 1)]
+    # e.g. sparc-dev-0003/0, students over 20 with a pet: none in pets_1 (six such golds in the fixture)
+    assert report["gold_vacuous"] == 6
 
 
 @pytest.mark.data

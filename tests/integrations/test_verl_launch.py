@@ -68,6 +68,7 @@ def test_every_override_is_a_verl_key_with_the_intended_value(composed):
     assert config.data.train_files.endswith("data dir/stage-0.parquet") and config.data.train_batch_size == 256
     assert (config.trainer.n_gpus_per_node, config.trainer.nnodes, config.trainer.total_training_steps) == (4, 1, 60)
     assert config.trainer.save_freq == 60 and config.trainer.default_local_dir.endswith("stage-0/checkpoints")
+    assert config.trainer.rollout_data_dir.endswith("stage-0/rollouts"), "each step's samples, for the behaviour curves"
     assert config.trainer.logger == ["console", "file"] and config.trainer.experiment_name == "paper-stage-0"
     reward = config.reward.custom_reward_function
     assert (reward.path, reward.name) == ("pkg://mtsql.integrations.verl.reward", "compute_score")
@@ -317,3 +318,23 @@ def test_run_stage_plan_checks_the_overrides_before_starting_anything(tmp_path):
 def test_freeze_layers_is_refused_for_verl(tmp_path):
     with pytest.raises(UsageError, match="rl.freeze_layers=12 is a local-engine setting"):
         plan_for(tmp_path, "rl.freeze_layers=12")
+
+
+def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
+    from mtsql.integrations.verl.launch import ROLLOUTS_DIR
+    from mtsql.stages.rl import _verl_curve
+
+    write_attempt(tmp_path, range(1, 3), 0.0)
+    (tmp_path / ROLLOUTS_DIR).mkdir()
+    episode = {"tool_calls": 2.0, "memory_calls": 1.0, "messages": 3.0, "invalid_messages": 0.0, "self_corrected": 1.0,
+               "response_tokens": 90.0, "trajectory_ok": 1.0}
+    lines = [episode, {**episode, "tool_calls": 0.0, "memory_calls": 0.0, "messages": 2.0, "invalid_messages": 2.0,
+                       "self_corrected": 0.0, "response_tokens": 30.0}]
+    (tmp_path / ROLLOUTS_DIR / "1.jsonl").write_text("".join(json.dumps({"step": 1, **line}) + "\n" for line in lines))
+    first, second = _verl_curve(tmp_path, stage=2)
+    assert (first["stage"], first["step"], first["reward_mean"]) == (2, 1, 1.0)
+    assert {key: first[key] for key in ("tool_calls_per_turn", "memory_calls_per_turn", "self_correction_rate",
+                                        "invalid_message_rate", "messages_per_turn", "response_length")} == {
+        "tool_calls_per_turn": 1.0, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.5,
+        "invalid_message_rate": 2 / 5, "messages_per_turn": 2.5, "response_length": 60.0}
+    assert "tool_calls_per_turn" not in second, "step 2 left no dump: verl's metrics only"

@@ -74,3 +74,23 @@ def test_a_typo_in_reward_kwargs_is_an_error_not_a_silent_default(gold_rows):
     with pytest.raises(UsageError, match="reward.famly"):
         score(turn, info, reward={"famly": "outcome"})
     assert tuple(score(turn, info, reward_router_address=None)) == SCORE_KEYS  # what verl itself may pass
+
+
+def test_the_episode_behaviour_rides_along_for_the_step_dump(gold_rows, tmp_path):
+    from mtsql.integrations.verl.launch import ROLLOUTS_DIR, step_behaviour_of
+
+    (first, first_info), (later, later_info) = gold_rows
+    a, b = score(first, first_info), score(later, later_info)
+    # the gold policy: exec_sql then answer on a first turn; exec_sql, memory_retrieve, answer on a later one
+    assert (a["tool_calls"], a["memory_calls"], a["messages"], a["invalid_messages"], a["self_corrected"]) == (1, 0, 2, 0, 0)
+    assert (b["tool_calls"], b["memory_calls"], b["messages"], b["response_tokens"]) == (2, 1, 3, 300)
+    broken = score(first, {"index": 0})
+    dump = tmp_path / ROLLOUTS_DIR
+    dump.mkdir()
+    # what verl writes per step: its own fields, then every key compute_score returned
+    lines = [{"input": "...", "output": "...", "score": s["score"], "step": 7, **s} for s in (a, b, broken)]
+    (dump / "7.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert step_behaviour_of(tmp_path, 7) == pytest.approx({  # the unreadable episode is left out
+        "tool_calls_per_turn": 1.5, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.0,
+        "invalid_message_rate": 0.0, "messages_per_turn": 2.5, "response_length": 300.0})
+    assert step_behaviour_of(tmp_path, 8) == {}, "a step without a dump adds nothing"

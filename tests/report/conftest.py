@@ -1,8 +1,10 @@
 """A small synthetic run, built through the artifact store with the real record types.
 
 Evaluations (long-horizon base / SFT / RL with gold memory, plus a short-mode variant) on cosql
-(40 turns: 0, 16, 18 correct) and sparc (3 turns), each with the official summary and a few
-trajectories; one self-taught SFT round; a curriculum of three stages; two RL stages with step logs.
+(40 turns: 0, 16, 18 correct) and sparc (3 turns), each with the official summary, a few
+trajectories and the measures; SFT variants with 1 and 2 messages and with vote@4 (20/40 on cosql,
+pass@k); RL with predicted memory (12/40); one self-taught SFT round; a curriculum of three
+stages; two RL stages with step logs, behaviour included.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from mtsql.agent.env import Step, Trajectory
 from mtsql.artifacts import Store
 from mtsql.data.records import Turn
 from mtsql.files import write_jsonl
+from mtsql.measures.pass_at_k import pass_at_k_table
+from mtsql.measures.propagation import propagation
+from mtsql.measures.vacuous import non_empty_gold_ex
+from mtsql.measures.verdicts import verdict_calibration
 from mtsql.sql.metrics import summarize
 
 TOKEN_ID = 9999991  # a token id that must never show up in rendered text
@@ -90,18 +96,44 @@ def trajectories(dataset: str, mode: str) -> list[dict]:
             row(turn(dataset, 3, 2), miss, wrong, 0)]
 
 
-def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int, int]]) -> None:
+def measured(name: str, turns: int, k: int, mode: str, tokens: float) -> dict:
+    """The measures an evaluation writes for one dataset (the cost scales with ``tokens``)."""
+    items = [{"interaction_index": i // 4, "turn_index": i % 4, "exec_match": int(i < k)} for i in range(turns)]
+    return {"verdict_calibration": verdict_calibration(trajectories(name, mode), lambda row, sql: int(sql == GOLD)),
+            "propagation": propagation(items),
+            "ex_non_empty_gold": non_empty_gold_ex(items, {(0, 0)}, set()),
+            "cost": {"generated_tokens": tokens, "prompt_tokens": 10 * tokens, "sql_executions": 1.5, "messages": 3.0,
+                     "wall_s": 0.5}}
+
+
+def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int, int]], *, memory: str = "gold",
+               max_turns: int = 4, vote: dict[str, int] | None = None) -> None:
+    """An evaluation; ``vote``: EX of a vote@4 decoding per dataset (the greedy one is ``correct``), with pass@k."""
     def work(ctx):
         datasets = {}
         for name, (turns, k) in correct.items():
             (ctx.out / name).mkdir()
+            greedy = measured(name, turns, k, mode, 40.0)
+            if vote:
+                (ctx.out / name / "greedy").mkdir()
+                (ctx.out / name / "greedy" / "summary.json").write_text(json.dumps(summary(name, turns, k)))
+                k = vote[name]
             (ctx.out / name / "summary.json").write_text(json.dumps(summary(name, turns, k)))
             write_jsonl(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
-            datasets[name] = {"turns": turns, "ex": k / turns, "em": (k // 2) / turns, "generated_tokens": 100}
-        return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "decoding": "greedy",
-                "datasets": datasets}
+            datasets[name] = {"turns": turns, "ex": k / turns, "em": (k // 2) / turns, "generated_tokens": 100,
+                              **(measured(name, turns, k, mode, 160.0) if vote else greedy)}
+            if vote:
+                datasets[name]["decodings"] = {"greedy": {"cost": greedy["cost"]},
+                                               "vote@4": {"cost": datasets[name]["cost"]}}
+                samples = [{"uid": f"u{i // 4}", "sample": i % 4, "hardness": HARDNESS[i // 4 % 3],
+                            "turn": {"turn_index": i // 4 % 4}, "execution": int(i % 4 == 0 and i < 8 * k)}
+                           for i in range(4 * turns)]
+                datasets[name]["pass_at_k"] = pass_at_k_table(samples, 4)
+        return {"model_name": "smollm2-135m", "mode": mode, "memory": memory,
+                "decoding": "vote@4" if vote else "greedy", "datasets": datasets}
 
-    store.run("evaluate", label, {"data": DATA, "sample": {"seed": 7}, "label": label}, {}, work)
+    store.run("evaluate", label, {"data": DATA, "sample": {"seed": 7}, "env": {"max_turns": max_turns},
+                                  "label": label}, {}, work)
 
 
 def build_run(root: Path) -> Path:
@@ -119,6 +151,9 @@ def build_run(root: Path) -> Path:
     store.run("sft", "sft-r1", {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
                                                     "heldout": {"count": 10, "ex": 0.3}}, round=1)
     evaluation(store, "eval-sft", "long", {"cosql": (40, 16), "sparc": (3, 1)})
+    evaluation(store, "eval-sft-turns1", "long", {"cosql": (40, 4), "sparc": (3, 0)}, max_turns=1)
+    evaluation(store, "eval-sft-turns2", "long", {"cosql": (40, 10), "sparc": (3, 1)}, max_turns=2)
+    evaluation(store, "eval-sft-vote4", "long", {"cosql": (40, 16), "sparc": (3, 1)}, vote={"cosql": 20, "sparc": 2})
     table = {f"stage {k}": {"easy": e, "medium": m, "hard": h, "extra": x, "total": e + m + h + x}
              for k, (e, m, h, x) in enumerate(((5, 0, 0, 0), (0, 4, 0, 0), (0, 0, 2, 1)), 1)}
     store.run("curriculum", "curriculum", {"curriculum": {"by": "hardness", "stages": [["easy"], ["medium"],
@@ -129,10 +164,13 @@ def build_run(root: Path) -> Path:
             (ctx.out / "metrics.jsonl").write_text("".join(json.dumps({
                 "stage": k, "step": s, "reward_mean": 0.5 * k + 0.1 * s, "reward_std": 0.2, "response_length": 60 + s,
                 "groups_with_signal": 0.5, "ex": 0.25, "pg_loss": -0.01 * s, "kl": 0.001, "grad_norm": 1.5,
-                "clipfrac": 0.0}) + "\n" for s in range(1, steps + 1)))
+                "clipfrac": 0.0, "tool_calls_per_turn": 3.0 - s, "memory_calls_per_turn": 0.5,
+                "self_correction_rate": 0.25, "invalid_message_rate": 0.1 * s, "messages_per_turn": 4.0 - s})
+                + "\n" for s in range(1, steps + 1)))
             return {"steps": steps, "reward_first": 0.5 * k + 0.1, "reward_last": 0.5 * k + 0.1 * steps}
         store.run("rl", f"rl-c{k}", {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl, round=k)
     evaluation(store, "eval-rl", "long", {"cosql": (40, 18), "sparc": (3, 2)})
+    evaluation(store, "eval-rl-predicted-memory", "long", {"cosql": (40, 12), "sparc": (3, 1)}, memory="predicted")
     return root
 
 

@@ -10,7 +10,7 @@ from mtsql.errors import UsageError
 from mtsql.report import build_report
 
 REPO = Path(__file__).resolve().parents[2]
-PLOTS = ("ex_by_hardness", "ex_by_turn", "rl_curves")
+PLOTS = ("ex_by_hardness", "ex_by_turn", "rl_curves", "rl_behaviour", "ex_by_max_turns", "ex_by_vote_n")
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_plots_exist_are_pngs_and_are_linked(report):
         with Image.open(png) as image:
             image.verify()
         with Image.open(png) as image:
-            assert image.size[0] > 600 and image.size[1] > 300
+            assert image.size[0] > 600 and image.size[1] > 250
             assert len(image.convert("RGB").getcolors(1 << 20)) > 20  # drawn, not blank
         assert f"](plots/{name}.png)" in text
 
@@ -164,7 +164,11 @@ def test_notebook_runs_on_the_run(shared_run):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 3, "hardness, turn and RL curve plots are drawn"
+    assert len(images) >= 6, "hardness, turn, max_turns, vote n, RL curves and behaviour plots are drawn"
+    tables = " ".join(o.get("data", {}).get("text/html", "") for o in outputs if isinstance(o.get("data", {}).get("text/html"), str))
+    for column in ("pass@4", "exec_verify_precision_pass", "memory_verify_followed_after_no_pass", "ex_non_empty_gold",
+                   "ex_after_wrong", "prompt_tokens_per_turn", "memory_calls_per_turn"):
+        assert column in tables, column
 
 
 def test_rounds_without_held_out_check_or_training(run_folder):
@@ -208,3 +212,51 @@ def test_examples_prefer_telling_cases():
     assert [(why, r["uid"]) for why, r in pick_examples(misses)] == [
         ("a miss (EX 0 or no answer)", "a"), ("another item (a miss, protocol-valid)", "c"),
         ("another item (a miss, off protocol)", "b")]
+
+
+def test_headline_is_the_plain_label_not_a_newer_variant(shared_run):
+    from mtsql.report.runs import evaluations, headline, latest_artifacts
+
+    heads = headline(evaluations(latest_artifacts(shared_run)))
+    assert {phase: art.label for phase, art in heads.items()} == {"base": "eval-base", "sft": "eval-sft", "rl": "eval-rl"}
+
+
+def test_pass_at_k_next_to_greedy_and_vote(report):
+    _, text = report
+    table = section(text, "pass@k")
+    # every turn has one right sample of 4: pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2, pass@4 = 1
+    assert "| eval-sft-vote4 | cosql | all | 40 | 40.0 [26.3, 55.4] (16/40) | 50.0 [35.2, 64.8] (20/40) | 0.25 | 0.5 | 1 |" \
+        in table
+    assert "| eval-sft-vote4 | cosql | hard | 13 |  |  | 0.25 | 0.5 | 1 |" in table and "| extra |" not in table
+
+
+def test_calibration_table_per_phase(report):
+    _, text = report
+    table = section(text, "Verdict calibration")
+    # the synthetic trajectories: a no_pass on a wrong query then two passes on right ones, one memory pass
+    assert "| eval-sft | cosql | exec_verify | 2 | 0 | 0 | 1 | 0 | 100.0 [34.2, 100.0] (2/2) |" in table
+    assert "| eval-rl | sparc | memory_verify | 1 | 0 | 0 | 0 | 0 |" in table
+    assert "eval-base-short" not in table, "short mode gives no verdicts"
+
+
+def test_vacuous_memory_propagation_and_cost_sections(report):
+    _, text = report
+    assert "| eval-sft | cosql | 40.0 [26.3, 55.4] (16/40) | 38.5 [24.9, 54.1] (15/39) | 1 |" in section(text, "Vacuous matches")
+    assert "| RL | cosql | 45.0 [30.7, 60.2] (18/40) | 30.0 [18.1, 45.4] (12/40) | -15.0 [-34.3, +6.0] |" \
+        in section(text, "Gold against predicted memory")
+    # eval-sft: dialogues 0-3 (16 turns) right, 4-9 wrong: 12 later turns after a right one, 18 after a wrong one
+    assert "| eval-sft | gold | cosql | 100.0 [75.8, 100.0] (12/12) | 0.0 [0.0, 17.6] (0/18) | +100.0 [+70.0, +100.0] |" \
+        in section(text, "Error propagation")
+    cost = section(text, "Cost against accuracy")
+    assert "| eval-sft-vote4 | cosql | greedy | 40.0 [26.3, 55.4] (16/40) | 40 | 400 | 1.5 | 3 | 0.5 |" in cost
+    assert "| eval-sft-vote4 | cosql | vote@4 | 50.0 [35.2, 64.8] (20/40) | 160 | 1,600 | 1.5 | 3 | 0.5 |" in cost
+
+
+def test_curves_against_max_turns_and_vote_n(shared_run):
+    from mtsql.report.measures import max_turns_rates, vote_rates
+    from mtsql.report.runs import evaluations, latest_artifacts
+    from mtsql.report.stats import Rate
+
+    evals = evaluations(latest_artifacts(shared_run))
+    assert max_turns_rates(evals)["cosql"] == {"SFT, gold memory": {1: Rate(4, 40), 2: Rate(10, 40), 4: Rate(16, 40)}}
+    assert vote_rates(evals)["cosql"] == {"SFT, gold memory, 4 messages": {1: Rate(16, 40), 4: Rate(20, 40)}}

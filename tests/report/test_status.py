@@ -24,8 +24,10 @@ def test_rows_in_pipeline_order_without_spurious_ones(run_folder):
     rows = status_rows(run_folder)
     assert [(r[0], r[1]) for r in rows] == [  # as pipelines/reproduce.yaml runs them
         ("eval-base", "latest"), ("eval-base-short", "latest"), ("sample-r1", "latest"), ("reject-r1", "latest"),
-        ("reject-r1", "older"), ("sft-r1", "latest"), ("eval-sft", "latest"), ("curriculum", "latest"),
-        ("rl-c1", "latest"), ("rl-c2", "latest"), ("rl-c3", "partial"), ("eval-rl", "latest")]
+        ("reject-r1", "older"), ("sft-r1", "latest"), ("eval-sft", "latest"), ("eval-sft-turns1", "latest"),
+        ("eval-sft-turns2", "latest"), ("eval-sft-vote4", "latest"), ("curriculum", "latest"),
+        ("rl-c1", "latest"), ("rl-c2", "latest"), ("rl-c3", "partial"), ("eval-rl", "latest"),
+        ("eval-rl-predicted-memory", "latest")]
     by_label = {r[0]: r for r in rows if r[1] != "older"}
     assert by_label["eval-sft"][5] == "long, gold memory\ncosql EX 40.0% EM 20.0% n=40\nsparc EX 33.3% EM 0.0% n=3"
     assert by_label["eval-base-short"][5].startswith("short, gold memory")

@@ -45,7 +45,7 @@ from mtsql.backends.vllm import VLLMBackend
 from mtsql.errors import UsageError
 from mtsql.integrations.rl_schedule import LocalValidation, stage_steps
 from mtsql.rollout import SERVER_LOG, RolloutEngine, derive_seed
-from mtsql.trajectories import scorer
+from mtsql.trajectories import episode_behaviour, scorer, step_behaviour
 
 LOSS_AGG_MODE = "token-mean"
 STATS = ("pg_loss", "kl", "grad_norm", "clipfrac")
@@ -295,8 +295,7 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
             rewards = [r["reward"]["score"] for r in rows]
             line = {
                 "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
-                "response_length": float(np.mean([r["response_tokens"] for r in rows])),
-                "tool_calls_per_turn": float(np.mean([r["tool_calls"] for r in rows])),
+                **step_behaviour([episode_behaviour(r["trajectory"]) for r in rows], [r["response_tokens"] for r in rows]),
                 "ex": float(np.mean([r["execution"] or 0 for r in rows])), "em": float(np.mean([r["exact"] or 0 for r in rows])),
                 "protocol_valid": float(np.mean([r["protocol_valid"] for r in rows])),
                 "groups_with_signal": signal_share(episodes), "episodes_trained": len(episodes), **over,

@@ -3,8 +3,9 @@
     build_report(Path("runs/tiny"))        # -> runs/tiny/report/report.md, runs/tiny/report/plots/*.png
 
 Modules: ``runs`` (what is read from the run folder), ``stats`` (rates with Wilson intervals),
-``evaluation``, ``training``, ``provenance`` (the sections), ``behaviour`` (protocol rates from
-trajectories), ``plots`` and ``markdown``; ``build`` puts them together.
+``evaluation``, ``measures`` (pass@k, calibration, vacuous golds, memory, cost), ``training``,
+``provenance`` (the sections), ``behaviour`` (protocol rates from trajectories), ``plots`` and
+``markdown``; ``build`` puts them together.
 """
 
 from mtsql.report.build import build_report

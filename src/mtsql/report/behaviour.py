@@ -14,24 +14,10 @@ Definitions (the report states them too):
 
 from __future__ import annotations
 
+from mtsql.measures.verdicts import judged_sql, normal_sql, proposed_sql
 from mtsql.report.stats import Rate, rate_of
 
 VERDICTS = ("no_pass", "pass")
-
-
-def _normal(sql: str) -> str:
-    return " ".join(sql.lower().split()).rstrip(";").strip()
-
-
-def _proposed(step: dict) -> str | None:
-    """The query a step proposes: an exec_sql argument or an answer."""
-    if step["action"] == "answer" or (step["action"] == "tool_call" and step.get("tool") == "exec_sql"):
-        return step.get("sql")
-    return None
-
-
-def _judged(step: dict) -> str | None:
-    return step.get("sql") if step.get("tool") == "exec_sql" else step.get("checked_sql")
 
 
 def verdict_changes(trajectory: dict) -> dict[str, list[bool]]:
@@ -39,12 +25,12 @@ def verdict_changes(trajectory: dict) -> dict[str, list[bool]]:
     steps = trajectory["steps"]
     found: dict[str, list[bool]] = {v: [] for v in VERDICTS}
     for i, step in enumerate(steps):
-        judged = _judged(step) if step["action"] == "tool_call" else None
+        judged = judged_sql(step) if step["action"] == "tool_call" else None
         if step.get("verdict") not in VERDICTS or not judged:
             continue
-        following = next((sql for later in steps[i + 1:] if (sql := _proposed(later))), None)
+        following = next((sql for later in steps[i + 1:] if (sql := proposed_sql(later))), None)
         if following is not None:
-            found[step["verdict"]].append(_normal(following) != _normal(judged))
+            found[step["verdict"]].append(normal_sql(following) != normal_sql(judged))
     return found
 
 

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from mtsql.errors import UsageError
-from mtsql.report import evaluation, plots, training
+from mtsql.report import evaluation, measures, plots, training
 from mtsql.report.provenance import provenance_section
 from mtsql.report.published import published_section
 from mtsql.report.runs import evaluations, headline, latest_artifacts
@@ -50,12 +50,23 @@ def build_report(run: Path) -> Path:
             path = plots.save(figure, tmp / "plots" / f"ex_{key}.png")
             lines += [f"![EX by {what}](plots/{path.name})", ""]
     lines += evaluation.behaviour_section(evals)
+    lines += measures.pass_at_k_section(evals)
+    lines += measures.calibration_section(evals)
+    lines += measures.vacuous_section(evals)
+    lines += measures.memory_section(evals, heads)
+    cost_plots = [plots.save(plots.curve_figure(rates, what), tmp / "plots" / f"ex_by_{name}.png").name
+                  for name, what, rates in (("max_turns", "env.max_turns", measures.max_turns_rates(evals)),
+                                            ("vote_n", "vote n (1: greedy)", measures.vote_rates(evals))) if rates]
+    lines += measures.cost_section(evals, cost_plots)
     lines += evaluation.example_section(evals, run.name)
     lines += training.sft_rounds_section(arts)
     lines += training.curriculum_section(arts)
     stages = training.rl_stages(arts)
     curve = plots.save(plots.rl_figure(stages, training.CURVES), tmp / "plots" / "rl_curves.png").name if stages else None
-    lines += training.rl_section(arts, curve)
+    logged = any(key in row for rows in stages.values() for row in rows for key in training.BEHAVIOUR)
+    behaviour = (plots.save(plots.rl_figure(stages, training.BEHAVIOUR), tmp / "plots" / "rl_behaviour.png").name
+                 if logged else None)
+    lines += training.rl_section(arts, curve, behaviour)
     lines += provenance_section(arts)
     lines += published_section({name for a in evals.values() for name in a.metrics.get("datasets", {})},
                                {label: a.metrics for label, a in evals.items()})

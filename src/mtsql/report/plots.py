@@ -114,3 +114,26 @@ def rl_figure(stages: dict[str, list[dict]], metrics: dict[str, tuple[str, tuple
         else:
             ax.text(0.5, 0.5, "not logged by this engine", ha="center", va="center", transform=ax.transAxes)
     return fig
+
+
+def curve_figure(rates: dict[str, dict[str, dict[int, Rate]]], xlabel: str):
+    """``rates[dataset][series][x]``: one panel per dataset, EX against ``x`` with 95 % Wilson whiskers and
+    ``correct/scored`` at each point, one line per series."""
+    fig, axes = _figure(len(rates), width=5.0)
+    for ax, (dataset, series) in zip(axes[0], rates.items(), strict=True):
+        xs_all = sorted({x for points in series.values() for x in points})
+        for i, (name, points) in enumerate(series.items()):
+            xs = [x for x in points if points[x].n]
+            ys = [100 * points[x].value for x in xs]
+            low = [y - 100 * points[x].interval[0] for x, y in zip(xs, ys, strict=True)]
+            high = [100 * points[x].interval[1] - y for x, y in zip(xs, ys, strict=True)]
+            ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, color=COLOURS[i % len(COLOURS)], label=name)
+            for x, y in zip(xs, ys, strict=True):
+                ax.annotate(f"{points[x].k}/{points[x].n}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set_xticks(xs_all, [str(x) for x in xs_all])
+        ax.set_ylim(0, 105)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("execution accuracy (%)")
+        ax.set_title(f"{dataset}: EX against {xlabel}\n(whisker: 95% Wilson interval; label: correct/scored)", fontsize=10)
+        ax.legend(fontsize=8)
+    return fig

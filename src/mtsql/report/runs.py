@@ -1,8 +1,9 @@
 """What the report reads from a run folder: the newest artifact of each label and their files.
 
 Evaluations are the artifacts labelled ``eval-*``; the phase of one (base, sft, rl) is the word
-after ``eval-``. The *headline* evaluation of a phase is its newest long-horizon evaluation with
-gold memory (the paper's protocol); the others (short mode, predicted memory) are variants.
+after ``eval-``. The *headline* evaluation of a phase is its long-horizon evaluation with gold memory
+(the paper's protocol) labelled ``eval-<phase>``, else the newest such one; the others (short mode,
+predicted memory, fewer messages, voting) are variants.
 """
 
 from __future__ import annotations
@@ -49,16 +50,18 @@ def is_long_horizon(art: Artifact) -> bool:
 
 
 def headline(evals: dict[str, Artifact]) -> dict[str, Artifact]:
-    """One evaluation per phase: the newest long-horizon one with gold memory (a run with no
-    long-horizon evaluation, such as a single-turn one, compares its short-mode evaluations)."""
-    chosen: dict[str, Artifact] = {}
+    """One evaluation per phase: the long-horizon one with gold memory labelled ``eval-<phase>``, else the
+    newest (a run with no long-horizon evaluation, such as a single-turn one, compares its short-mode
+    evaluations)."""
+    chosen: dict[str, tuple[tuple[bool, str], Artifact]] = {}
     long_run = any(is_long_horizon(art) for art in evals.values())
     for label, art in evals.items():
         phase = phase_of(label)
         if phase and is_long_horizon(art) == long_run and art.metrics.get("memory") == "gold":
-            if phase not in chosen or art.manifest.get("created_at", "") > chosen[phase].manifest.get("created_at", ""):
-                chosen[phase] = art
-    return {phase: chosen[phase] for phase in PHASES if phase in chosen}
+            rank = (label == f"eval-{phase}", art.manifest.get("created_at", ""))
+            if phase not in chosen or rank > chosen[phase][0]:
+                chosen[phase] = (rank, art)
+    return {phase: chosen[phase][1] for phase in PHASES if phase in chosen}
 
 
 def datasets(art: Artifact) -> list[str]:

@@ -13,6 +13,11 @@ STEP_COLUMNS = {"reward_mean": "reward mean", "reward_std": "reward std", "pg_lo
 CURVES = {"reward_mean": ("mean reward (whisker: ± std over the step's samples)", None),
           "groups_with_signal": ("share of groups with signal", (-0.05, 1.05)),
           "response_length": ("mean response length (tokens)", None)}
+BEHAVIOUR = {"tool_calls_per_turn": ("tool calls per turn", (0, None)),
+             "memory_calls_per_turn": ("memory calls per turn", (0, None)),
+             "self_correction_rate": ("self-correction rate", (-0.05, 1.05)),
+             "invalid_message_rate": ("invalid-message rate", (-0.05, 1.05)),
+             "messages_per_turn": ("assistant messages per turn", (0, None))}
 
 
 def share(value: float | None, n: int) -> Rate | None:
@@ -76,8 +81,8 @@ def rl_stages(arts: dict[str, Artifact]) -> dict[str, list[dict]]:
     return out
 
 
-def rl_section(arts: dict[str, Artifact], plot: str | None) -> list[str]:
-    """The GRPO curves and a table of the logged step metrics."""
+def rl_section(arts: dict[str, Artifact], plot: str | None, behaviour_plot: str | None = None) -> list[str]:
+    """The GRPO curves, the agent's behaviour per step and a table of the logged step metrics."""
     stages = numbered(arts, "rl-c")
     if not stages:
         return []
@@ -99,6 +104,11 @@ def rl_section(arts: dict[str, Artifact], plot: str | None) -> list[str]:
              "training samples.", ""]
     if plot:
         lines += [f"![GRPO curves](plots/{plot})", ""]
+    if behaviour_plot:
+        lines += ["How the agent behaves over the steps, over each step's training samples (`trajectories.step_behaviour`): "
+                  "tool and memory calls per turn, the share of turns with a self-correction (a query revised after "
+                  "its no_pass verdict), the share of assistant messages that could not be parsed, and messages per "
+                  "turn. A collapse of tool calls shows here.", "", f"![Agent behaviour per GRPO step](plots/{behaviour_plot})", ""]
     thinned = any(len(rl_steps(art)) > STEP_ROWS for art in stages.values())
     if thinned:
         lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "

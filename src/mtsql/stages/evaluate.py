@@ -5,15 +5,19 @@ self-consistency: n samples at ``sample.temperature``, each final query executed
 result most samples share wins (``vote``). Both are reported side by side (EX@greedy, EX@vote-n); the
 vote is the headline. The chosen queries are scored by the same code as `mtsql evaluate` on a
 prediction file, so the numbers are the official ones.
+With ``evaluate.samples = n > 1`` the n samples of each turn also give pass@k (``measures.pass_at_k``);
+vote and pass@k share one sampled rollout of max(vote, samples) samples, each using the first ones.
 
 Reads: the ``model`` input (a training artifact; none: the base model); the eval slices of config
 section ``data``; config sections ``sql``, ``env``, ``model``, ``sample``, ``reward``, ``evaluate``, ``seed``.
 One rollout covers every dataset's turns (``_split`` parts them again).
 
 Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl`` (with
-voting, the greedy ones in ``<dataset>/greedy/``); the
-stage metrics hold, per dataset, EX / EM (question and interaction), the breakdowns by hardness
-and turn, and the protocol abilities (tool calls, verification accuracy, self-correction); and the
+voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the samples in
+``<dataset>/samples/``); the stage metrics hold, per dataset, EX / EM (question and interaction), the
+breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
+self-correction) and the measures of ``mtsql.measures``: ``verdict_calibration``, ``pass_at_k``,
+``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the
 settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``.
 
 Budgets: ``sample.max_new_tokens`` per message and ``evaluate.max_response_tokens`` for a whole
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import shutil
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -36,7 +41,13 @@ from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import eval_turns
 from mtsql.files import write_jsonl
+from mtsql.measures.cost import cost_per_turn
+from mtsql.measures.pass_at_k import pass_at_k_table
+from mtsql.measures.propagation import propagation
+from mtsql.measures.vacuous import is_vacuous, non_empty_gold_ex
+from mtsql.measures.verdicts import verdict_calibration
 from mtsql.models import stage_model
+from mtsql.paths import database_path
 from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.sql import score_turn
 from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
@@ -46,19 +57,13 @@ SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed
 INPUTS = {"model": None}
 
 
-def verification_accuracy(rows: list[dict], cfg: ConfigView) -> float | None:
-    """How often an exec_verify verdict agrees with whether the executed query was right (EX)."""
-    agree = total = 0
-    root = cfg.data_root
-    for row in rows:
-        for step in row["trajectory"]["steps"]:
-            if step.get("tool") == "exec_sql" and step.get("sql") and step.get("verdict") in ("pass", "no_pass"):
-                ex = score_turn(row["turn"]["gold_sql"], step["sql"], row["turn"]["db_id"], data_root=root,
-                                exec_semantics=cfg.sql.exec_semantics).execution
-                if ex is not None:
-                    total += 1
-                    agree += int((step["verdict"] == "pass") == (ex == 1))
-    return agree / total if total else None
+def judge(cfg: ConfigView) -> Callable[[dict, str], int | None]:
+    """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
+    def ex(row: dict, sql: str) -> int | None:
+        return score_turn(row["turn"]["gold_sql"], sql, row["turn"]["db_id"], data_root=cfg.data_root,
+                          exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
+                          timeout_s=cfg.sql.timeout_s).execution
+    return ex
 
 
 def accuracy(summary: dict, metric: str, *path: str) -> float | None:
@@ -69,9 +74,10 @@ def accuracy(summary: dict, metric: str, *path: str) -> float | None:
     return node["accuracy"] if node is not None else None
 
 
-def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
+def dataset_block(summary: dict, rows: list[dict], calibration: dict) -> dict:
     """The official summary reshaped for reports, plus protocol abilities of the chosen samples
-    (single-turn datasets have no interaction match and no turn buckets: those are None and empty)."""
+    (single-turn datasets have no interaction match and no turn buckets: those are None and empty)
+    and the verdict ``calibration``."""
     def acc(metric, *path):
         return accuracy(summary, metric, *path)
 
@@ -91,8 +97,9 @@ def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
         "by_turn": breakdown("by_turn"),
         "protocol": {key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
                                                     "self_correction_rate", "self_correction_success")}
-        | {"verification_accuracy": verification_accuracy(rows, cfg)},
+        | {"verification_accuracy": calibration["exec_verify"]["accuracy"]},
         "generated_tokens": protocol["generated_tokens"],
+        "verdict_calibration": calibration,
     }
 
 
@@ -110,32 +117,41 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) ->
 
 
 def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: Artifact | None) -> dict:
-    root, n = cfg.data_root, cfg.evaluate.vote
+    root, n_vote, n_pass = cfg.data_root, cfg.evaluate.vote, cfg.evaluate.samples
+    n = max(n_vote, n_pass)  # one sampled rollout serves the vote and pass@k
     budget = cfg.evaluate.max_response_tokens
     sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend,
                                          max_response_tokens=budget) if n > 1 else None)
     out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
-           "protocol": cfg.env.protocol, "memory": cfg.env.memory,
-           "decoding": f"vote@{n}" if sampler else "greedy",
+           "protocol": cfg.env.protocol, "memory": cfg.env.memory, "max_turns": cfg.env.max_turns,
+           "decoding": f"vote@{n_vote}" if n_vote > 1 else "greedy",
            "budgets": {"max_turns": cfg.env.max_turns, "max_new_tokens": cfg.sample.max_new_tokens,
                        "max_response_tokens": budget, "prompt_filter_tokens": cfg.evaluate.prompt_filter_tokens,
                        "observation_chars": cfg.env.observation_chars},
            "datasets": {}}
     by_dataset = {name: eval_turns(cfg.data, name, root) for name in cfg.data.eval_datasets}
     every_turn = [turn for turns in by_dataset.values() for turn in turns]
-    greedy_rows = _split(_rollout(greedy, every_turn, 1, cfg, ctx.out / "greedy-rollout"), by_dataset)
-    sampled = (_split(_rollout(sampler, every_turn, n, cfg, ctx.out / "vote-rollout"), by_dataset)
-               if sampler else {})
+    greedy_rows, greedy_wall = _rollout(greedy, every_turn, 1, cfg, ctx.out / "greedy-rollout")
+    greedy_rows = _split(greedy_rows, by_dataset)
+    sampled, sampled_wall = _rollout(sampler, every_turn, n, cfg, ctx.out / "vote-rollout") if sampler else ([], 0.0)
+    sampled = _split(sampled, by_dataset)
     for name, turns in by_dataset.items():
         folder, rows = ctx.out / name, greedy_rows[name]
-        block = _score(cfg, name, turns, rows, rows, folder / "greedy" if sampler else folder)
-        if sampler:
+        share = len(turns) / len(every_turn)  # of the rollout's wall time, which served every dataset
+        block = _score(cfg, name, turns, rows, rows, folder / "greedy" if n_vote > 1 else folder, greedy_wall * share)
+        first = {k: [r for r in sampled.get(name, []) if r["sample"] < k] for k in (n_vote, n_pass)}
+        if n_vote > 1:
             by_uid: dict[str, list[dict]] = defaultdict(list)
-            for row in sampled[name]:
+            for row in first[n_vote]:
                 by_uid[row["uid"]].append(row)
             chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) for t in turns]
-            greedy_block, block = block, _score(cfg, name, turns, chosen, sampled[name], folder)
-            block["decodings"] = {"greedy": _headline(greedy_block), f"vote@{n}": _headline(block)}
+            greedy_block, block = block, _score(cfg, name, turns, chosen, first[n_vote], folder,
+                                                sampled_wall * share * n_vote / n)
+            block["decodings"] = {"greedy": _headline(greedy_block), f"vote@{n_vote}": _headline(block)}
+        elif sampler:
+            write_jsonl(folder / "samples" / "trajectories.jsonl", sampled[name])
+        if n_pass > 1:
+            block["pass_at_k"] = pass_at_k_table(first[n_pass], n_pass)
         if cfg.evaluate.prompt_filter_tokens is not None:
             block["prompt_filter"] = _prompt_filter(cfg, turns, rows, greedy.chat)
         out["datasets"][name] = block
@@ -160,12 +176,13 @@ def _prompt_filter(cfg: ConfigView, turns, rows: list[dict], chat) -> dict:
                      "interaction_em": accuracy(summary, "exact", "interaction")}}
 
 
-def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> list[dict]:
-    """Roll out and score; the resumable shards are removed once every record is scored."""
+def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> tuple[list[dict], float]:
+    """Roll out and score; the resumable shards are removed once every record is scored. Returns the
+    rows and the rollout's wall seconds."""
     rows = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards,
                       score=scorer(cfg, cfg.data_root))
     shutil.rmtree(shards)
-    return rows
+    return rows, engine.stats["wall_s"]
 
 
 def _split(rows: list[dict], by_dataset: dict[str, list]) -> dict[str, list[dict]]:
@@ -180,16 +197,25 @@ def _split(rows: list[dict], by_dataset: dict[str, list]) -> dict[str, list[dict
     return split
 
 
-def _score(cfg: ConfigView, name: str, turns, chosen: list[dict], rows: list[dict], folder: Path) -> dict:
-    """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``."""
+def _score(cfg: ConfigView, name: str, turns, chosen: list[dict], rows: list[dict], folder: Path,
+           wall_s: float) -> dict:
+    """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
+    The measures beside the official figures: verdict calibration and cost over every trajectory (``rows``),
+    error propagation and EX without vacuous golds over the official items."""
     evaluation = score_pairs([(t, row["final_sql"] or "") for t, row in zip(turns, chosen, strict=True)],
                              data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
     evaluation.summary["dataset"] = name
     write_outputs(folder, evaluation)
     write_jsonl(folder / "trajectories.jsonl", rows)
     render(evaluation.summary, Console(stderr=True))
-    return dataset_block(evaluation.summary, chosen, cfg)
+    block = dataset_block(evaluation.summary, chosen, verdict_calibration(rows, judge(cfg)))
+    vacuous = {(t.interaction_index, t.turn_index) for t in turns
+               if is_vacuous(database_path(t.db_id, cfg.data_root), t.gold_sql, cfg.sql.timeout_s)}
+    left_out = {entry["interaction_index"] for entry in evaluation.summary["execution"]["left_out"]}
+    return block | {"ex_non_empty_gold": non_empty_gold_ex(evaluation.items, vacuous, left_out),
+                    "propagation": propagation(evaluation.items),
+                    "cost": cost_per_turn(rows, len(turns), wall_s)}
 
 
 def _headline(block: dict) -> dict:
-    return {key: block[key] for key in ("turns", "ex", "em", "interaction_ex", "interaction_em")}
+    return {key: block[key] for key in ("turns", "ex", "em", "interaction_ex", "interaction_em", "cost")}

@@ -33,6 +33,7 @@ from mtsql.integrations.process import run_logged
 from mtsql.integrations.rl_schedule import best_step, epochs_note, stage_steps, validation_turns
 from mtsql.integrations.verl.dataset import write_rl_parquet
 from mtsql.integrations.verl.launch import (
+    ROLLOUTS_DIR,
     StageData,
     build_stage_plan,
     checkpoint_dir,
@@ -40,6 +41,7 @@ from mtsql.integrations.verl.launch import (
     read_metrics,
     render_plan,
     run_stage_plan,
+    step_behaviour_of,
 )
 from mtsql.models import stage_model
 
@@ -94,6 +96,9 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     else:
         shutil.move(str(stage_dir / "merged"), ctx.out / MODEL_DIR)
     (ctx.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in curve))
+    dump = ctx.out / "verl" / stage_data.name / ROLLOUTS_DIR
+    if dump.exists():  # read into metrics.jsonl; every sample's text, tens of MB a step at the paper's sizes
+        shutil.rmtree(dump)
     last = curve[-1] if curve else {}
     return {"engine": "verl", "items": stage_data.rows, "steps": len(curve),
             "reward_last": last.get("reward_mean"), "response_length_last": last.get("response_length"),
@@ -144,11 +149,14 @@ VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data s
 
 
 def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
-    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike);
-    ``val_reward_mean``: the mean over datasets of the greedy validation reward, on validated steps."""
+    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike),
+    with the agent's behaviour from each step's samples (its response length in model tokens, as the
+    local engine counts it, replacing verl's); ``val_reward_mean``: the mean over datasets of the greedy
+    validation reward, on validated steps."""
     curve = []
     for row in read_metrics(stage_dir):
-        line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()}}
+        line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()},
+                **step_behaviour_of(stage_dir, row["step"])}
         validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
         if validated:
             line["val_reward_mean"] = sum(validated) / len(validated)

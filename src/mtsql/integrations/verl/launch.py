@@ -18,7 +18,10 @@ Metrics: verl's file logger truncates the file it opens and writes it from the R
 the trainer, possibly on another node. Each run of a stage therefore logs to a new
 ``verl_metrics.<attempt>.jsonl`` in the stage folder (so the run folder must be storage every node
 shares), and ``read_metrics`` merges the attempts by step, a resumed attempt's step replacing the
-earlier one.
+earlier one. verl also dumps each step's samples into ``rollouts/<step>.jsonl`` with the keys the
+reward function returned, from which ``step_behaviour_of`` reads the agent's behaviour per step (the
+dump holds every sample's decoded text too, tens of MB a step at the paper's batch sizes: the rl
+stage removes it once its curve is written).
 """
 
 from __future__ import annotations
@@ -38,16 +41,20 @@ import yaml
 
 from mtsql.config import Config, to_dict
 from mtsql.errors import StageFailed, UsageError
+from mtsql.files import read_jsonl
 from mtsql.integrations.passthrough import check_extra, clashes
 from mtsql.integrations.process import Command, OutputLines, run_logged
 from mtsql.integrations.rl_schedule import stage_steps
 from mtsql.integrations.verl.dataset import AGENT_NAME
+from mtsql.integrations.verl.reward import OK_KEY
+from mtsql.trajectories import BEHAVIOUR, step_behaviour
 
 AGENT_LOOP_TARGET = "mtsql.integrations.verl.agent_loop.SqlAgentLoop"
 REWARD_MODULE = "pkg://mtsql.integrations.verl.reward"
 REWARD_FUNCTION = "compute_score"
 PROJECT = "mtsql"
 METRICS_PREFIX = "verl_metrics"
+ROLLOUTS_DIR = "rollouts"  # verl's dump of each step's samples, <step>.jsonl, with compute_score's keys
 RUNTIME_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"  # environment of every Ray worker, on every node
 
 # verl switches whose defaults would pick a code path mtsql does not run (main_ppo checks none of them)
@@ -195,6 +202,7 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
         (f"{RUNTIME_ENV}.VERL_FILE_LOGGER_PATH", str(metrics_file)),
         *([(f"{RUNTIME_ENV}.TENSORBOARD_DIR", str(stage_dir / "tensorboard"))] if logger == "tensorboard" else []),
         ("trainer.default_local_dir", str(stage_dir / "checkpoints")),
+        ("trainer.rollout_data_dir", str(stage_dir / ROLLOUTS_DIR)),  # per-step samples: the agent's behaviour
         ("trainer.resume_mode", "auto"),
         ("trainer.total_training_steps", steps),
         # steps: enough epochs for total_training_steps whatever the stage size (an epoch has >= 1 step)
@@ -247,6 +255,17 @@ def read_metrics(stage_dir: Path) -> list[dict]:
             log.warning("%s: skipped %d unreadable line(s) (a run cut while writing)", path, broken)
         by_step.update((row["step"], row) for row in rows)
     return [by_step[step] for step in sorted(by_step)]
+
+
+def step_behaviour_of(stage_dir: Path, step: int) -> dict[str, float]:
+    """The agent's behaviour in one step (``trajectories.step_behaviour``) from verl's dump of that step's
+    samples, over the episodes the reward function could read; empty when the step left no dump."""
+    path = Path(stage_dir) / ROLLOUTS_DIR / f"{step}.jsonl"
+    episodes = [row for row in (read_jsonl(path) if path.exists() else []) if row.get(OK_KEY)]
+    if not episodes:
+        return {}
+    return step_behaviour([{key: row[key] for key in BEHAVIOUR} for row in episodes],
+                          [row["response_tokens"] for row in episodes])
 
 
 def _metrics_rows(path: Path) -> tuple[list[dict], int]:

@@ -1,0 +1,82 @@
+"""Verdict calibration on a crafted trajectory set whose 2x2 tables were counted by hand."""
+
+import pytest
+
+from mtsql.measures.verdicts import verdict_calibration
+
+G, W, W2, X = "SELECT a FROM t", "SELECT b FROM t", "SELECT c FROM t", "SELECT broken"
+
+
+def exec_step(i, sql, verdict):
+    return {"index": i, "action": "tool_call", "tool": "exec_sql", "sql": sql, "verdict": verdict}
+
+
+def memory_step(i, checked, verdict):
+    return {"index": i, "action": "tool_call", "tool": "memory_retrieve", "checked_sql": checked, "verdict": verdict}
+
+
+def answer(i, sql):
+    return {"index": i, "action": "answer", "sql": sql, "verdict": None}
+
+
+ROWS = [{"trajectory": {"steps": steps}} for steps in (
+    [exec_step(0, W, "no_pass"), exec_step(1, G, "pass"), memory_step(2, G, "pass"), answer(3, "select A from t;")],
+    [exec_step(0, W, "pass"), answer(1, W)],                              # a wrong pass, acted on
+    [exec_step(0, G, "no_pass"), exec_step(1, G, None)],                  # a right no_pass, not acted on
+    [exec_step(0, W2, "pass"), exec_step(1, G, "pass"), answer(2, G)],    # pass, but the query changed
+    [memory_step(0, W, "no_pass")],                                       # no_pass, then nothing
+    [exec_step(0, X, "pass"), answer(1, X)],                              # the evaluator cannot score X
+)]
+
+
+def judge(row, sql):
+    return None if sql == X else int(sql == G)
+
+
+def test_exec_verify_table_rates_and_following():
+    cell = verdict_calibration(ROWS, judge)["exec_verify"]
+    assert cell["table"] == {"pass": {"right": 2, "wrong": 2}, "no_pass": {"right": 1, "wrong": 1}}
+    assert cell["unscored"] == 1
+    assert cell["precision_pass"] == pytest.approx(2 / 4) and cell["recall_pass"] == pytest.approx(2 / 3)
+    assert cell["precision_no_pass"] == pytest.approx(1 / 2) and cell["recall_no_pass"] == pytest.approx(1 / 3)
+    assert cell["accuracy"] == pytest.approx(3 / 6)
+    assert cell["followed"] == {"pass": {"followed": 4, "count": 5}, "no_pass": {"followed": 1, "count": 2}}
+
+
+def test_memory_verify_table_and_following():
+    cell = verdict_calibration(ROWS, judge)["memory_verify"]
+    assert cell["table"] == {"pass": {"right": 1, "wrong": 0}, "no_pass": {"right": 0, "wrong": 1}}
+    assert (cell["precision_pass"], cell["recall_pass"], cell["precision_no_pass"], cell["recall_no_pass"],
+            cell["accuracy"]) == (1.0, 1.0, 1.0, 1.0, 1.0)
+    assert cell["followed"] == {"pass": {"followed": 1, "count": 1}, "no_pass": {"followed": 0, "count": 1}}
+
+
+def test_nothing_to_divide_is_none():
+    cell = verdict_calibration([{"trajectory": {"steps": [answer(0, G)]}}], judge)["exec_verify"]
+    assert cell["accuracy"] is None and cell["precision_pass"] is None and cell["unscored"] == 0
+
+
+def test_scripted_self_corrections_are_calibrated_and_followed():
+    """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the gold,
+    says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and acted on."""
+    from mtsql.agent.env import SqlAgentEnv
+    from mtsql.agent.policies import GoldWithCorrectionPolicy, run_episode
+    from mtsql.config import Config, ConfigView, EnvConfig
+    from mtsql.data import load_turns
+    from mtsql.paths import FIXTURE_DATA
+    from mtsql.stages.evaluate import judge
+
+    turns = [t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.db_id == "pets_1"][:8]
+    policy = GoldWithCorrectionPolicy(data_root=FIXTURE_DATA)
+    rows = [{"turn": t.to_dict(), "trajectory": run_episode(SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA),
+                                                            policy, t).to_dict()} for t in turns]
+    corrected = sum(len([s for s in r["trajectory"]["steps"] if s["tool"] == "exec_sql"]) == 2 for r in rows)
+    later = sum(bool(t.previous_questions) for t in turns)
+    assert corrected >= 4 and later >= 4, "the slice holds both kinds"
+    out = verdict_calibration(rows, judge(ConfigView(Config(), ("sql",), owner="test", data_root=FIXTURE_DATA)))
+    exec_cell, memory_cell = out["exec_verify"], out["memory_verify"]
+    assert exec_cell["table"] == {"pass": {"right": len(turns), "wrong": 0}, "no_pass": {"right": 0, "wrong": corrected}}
+    assert memory_cell["table"] == {"pass": {"right": later, "wrong": 0}, "no_pass": {"right": 0, "wrong": 0}}
+    assert exec_cell["accuracy"] == 1.0 and exec_cell["unscored"] == 0
+    assert exec_cell["followed"] == {"pass": {"followed": len(turns), "count": len(turns)},
+                                     "no_pass": {"followed": corrected, "count": corrected}}
