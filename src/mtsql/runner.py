@@ -8,7 +8,9 @@ A stage is a module in ``mtsql.stages`` with:
 * ``INPUTS``: ``{name: default label or None}``, the artifacts it reads (None: optional);
 * ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
 * optionally ``plan(cfg, out, **inputs, **params) -> str``: the external commands and files it
-  would run and write, for ``--dry-run``.
+  would run and write, for ``--dry-run``;
+* optionally ``check(cfg, **inputs, **params)``: raises ``UsageError`` for inputs it cannot work on
+  (in a dry run too, where an input may still be ``Pending``), before anything is written.
 
 The fingerprint also covers ``params`` (per-call settings such as a curriculum stage number), the
 input fingerprints and the digest of the code the stage module runs (``provenance.code_digest``).
@@ -26,8 +28,8 @@ from rich.console import Console
 
 from mtsql.artifacts import Artifact, Store, fingerprint
 from mtsql.config import Config, ConfigView
+from mtsql.data import data_root
 from mtsql.errors import UsageError
-from mtsql.paths import data_dir
 from mtsql.provenance import code_digest
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
 
@@ -62,7 +64,7 @@ def store_for(cfg: Config) -> Store:
 
 def view_for(name: str, cfg: Config) -> ConfigView:
     """The config as stage ``name`` sees it (its ``SECTIONS`` only)."""
-    return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_dir(cfg.data.root))
+    return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_root(cfg.data))
 
 
 def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict | None = None,
@@ -78,6 +80,8 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     if missing:
         raise UsageError(f"stage '{name}' needs input(s) {', '.join(missing)}")
     view = view_for(name, cfg)
+    if hasattr(module, "check"):
+        module.check(view, **inputs, **params)
     config = {**view.hashed(), "params": params}
     code = code_digest(module.__name__)
     store = store_for(cfg)

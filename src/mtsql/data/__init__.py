@@ -19,7 +19,7 @@ from mtsql.data.official import load_official
 from mtsql.data.records import Turn
 from mtsql.data.spider import load_spider
 from mtsql.errors import UsageError
-from mtsql.paths import data_dir, database_path
+from mtsql.paths import FIXTURE_DATA, data_dir, database_path
 from mtsql.sql import hardness_of
 
 DATASETS = typing.get_args(Dataset)
@@ -27,8 +27,8 @@ SINGLE_TURN_DATASETS = ("spider",)  # no dialogues: no interaction match, no tur
 SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
-__all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "dataset_file", "eval_turns", "gold_file",
-           "load_turns", "tables_file", "train_pool"]
+__all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
+           "gold_file", "load_turns", "tables_file", "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -36,6 +36,20 @@ def _check(dataset: str, split: str) -> None:
         raise UsageError(f"unknown dataset '{dataset}': choose one of {', '.join(DATASETS)}")
     if split not in SPLITS:
         raise UsageError(f"unknown split '{split}': choose one of {', '.join(SPLITS)}")
+
+
+def data_root(cfg: DataConfig) -> Path:
+    """The data folder a config reads (``data.root``, else $MTSQL_DATA, else the packaged fixture): it
+    must exist, and with ``data.require_full`` it must not be the fixture."""
+    root = data_dir(cfg.root)
+    if not root.is_dir():
+        raise UsageError(f"data folder {root} does not exist: point data.root (or MTSQL_DATA) at the folder "
+                         "that holds sparc/, cosql/ and database/")
+    if cfg.require_full and root == FIXTURE_DATA:
+        raise UsageError("data.require_full is set: this profile's numbers need the full data, but neither data.root "
+                         "nor MTSQL_DATA is set, so the packaged fixture subset would be used; set MTSQL_DATA to "
+                         "the data folder, or data.require_full=false to try the profile on the fixture")
+    return root
 
 
 def dataset_file(dataset: str, split: str, root: Path | None = None) -> Path:
