@@ -102,8 +102,10 @@ def curriculum(cfg: Config, *, model=None, force=False, dry_run=False) -> Artifa
 
 def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, force=False,
        dry_run=False) -> Artifact | Pending | None:
-    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model."""
+    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model;
+    returns the last one (None when every stage was empty: nothing was trained)."""
     cfg = replace(cfg, rl={"engine": pick_engine(engine or cfg.rl.engine)})
+    trained = None
     for k in range(1, len(cfg.curriculum.stages) + 1):
         if isinstance(curriculum_art, Artifact) and not read_turns(curriculum_art.path / f"stage-{k}.jsonl"):
             console.print(f"[yellow]curriculum stage {k} is empty: skipped[/]")
@@ -114,8 +116,8 @@ def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, fo
             console.print(f"[yellow]rl-c{k}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
                           "steps had equal rewards in every group, so no policy gradient (raise rl.n, or "
                           "lower rl.temperature if every sample fails the protocol)[/]")
-        model = done
-    return model
+        model = trained = done
+    return trained
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,6 +170,38 @@ def load_pipeline(path: Path) -> Pipeline:
     return pipeline
 
 
+TRAINS = {"sft-iterate": "sft", "rl": "rl"}  # the pipeline steps that train a model, and its kind
+
+
+def _check_model_refs(pipeline: Pipeline, path: Path, cfg: Config) -> None:
+    """Before anything runs: every evaluation of ``sft`` or ``rl`` follows a step that trains that
+    model, or the run already has one."""
+    have = {kind for kind in TRAINS.values() if any(label.startswith(f"{kind}-") for label in store_for(cfg).labels())}
+    for i, step in enumerate(pipeline.steps):
+        if step.stage == "evaluate" and step.model in TRAINS.values() and step.model not in have:
+            _missing_model(f"{path}: steps[{i}] (evaluate)", step.model, cfg)
+        have.add(TRAINS.get(step.stage, "base"))
+
+
+def _missing_model(where: str, ref: str, cfg: Config):
+    trainer = "an sft-iterate step" if ref == "sft" else "curriculum and rl steps"
+    raise UsageError(f"{where} uses model '{ref}', but no step before it trains one and run '{cfg.run}' has none: "
+                     f"add {trainer} before it, or use model: base")
+
+
+def _model(models: dict, ref: str, cfg: Config, where: str, *, required: bool = False):
+    """The model a step uses: the one an earlier step of this pipeline trained, else (for ``sft`` and
+    ``rl``) the run's latest, as the stage commands pick it. A curriculum or RL step without an SFT
+    model starts from the base model, as ``mtsql rl`` does; an evaluation of ``sft`` or ``rl`` must
+    find that model, so that its label never names a model it did not score."""
+    if models[ref] is not None or ref not in ("sft", "rl"):
+        return models[ref]
+    store = store_for(cfg)
+    if any(label.startswith(f"{ref}-") for label in store.labels()):
+        return store.model(ref)
+    return _missing_model(where, ref, cfg) if required else None
+
+
 def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, force=False, dry_run=False) -> None:
     """Run every step in order; finished stages are cache hits. Prints where the report is.
 
@@ -177,24 +211,28 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     (the ones this pipeline made first)."""
     pipeline = load_pipeline(path)
     base_cfg = load_config(config_path, overrides)
+    _check_model_refs(pipeline, path, base_cfg)
     models: dict[str, object] = dict.fromkeys(MODEL_REFS)
     made: dict[str, object] = {}
     console.print(f"[bold]{path}[/] with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else ""),
                   soft_wrap=True)
-    for step in pipeline.steps:
+    for i, step in enumerate(pipeline.steps):
         cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
+        where = f"{path}: steps[{i}] ({step.stage})"
         if step.stage == "sft-iterate":
             models["sft"] = models["latest"] = sft_iterate(cfg, force=force, dry_run=dry_run)
         elif step.stage == "curriculum":
-            made["curriculum"] = curriculum(cfg, model=models["sft"], force=force, dry_run=dry_run)
+            made["curriculum"] = curriculum(cfg, model=_model(models, "sft", cfg, where), force=force,
+                                            dry_run=dry_run)
         elif step.stage == "rl":
             if "curriculum" not in made:
                 raise UsageError(f"{path}: an rl step needs a curriculum step before it")
-            models["rl"] = models["latest"] = rl(cfg, curriculum_art=made["curriculum"], model=models["sft"],
-                                                 force=force, dry_run=dry_run)
+            models["rl"] = models["latest"] = rl(cfg, curriculum_art=made["curriculum"],
+                                                 model=_model(models, "sft", cfg, where), force=force, dry_run=dry_run)
         elif step.stage == "evaluate":
-            evaluate(cfg, label=step.label or f"eval-{step.model}", model=models[step.model], force=force,
-                     dry_run=dry_run)
+            evaluate(cfg, label=step.label or f"eval-{step.model}", model=_model(models, step.model, cfg, where,
+                                                                               required=True),
+                     force=force, dry_run=dry_run)
         elif step.stage == "report":
             if not dry_run:
                 console.print(f"[bold green]report:[/] {build_report(store_for(cfg).root)}")
