@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -50,8 +52,8 @@ class Range:
 
     def __str__(self) -> str:
         if self.high is None:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
-        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+            return f"{'>' if self.low_open else '>='} {self.low}"
+        return f"in {'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
 
 
 # Numeric settings with a range (a value outside it is a config error when the config loads).
@@ -240,7 +242,7 @@ class Config:
 
     run: str = "default"
     runs_dir: str = "runs"
-    seed: AtLeast0 = 0  # every sampling, shuffling and training seed derives from it
+    seed: Annotated[int, Range(0, 2**32 - 1)] = 0  # every sampling, shuffling and training seed derives from it
     data: DataConfig = field(default_factory=DataConfig)
     sql: SqlConfig = field(default_factory=SqlConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -320,6 +322,11 @@ def _check_together(cfg: Config, where: _Origins) -> None:
     if not datasets or len(set(datasets)) != len(datasets):
         raise UsageError(f"{where.of('data.eval_datasets')}: 'data.eval_datasets' needs one or more distinct "
                          f"datasets; got {list(datasets)}")
+    if not re.fullmatch(r"[\w.-]+", cfg.run) or cfg.run in (".", ".."):
+        raise UsageError(f"{where.of('run')}: 'run' names a folder under runs_dir: letters, digits, '.', '-' and "
+                         f"'_' only; got {cfg.run!r}")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", cfg.model.device):
+        raise UsageError(f"{where.of('model.device')}: 'model.device' must be cpu, cuda or cuda:N; got {cfg.model.device!r}")
     if cfg.sft.node_rank >= cfg.sft.nnodes:
         raise UsageError(f"{where.of('sft.node_rank')}: 'sft.node_rank' must be below sft.nnodes={cfg.sft.nnodes} "
                          f"(ranks count from 0); got {cfg.sft.node_rank}")
@@ -456,7 +463,9 @@ def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
         return float(value)
     if tp is float and isinstance(value, str):  # PyYAML reads `1e-6` (no dot) as a string
         with contextlib.suppress(ValueError):  # not a number: the type error below names the key
-            return float(value)
+            value = float(value)
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{where.of(key)}: '{key}' must be a finite number; got {value!r}")
     if tp in (int, float, str, bool) and (type(value) is not tp):
         raise UsageError(f"{where.of(key)}: '{key}' must be {tp.__name__}, got {value!r} ({type(value).__name__})")
     return value

@@ -28,7 +28,7 @@ SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
 __all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
-           "gold_file", "load_turns", "tables_file", "train_pool"]
+           "gold_file", "load_turns", "split_file", "tables_file", "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -62,6 +62,15 @@ def dataset_file(dataset: str, split: str, root: Path | None = None) -> Path:
     return root / RAW_COSQL_TRAIN
 
 
+def split_file(dataset: str, split: str, root: Path) -> Path:
+    """The file of a split (:func:`dataset_file`), which must exist."""
+    path = dataset_file(dataset, split, root)
+    if not path.exists():
+        hint = "only CoSQL has a raw train split here" if split == "train" else f"is {root} the data folder?"
+        raise UsageError(f"{path}: no official {dataset} {path.name} in this data folder ({hint}); put one at that path")
+    return path
+
+
 def gold_file(dataset: str, root: Path | None = None) -> Path:
     _check(dataset, "dev")
     return (root or data_dir()) / dataset / "dev_gold.txt"
@@ -81,13 +90,10 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
                with_hardness: bool = True) -> list[Turn]:
     """Every turn of a split in file order, as uniform records (hardness from the parsed gold)."""
     root = root or data_dir()
-    path = dataset_file(dataset, split, root)
+    path = split_file(dataset, split, root)
     if path.name == RAW_COSQL_TRAIN.name:
         turns = load_raw_dialogues(path, exclude_dbs=dev_db_ids(dataset, root), split=split)
     else:
-        if not path.exists() and split == "train":
-            raise UsageError(f"{path}: no official {dataset} train.json in this data folder "
-                             f"(only CoSQL has a raw train split here); put one at that path")
         turns = load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split)
     if limit is not None:
         turns = [t for t in turns if t.interaction_index < limit]

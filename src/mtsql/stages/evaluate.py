@@ -26,7 +26,7 @@ from rich.console import Console
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
-from mtsql.data import eval_turns
+from mtsql.data import eval_turns, split_file
 from mtsql.files import write_jsonl
 from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
@@ -81,6 +81,14 @@ def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
         | {"verification_accuracy": verification_accuracy(rows, cfg)},
         "generated_tokens": protocol["generated_tokens"],
     }
+
+
+def check(cfg: ConfigView, *, model=None) -> None:
+    """Every eval split exists, and so does the base model when no trained one is given."""
+    for name in cfg.data.eval_datasets:
+        split_file(name, cfg.data.eval_split, cfg.data_root)
+    if model is None:
+        stage_model(cfg.model.name, resolve=False)
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:

@@ -18,7 +18,7 @@ import shutil
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
-from mtsql.data import train_pool
+from mtsql.data import split_file, train_pool
 from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
 from mtsql.files import write_jsonl
@@ -28,6 +28,13 @@ from mtsql.trajectories import scorer, summarize_trajectories
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
 INPUTS = {"model": None, "pool": None}
+
+
+def check(cfg: ConfigView, *, model=None, pool=None) -> None:
+    """The training split exists, and so does the base model when no trained one is given."""
+    split_file(cfg.data.train_dataset, cfg.data.train_split, cfg.data_root)
+    if cfg.sample.policy == "model" and model is None:
+        stage_model(cfg.model.name, resolve=False)
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, pool: Artifact | None = None) -> dict:
