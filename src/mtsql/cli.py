@@ -70,9 +70,9 @@ def sample(config: ConfigOpt = None, overrides: Overrides = None,
            model: ModelOpt = "auto", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
     cfg = _cfg(config, [*(overrides or []), *([f"data.train_dataset={dataset}"] if dataset else []),
-                        *([f"data.train_split={split}"] if split else [])])
-    pipeline.sample(cfg, label=label or "sample", policy=policy, model=store_for(cfg).model(model), force=force,
-                    dry_run=dry_run)
+                        *([f"data.train_split={split}"] if split else []),
+                        *([f"sample.policy={policy}"] if policy else [])])
+    pipeline.sample(cfg, label=label or "sample", model=store_for(cfg).model(model), force=force, dry_run=dry_run)
 
 
 @app.command()
@@ -92,7 +92,8 @@ def sft_iterate(config: ConfigOpt = None, overrides: Overrides = None,
                 rounds: Annotated[int | None, typer.Option(help="Number of self-taught rounds (default: sft.rounds).")] = None,
                 force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Self-taught warm-start: sample -> reject -> sft, repeated for several rounds."""
-    pipeline.sft_iterate(_cfg(config, overrides), rounds, force=force, dry_run=dry_run)
+    cfg = _cfg(config, [*(overrides or []), *([f"sft.rounds={rounds}"] if rounds is not None else [])])
+    pipeline.sft_iterate(cfg, force=force, dry_run=dry_run)
 
 
 @app.command()

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from mtsql.errors import UsageError
+from mtsql.paths import folder_name
 from mtsql.provenance import cpu_has_fast_bf16
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
@@ -322,9 +323,16 @@ def _check_together(cfg: Config, where: _Origins) -> None:
     if not datasets or len(set(datasets)) != len(datasets):
         raise UsageError(f"{where.of('data.eval_datasets')}: 'data.eval_datasets' needs one or more distinct "
                          f"datasets; got {list(datasets)}")
-    if not re.fullmatch(r"[\w.-]+", cfg.run) or cfg.run in (".", ".."):
-        raise UsageError(f"{where.of('run')}: 'run' names a folder under runs_dir: letters, digits, '.', '-' and "
-                         f"'_' only; got {cfg.run!r}")
+    if not cfg.reject.require:
+        raise UsageError(f"{where.of('reject.require')}: 'reject.require' needs ex, em or both: with none, every "
+                         "answer that follows the protocol would count as correct")
+    try:
+        folder_name(cfg.run, "run")
+    except UsageError as exc:
+        raise UsageError(f"{where.of('run')}: {exc}") from None
+    if cfg.evaluate.vote > 1 and cfg.sample.temperature == 0:
+        raise UsageError(f"{where.of('evaluate.vote')}: 'evaluate.vote={cfg.evaluate.vote}' votes over samples, "
+                         "which at sample.temperature=0 are all the greedy answer: set a temperature, or vote: 1")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", cfg.model.device):
         raise UsageError(f"{where.of('model.device')}: 'model.device' must be cpu, cuda or cuda:N; got {cfg.model.device!r}")
     if cfg.sft.node_rank >= cfg.sft.nnodes:

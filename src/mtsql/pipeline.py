@@ -155,8 +155,8 @@ def load_pipeline(path: Path) -> Pipeline:
         raise UsageError(f"cannot read pipeline {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: invalid YAML ({exc})") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list):
-        raise UsageError(f"{path}: a pipeline is a mapping with a 'steps' list")
+    if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list) or not raw["steps"]:
+        raise UsageError(f"{path}: a pipeline is a mapping with a 'steps' list of one or more steps")
     unknown = set(raw) - {"steps"}
     if unknown:
         raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a pipeline has only 'steps'")

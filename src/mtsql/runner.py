@@ -30,6 +30,7 @@ from mtsql.artifacts import Artifact, Store, fingerprint
 from mtsql.config import Config, ConfigView
 from mtsql.data import data_root
 from mtsql.errors import UsageError
+from mtsql.paths import folder_name
 from mtsql.provenance import code_digest
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
 
@@ -73,7 +74,7 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact."""
     if name not in STAGES:
         raise UsageError(f"unknown stage '{name}': stages are {', '.join(STAGES)}")
-    module, label = STAGES[name], label or name
+    module, label = STAGES[name], folder_name(label or name, "label")
     inputs = {key: value for key, value in (inputs or {}).items() if value is not None}
     params = params or {}
     missing = [key for key, default in module.INPUTS.items() if default is not None and key not in inputs]
