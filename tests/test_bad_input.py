@@ -109,6 +109,13 @@ def empty_sample(tmp: Path) -> None:
     Store(tmp / "runs" / "tiny").run("sample", "sample", {"n": 0}, {}, work)
 
 
+def empty_sparc(tmp: Path) -> None:
+    """A data folder whose SParC dev split holds no dialogue."""
+    (tmp / "data" / "sparc").mkdir(parents=True)
+    (tmp / "data" / "sparc" / "dev.json").write_text("[]\n")
+    (tmp / "data" / "database").symlink_to(FIXTURE_DATA / "database", target_is_directory=True)
+
+
 def predictions(tmp: Path) -> None:
     (tmp / "pred.txt").write_text("SELECT 1\n")
 
@@ -206,6 +213,11 @@ CASES = [
     override("sample", "data.train_dataset=spider", "no official spider train.json", blamed=False),
     override("sample", "model.name=no-such-model", "model 'no-such-model' is neither a folder", blamed=False),
     override("evaluate", "model.name=no-such-model", "model 'no-such-model' is neither a folder", blamed=False),
+    Case("evaluate-an-empty-split", ("evaluate", "-c", "{tiny}", *SMALL, "data.root={tmp}/data",
+                                     "data.eval_datasets=[sparc]"), ("sparc dev", "has no turn to evaluate"),
+         setup=empty_sparc),
+    Case("sample-an-empty-split", ("sample", "-c", "{tiny}", *SMALL, "data.root={tmp}/data", "data.train_dataset=sparc",
+                                   "data.train_split=dev"), ("sparc dev", "has no turn"), setup=empty_sparc),
     Case("data-root-missing", ("sample", "-c", "{tiny}", *SMALL), ("{tmp}/nothing", "does not exist", "MTSQL_DATA"),
          env={"MTSQL_DATA": "{tmp}/nothing"}),
 ]

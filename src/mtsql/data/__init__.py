@@ -102,24 +102,27 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
     return turns
 
 
-def train_pool(cfg: DataConfig, root: Path) -> list[Turn]:
+def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> list[Turn]:
     """The training turns of a config that can be rewarded: their database exists and their gold parses
     (a gold the official parser rejects has no hardness and can never score exact match). With
-    ``train_flatten`` each turn is a one-turn interaction of its own (single-turn training data)."""
-    turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit)
+    ``train_flatten`` each turn is a one-turn interaction of its own (single-turn training data).
+    Without hardness (a quick look), golds are not parsed, so none is left out for failing to."""
+    turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit,
+                       with_hardness=with_hardness)
     if cfg.train_flatten:
         turns = [t.alone() for t in turns]
-    return [t for t in turns if t.hardness is not None and database_path(t.db_id, root).exists()]
+    return [t for t in turns if (t.hardness is not None or not with_hardness)
+            and database_path(t.db_id, root).exists()]
 
 
-def eval_turns(cfg: DataConfig, dataset: str, root: Path) -> list[Turn]:
+def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool = True) -> list[Turn]:
     """The evaluation slice of ``dataset``: ``eval_limit`` interactions of ``eval_split`` (all
     without a limit), the first ones or, with ``eval_pick: spread``, those of :func:`spread_pick`."""
     if cfg.eval_limit is None or cfg.eval_pick == "first":
-        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit)
+        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=with_hardness)
     turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
-    chosen = spread_pick(turns, cfg.eval_limit, root)
-    return _with_hardness([t for t in turns if t.interaction_index in chosen], root)
+    chosen = [t for t in turns if t.interaction_index in spread_pick(turns, cfg.eval_limit, root)]
+    return _with_hardness(chosen, root) if with_hardness else chosen
 
 
 def spread_pick(turns: list[Turn], limit: int, root: Path) -> set[int]:

@@ -26,7 +26,8 @@ from rich.console import Console
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
-from mtsql.data import eval_turns, split_file
+from mtsql.data import eval_turns
+from mtsql.errors import UsageError
 from mtsql.files import write_jsonl
 from mtsql.models import stage_model
 from mtsql.rollout import RolloutEngine
@@ -84,9 +85,11 @@ def dataset_block(summary: dict, rows: list[dict], cfg: ConfigView) -> dict:
 
 
 def check(cfg: ConfigView, *, model=None) -> None:
-    """Every eval split exists, and so does the base model when no trained one is given."""
+    """Every eval slice has turns, and the base model exists when no trained one is given."""
     for name in cfg.data.eval_datasets:
-        split_file(name, cfg.data.eval_split, cfg.data_root)
+        if not eval_turns(cfg.data, name, cfg.data_root, with_hardness=False):
+            raise UsageError(f"evaluate: {name} {cfg.data.eval_split} of {cfg.data_root} has no turn to evaluate "
+                             "(with data.eval_pick=spread, only dialogues whose database has a file count)")
     if model is None:
         stage_model(cfg.model.name, resolve=False)
 

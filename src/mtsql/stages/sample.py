@@ -18,7 +18,7 @@ import shutil
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
-from mtsql.data import split_file, train_pool
+from mtsql.data import train_pool
 from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
 from mtsql.files import write_jsonl
@@ -31,8 +31,10 @@ INPUTS = {"model": None, "pool": None}
 
 
 def check(cfg: ConfigView, *, model=None, pool=None) -> None:
-    """The training split exists, and so does the base model when no trained one is given."""
-    split_file(cfg.data.train_dataset, cfg.data.train_split, cfg.data_root)
+    """The training slice has turns on databases that exist, and the base model exists when no trained one is given."""
+    if not train_pool(cfg.data, cfg.data_root, with_hardness=False):
+        raise UsageError(f"sample: {cfg.data.train_dataset} {cfg.data.train_split} of {cfg.data_root} has no turn "
+                         "on a database that exists (data.train_limit, the data folder's database/)")
     if cfg.sample.policy == "model" and model is None:
         stage_model(cfg.model.name, resolve=False)
 
