@@ -334,7 +334,8 @@ def _check_together(cfg: Config, where: _Origins) -> None:
         raise UsageError(f"{where.of('evaluate.vote')}: 'evaluate.vote={cfg.evaluate.vote}' votes over samples, "
                          "which at sample.temperature=0 are all the greedy answer: set a temperature, or vote: 1")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", cfg.model.device):
-        raise UsageError(f"{where.of('model.device')}: 'model.device' must be cpu, cuda or cuda:N; got {cfg.model.device!r}")
+        raise UsageError(f"{where.of('model.device')}: 'model.device' must be cpu, cuda or cuda:N; "
+                         f"got {cfg.model.device!r}")
     if cfg.sft.node_rank >= cfg.sft.nnodes:
         raise UsageError(f"{where.of('sft.node_rank')}: 'sft.node_rank' must be below sft.nnodes={cfg.sft.nnodes} "
                          f"(ranks count from 0); got {cfg.sft.node_rank}")

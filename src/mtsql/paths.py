@@ -33,7 +33,6 @@ def database_path(db_id: str, root: Path | None = None) -> Path:
     return root / "database" / db_id / f"{db_id}.sqlite"
 
 
-
 def folder_name(value: str, what: str) -> str:
     """``value``, a run name or artifact label that becomes one folder, or a UsageError saying why not."""
     if not re.fullmatch(r"[\w.-]+", value) or value in (".", ".."):
