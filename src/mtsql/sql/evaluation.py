@@ -104,7 +104,8 @@ def evaluate_files(dataset: str, pred_path: Path, *, data_root: Path | None = No
     read = read_questions if single_turn else read_interactions
     gold, pred = read(gold_path, gold=True), read(pred_path, gold=False)
     if not gold:
-        raise UsageError(f"gold file {gold_path} holds no {'question' if single_turn else 'interaction'}: nothing to score")
+        unit = "question" if single_turn else "interaction"
+        raise UsageError(f"gold file {gold_path} holds no {unit}: nothing to score")
     rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch, single_turn)
     for row in rows:
         row["pred"] = replace_value_placeholder(row["pred"])
