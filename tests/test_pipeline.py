@@ -126,6 +126,16 @@ def test_rl_with_every_curriculum_stage_empty_trains_nothing(tmp_path, monkeypat
                        model=start, engine="local") is None
 
 
+def test_sft_rounds_stop_once_the_pool_is_solved(tmp_path, monkeypatch):
+    """A round after the pool is empty would sample nothing (and fail): no round follows."""
+    sampled = []
+    monkeypatch.setattr(pipeline, "sample", lambda cfg, **kw: sampled.append(kw["round"]) or Artifact(tmp_path, {}))
+    monkeypatch.setattr(pipeline, "run_stage", lambda name, cfg, **kw: Artifact(tmp_path, {
+        "metrics": {"items": 2, "solved": 2, "kept": 2, "unsolved": 0} if name == "reject" else {}}))
+    pipeline.sft_iterate(cfg_for(tmp_path, "sft.first_round_policy=model"), rounds=3)
+    assert sampled == [1]
+
+
 @pytest.fixture
 def tiny_cfg(tmp_path, models_home, tiny_qwen3):
     return cfg_for(tmp_path, "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",

@@ -44,11 +44,14 @@ def sample(cfg: Config, *, label: str = "sample", policy: str | None = None, mod
 def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=False) -> Artifact | Pending | None:
     """Round k samples the pool with round k-1's model (round 1: ``sft.first_round_policy``),
     keeps correct diverse trajectories, and fine-tunes round k-1's model on them. Items the model
-    solved leave the pool (a scripted policy solves nothing by itself: the pool stays). A round
-    with nothing kept trains nothing and the previous model carries over."""
+    solved leave the pool (a scripted policy solves nothing by itself: the pool stays); once none is
+    left, no round follows. A round with nothing kept trains nothing and the previous model carries over."""
     model = pool = None
     summary = []
     for k in range(1, (rounds or cfg.sft.rounds) + 1):
+        if isinstance(pool, Artifact) and pool.metrics.get("unsolved") == 0:
+            console.print(f"[yellow]round {k - 1} solved every item of its pool: no round {k}[/]")
+            break
         policy = cfg.sft.first_round_policy if k == 1 else "model"
         sampled = sample(cfg, label=f"sample-r{k}", policy=policy, model=model, pool=pool, round=k, force=force,
                          dry_run=dry_run)
