@@ -1,10 +1,13 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from mtsql.artifacts import Store
+
+REPO = Path(__file__).resolve().parents[1]
 
 COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evaluate", "report", "run",
             "status", "show", "data", "models", "config"]
@@ -12,7 +15,7 @@ COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evalu
 
 def mtsql(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src")})
 
 
 def test_help_lists_every_command():
@@ -68,3 +71,17 @@ def test_help_fits_100_columns(command):
                             env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
     assert result.returncode == 0 and "Usage" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
+
+
+def test_verify_catches_metrics_edited_in_the_manifest(tmp_path):
+    """`status` shows the manifest's metrics: an edit there is a difference from the hashed metrics.json."""
+    store = Store(tmp_path / "runs" / "r1")
+    done, _ = store.run("evaluate", "eval-base", {}, {}, lambda ctx: {"mode": "long", "datasets": {"cosql": {"ex": 0.1}}})
+    assert mtsql("data", "verify", "r1", cwd=tmp_path).returncode == 0
+    manifest = json.loads((done.path / "manifest.json").read_text())
+    manifest["metrics"]["datasets"]["cosql"]["ex"] = 0.9
+    (done.path / "manifest.json").write_text(json.dumps(manifest))
+    assert "EX 90.0%" in mtsql("status", "r1", cwd=tmp_path).stdout
+    result = mtsql("data", "verify", "r1", cwd=tmp_path)
+    assert result.returncode == 2 and "its metrics differ from metrics.json" in result.stderr, result.stderr
+    assert "all artifacts intact" not in result.stdout

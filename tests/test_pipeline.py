@@ -84,6 +84,58 @@ def test_model_references(tmp_path):
         store.model("sft")
 
 
+def fake_model(store, label: str) -> None:
+    """A complete artifact ``label`` of ``store`` with a model/ folder (no weights: nothing loads it here)."""
+    folder = store.root / label / "abc"
+    (folder / "model").mkdir(parents=True)
+    (folder.parent / "latest").symlink_to("abc")
+    (folder / "manifest.json").write_text(json.dumps({"stage": label.split("-")[0], "label": label,
+                                                      "fingerprint": "abc", "outputs": []}))
+
+
+def evaluations_of(steps: str, tmp_path, monkeypatch, trained=None) -> list[tuple[str, str | None]]:
+    """(label, model label) of every evaluation a pipeline of ``steps`` runs; sft-iterate returns ``trained``."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"steps:\n{steps}")
+    seen = []
+    monkeypatch.setattr(pipeline, "evaluate", lambda cfg, *, label, model, **_: seen.append(
+        (label, model.label if model else None)))
+    monkeypatch.setattr(pipeline, "sft_iterate", lambda cfg, **_: trained)
+    pipeline.run_pipeline(path, TINY, [f"runs_dir={tmp_path / 'runs'}"])
+    return seen
+
+
+def test_an_evaluation_of_sft_scores_the_runs_sft_model_when_no_step_trains_one(tmp_path, monkeypatch):
+    fake_model(store_for(cfg_for(tmp_path)), "sft-r2")
+    seen = evaluations_of("  - stage: evaluate\n    model: sft\n", tmp_path, monkeypatch)
+    assert seen == [("eval-sft", "sft-r2")], "the base model was scored under the label eval-sft"
+
+
+def test_an_evaluation_of_sft_after_rounds_that_trained_nothing_is_refused(tmp_path, monkeypatch):
+    steps = "  - stage: sft-iterate\n  - stage: evaluate\n    model: sft\n"
+    with pytest.raises(UsageError, match=r"steps\[1\] \(evaluate\) uses model 'sft', but no step before it"):
+        evaluations_of(steps, tmp_path, monkeypatch, trained=None)
+
+
+def test_rl_with_every_curriculum_stage_empty_trains_nothing(tmp_path, monkeypatch):
+    """rl() returns None then, not the SFT model it would have started from (an eval-rl would score it)."""
+    cfg = cfg_for(tmp_path)
+    monkeypatch.setattr(pipeline, "read_turns", lambda path: [])
+    start = Artifact(tmp_path, {"fingerprint": "f" * 64, "label": "sft-r1"})
+    assert pipeline.rl(cfg, curriculum_art=Artifact(tmp_path, {"fingerprint": "e" * 64, "label": "curriculum"}),
+                       model=start, engine="local") is None
+
+
+def test_sft_rounds_stop_once_the_pool_is_solved(tmp_path, monkeypatch):
+    """A round after the pool is empty would sample nothing (and fail): no round follows."""
+    sampled = []
+    monkeypatch.setattr(pipeline, "sample", lambda cfg, **kw: sampled.append(kw["round"]) or Artifact(tmp_path, {}))
+    monkeypatch.setattr(pipeline, "run_stage", lambda name, cfg, **kw: Artifact(tmp_path, {
+        "metrics": {"items": 2, "solved": 2, "kept": 2, "unsolved": 0} if name == "reject" else {}}))
+    pipeline.sft_iterate(cfg_for(tmp_path, "sft.first_round_policy=model"), rounds=3)
+    assert sampled == [1]
+
+
 @pytest.fixture
 def tiny_cfg(tmp_path, models_home, tiny_qwen3):
     return cfg_for(tmp_path, "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",

@@ -65,6 +65,10 @@ class Artifact:
     def metrics(self) -> dict:
         return self.manifest.get("metrics", {})
 
+    def records(self, name: str) -> int | None:
+        """How many records output ``name`` (a .jsonl file) held when the stage wrote it; None if no such output."""
+        return next((entry.get("records") for entry in self.manifest.get("outputs", []) if entry["path"] == name), None)
+
     def ref(self) -> dict:
         return {"label": self.label, "fingerprint": self.fingerprint, "path": str(self.path)}
 
@@ -269,8 +273,13 @@ def _point_paths_at(partial: Path, final: Path) -> None:
 
 
 def verify(artifact: Artifact) -> list[str]:
-    """Problems found when checking an artifact's files against its manifest (empty: intact)."""
+    """Problems found when checking an artifact's files against its manifest, and the metrics the
+    manifest shows (``mtsql status``) against the hashed ``metrics.json`` (empty: intact)."""
     problems = []
+    metrics_file = artifact.path / "metrics.json"
+    if metrics_file.is_file() and _canonical(json.loads(metrics_file.read_text())) != _canonical(artifact.metrics):
+        problems.append(f"{artifact.path / MANIFEST}: its metrics differ from metrics.json (edited since the stage "
+                        "wrote them)")
     for entry in artifact.manifest["outputs"]:
         path = artifact.path / entry["path"]
         if not path.exists():
@@ -282,6 +291,10 @@ def verify(artifact: Artifact) -> list[str]:
         elif sha256_file(path) != entry["sha256"]:
             problems.append(f"{path}: content changed since the stage wrote it")
     return problems
+
+
+def _canonical(data) -> str:
+    return json.dumps(data, sort_keys=True)
 
 
 def describe_outputs(folder: Path) -> list[dict]:

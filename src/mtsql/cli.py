@@ -16,8 +16,9 @@ from rich.progress import track
 from rich.table import Table
 
 from mtsql import models, pipeline
-from mtsql.artifacts import Artifact, StageInterrupted, Store, verify
+from mtsql.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
 from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace, to_dict
+from mtsql.data import data_root
 from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
 from mtsql.report import build_report
@@ -69,9 +70,9 @@ def sample(config: ConfigOpt = None, overrides: Overrides = None,
            model: ModelOpt = "auto", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
     cfg = _cfg(config, [*(overrides or []), *([f"data.train_dataset={dataset}"] if dataset else []),
-                        *([f"data.train_split={split}"] if split else [])])
-    pipeline.sample(cfg, label=label or "sample", policy=policy, model=store_for(cfg).model(model), force=force,
-                    dry_run=dry_run)
+                        *([f"data.train_split={split}"] if split else []),
+                        *([f"sample.policy={policy}"] if policy else [])])
+    pipeline.sample(cfg, label=label or "sample", model=store_for(cfg).model(model), force=force, dry_run=dry_run)
 
 
 @app.command()
@@ -91,7 +92,8 @@ def sft_iterate(config: ConfigOpt = None, overrides: Overrides = None,
                 rounds: Annotated[int | None, typer.Option(help="Number of self-taught rounds (default: sft.rounds).")] = None,
                 force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Self-taught warm-start: sample -> reject -> sft, repeated for several rounds."""
-    pipeline.sft_iterate(_cfg(config, overrides), rounds, force=force, dry_run=dry_run)
+    cfg = _cfg(config, [*(overrides or []), *([f"sft.rounds={rounds}"] if rounds is not None else [])])
+    pipeline.sft_iterate(cfg, force=force, dry_run=dry_run)
 
 
 @app.command()
@@ -151,8 +153,8 @@ def evaluate(
         raise UsageError("evaluate --pred needs --dataset and --out")
     options = EvaluateOptions.from_config(cfg.sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics,
                                           workers=workers, gold_cache=gold_cache)
-    run_evaluate(dataset, pred, out, console=console, gold_path=gold, db_dir=db_dir, tables_path=tables,
-                 options=options, allow_mismatch=allow_mismatch)
+    run_evaluate(dataset, pred, out, console=console, data_root=data_root(cfg.data), gold_path=gold, db_dir=db_dir,
+                 tables_path=tables, options=options, allow_mismatch=allow_mismatch)
 
 
 @app.command()
@@ -243,12 +245,19 @@ def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or
                 runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """Check every artifact's files against the hashes in its manifest."""
     folder = run_folder(run, runs_dir)
-    problems = [p for artifact in Store(folder).artifacts() for p in verify(artifact)]
+    artifacts = Store(folder).artifacts()
+    unfinished = sorted(str(p.relative_to(folder)) for p in folder.glob(f"*/*{PARTIAL}"))
+    if not artifacts:
+        why = (f"only unfinished stage folder(s) {', '.join(unfinished)}: rerun their stages to finish them"
+               if unfinished else "not a run folder? A run holds <label>/<fingerprint>/manifest.json")
+        raise UsageError(f"{folder}: no complete artifact to verify ({why})")
+    problems = [p for artifact in artifacts for p in verify(artifact)]
     for problem in problems:
-        err_console.print(problem)
+        err_console.print(problem, markup=False, highlight=False)
     if problems:
-        raise UsageError(f"{folder}: {len(problems)} file(s) differ from their manifests")
-    console.print(f"{folder}: all artifacts intact")
+        raise UsageError(f"{folder}: {len(problems)} problem(s) above: files or metrics differ from their manifests")
+    skipped = f"; not checked: {len(unfinished)} unfinished .partial folder(s)" if unfinished else ""
+    console.print(f"{folder}: all {len(artifacts)} artifacts intact{skipped}", markup=False, highlight=False)
 
 
 @models_app.command("pull")

@@ -12,15 +12,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 
 from mtsql.errors import UsageError
+from mtsql.paths import folder_name
 from mtsql.provenance import cpu_has_fast_bf16
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
@@ -34,20 +37,51 @@ CURRICULUM_LABELS = {"hardness": HARDNESS_LEVELS, "turn": TURN_BUCKETS, "pass_ra
 
 
 @dataclass(frozen=True)
+class Range:
+    """The bounds of a numeric setting, checked when the config loads: ``low`` and ``high`` are
+    inclusive unless ``low_open`` / ``high_open``; None is unbounded."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low}"
+        return f"in {'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
+
+
+# Numeric settings with a range (a value outside it is a config error when the config loads).
+AtLeast1 = Annotated[int, Range(1)]  # counts, sizes, lengths: 0 would be no work at all
+AtLeast0 = Annotated[int, Range(0)]
+Positive = Annotated[float, Range(0, low_open=True)]
+NonNegative = Annotated[float, Range(0)]
+Share = Annotated[float, Range(0, 1, low_open=True)]  # (0, 1]: a probability mass or a memory share
+Port = Annotated[int, Range(1, 65535)]
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Which data a run uses. ``root: null`` means $MTSQL_DATA (else the packaged fixture)."""
 
     root: str | None = None
+    require_full: bool = False  # refuse the packaged fixture subset (profiles whose numbers need the full data)
     train_dataset: Dataset = "cosql"
     train_split: Split = "train"
-    train_limit: int | None = None  # first N interactions (a slice for small profiles)
+    train_limit: AtLeast1 | None = None  # first N interactions (a slice for small profiles)
     train_flatten: bool = False  # every training turn as a question of its own, without its dialogue
     per_dataset: bool = False  # `mtsql run`: one model per eval dataset that has a train split (run
                                # <run>-<dataset>, scored on that dataset), as MTSQL-R1's release trains;
                                # eval datasets without one are scored by train_dataset's model
     eval_datasets: tuple[Dataset, ...] = ("cosql", "sparc")
     eval_split: Split = "dev"
-    eval_limit: int | None = None  # N interactions, picked by eval_pick
+    eval_limit: AtLeast1 | None = None  # N interactions, picked by eval_pick
     eval_pick: Literal["first", "spread"] = "first"  # spread: one database after another, those with a file
 
 
@@ -55,8 +89,8 @@ class DataConfig:
 class SqlConfig:
     """The SQL sandbox and the evaluator."""
 
-    timeout_s: float = 5.0
-    max_rows: int = 10_000
+    timeout_s: Positive = 5.0
+    max_rows: AtLeast1 = 10_000
     semantics: Literal["official", "strict"] = "official"
     exec_semantics: Literal["testsuite", "sparc"] = "testsuite"
 
@@ -66,11 +100,11 @@ class EnvConfig:
     """The agent environment (docs/protocol.md)."""
 
     mode: Literal["long", "short"] = "long"  # long: tools and verification; short: a direct SQL answer
-    max_turns: int = 4  # assistant messages per question
-    max_invalid: int | None = None  # end the episode after this many unparseable messages in a row
+    max_turns: AtLeast1 = 4  # assistant messages per question
+    max_invalid: AtLeast1 | None = None  # end the episode after this many unparseable messages in a row
     memory: Literal["gold", "predicted"] = "gold"  # gold: the paper's oracle; predicted: the agent's own answers
-    result_chars: int = 200  # rendered result preview in an observation
-    sample_values: int = 3  # example values per column in the schema prompt
+    result_chars: AtLeast1 = 200  # rendered result preview in an observation
+    sample_values: AtLeast0 = 3  # example values per column in the schema prompt
     thinking: bool = True
     protocol: Literal["mtsql", "release"] = "mtsql"  # release: the released MTSQL-R1 checkpoints' tool calls
                                                      # (exec_sql(code), memory_retrieve(code)) and observation
@@ -113,23 +147,23 @@ class SampleConfig:
 
     policy: Policy = "model"
     backend: Literal["hf", "vllm", "openai"] = "hf"
-    n: int = 1
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    batch_size: int = 16
+    n: AtLeast1 = 1
+    temperature: NonNegative = 0.7  # 0: greedy
+    top_p: Share = 1.0
+    max_new_tokens: AtLeast1 = 512
+    batch_size: AtLeast1 = 16
     openai_base_url: str = "http://127.0.0.1:8000/v1"
     openai_model: str | None = None  # the name the server serves the model under (default: its path or id)
-    openai_concurrency: int = 8
-    openai_timeout_s: float = 120.0
+    openai_concurrency: AtLeast1 = 8
+    openai_timeout_s: Positive = 120.0
     # backend vllm (docs/engines.md): a vLLM server mtsql starts for each stage's model and stops after it
     vllm_base_url: str | None = None  # a vLLM server you run instead (its /v1 URL): mtsql cannot verify it
     vllm_model: str | None = None  # the name that server serves the model under
     vllm_python: str | None = None  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else this one)
-    vllm_kv_cache_gib: float | None = None  # CPU: the server's KV cache (None: a quarter of the free RAM, <= 8)
+    vllm_kv_cache_gib: Positive | None = None  # CPU: the server's KV cache (None: a quarter of the free RAM, <= 8)
     vllm_eager: bool | None = None  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
     vllm_args: tuple[str, ...] = ()  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"]
-    vllm_start_timeout_s: float = 600.0
+    vllm_start_timeout_s: Positive = 600.0
 
 
 @dataclass(frozen=True)
@@ -137,8 +171,8 @@ class RejectConfig:
     """Difficulty-aware reject sampling (``mtsql.stages.reject``)."""
 
     require: tuple[Literal["ex", "em"], ...] = ("ex", "em")
-    keep_easy: int = 2
-    keep_hard: int = 3
+    keep_easy: AtLeast1 = 2
+    keep_hard: AtLeast1 = 3
 
 
 @dataclass(frozen=True)
@@ -146,26 +180,26 @@ class SftConfig:
     """LLaMA-Factory SFT (``mtsql.integrations.llamafactory``)."""
 
     finetuning_type: Literal["lora", "full", "freeze"] = "lora"  # freeze: only the last freeze_layers train
-    freeze_layers: int = 0  # freeze: how many of the model's last decoder layers train (the rest stay fixed)
-    lora_rank: int = 8
-    lora_alpha: int = 16
+    freeze_layers: AtLeast0 = 0  # freeze: how many of the model's last decoder layers train (the rest stay fixed)
+    lora_rank: AtLeast1 = 8
+    lora_alpha: AtLeast1 = 16
     lora_target: str = "all"  # LLaMA-Factory: all linear layers, or comma-separated module names
-    cutoff_len: int = 4096
-    learning_rate: float = 1e-4
+    cutoff_len: AtLeast1 = 4096
+    learning_rate: Positive = 1e-4
     lr_scheduler_type: str = "cosine"
-    warmup_ratio: float = 0.0
-    epochs: float = 1.0
-    max_steps: int | None = None
-    batch_size: int = 1
-    grad_accum: int = 4
-    rounds: int = 3
+    warmup_ratio: Annotated[float, Range(0, 1, high_open=True)] = 0.0
+    epochs: Positive = 1.0
+    max_steps: AtLeast1 | None = None
+    batch_size: AtLeast1 = 1
+    grad_accum: AtLeast1 = 4
+    rounds: AtLeast1 = 3
     first_round_policy: Policy = "model"
-    heldout: int = 32  # eval turns scored after each round
-    nnodes: int = 1
-    nproc_per_node: int = 1
-    node_rank: int = 0  # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1)
+    heldout: AtLeast0 = 32  # eval turns scored after each round
+    nnodes: AtLeast1 = 1
+    nproc_per_node: AtLeast1 = 1
+    node_rank: AtLeast0 = 0  # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1)
     master_addr: str = "127.0.0.1"
-    master_port: int = 29500
+    master_port: Port = 29500
     use_cpu: bool = True
     bf16: bool | Literal["auto"] = False  # bf16 autocast; auto: on GPUs, and on CPUs with AVX512-BF16 or AMX
                                           # (elsewhere bf16 is emulated and slower than float32)
@@ -190,36 +224,36 @@ class RlConfig:
     """GRPO (``mtsql.stages.rl``); ``engine: auto`` = verl when CUDA is visible, else local."""
 
     engine: Literal["auto", "verl", "local"] = "auto"
-    n: int = 5
-    lr: float = 1e-6
-    kl_coef: float = 0.0
-    clip_ratio: float = 0.2
-    steps_per_stage: int = 60
-    epochs_per_stage: int | None = None  # curriculum by epochs: passes over a stage's items, each of
-                                         # items // batch_size steps, at least 1 (None: steps_per_stage)
-    val_every: int = 0  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and at
-                        # the last step of a stage (0: never; mtsql evaluate scores the models afterwards)
-    val_limit: int | None = None  # dialogues per eval dataset in a validation (None: all)
+    n: AtLeast1 = 5
+    lr: Positive = 1e-6
+    kl_coef: NonNegative = 0.0
+    clip_ratio: Positive = 0.2
+    steps_per_stage: AtLeast1 = 60
+    epochs_per_stage: AtLeast1 | None = None  # curriculum by epochs: passes over a stage's items, each of
+                                              # items // batch_size steps, at least 1 (None: steps_per_stage)
+    val_every: AtLeast0 = 0  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and at
+                             # the last step of a stage (0: never; mtsql evaluate scores the models afterwards)
+    val_limit: AtLeast1 | None = None  # dialogues per eval dataset in a validation (None: all)
     val_pick: Literal["last", "best"] = "last"  # a stage's model: its last step's, or the best validated one
                                                 # (highest mean reward; needs val_every)
-    batch_size: int = 256
-    mini_batch_size: int = 256
-    max_prompt_len: int = 4000
-    max_response_len: int = 8000
-    temperature: float = 1.0
-    lora_rank: int = 0  # 0 = full parameters
-    freeze_layers: int = 0  # local engine: only the last freeze_layers decoder layers train (0: every weight)
+    batch_size: AtLeast1 = 256
+    mini_batch_size: AtLeast1 = 256
+    max_prompt_len: AtLeast1 = 4000
+    max_response_len: AtLeast1 = 8000
+    temperature: Positive = 1.0  # GRPO learns from the spread of a group's samples: greedy would have none
+    lora_rank: AtLeast0 = 0  # 0 = full parameters
+    freeze_layers: AtLeast0 = 0  # local engine: only the last freeze_layers decoder layers train (0: every weight)
     rollout_backend: Literal["hf", "vllm"] = "hf"  # local engine: vllm restarts a managed server on each
                                                    # step's weights (sample.vllm_* settings)
-    n_gpus_per_node: int = 4
-    nnodes: int = 1
+    n_gpus_per_node: AtLeast1 = 4
+    nnodes: AtLeast1 = 1
     ray_address: str | None = None
     rollout_name: Literal["vllm", "sglang"] = "vllm"
-    lora_alpha: int = 32
-    micro_batch_size_per_gpu: int = 1  # verl: actor update and log-prob micro-batches
-    rollout_tp: int = 1  # tensor parallel size of the vllm/sglang rollout server
-    gpu_memory_utilization: float = 0.5  # share of GPU memory the rollout server may take
-    max_turn_tokens: int | None = None  # cap per assistant message (None: the remaining response budget)
+    lora_alpha: AtLeast1 = 32
+    micro_batch_size_per_gpu: AtLeast1 = 1  # verl: actor update and log-prob micro-batches
+    rollout_tp: AtLeast1 = 1  # tensor parallel size of the vllm/sglang rollout server
+    gpu_memory_utilization: Share = 0.5  # share of GPU memory the rollout server may take
+    max_turn_tokens: AtLeast1 | None = None  # cap per assistant message (None: the remaining response budget)
     logger: Logger = "none"  # besides the metrics file (verl engine)
     extra: tuple[str, ...] = ()  # more Hydra overrides for verl's main_ppo, appended to the command
     extra_override: bool = False  # let rl.extra replace overrides mtsql sets (else that is an error)
@@ -229,12 +263,11 @@ class RlConfig:
 class EvaluateConfig:
     """Scoring a model on the eval sets."""
 
-    limit: int | None = None
-    vote: int = 1  # >1: self-consistency voting over this many samples by execution result
-    max_response_tokens: int | None = None  # tokens one turn may generate over all its messages (release: 8000)
-    prompt_filter_tokens: int | None = None  # also report the metrics without the items whose prompt is longer,
-                                             # as verl's filter_overlong_prompts drops them (release: 4000)
-    samples: int = 1  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared with vote)
+    vote: AtLeast1 = 1  # >1: self-consistency voting over this many samples by execution result
+    max_response_tokens: AtLeast1 | None = None  # tokens one turn may generate over all its messages (release: 8000)
+    prompt_filter_tokens: AtLeast1 | None = None  # also report the metrics without the items whose prompt is
+                                                  # longer, as verl's filter_overlong_prompts drops them (release: 4000)
+    samples: AtLeast1 = 1  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared with vote)
 
 
 @dataclass(frozen=True)
@@ -243,7 +276,7 @@ class Config:
 
     run: str = "default"
     runs_dir: str = "runs"
-    seed: int = 0  # every sampling, shuffling and training seed derives from it
+    seed: Annotated[int, Range(0, 2**32 - 1)] = 0  # every sampling, shuffling and training seed derives from it
     data: DataConfig = field(default_factory=DataConfig)
     sql: SqlConfig = field(default_factory=SqlConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -282,7 +315,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     where = _Origins(origins, str(path) if path is not None else "<defaults>")
     cfg = build(Config, raw, source=where, prefix="")
     _check_curriculum(cfg.curriculum, where)
-    _check_rl(cfg.rl, where)
+    _check_together(cfg, where)
     if cfg.sft.bf16 == "auto":  # resolved here, so config.yaml and the fingerprint show what runs
         cfg = replace(cfg, sft={"bf16": not cfg.sft.use_cpu or cpu_has_fast_bf16()})
     return cfg
@@ -295,15 +328,21 @@ class _Origins:
         self.origins, self.default = origins, default
 
     def of(self, key: str) -> str:
+        """The origin of ``key``, of the nearest section above it, else of the last key set below it
+        (an unknown section such as ``samp`` comes from wherever ``samp.n`` was set)."""
         parts = key.split(".")
         for n in range(len(parts), 0, -1):
             found = self.origins.get(".".join(parts[:n]))
             if found:
                 return found
-        return self.default
+        below = [origin for dotted, origin in self.origins.items() if dotted.startswith(f"{key}.")]
+        return below[-1] if below else self.default
 
 
 def _check_curriculum(cfg: CurriculumConfig, where: _Origins) -> None:
+    if not cfg.stages or not all(cfg.stages):
+        raise UsageError(f"{where.of('curriculum.stages')}: 'curriculum.stages' needs at least one stage and a "
+                         f"label in each; got {[list(stage) for stage in cfg.stages]}")
     labels = CURRICULUM_LABELS[cfg.by]
     stray = sorted({label for stage in cfg.stages for label in stage} - set(labels))
     if stray:
@@ -311,15 +350,31 @@ def _check_curriculum(cfg: CurriculumConfig, where: _Origins) -> None:
                          f"{cfg.by} labels; with curriculum.by={cfg.by} use {', '.join(labels)}")
 
 
-def _check_rl(cfg: RlConfig, where: _Origins) -> None:
-    if cfg.val_pick == "best" and cfg.val_every < 1:
+def _check_together(cfg: Config, where: _Origins) -> None:
+    """Settings that are only valid together with others (single ranges are checked by ``build``)."""
+    datasets = cfg.data.eval_datasets
+    if not datasets or len(set(datasets)) != len(datasets):
+        raise UsageError(f"{where.of('data.eval_datasets')}: 'data.eval_datasets' needs one or more distinct "
+                         f"datasets; got {list(datasets)}")
+    if not cfg.reject.require:
+        raise UsageError(f"{where.of('reject.require')}: 'reject.require' needs ex, em or both: with none, every "
+                         "answer that follows the protocol would count as correct")
+    try:
+        folder_name(cfg.run, "run")
+    except UsageError as exc:
+        raise UsageError(f"{where.of('run')}: {exc}") from None
+    if cfg.evaluate.vote > 1 and cfg.sample.temperature == 0:
+        raise UsageError(f"{where.of('evaluate.vote')}: 'evaluate.vote={cfg.evaluate.vote}' votes over samples, "
+                         "which at sample.temperature=0 are all the greedy answer: set a temperature, or vote: 1")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", cfg.model.device):
+        raise UsageError(f"{where.of('model.device')}: 'model.device' must be cpu, cuda or cuda:N; "
+                         f"got {cfg.model.device!r}")
+    if cfg.rl.val_pick == "best" and cfg.rl.val_every < 1:
         raise UsageError(f"{where.of('rl.val_pick')}: 'rl.val_pick' is best but nothing is validated; set "
                          "rl.val_every to N > 0 (validate every N steps) or rl.val_pick: last")
-    for key in ("val_every", "epochs_per_stage"):
-        value = getattr(cfg, key)
-        if value is not None and value < (0 if key == "val_every" else 1):
-            raise UsageError(f"{where.of(f'rl.{key}')}: 'rl.{key}' must be at least "
-                             f"{0 if key == 'val_every' else 1}, got {value}")
+    if cfg.sft.node_rank >= cfg.sft.nnodes:
+        raise UsageError(f"{where.of('sft.node_rank')}: 'sft.node_rank' must be below sft.nnodes={cfg.sft.nnodes} "
+                         f"(ranks count from 0); got {cfg.sft.node_rank}")
 
 
 def to_dict(cfg: Any) -> Any:
@@ -389,19 +444,25 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
     tree[keys[-1]] = value
 
 
+REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
+    "evaluate.limit": "evaluate.limit was never read: data.eval_limit sets how many interactions are scored",
+}
+
+
 def build(cls: type, raw: Any, *, source: str | _Origins, prefix: str) -> Any:
     """Validate a mapping into dataclass ``cls``; errors name the dotted key and where it came from."""
     where = source if isinstance(source, _Origins) else _Origins({}, source)
     name = prefix.rstrip(".") or "top level"
     if not isinstance(raw, dict):
         raise UsageError(f"{where.of(name)}: '{name}' must be a mapping, got {type(raw).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     values = {}
     for key, value in raw.items():
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
+            hint = f"; {REMOVED[f'{prefix}{key}']}" if f"{prefix}{key}" in REMOVED else hint
             raise UsageError(f"{where.of(f'{prefix}{key}')}: unknown key '{prefix}{key}'{hint}")
         values[key] = _coerce(hints[key], value, where=where, key=f"{prefix}{key}")
     return cls(**values)
@@ -412,6 +473,12 @@ def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
         return build(tp, value if value is not None else {}, source=where, prefix=f"{key}.")
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is Annotated:
+        value = _coerce(args[0], value, where=where, key=key)
+        for bounds in (a for a in tp.__metadata__ if isinstance(a, Range)):
+            if not bounds.holds(value):
+                raise UsageError(f"{where.of(key)}: '{key}' must be {bounds}; got {value!r}")
+        return value
     if origin is dict:
         if not isinstance(value, dict):
             raise UsageError(f"{where.of(key)}: '{key}' must be a mapping, got {value!r} ({type(value).__name__})")
@@ -441,7 +508,9 @@ def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
         return float(value)
     if tp is float and isinstance(value, str):  # PyYAML reads `1e-6` (no dot) as a string
         with contextlib.suppress(ValueError):  # not a number: the type error below names the key
-            return float(value)
+            value = float(value)
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{where.of(key)}: '{key}' must be a finite number; got {value!r}")
     if tp in (int, float, str, bool) and (type(value) is not tp):
         raise UsageError(f"{where.of(key)}: '{key}' must be {tp.__name__}, got {value!r} ({type(value).__name__})")
     return value

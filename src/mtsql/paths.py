@@ -6,7 +6,10 @@ These two environment variables are read here and nowhere else.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from mtsql.errors import UsageError
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "data"
 
@@ -29,3 +32,9 @@ def database_path(db_id: str, root: Path | None = None) -> Path:
     root = root or data_dir()
     return root / "database" / db_id / f"{db_id}.sqlite"
 
+
+def folder_name(value: str, what: str) -> str:
+    """``value``, a run name or artifact label that becomes one folder, or a UsageError saying why not."""
+    if not re.fullmatch(r"[\w.-]+", value) or value in (".", ".."):
+        raise UsageError(f"{what} {value!r} names a folder: use letters, digits, '.', '-' and '_' only")
+    return value

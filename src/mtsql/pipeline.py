@@ -46,11 +46,14 @@ def sample(cfg: Config, *, label: str = "sample", policy: str | None = None, mod
 def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=False) -> Artifact | Pending | None:
     """Round k samples the pool with round k-1's model (round 1: ``sft.first_round_policy``),
     keeps correct diverse trajectories, and fine-tunes round k-1's model on them. Items the model
-    solved leave the pool (a scripted policy solves nothing by itself: the pool stays). A round
-    with nothing kept trains nothing and the previous model carries over."""
+    solved leave the pool (a scripted policy solves nothing by itself: the pool stays); once none is
+    left, no round follows. A round with nothing kept trains nothing and the previous model carries over."""
     model = pool = None
     summary = []
     for k in range(1, (rounds or cfg.sft.rounds) + 1):
+        if isinstance(pool, Artifact) and pool.metrics.get("unsolved") == 0:
+            console.print(f"[yellow]round {k - 1} solved every item of its pool: no round {k}[/]")
+            break
         policy = cfg.sft.first_round_policy if k == 1 else "model"
         sampled = sample(cfg, label=f"sample-r{k}", policy=policy, model=model, pool=pool, round=k, force=force,
                          dry_run=dry_run)
@@ -104,8 +107,10 @@ def curriculum(cfg: Config, *, model=None, force=False, dry_run=False) -> Artifa
 
 def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, force=False,
        dry_run=False) -> Artifact | Pending | None:
-    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model."""
+    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model;
+    returns the last one (None when every stage was empty: nothing was trained)."""
     cfg = replace(cfg, rl={"engine": pick_engine(engine or cfg.rl.engine)})
+    trained = None
     for k in range(1, len(cfg.curriculum.stages) + 1):
         if isinstance(curriculum_art, Artifact) and not read_turns(curriculum_art.path / f"stage-{k}.jsonl"):
             console.print(f"[yellow]curriculum stage {k} is empty: skipped[/]")
@@ -116,8 +121,8 @@ def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, fo
             console.print(f"[yellow]rl-c{k}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
                           "steps had equal rewards in every group, so no policy gradient (raise rl.n, or "
                           "lower rl.temperature if every sample fails the protocol)[/]")
-        model = done
-    return model
+        model = trained = done
+    return trained
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,8 +160,8 @@ def load_pipeline(path: Path) -> Pipeline:
         raise UsageError(f"cannot read pipeline {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: invalid YAML ({exc})") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list):
-        raise UsageError(f"{path}: a pipeline is a mapping with a 'steps' list")
+    if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list) or not raw["steps"]:
+        raise UsageError(f"{path}: a pipeline is a mapping with a 'steps' list of one or more steps")
     unknown = set(raw) - {"steps"}
     if unknown:
         raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a pipeline has only 'steps'")
@@ -168,6 +173,38 @@ def load_pipeline(path: Path) -> Pipeline:
         if step.model not in MODEL_REFS:
             raise UsageError(f"{path}: steps[{i}].model must be one of {', '.join(MODEL_REFS)}")
     return pipeline
+
+
+TRAINS = {"sft-iterate": "sft", "rl": "rl"}  # the pipeline steps that train a model, and its kind
+
+
+def _check_model_refs(pipeline: Pipeline, path: Path, cfg: Config) -> None:
+    """Before anything runs: every evaluation of ``sft`` or ``rl`` follows a step that trains that
+    model, or the run already has one."""
+    have = {kind for kind in TRAINS.values() if any(label.startswith(f"{kind}-") for label in store_for(cfg).labels())}
+    for i, step in enumerate(pipeline.steps):
+        if step.stage == "evaluate" and step.model in TRAINS.values() and step.model not in have:
+            _missing_model(f"{path}: steps[{i}] (evaluate)", step.model, cfg)
+        have.add(TRAINS.get(step.stage, "base"))
+
+
+def _missing_model(where: str, ref: str, cfg: Config):
+    trainer = "an sft-iterate step" if ref == "sft" else "curriculum and rl steps"
+    raise UsageError(f"{where} uses model '{ref}', but no step before it trains one and run '{cfg.run}' has none: "
+                     f"add {trainer} before it, or use model: base")
+
+
+def _model(models: dict, ref: str, cfg: Config, where: str, *, required: bool = False):
+    """The model a step uses: the one an earlier step of this pipeline trained, else (for ``sft`` and
+    ``rl``) the run's latest, as the stage commands pick it. A curriculum or RL step without an SFT
+    model starts from the base model, as ``mtsql rl`` does; an evaluation of ``sft`` or ``rl`` must
+    find that model, so that its label never names a model it did not score."""
+    if models[ref] is not None or ref not in ("sft", "rl"):
+        return models[ref]
+    store = store_for(cfg)
+    if any(label.startswith(f"{ref}-") for label in store.labels()):
+        return store.model(ref)
+    return _missing_model(where, ref, cfg) if required else None
 
 
 def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, force=False, dry_run=False) -> None:
@@ -194,24 +231,28 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
 def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrides: list[str], *, force: bool,
                dry_run: bool) -> None:
     base_cfg = load_config(config_path, overrides)
+    _check_model_refs(pipeline, path, base_cfg)
     models: dict[str, object] = dict.fromkeys(MODEL_REFS)
     made: dict[str, object] = {}
     console.print(f"[bold]{path}[/] with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else ""),
                   soft_wrap=True)
-    for step in pipeline.steps:
+    for i, step in enumerate(pipeline.steps):
         cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
+        where = f"{path}: steps[{i}] ({step.stage})"
         if step.stage == "sft-iterate":
             models["sft"] = models["latest"] = sft_iterate(cfg, force=force, dry_run=dry_run)
         elif step.stage == "curriculum":
-            made["curriculum"] = curriculum(cfg, model=models["sft"], force=force, dry_run=dry_run)
+            made["curriculum"] = curriculum(cfg, model=_model(models, "sft", cfg, where), force=force,
+                                            dry_run=dry_run)
         elif step.stage == "rl":
             if "curriculum" not in made:
                 raise UsageError(f"{path}: an rl step needs a curriculum step before it")
-            models["rl"] = models["latest"] = rl(cfg, curriculum_art=made["curriculum"], model=models["sft"],
-                                                 force=force, dry_run=dry_run)
+            models["rl"] = models["latest"] = rl(cfg, curriculum_art=made["curriculum"],
+                                                 model=_model(models, "sft", cfg, where), force=force, dry_run=dry_run)
         elif step.stage == "evaluate":
-            evaluate(cfg, label=step.label or f"eval-{step.model}", model=models[step.model], force=force,
-                     dry_run=dry_run)
+            evaluate(cfg, label=step.label or f"eval-{step.model}", model=_model(models, step.model, cfg, where,
+                                                                               required=True),
+                     force=force, dry_run=dry_run)
         elif step.stage == "report":
             if not dry_run:
                 console.print(f"[bold green]report:[/] {build_report(store_for(cfg).root)}")

@@ -9,6 +9,8 @@ A stage is a module in ``mtsql.stages`` with:
 * ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
 * optionally ``plan(cfg, out, **inputs, **params) -> str``: the external commands and files it
   would run and write, for ``--dry-run``;
+* optionally ``check(cfg, **inputs, **params)``: raises ``UsageError`` for inputs it cannot work on
+  (in a dry run too, where an input may still be ``Pending``), before anything is written;
 * optionally ``engine_identity(cfg) -> dict``: what generates its tokens beyond the config (the
   vLLM version and server settings), which the fingerprint covers too and config.yaml shows.
 
@@ -28,8 +30,9 @@ from rich.console import Console
 
 from mtsql.artifacts import Artifact, Store, fingerprint
 from mtsql.config import Config, ConfigView
+from mtsql.data import data_root
 from mtsql.errors import UsageError
-from mtsql.paths import data_dir
+from mtsql.paths import folder_name
 from mtsql.provenance import code_digest
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
 
@@ -64,7 +67,7 @@ def store_for(cfg: Config) -> Store:
 
 def view_for(name: str, cfg: Config) -> ConfigView:
     """The config as stage ``name`` sees it (its ``SECTIONS`` only)."""
-    return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_dir(cfg.data.root))
+    return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_root(cfg.data))
 
 
 def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict | None = None,
@@ -73,13 +76,15 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact."""
     if name not in STAGES:
         raise UsageError(f"unknown stage '{name}': stages are {', '.join(STAGES)}")
-    module, label = STAGES[name], label or name
+    module, label = STAGES[name], folder_name(label or name, "label")
     inputs = {key: value for key, value in (inputs or {}).items() if value is not None}
     params = params or {}
     missing = [key for key, default in module.INPUTS.items() if default is not None and key not in inputs]
     if missing:
         raise UsageError(f"stage '{name}' needs input(s) {', '.join(missing)}")
     view = view_for(name, cfg)
+    if hasattr(module, "check"):
+        module.check(view, **inputs, **params)
     config = {**view.hashed(), "params": params}
     engine = module.engine_identity(view) if hasattr(module, "engine_identity") else {}
     if engine:

@@ -45,7 +45,7 @@ def test_best_step_is_the_first_of_the_highest_validated():
 def test_best_without_validation_and_bad_values_are_usage_errors():
     with pytest.raises(UsageError, match="rl.val_every"):
         load_config(None, ["rl.val_pick=best"])
-    with pytest.raises(UsageError, match="'rl.epochs_per_stage' must be at least 1"):
+    with pytest.raises(UsageError, match="'rl.epochs_per_stage' must be >= 1"):
         load_config(None, ["rl.epochs_per_stage=0"])
 
 

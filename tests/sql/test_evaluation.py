@@ -84,6 +84,34 @@ def test_allow_mismatch_scores_missing_turns_zero_and_lists_them(gold, tmp_path)
     assert result.summary["exact"]["interaction"]["accuracy"] == 2 / 3
 
 
+def test_allow_mismatch_says_how_many_extra_predictions_it_did_not_score(gold, tmp_path):
+    from rich.console import Console
+
+    lines = gold_as_predictions(gold) + ["SELECT 1", "SELECT 2"]  # two turns more in the last interaction
+    result = evaluate_files("sparc", predictions(tmp_path, lines), gold_path=gold, allow_mismatch=True)
+    console = Console(record=True, width=200)
+    evaluation.render(result.summary, console)
+    assert result.summary["extra_predictions"] == 2 and len(result.items) == 8
+    assert "2 prediction line(s) had no gold turn and were not scored" in console.export_text()
+
+
+def test_the_config_data_root_gives_the_gold_of_evaluate_pred(tmp_path):
+    """`evaluate --pred ... data.root=X` scores against X's gold, not the fixture's (nor $MTSQL_DATA's)."""
+    root = tmp_path / "data"
+    (root / "sparc").mkdir(parents=True)
+    (root / "sparc" / "dev_gold.txt").write_text("".join(GOLD_LINES[:4]))  # the first interaction, 3 turns
+    (root / "sparc" / "tables.json").symlink_to(FIXTURE_DATA / "sparc" / "tables.json")
+    (root / "database").symlink_to(FIXTURE_DATA / "database", target_is_directory=True)
+    pred = predictions(tmp_path, gold_as_predictions(root / "sparc" / "dev_gold.txt"))
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path),
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
+                           "--out", str(tmp_path / "out"), f"data.root={root}"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["gold_file"] == str(root / "sparc" / "dev_gold.txt") and summary["turns"] == 3
+
+
 def test_hostile_predictions_score_zero_and_leave_the_database_alone(gold, tmp_path):
     db = FIXTURE_DATA / "database" / "pets_1" / "pets_1.sqlite"
     before = hashlib.sha256(db.read_bytes()).hexdigest()

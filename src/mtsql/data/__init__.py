@@ -19,7 +19,7 @@ from mtsql.data.official import load_official
 from mtsql.data.records import Turn
 from mtsql.data.spider import load_spider
 from mtsql.errors import UsageError
-from mtsql.paths import data_dir, database_path
+from mtsql.paths import FIXTURE_DATA, data_dir, database_path
 from mtsql.sql import hardness_of
 
 DATASETS = typing.get_args(Dataset)
@@ -27,8 +27,8 @@ SINGLE_TURN_DATASETS = ("spider",)  # no dialogues: no interaction match, no tur
 SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
-__all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "dataset_file", "eval_turns", "gold_file",
-           "load_turns", "tables_file", "train_pool"]
+__all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
+           "gold_file", "load_turns", "split_file", "tables_file", "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -36,6 +36,20 @@ def _check(dataset: str, split: str) -> None:
         raise UsageError(f"unknown dataset '{dataset}': choose one of {', '.join(DATASETS)}")
     if split not in SPLITS:
         raise UsageError(f"unknown split '{split}': choose one of {', '.join(SPLITS)}")
+
+
+def data_root(cfg: DataConfig) -> Path:
+    """The data folder a config reads (``data.root``, else $MTSQL_DATA, else the packaged fixture): it
+    must exist, and with ``data.require_full`` it must not be the fixture."""
+    root = data_dir(cfg.root)
+    if not root.is_dir():
+        raise UsageError(f"data folder {root} does not exist: point data.root (or MTSQL_DATA) at the folder "
+                         "that holds sparc/, cosql/ and database/")
+    if cfg.require_full and root == FIXTURE_DATA:
+        raise UsageError("data.require_full is set: this profile's numbers need the full data, but neither data.root "
+                         "nor MTSQL_DATA is set, so the packaged fixture subset would be used; set MTSQL_DATA to "
+                         "the data folder, or data.require_full=false to try the profile on the fixture")
+    return root
 
 
 def dataset_file(dataset: str, split: str, root: Path | None = None) -> Path:
@@ -58,6 +72,13 @@ def per_dataset_groups(cfg: DataConfig, root: Path) -> list[tuple[str, tuple[str
     own = [name for name in cfg.eval_datasets if name != cfg.train_dataset and has_split(name, cfg.train_split, root)]
     rest = tuple(name for name in cfg.eval_datasets if name not in own)
     return [*([(cfg.train_dataset, rest)] if rest else []), *((name, (name,)) for name in own)]
+def split_file(dataset: str, split: str, root: Path) -> Path:
+    """The file of a split (:func:`dataset_file`), which must exist."""
+    path = dataset_file(dataset, split, root)
+    if not path.exists():
+        hint = "only CoSQL has a raw train split here" if split == "train" else f"is {root} the data folder?"
+        raise UsageError(f"{path}: no official {dataset} {path.name} in this data folder ({hint}); put one at that path")
+    return path
 
 
 def gold_file(dataset: str, root: Path | None = None) -> Path:
@@ -79,13 +100,10 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
                with_hardness: bool = True) -> list[Turn]:
     """Every turn of a split in file order, as uniform records (hardness from the parsed gold)."""
     root = root or data_dir()
-    path = dataset_file(dataset, split, root)
+    path = split_file(dataset, split, root)
     if path.name == RAW_COSQL_TRAIN.name:
         turns = load_raw_dialogues(path, exclude_dbs=dev_db_ids(dataset, root), split=split)
     else:
-        if not path.exists() and split == "train":
-            raise UsageError(f"{path}: no official {dataset} train.json in this data folder "
-                             f"(only CoSQL has a raw train split here); put one at that path")
         turns = load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split)
     if limit is not None:
         turns = [t for t in turns if t.interaction_index < limit]
@@ -94,24 +112,27 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
     return turns
 
 
-def train_pool(cfg: DataConfig, root: Path) -> list[Turn]:
+def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> list[Turn]:
     """The training turns of a config that can be rewarded: their database exists and their gold parses
     (a gold the official parser rejects has no hardness and can never score exact match). With
-    ``train_flatten`` each turn is a one-turn interaction of its own (single-turn training data)."""
-    turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit)
+    ``train_flatten`` each turn is a one-turn interaction of its own (single-turn training data).
+    Without hardness (a quick look), golds are not parsed, so none is left out for failing to."""
+    turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit,
+                       with_hardness=with_hardness)
     if cfg.train_flatten:
         turns = [t.alone() for t in turns]
-    return [t for t in turns if t.hardness is not None and database_path(t.db_id, root).exists()]
+    return [t for t in turns if (t.hardness is not None or not with_hardness)
+            and database_path(t.db_id, root).exists()]
 
 
-def eval_turns(cfg: DataConfig, dataset: str, root: Path) -> list[Turn]:
+def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool = True) -> list[Turn]:
     """The evaluation slice of ``dataset``: ``eval_limit`` interactions of ``eval_split`` (all
     without a limit), the first ones or, with ``eval_pick: spread``, those of :func:`spread_pick`."""
     if cfg.eval_limit is None or cfg.eval_pick == "first":
-        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit)
+        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=with_hardness)
     turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
-    chosen = spread_pick(turns, cfg.eval_limit, root)
-    return _with_hardness([t for t in turns if t.interaction_index in chosen], root)
+    chosen = [t for t in turns if t.interaction_index in spread_pick(turns, cfg.eval_limit, root)]
+    return _with_hardness(chosen, root) if with_hardness else chosen
 
 
 def spread_pick(turns: list[Turn], limit: int, root: Path) -> set[int]:

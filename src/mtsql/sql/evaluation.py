@@ -89,11 +89,13 @@ class Evaluation:
     summary: dict = field(default_factory=dict)
 
 
-def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = None, db_dir: Path | None = None,
-                   tables_path: Path | None = None, options: EvaluateOptions = EvaluateOptions(),
-                   allow_mismatch: bool = False, progress: bool = False) -> Evaluation:
-    """Score an official-format prediction file against a gold file (defaults: the data folder's)."""
-    root = data_dir()
+def evaluate_files(dataset: str, pred_path: Path, *, data_root: Path | None = None, gold_path: Path | None = None,
+                   db_dir: Path | None = None, tables_path: Path | None = None,
+                   options: EvaluateOptions = EvaluateOptions(), allow_mismatch: bool = False,
+                   progress: bool = False) -> Evaluation:
+    """Score an official-format prediction file against a gold file (defaults: those of ``data_root``,
+    else of the data folder)."""
+    root = data_root or data_dir()
     gold_path = gold_path or gold_file(dataset, root)
     sources = DataSources(Path(db_dir or root / "database").resolve(), tables_path or tables_file(dataset, root),
                           (root / "database_schema_only",))
@@ -101,6 +103,9 @@ def evaluate_files(dataset: str, pred_path: Path, *, gold_path: Path | None = No
     single_turn = dataset in SINGLE_TURN_DATASETS
     read = read_questions if single_turn else read_interactions
     gold, pred = read(gold_path, gold=True), read(pred_path, gold=False)
+    if not gold:
+        unit = "question" if single_turn else "interaction"
+        raise UsageError(f"gold file {gold_path} holds no {unit}: nothing to score")
     rows, extra = _align(gold, pred, gold_path, pred_path, allow_mismatch, single_turn)
     for row in rows:
         row["pred"] = replace_value_placeholder(row["pred"])
@@ -273,6 +278,8 @@ def render(summary: dict, console: Console) -> None:
             console.print(line)
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
+    if summary.get("extra_predictions"):
+        console.print(f"{summary['extra_predictions']} prediction line(s) had no gold turn and were not scored")
 
 
 def _table(title: str, columns: list[str], metrics: list[str], cells_of) -> Table:

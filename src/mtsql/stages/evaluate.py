@@ -40,6 +40,7 @@ from mtsql import backends
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import eval_turns
+from mtsql.errors import UsageError
 from mtsql.files import write_jsonl
 from mtsql.measures.cost import cost_per_turn
 from mtsql.measures.pass_at_k import pass_at_k_table
@@ -106,6 +107,16 @@ def dataset_block(summary: dict, rows: list[dict], calibration: dict) -> dict:
 def engine_identity(cfg: ConfigView) -> dict:
     """The generation engine, for the fingerprint."""
     return backends.engine_identity(cfg)
+
+
+def check(cfg: ConfigView, *, model=None) -> None:
+    """Every eval slice has turns, and the base model exists when no trained one is given."""
+    for name in cfg.data.eval_datasets:
+        if not eval_turns(cfg.data, name, cfg.data_root, with_hardness=False):
+            raise UsageError(f"evaluate: {name} {cfg.data.eval_split} of {cfg.data_root} has no turn to evaluate "
+                             "(with data.eval_pick=spread, only dialogues whose database has a file count)")
+    if model is None:
+        stage_model(cfg.model.name, resolve=False)
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:

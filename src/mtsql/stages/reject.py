@@ -20,6 +20,7 @@ from collections import defaultdict
 
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView, RejectConfig
+from mtsql.errors import UsageError
 from mtsql.files import read_jsonl, write_jsonl
 from mtsql.sql.metrics import turn_bucket
 from mtsql.trajectories import is_correct
@@ -82,6 +83,13 @@ def _features(row: dict) -> tuple[set, set]:
 
 def _distance(a: tuple[set, set], b: tuple[set, set]) -> float:
     return sum(1 - len(x & y) / len(x | y) if x | y else 0.0 for x, y in zip(a, b, strict=True)) / 2
+
+
+def check(cfg: ConfigView, *, sample) -> None:
+    """A sample artifact without trajectories leaves nothing to choose from: refused before anything is written."""
+    if isinstance(sample, Artifact) and not sample.records("trajectories.jsonl"):
+        raise UsageError(f"{sample.path}: the {sample.label} artifact holds no trajectories, so there is nothing to "
+                         "reject-sample; sample again (sample.n >= 1, on a pool with turns)")
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:

@@ -36,6 +36,15 @@ def engine_identity(cfg: ConfigView) -> dict:
     return backends.engine_identity(cfg) if cfg.sample.policy == "model" else {}
 
 
+def check(cfg: ConfigView, *, model=None, pool=None) -> None:
+    """The training slice has turns on databases that exist, and the base model exists when no trained one is given."""
+    if not train_pool(cfg.data, cfg.data_root, with_hardness=False):
+        raise UsageError(f"sample: {cfg.data.train_dataset} {cfg.data.train_split} of {cfg.data_root} has no turn "
+                         "on a database that exists (data.train_limit, the data folder's database/)")
+    if cfg.sample.policy == "model" and model is None:
+        stage_model(cfg.model.name, resolve=False)
+
+
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, pool: Artifact | None = None) -> dict:
     turns = train_pool(cfg.data, cfg.data_root)
     if pool is not None:
