@@ -36,13 +36,14 @@ from typing import Any
 import yaml
 
 from mtsql.errors import StageFailed, UsageError
-from mtsql.files import write_json, write_text
+from mtsql.files import read_json, write_json, write_text
 from mtsql.provenance import code_version, hardware, package_versions
 
 SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
 PARTIAL = ".partial"
+ATTEMPTS = "attempts.json"  # in a .partial folder: the attempts so far (the manifest keeps them once complete)
 REWRITE_LIMIT = 256 * 2**20  # files this large are weights or data, never a record of a path
 
 
@@ -205,23 +206,31 @@ class Store:
             resumed = partial.exists()
             partial.mkdir(exist_ok=True)
             ctx = StageContext(label, partial, inputs, partial / "log.txt")
-            now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-            ctx.log(f"=== {label}: attempt started {now}" + (" (resuming the .partial folder)" if resumed else ""))
+            attempts = _Attempts(partial / ATTEMPTS)
+            ctx.log(f"=== {label}: attempt started {attempts.start()}"
+                    + (" (resuming the .partial folder)" if resumed else ""))
             write_text(partial / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-            start = time.time()
             try:
                 metrics = work(ctx)
             except KeyboardInterrupt:
-                ctx.log("=== interrupted")
+                attempts.end("interrupted", ctx, "=== interrupted")
                 raise StageInterrupted(label, partial) from None
+            except Exception as exc:
+                attempts.end(f"failed: {type(exc).__name__}", ctx, f"=== failed: {type(exc).__name__}: {exc}")
+                if isinstance(exc, UsageError) and not resumed and _holds_no_work(partial):
+                    shutil.rmtree(partial)  # bad input found before any work: nothing to resume
+                raise
             if not isinstance(metrics, dict):
                 raise StageFailed(f"stage {label} returned {type(metrics).__name__}, not a metrics dict")
             write_json(partial / "metrics.json", metrics)
             _point_paths_at(partial, final)
+            history = attempts.end("complete")
+            (partial / ATTEMPTS).unlink()
             manifest = {
                 "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": round,
                 "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "duration_s": round_(time.time() - start), "code": {**code_version(), "digest": code},
+                "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)), "attempts": history,
+                "code": {**code_version(), "digest": code},
                 "packages": package_versions(), "hardware": hardware(),
                 "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
                 "inputs": {name: art.ref() for name, art in inputs.items()},
@@ -239,6 +248,8 @@ class Store:
 
     def _point_latest(self, label: str, folder: Path) -> None:
         link = self.root / label / "latest"
+        if link.exists() and link.resolve() == folder.resolve():
+            return  # already there: a cached stage of a read-only run writes nothing
         link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(f".latest.{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
@@ -246,6 +257,41 @@ class Store:
         target = folder.name if folder.parent == link.parent else os.path.relpath(folder, link.parent)
         tmp.symlink_to(target)
         os.replace(tmp, link)
+
+
+class _Attempts:
+    """The attempts at one artifact, kept in its ``.partial`` folder while it is built and moved into
+    the manifest when it completes: each one's start, wall time and outcome. An attempt killed
+    outright (kill -9, a power cut) keeps the outcome ``running`` and no duration."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.history: list[dict] = read_json(path) if path.exists() else []
+        self.started = 0.0
+
+    def start(self) -> str:
+        self.started = time.time()
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.history.append({"started_at": now, "duration_s": None, "outcome": "running"})
+        write_json(self.path, self.history)
+        return now
+
+    def end(self, outcome: str, ctx: StageContext | None = None, line: str = "") -> list[dict]:
+        """Record how the attempt ended (and ``line`` in the stage's log): best effort when it failed,
+        as a full disk must not hide the error that ended it."""
+        self.history[-1].update(duration_s=round_(time.time() - self.started), outcome=outcome)
+        if ctx is None:
+            write_json(self.path, self.history)
+            return self.history
+        with contextlib.suppress(OSError):
+            ctx.log(line)
+            write_json(self.path, self.history)
+        return self.history
+
+
+def _holds_no_work(partial: Path) -> bool:
+    """Whether a ``.partial`` folder holds only what ``Store.run`` itself writes before the stage runs."""
+    return {p.name for p in partial.iterdir()} <= {"config.yaml", "log.txt", ATTEMPTS}
 
 
 def _label_order(label: str) -> tuple[str, int]:

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
 
@@ -29,7 +31,25 @@ from mtsql.trajectory_text import find_trajectory, render_trajectory
 console = Console()
 err_console = Console(stderr=True)
 
+
+class InterruptibleGroup(TyperGroup):
+    """The top command group: Ctrl-C says what it left behind before exiting 130 (Typer itself turns
+    ``KeyboardInterrupt`` into a silent exit 130 before ``main`` could see it)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StageInterrupted as exc:
+            err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
+                              highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
+            raise typer.Exit(130) from None
+
+
 app = typer.Typer(
+    cls=InterruptibleGroup,
     help="Reproduce MTSQL-R1: long-horizon multi-turn text-to-SQL with self-taught SFT and curriculum RL.\n\n"
     "Stages: sample -> reject -> sft (sft-iterate) -> curriculum -> rl -> evaluate -> report.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich",
@@ -159,7 +179,7 @@ def evaluate(
 def report(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
            runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
-    console.print(f"report: {build_report(run_folder(run, runs_dir))}")
+    console.print(f"report: {build_report(run_folder(run, runs_dir))}", markup=False)
 
 
 @app.command("run")
@@ -177,10 +197,10 @@ def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ 
     if run is None:
         runs = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
         if not runs:
-            console.print(f"no runs under {runs_dir}/")
+            console.print(f"no runs under {runs_dir}/", markup=False)
             return
         for name in runs:
-            console.print(name)
+            console.print(name, markup=False, highlight=False)
         return
     console.print(status_table(run_folder(run, runs_dir)))
 
@@ -223,7 +243,7 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases and gold queries that fail to execute, as a table."""
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, description="executing gold", console=err_console))
-    table = Table(title=f"{dataset} {split} ({report_['root']})", show_header=False)
+    table = Table(title=escape(f"{dataset} {split} ({report_['root']})"), show_header=False)
     unit = report_["unit"]
     for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written"):
         if key in report_:
@@ -232,7 +252,7 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:
-        table.add_row("", f"{item['where']} ({item['db_id']}): {item['message']}")
+        table.add_row("", escape(f"{item['where']} ({item['db_id']}): {item['message']}"))
     if "turns_per_interaction" in report_:
         table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
     console.print(table)
@@ -245,24 +265,24 @@ def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or
     folder = run_folder(run, runs_dir)
     problems = [p for artifact in Store(folder).artifacts() for p in verify(artifact)]
     for problem in problems:
-        err_console.print(problem)
+        err_console.print(problem, markup=False, highlight=False)
     if problems:
         raise UsageError(f"{folder}: {len(problems)} file(s) differ from their manifests")
-    console.print(f"{folder}: all artifacts intact")
+    console.print(f"{folder}: all artifacts intact", markup=False)
 
 
 @models_app.command("pull")
 def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
                 force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Fetch and convert an offline model into the cache ($MTSQL_HOME/models)."""
-    console.print(f"{name}: {models.pull(name, force=force)}")
+    console.print(f"{name}: {models.pull(name, force=force)}", markup=False)
 
 
 @models_app.command("make-tiny")
 def models_make_tiny(family: Annotated[str, typer.Argument(help="qwen3")] = "qwen3",
                      force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Build the seeded random-init tiny model (on the real tokenizer) used by fast tests."""
-    console.print(f"tiny-{family}: {models.make_tiny(family, force=force)}")
+    console.print(f"tiny-{family}: {models.make_tiny(family, force=force)}", markup=False)
 
 
 @models_app.command("list")
@@ -296,7 +316,7 @@ def show(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run 
          runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
     """One trajectory as the model saw and wrote it: messages, tool calls, results, verdicts, rewards."""
     row, where = find_trajectory(run_folder(run, runs_dir), stage, dataset=dataset, item=item, sample=sample)
-    err_console.print(f"from {where}", highlight=False)
+    err_console.print(f"from {where}", markup=False, highlight=False)
     typer.echo(render_trajectory(row), nl=False)
 
 
@@ -321,12 +341,8 @@ def main() -> None:
     except MtsqlError as exc:
         if os.environ.get("MTSQL_DEBUG") == "1":
             raise
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except StageInterrupted as exc:
-        err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", highlight=False,
-                          soft_wrap=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before a command started (imports, argument parsing)
         err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
         sys.exit(130)

@@ -300,9 +300,13 @@ def _read_yaml_chain(path: Path, seen: tuple[Path, ...], origins: dict[str, str]
     if path.resolve() in seen:
         raise UsageError(f"{path}: 'base:' chain loops back to itself")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise UsageError(f"{path} line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save the "
+                         "profile as UTF-8") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:

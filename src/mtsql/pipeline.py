@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mtsql.artifacts import Artifact
@@ -179,7 +180,7 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     base_cfg = load_config(config_path, overrides)
     models: dict[str, object] = dict.fromkeys(MODEL_REFS)
     made: dict[str, object] = {}
-    console.print(f"[bold]{path}[/] with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else ""),
+    console.print(f"[bold]{escape(str(path))}[/] " + escape(f"with {config_path or 'defaults'}: run '{base_cfg.run}'") + (" (dry run)" if dry_run else ""),
                   soft_wrap=True)
     for step in pipeline.steps:
         cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
@@ -197,7 +198,7 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
                      dry_run=dry_run)
         elif step.stage == "report":
             if not dry_run:
-                console.print(f"[bold green]report:[/] {build_report(store_for(cfg).root)}")
+                console.print(f"[bold green]report:[/] {escape(str(build_report(store_for(cfg).root)))}")
         else:
             store = store_for(cfg)
             inputs = {name: made.get(default) or store.latest(default)

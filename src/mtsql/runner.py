@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from rich.console import Console
+from rich.markup import escape
 
 from mtsql.artifacts import Artifact, Store, fingerprint
 from mtsql.config import Config, ConfigView
@@ -87,10 +88,11 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
                                  code=code, force=force, round=round)
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
-        console.print(f"[green]✓[/] {label:<18} {artifact.fingerprint[:12]}  [dim]cached{same}[/]  {artifact.path}")
+        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
+                      f"{escape(str(artifact.path))}")
     else:
-        console.print(f"[green]✓[/] {label:<18} {artifact.fingerprint[:12]}  done in "
-                      f"{artifact.manifest['duration_s']:.1f}s  {artifact.path}")
+        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
+                      f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")
     return artifact
 
 
@@ -99,10 +101,10 @@ def _plan(name, module, view, store, label, config, inputs, params, code, force)
     fp = None if waiting else fingerprint(name, config, inputs, code)
     done = store.find(label, fp) if fp and not force else None
     if done is not None:
-        console.print(f"  {label:<18} {fp[:12]}  cached", highlight=False)
+        console.print(f"  {label:<18} {fp[:12]}  cached", markup=False, highlight=False)
         return done
     after = f" (after {', '.join(waiting)})" if waiting else ""
-    console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", highlight=False)
+    console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", markup=False, highlight=False)
     if hasattr(module, "plan"):
         out = store.folder(label, fp) if fp else store.root / label / "<fingerprint>"
         console.print(module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False,

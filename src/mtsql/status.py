@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from mtsql.artifacts import read_manifest
@@ -74,7 +75,7 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
 
 
 def status_table(folder: Path) -> Table:
-    table = Table(title=str(folder), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+    table = Table(title=escape(str(folder)), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     table.add_column("artifact", no_wrap=True)
     table.add_column("state", no_wrap=True)
@@ -83,7 +84,7 @@ def status_table(folder: Path) -> Table:
     table.add_column("wall", justify="right", no_wrap=True)
     table.add_column("what it holds")
     for row in status_rows(folder):
-        table.add_row(*row, style="dim" if row[1] == "older" else None)
+        table.add_row(*map(escape, row), style="dim" if row[1] == "older" else None)
     return table
 
 

@@ -270,7 +270,7 @@ def render(summary: dict, console: Console) -> None:
                              lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
     for metric in metrics:
         for line in _left_out_lines(_LABELS[metric], summary[metric], single):
-            console.print(line)
+            console.print(line, markup=False, highlight=False)
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
 
@@ -331,6 +331,6 @@ def run_evaluate(dataset: str, pred_path: Path, out_dir: Path, *, console: Conso
     result = evaluate_files(dataset, pred_path, progress=True, **kwargs)
     items_path, summary_path = write_outputs(out_dir, result)
     render(result.summary, console)
-    console.print(f"wrote {items_path} and {summary_path}")
+    console.print(f"wrote {items_path} and {summary_path}", markup=False)
     return result
 
