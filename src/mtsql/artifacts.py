@@ -175,14 +175,21 @@ class Store:
             raise UsageError(f"'{ref}' of run '{self.root.name}' is not a model artifact (no {MODEL_DIR}/ folder)")
         return artifact
 
-    def artifacts(self) -> list[Artifact]:
-        """Every complete artifact of the run (each folder once), oldest first."""
+    def artifacts(self, damaged: list[str] | None = None) -> list[Artifact]:
+        """Every complete artifact of the run (each folder once), oldest first. A damaged manifest is
+        an error, or, given a ``damaged`` list, left out with its one-line problem added to the list."""
         found = []
         if self.root.exists():
             for manifest_path in self.root.glob(f"*/*/{MANIFEST}"):
                 if manifest_path.parent.name == "latest":
                     continue
-                manifest = read_manifest(manifest_path.parent)
+                try:
+                    manifest = read_manifest(manifest_path.parent)
+                except UsageError as exc:
+                    if damaged is None:
+                        raise
+                    damaged.append(str(exc))
+                    continue
                 found.append(Artifact(manifest_path.parent, manifest))
         return sorted(found, key=lambda a: a.manifest.get("created_at", ""))
 

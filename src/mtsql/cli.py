@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 import logging
 import os
@@ -10,12 +11,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
 import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import track
 from rich.table import Table
+from typer.core import TyperGroup
 
 from mtsql import models, pipeline
 from mtsql.artifacts import Artifact, StageInterrupted, Store, verify
@@ -73,6 +74,25 @@ LabelOpt = Annotated[str | None, typer.Option(help="Artifact label (default: the
 
 def _cfg(config: Path | None, overrides: list[str] | None) -> Config:
     return load_config(config, overrides or [])
+
+
+RunArg = Annotated[str | None, typer.Argument(
+    help="Run name under runs_dir, or a run folder (default: the profile's run).", show_default=False)]
+
+
+def _split_run(run: str | None, overrides: list[str] | None) -> tuple[str | None, list[str]]:
+    """RUN and the overrides: a first argument such as ``runs_dir=x`` is an override, not a run name."""
+    if run is not None and "=" in run and not Path(run).is_dir():
+        return None, [run, *(overrides or [])]
+    return run, list(overrides or [])
+
+
+def _run_folder(run: str | None, config: Path | None, overrides: list[str] | None) -> Path:
+    """The run folder a reading command works on, addressed as the stage commands address it: RUN (a
+    folder, or a name under the profile's ``runs_dir``), else the profile's ``run``."""
+    run, overrides = _split_run(run, overrides)
+    cfg = _cfg(config, overrides)
+    return run_folder(run or cfg.run, Path(cfg.runs_dir))
 
 
 def _print_table(title: str, artifact) -> None:
@@ -176,10 +196,11 @@ def evaluate(
 
 
 @app.command()
-def report(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
-           runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
+           out: Annotated[Path | None, typer.Option(help="Report folder (default: <run>/report; elsewhere for a "
+                                                    "read-only run).")] = None) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
-    console.print(f"report: {build_report(run_folder(run, runs_dir))}", markup=False)
+    console.print(f"report: {build_report(_run_folder(run, config, overrides), out)}", markup=False)
 
 
 @app.command("run")
@@ -191,10 +212,12 @@ def run_steps(steps: Annotated[Path, typer.Argument(metavar="PIPELINE", help="pi
 
 
 @app.command()
-def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ or a run folder.")] = None,
-           runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
-    """A run's artifacts in pipeline order: state, fingerprint, created, wall time, what each holds."""
-    if run is None:
+def status(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None) -> None:
+    """A run's artifacts in pipeline order: state, fingerprint, created, wall time, what each holds.
+    Without RUN, --config or run=: the runs under runs_dir."""
+    run, overrides = _split_run(run, overrides)
+    if run is None and config is None and not any(o.startswith("run=") for o in overrides):
+        runs_dir = Path(_cfg(None, overrides).runs_dir)
         runs = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
         if not runs:
             console.print(f"no runs under {runs_dir}/", markup=False)
@@ -202,7 +225,7 @@ def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ 
         for name in runs:
             console.print(name, markup=False, highlight=False)
         return
-    console.print(status_table(run_folder(run, runs_dir)))
+    console.print(status_table(_run_folder(run, config, overrides)))
 
 
 def stage_command(name: str):
@@ -259,11 +282,12 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
 
 
 @data_app.command("verify")
-def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
-                runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None) -> None:
     """Check every artifact's files against the hashes in its manifest."""
-    folder = run_folder(run, runs_dir)
-    problems = [p for artifact in Store(folder).artifacts() for p in verify(artifact)]
+    folder = _run_folder(run, config, overrides)
+    problems: list[str] = []  # damaged manifests first, then files that differ from theirs
+    artifacts = Store(folder).artifacts(problems)
+    problems += [p for artifact in artifacts for p in verify(artifact)]
     for problem in problems:
         err_console.print(problem, markup=False, highlight=False)
     if problems:
@@ -308,14 +332,14 @@ def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:
 
 
 @app.command()
-def show(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
+def show(run: Annotated[str, typer.Argument(help="Run name under runs_dir, or a run folder.")],
          stage: Annotated[str, typer.Argument(help="Artifact label with trajectories: sample-r1, eval-sft, ...")],
+         overrides: Overrides = None, config: ConfigOpt = None,
          dataset: Annotated[str | None, typer.Option(help="Dataset of an evaluation (default: its first).")] = None,
          item: Annotated[str | None, typer.Option(help="Item uid, e.g. cosql-dev-0003/1 (default: the first).")] = None,
-         sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None,
-         runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+         sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None) -> None:
     """One trajectory as the model saw and wrote it: messages, tool calls, results, verdicts, rewards."""
-    row, where = find_trajectory(run_folder(run, runs_dir), stage, dataset=dataset, item=item, sample=sample)
+    row, where = find_trajectory(_run_folder(run, config, overrides), stage, dataset=dataset, item=item, sample=sample)
     err_console.print(f"from {where}", markup=False, highlight=False)
     typer.echo(render_trajectory(row), nl=False)
 
@@ -328,6 +352,14 @@ app.add_typer(config_app, name="config")
 def config_show(config: ConfigOpt = None, overrides: Overrides = None) -> None:
     """Print the resolved config (profile, its bases and the overrides) as YAML."""
     typer.echo(yaml.safe_dump(to_dict(_cfg(config, overrides)), sort_keys=False), nl=False)
+
+
+DISK_ERRORS = {  # errno: how to fix; any other OSError is a bug to report, with its traceback
+    errno.ENOSPC: "free some space and rerun (a stage resumes from its .partial folder)",
+    errno.EDQUOT: "free some of your quota and rerun (a stage resumes from its .partial folder)",
+    errno.EROFS: "the folder is read-only: write elsewhere (runs_dir=, report --out) or remount it",
+    errno.EACCES: "check the folder's permissions, or write elsewhere (runs_dir=, --out)",
+}
 
 
 def main() -> None:
@@ -343,6 +375,13 @@ def main() -> None:
             raise
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS or os.environ.get("MTSQL_DEBUG") == "1":
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"error: {where}{exc.strerror}; {DISK_ERRORS[exc.errno]}", markup=False, highlight=False,
+                          soft_wrap=True)
+        sys.exit(1)
     except KeyboardInterrupt:  # before a command started (imports, argument parsing)
         err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
         sys.exit(130)

@@ -73,6 +73,11 @@ def write_bytes(path: Path, data: bytes) -> None:
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # a full disk: say which file it stopped
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

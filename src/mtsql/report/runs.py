@@ -21,10 +21,11 @@ PHASES = ("base", "sft", "rl")
 PHASE_NAMES = {"base": "base", "sft": "SFT", "rl": "RL"}
 
 
-def latest_artifacts(run: Path) -> dict[str, Artifact]:
-    """The newest complete artifact of each label (what ``latest`` points to)."""
+def latest_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
+    """The newest complete artifact of each label (what ``latest`` points to); with a ``damaged``
+    list, artifacts whose manifest is damaged are left out and named there."""
     found: dict[str, Artifact] = {}
-    for artifact in Store(run).artifacts():
+    for artifact in Store(run).artifacts(damaged):
         found[artifact.label] = artifact  # artifacts() is oldest first
     return found
 

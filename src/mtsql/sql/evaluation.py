@@ -240,12 +240,26 @@ def _item(row: dict) -> dict:
 
 
 def write_outputs(out_dir: Path, result: Evaluation) -> tuple[Path, Path]:
-    """Write ``items.jsonl`` and ``summary.json`` into ``out_dir``, each atomically (temp file + rename)."""
+    """Write ``items.jsonl`` and ``summary.json`` into ``out_dir`` as one set: the old summary goes
+    first and the new one comes last (each file atomically), so a folder with a ``summary.json``
+    always holds the items it counts, even after a crash or a full disk between the two."""
+    check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     items_path, summary_path = out_dir / "items.jsonl", out_dir / "summary.json"
+    summary_path.unlink(missing_ok=True)
     write_text(items_path, "".join(json.dumps(item) + "\n" for item in result.items))
     write_text(summary_path, json.dumps(result.summary, indent=2) + "\n")
     return items_path, summary_path
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """A ``UsageError`` when ``out_dir`` or a folder above it is a file (checked before scoring)."""
+    for folder in (Path(out_dir), *Path(out_dir).parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UsageError(f"--out {out_dir}: {folder} is a file, not a folder; give a folder for "
+                                 "items.jsonl and summary.json")
+            return
 
 
 def render(summary: dict, console: Console) -> None:
@@ -328,6 +342,7 @@ _LABELS = {"exact": "exact match", "execution": "execution"}
 
 def run_evaluate(dataset: str, pred_path: Path, out_dir: Path, *, console: Console, **kwargs) -> Evaluation:
     """The ``mtsql evaluate`` command: score, write the two files, print the tables."""
+    check_out_dir(out_dir)
     result = evaluate_files(dataset, pred_path, progress=True, **kwargs)
     items_path, summary_path = write_outputs(out_dir, result)
     render(result.summary, console)
