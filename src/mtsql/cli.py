@@ -14,7 +14,6 @@ import typer
 import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import track
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -23,6 +22,7 @@ from mtsql.artifacts import Artifact, StageInterrupted, Store, verify
 from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace, to_dict
 from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
+from mtsql.progress import track
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, store_for
 from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
@@ -265,7 +265,7 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases and gold queries that fail to execute, as a table."""
-    report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, description="executing gold", console=err_console))
+    report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, "executing gold", console=err_console))
     table = Table(title=escape(f"{dataset} {split} ({report_['root']})"), show_header=False)
     unit = report_["unit"]
     for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written"):

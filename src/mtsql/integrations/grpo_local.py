@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from mtsql.backends.hf import HFBackend
 from mtsql.errors import UsageError
+from mtsql.progress import progress_bar
 from mtsql.rollout import RolloutEngine, derive_seed
 from mtsql.trajectories import scorer
 
@@ -241,7 +241,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     Path(metrics_path).write_text("")
     columns = (TextColumn(f"rl stage {stage}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True)) as progress:
+    with progress_bar(*columns) as progress:
         task = progress.add_task("rl", total=cfg.rl.steps_per_stage, reward="-")
         for step in range(1, cfg.rl.steps_per_stage + 1):
             started = time.perf_counter()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from mtsql.config import SqlConfig
@@ -31,6 +31,7 @@ from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.files import write_text
 from mtsql.paths import data_dir
+from mtsql.progress import progress_bar
 from mtsql.sql import gold_cache
 from mtsql.sql.exec_match import remove_distinct
 from mtsql.sql.hardness import HARDNESS_LEVELS
@@ -183,7 +184,7 @@ def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions
     scores: list[dict] = [{}] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with _scored(groups, sources, options, workers) as results, \
-            Progress(*columns, console=Console(stderr=True), transient=True, disable=not progress) as bar:
+            progress_bar(*columns, transient=True, disable=not progress) as bar:
         task = bar.add_task("scoring", total=len(rows))
         for index, result in results:
             scores[index] = result
