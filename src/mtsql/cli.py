@@ -33,6 +33,9 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+INTERRUPTED = 130  # the exit code of Ctrl-C (128 + SIGINT)
+
+
 class InterruptibleGroup(TyperGroup):
     """The top command group: Ctrl-C says what it left behind before exiting 130 (Typer itself turns
     ``KeyboardInterrupt`` into a silent exit 130 before ``main`` could see it)."""
@@ -43,10 +46,10 @@ class InterruptibleGroup(TyperGroup):
         except StageInterrupted as exc:
             err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
                               highlight=False, soft_wrap=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(INTERRUPTED) from None
         except KeyboardInterrupt:
             err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
-            raise typer.Exit(130) from None
+            raise typer.Exit(INTERRUPTED) from None
 
 
 app = typer.Typer(
@@ -370,6 +373,14 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         app()
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:
+            # Ctrl-C, already reported. Leave now: under `python -m`, the interpreter's shutdown would
+            # still see the KeyboardInterrupt and end the process by SIGINT instead of exit code 130.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(INTERRUPTED)
+        raise
     except MtsqlError as exc:
         if os.environ.get("MTSQL_DEBUG") == "1":
             raise
@@ -384,4 +395,4 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:  # before a command started (imports, argument parsing)
         err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)

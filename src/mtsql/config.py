@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from mtsql.errors import UsageError
+from mtsql.files import read_text
 from mtsql.provenance import cpu_has_fast_bf16
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
@@ -300,13 +301,9 @@ def _read_yaml_chain(path: Path, seen: tuple[Path, ...], origins: dict[str, str]
     if path.resolve() in seen:
         raise UsageError(f"{path}: 'base:' chain loops back to itself")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise UsageError(f"{path} line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x}); save the "
-                         "profile as UTF-8") from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:

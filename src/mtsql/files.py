@@ -27,6 +27,17 @@ def read_json(path: Path) -> Any:
         raise UsageError(f"{path} line {exc.lineno} column {exc.colno}: malformed JSON ({exc.msg})") from None
 
 
+def read_text(path: Path) -> str:
+    """A UTF-8 text file; bytes that are not UTF-8 are a one-line ``UsageError`` naming the line
+    (an ``OSError`` is left to the caller, who knows what the file is for)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise UsageError(f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8") from None
+
+
 def expect(condition: bool, path: Path, message: str) -> None:
     """Raise a ``UsageError`` naming ``path`` unless the data has the expected shape."""
     if not condition:

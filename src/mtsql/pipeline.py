@@ -22,6 +22,7 @@ from mtsql.artifacts import Artifact
 from mtsql.config import Config, build, load_config, replace
 from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
+from mtsql.files import read_text
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, store_for
 from mtsql.stages.rl import pick_engine
@@ -149,7 +150,7 @@ class Pipeline:
 
 def load_pipeline(path: Path) -> Pipeline:
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        raw = yaml.safe_load(read_text(Path(path))) or {}
     except OSError as exc:
         raise UsageError(f"cannot read pipeline {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

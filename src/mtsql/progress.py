@@ -6,9 +6,9 @@ output redirected to a log) a plain line now and then, so a log never stays sile
         ...
         bar.advance(task)
 
-A plain line says ``rollout: 120/640 (19%), rate 310, elapsed 0:02:05, left ~0:08:40`` and comes at the
-first step, then whenever ``EVERY_S`` seconds or a tenth of the total (``EVERY_FRACTION``) have passed
-since the last one, and when the task completes.
+A plain line says ``rollout: 120/640 (19%), rate 310, elapsed 0:02:05, left ~0:08:40``. It comes when
+``EVERY_S`` seconds have passed since the task started or since its last line, and once more when a
+task that printed lines completes: work shorter than ``EVERY_S`` prints nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskID, TextColumn
 
 EVERY_S = 30.0
-EVERY_FRACTION = 0.1
 
 T = TypeVar("T")
 
@@ -63,14 +62,11 @@ class PlainProgress(Progress):
 
     def _report(self, task_id: TaskID) -> None:
         task = self._tasks[task_id]
-        now = time.monotonic()
-        last_time, last_done = self._last.get(task_id, (None, None))
-        done, total = task.completed, task.total
-        if done == last_done:
-            return
-        due = (last_time is None or now - last_time >= EVERY_S or (total and total == done)
-               or (total and done - last_done >= EVERY_FRACTION * total))
-        if due:
+        now, done, total = time.monotonic(), task.completed, task.total
+        printed = task_id in self._last
+        last_time, last_done = self._last.get(task_id, (now - (task.elapsed or 0.0), None))
+        finished = bool(total) and done >= total
+        if done != last_done and (now - last_time >= EVERY_S or (finished and printed)):
             self._last[task_id] = (now, done)
             self.console.print(plain_line(task.description, done, total, task.elapsed, task.fields), markup=False,
                                highlight=False, soft_wrap=True)
