@@ -1,18 +1,20 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from mtsql import artifacts
 from mtsql.artifacts import Store
 
 COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evaluate", "report", "run",
             "status", "show", "data", "models", "config"]
 
 
-def mtsql(*args, cwd=None):
+def mtsql(*args, cwd=None, env=None):
     return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", **(env or {})})
 
 
 def test_help_lists_every_command():
@@ -68,3 +70,21 @@ def test_help_fits_100_columns(command):
                             env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
     assert result.returncode == 0 and "Usage" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
+
+
+def test_reading_commands_find_runs_as_stage_commands_do(tmp_path):
+    """One spelling of the runs folder: status, data verify and report take ``runs_dir=`` (or the
+    profile's ``runs_dir`` and ``run``) like the stage commands."""
+    store = Store(tmp_path / "elsewhere" / "r1")
+    store.run("sample", "sample-r1", {"n": 1}, {}, lambda ctx: {"ex": 0.5, "count": 1}, round=1)
+    (tmp_path / "p.yaml").write_text("run: r1\nruns_dir: elsewhere\n")
+    env = {"PYTHONPATH": str(Path(artifacts.__file__).resolve().parents[1])}  # the code under test
+    for args in (("status", "--config", "p.yaml"), ("status", "r1", "runs_dir=elsewhere")):
+        result = mtsql(*args, cwd=tmp_path, env=env)
+        assert result.returncode == 0 and "sample-r1" in result.stdout and "EX 50.0%" in result.stdout, result.stderr
+    result = mtsql("status", "runs_dir=elsewhere", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and result.stdout.split() == ["r1"], result.stderr
+    result = mtsql("data", "verify", "--config", "p.yaml", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and "all artifacts intact" in result.stdout, result.stderr
+    result = mtsql("report", "runs_dir=elsewhere", "run=r1", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and (tmp_path / "elsewhere" / "r1" / "report" / "report.md").is_file(), result.stderr

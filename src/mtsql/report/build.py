@@ -10,11 +10,10 @@ import logging
 import shutil
 from pathlib import Path
 
-from mtsql.errors import UsageError
 from mtsql.report import evaluation, plots, training
 from mtsql.report.provenance import provenance_section
 from mtsql.report.published import published_section
-from mtsql.report.runs import evaluations, headline, latest_artifacts
+from mtsql.report.runs import evaluations, headline, run_artifacts
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
 
@@ -26,14 +25,10 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     path of report.md. Only ``out`` and a sibling temporary folder are written: a run on a read-only
     disk can be reported elsewhere."""
     run = Path(run)
-    if not run.is_dir():
-        raise UsageError(f"no run folder {run}")
     damaged: list[str] = []
-    arts = latest_artifacts(run, damaged)
+    arts = run_artifacts(run, damaged)
     for problem in damaged:
         log.warning("left out of the report: %s", problem)
-    if not arts:
-        raise UsageError(f"{run}: no complete artifacts to report on")
     evals = evaluations(arts)
     heads = headline(evals)
     out = Path(out) if out is not None else run / "report"

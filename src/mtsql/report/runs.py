@@ -30,6 +30,17 @@ def latest_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, A
     return found
 
 
+def run_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
+    """``latest_artifacts`` of a run folder that must exist and hold a complete artifact: anything else
+    is a ``UsageError`` naming the folder, rather than empty tables."""
+    if not Path(run).is_dir():
+        raise UsageError(f"no run folder {Path(run).resolve()}")
+    arts = latest_artifacts(run, damaged)
+    if not arts:
+        raise UsageError(f"{Path(run).resolve()}: no complete artifacts to report on")
+    return arts
+
+
 def phase_of(label: str) -> str | None:
     phase = label.removeprefix("eval-").split("-")[0]
     return phase if phase in PHASES else None
