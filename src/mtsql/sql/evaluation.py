@@ -279,13 +279,16 @@ def render(summary: dict, console: Console) -> None:
              else f"{summary['turns']} turns, {summary['interactions']} interactions")
     title = (f"{summary.get('dataset', '')} {shape} "
              f"({summary['exec_semantics']} execution, {summary['semantics']} parser)")
-    console.print(_table(title, levels, metrics, cells_by_level))
+    table = _table(title, levels, metrics, cells_by_level)
+    if not single:
+        table.caption = JOINT_ALL
+    console.print(table)
     if not single:
         console.print(_table("by turn", [f"turn {b}" for b in TURN_BUCKETS], metrics,
                              lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
     for metric in metrics:
         for line in _left_out_lines(_LABELS[metric], summary[metric], single):
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line per fact, for grep
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
 
@@ -319,8 +322,8 @@ def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
         head = f"{label}: {len(left_out)} question(s) left out, as the official program cannot score them:"
     else:
         turns = sum(entry["turns"] for entry in left_out)
-        head = (f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out whole, as the official "
-                f"program cannot score a turn of each:")
+        head = (f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out, each with a turn the "
+                f"official program skips:")
     by_reason: dict[str, list[str]] = {}
     for entry in left_out:
         turns_by_reason: dict[str, list[str]] = {}
@@ -339,6 +342,7 @@ def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
 
 
 _LABELS = {"exact": "exact match", "execution": "execution"}
+JOINT_ALL = "joint_all: interactions with every turn right (counts are interactions)"
 
 
 def run_evaluate(dataset: str, pred_path: Path, out_dir: Path, *, console: Console, **kwargs) -> Evaluation:
