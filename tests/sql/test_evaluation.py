@@ -264,6 +264,6 @@ def test_rendered_tables_fit_100_columns_and_explain_joint_all(tmp_path):
     evaluation.render(result.summary, console)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100
-    assert "joint_all: interactions with every turn right (counts are interactions)" in text
+    assert "joint_all: interactions with every turn right" in text
     head = next(line for line in text.splitlines() if line.startswith("execution: "))
     assert head.endswith("left out, each with a turn the official program skips:")

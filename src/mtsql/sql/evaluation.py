@@ -295,7 +295,7 @@ def render(summary: dict, console: Console) -> None:
 
 def _table(title: str, columns: list[str], metrics: list[str], cells_of) -> Table:
     """Counts (one row, or one per metric where they differ), accuracies, and left-out turns."""
-    table = Table(title=title)
+    table = Table(title=title, min_width=len(title))  # a title wider than the columns is not wrapped
     table.add_column("")
     for column in columns:
         table.add_column(column, justify="right")
@@ -342,7 +342,7 @@ def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
 
 
 _LABELS = {"exact": "exact match", "execution": "execution"}
-JOINT_ALL = "joint_all: interactions with every turn right (counts are interactions)"
+JOINT_ALL = "joint_all: interactions with every turn right"
 
 
 def run_evaluate(dataset: str, pred_path: Path, out_dir: Path, *, console: Console, **kwargs) -> Evaluation:
