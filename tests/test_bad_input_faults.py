@@ -116,6 +116,12 @@ CASES = [
          tables_json(b'[{"db_id": "pets_1", "table_names_original": [], "column_names_original": []}]'), DATA_ENV),
     Case("tables.json not UTF-8", EVAL, 2, ("tables.json", "cannot read"), tables_json(b"\xff"),
          DATA_ENV),
+    Case("label is a path", ("sample", "--policy", "gold", "--label", "../../escaped", "runs_dir={tmp}/runs"), 2,
+         ("label '../../escaped'", "one folder name")),
+    Case("run name is a path", ("sample", "--policy", "gold", "run=../x", "runs_dir={tmp}/runs"), 2,
+         ("run= '../x'", "one folder name")),
+    Case("run name is empty", ("sample", "--policy", "gold", "run=", "runs_dir={tmp}/runs"), 2,
+         ("run= ''", "one folder name")),
     # 9. filesystem
     Case("evaluate --out is a file", (*EVAL[:-3], "{tmp}/notes.txt", "--workers", "1"), 2,
          ("notes.txt is a file, not a folder",), file_named("notes.txt"), DATA_ENV),

@@ -18,6 +18,7 @@ can be shown with ``<from LABEL>`` in place of outputs that do not exist yet.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -57,8 +58,19 @@ class Pending:
         return Path(f"<from {self.label}>")
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a run name or an artifact label: one folder, no path
+
+
+def check_name(value: str, what: str, how: str) -> str:
+    """``value`` if it names a single folder; else a ``UsageError`` (``how``: where it came from)."""
+    if not NAME.fullmatch(value or ""):
+        raise UsageError(f"{how} {value!r}: a {what} is one folder name (letters, digits, '.', '_', '-'), "
+                         "not a path; use runs_dir= to choose where runs live")
+    return value
+
+
 def store_for(cfg: Config) -> Store:
-    return Store(Path(cfg.runs_dir).resolve() / cfg.run)
+    return Store(Path(cfg.runs_dir).resolve() / check_name(cfg.run, "run name", "run="))
 
 
 def view_for(name: str, cfg: Config) -> ConfigView:
@@ -72,7 +84,7 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact."""
     if name not in STAGES:
         raise UsageError(f"unknown stage '{name}': stages are {', '.join(STAGES)}")
-    module, label = STAGES[name], label or name
+    module, label = STAGES[name], check_name(label or name, "label", "label")
     inputs = {key: value for key, value in (inputs or {}).items() if value is not None}
     params = params or {}
     missing = [key for key, default in module.INPUTS.items() if default is not None and key not in inputs]
