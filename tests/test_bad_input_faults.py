@@ -120,8 +120,6 @@ CASES = [
          ("label '../../escaped'", "one folder name")),
     Case("run name is a path", ("sample", "--policy", "gold", "run=../x", "runs_dir={tmp}/runs"), 2,
          ("run= '../x'", "one folder name")),
-    Case("run name is empty", ("sample", "--policy", "gold", "run=", "runs_dir={tmp}/runs"), 2,
-         ("run= ''", "one folder name")),
     # 9. filesystem
     Case("evaluate --out is a file", (*EVAL[:-3], "{tmp}/notes.txt", "--workers", "1"), 2,
          ("notes.txt is a file, not a folder",), file_named("notes.txt"), DATA_ENV),
