@@ -14,7 +14,9 @@ A stage works in ``<fp12>.partial/`` (kept across a crash so that stages can res
 shards) and becomes complete only when ``manifest.json`` is written, last, and the folder is renamed
 into place. Files the stage wrote that name the ``.partial`` folder (a training YAML, a recorded
 command) are rewritten to name the final folder first, so everything an artifact records stays valid.
-No manifest, not done.
+No manifest, not done. Each attempt (its start, wall time and how it ended; a failure's error line also
+goes to ``log.txt``) is kept in ``attempts.json`` while the folder is partial, then in the manifest's
+``attempts``, whose total is its ``duration_s``.
 """
 
 from __future__ import annotations
@@ -220,10 +222,10 @@ class Store:
             try:
                 metrics = work(ctx)
             except KeyboardInterrupt:
-                attempts.end("interrupted", ctx, "=== interrupted")
+                attempts.stopped("interrupted", ctx, "=== interrupted")
                 raise StageInterrupted(label, partial) from None
             except Exception as exc:
-                attempts.end(f"failed: {type(exc).__name__}", ctx, f"=== failed: {type(exc).__name__}: {exc}")
+                attempts.stopped(f"failed: {type(exc).__name__}", ctx, f"=== failed: {type(exc).__name__}: {exc}")
                 if isinstance(exc, UsageError) and not resumed and _holds_no_work(partial):
                     shutil.rmtree(partial)  # bad input found before any work: nothing to resume
                 raise
@@ -283,17 +285,18 @@ class _Attempts:
         write_json(self.path, self.history)
         return now
 
-    def end(self, outcome: str, ctx: StageContext | None = None, line: str = "") -> list[dict]:
-        """Record how the attempt ended (and ``line`` in the stage's log): best effort when it failed,
-        as a full disk must not hide the error that ended it."""
+    def end(self, outcome: str) -> list[dict]:
+        """Every attempt, this one with its wall time and ``outcome`` (what the manifest keeps)."""
         self.history[-1].update(duration_s=round_(time.time() - self.started), outcome=outcome)
-        if ctx is None:
-            write_json(self.path, self.history)
-            return self.history
+        return self.history
+
+    def stopped(self, outcome: str, ctx: StageContext, line: str) -> None:
+        """Record an attempt that did not complete, and ``line`` in the stage's log. Best effort: a
+        full disk must not hide the error that stopped it."""
+        self.end(outcome)
         with contextlib.suppress(OSError):
             ctx.log(line)
             write_json(self.path, self.history)
-        return self.history
 
 
 def _holds_no_work(partial: Path) -> bool:

@@ -1,7 +1,8 @@
 """`mtsql status`: what a run folder holds, read from manifests only, in pipeline order.
 
-One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial`` while a stage runs or after
-it crashed): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
+One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial``: ``running`` while a process
+holds the stage's lock, else ``partial`` with how its last attempt ended; a damaged manifest is a row
+that names it, not an error for the whole run): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
 then the evaluations (base → sft → rl). Other folders of a run (``report/``) are not stages.
 """
 
