@@ -292,9 +292,10 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
     artifacts = Store(folder).artifacts(problems)
     problems += [p for artifact in artifacts for p in verify(artifact)]
     for problem in problems:
-        err_console.print(problem, markup=False, highlight=False)
+        err_console.print(problem, markup=False, highlight=False, soft_wrap=True)
     if problems:
-        raise UsageError(f"{folder}: {len(problems)} file(s) differ from their manifests")
+        raise UsageError(f"{folder}: {len(problems)} problem(s) above: damaged manifests, or files that differ "
+                         "from their manifest")
     console.print(f"{folder}: all artifacts intact", markup=False)
 
 

@@ -114,3 +114,9 @@ def test_a_damaged_manifest_is_named_and_the_rest_shown(run_folder):
     text = build_report(run_folder).read_text()
     assert "Left out, as their manifest is damaged:" in text and str(damaged.resolve()) in text
     assert "## " in text  # the rest of the report is there
+    from typer.testing import CliRunner
+
+    from mtsql.cli import app
+
+    verified = CliRunner().invoke(app, ["data", "verify", str(run_folder)])
+    assert verified.exit_code == 2 and f"{damaged.resolve()}: damaged manifest" in verified.stderr
