@@ -121,6 +121,10 @@ CASES = [
     Case("run name is a path", ("sample", "--policy", "gold", "run=../x", "runs_dir={tmp}/runs"), 2,
          ("run= '../x'", "one folder name")),
     # 9. filesystem
+    Case("runs_dir is a file, stage", ("sample", "--policy", "gold", "runs_dir={tmp}/notes.txt"), 2,
+         ("runs_dir=", "notes.txt is a file, not a folder"), file_named("notes.txt")),
+    Case("runs_dir is a file, status", ("status", "runs_dir={tmp}/notes.txt"), 2,
+         ("runs_dir=", "notes.txt is a file, not a folder"), file_named("notes.txt")),
     Case("evaluate --out is a file", (*EVAL[:-3], "{tmp}/notes.txt", "--workers", "1"), 2,
          ("notes.txt is a file, not a folder",), file_named("notes.txt"), DATA_ENV),
     Case("evaluate --out under a file", (*EVAL[:-3], "{tmp}/notes.txt/out", "--workers", "1"), 2,

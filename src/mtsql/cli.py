@@ -24,7 +24,7 @@ from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
 from mtsql.progress import track
 from mtsql.report import build_report
-from mtsql.runner import STAGES, Pending, run_stage, store_for
+from mtsql.runner import STAGES, Pending, run_stage, runs_root, store_for
 from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
 from mtsql.status import run_folder, status_table
 from mtsql.trajectory_text import find_trajectory, render_trajectory
@@ -220,7 +220,7 @@ def status(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = 
     Without RUN, --config or run=: the runs under runs_dir."""
     run, overrides = _split_run(run, overrides)
     if run is None and config is None and not any(o.startswith("run=") for o in overrides):
-        runs_dir = Path(_cfg(None, overrides).runs_dir)
+        runs_dir = runs_root(_cfg(None, overrides))
         runs = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
         if not runs:
             console.print(f"no runs under {runs_dir}/", markup=False)

@@ -38,6 +38,17 @@ def read_text(path: Path) -> str:
         raise UsageError(f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8") from None
 
 
+def check_folder(path: Path, setting: str, fix: str) -> Path:
+    """``path`` as a folder to write into (it need not exist yet); a file on the way is a one-line
+    ``UsageError`` naming ``setting`` and how to ``fix`` it."""
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UsageError(f"{setting}: {folder} is a file, not a folder; {fix}")
+            break
+    return Path(path)
+
+
 def expect(condition: bool, path: Path, message: str) -> None:
     """Raise a ``UsageError`` naming ``path`` unless the data has the expected shape."""
     if not condition:

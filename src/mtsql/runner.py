@@ -29,6 +29,7 @@ from rich.markup import escape
 from mtsql.artifacts import Artifact, Store, fingerprint
 from mtsql.config import Config, ConfigView
 from mtsql.errors import UsageError
+from mtsql.files import check_folder
 from mtsql.paths import data_dir
 from mtsql.provenance import code_digest
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
@@ -69,8 +70,13 @@ def check_name(value: str, what: str, how: str) -> str:
     return value
 
 
+def runs_root(cfg: Config) -> Path:
+    """``runs_dir`` (it need not exist yet); a file on its path is a ``UsageError``."""
+    return check_folder(Path(cfg.runs_dir), f"runs_dir={cfg.runs_dir}", "set runs_dir= to a folder for the runs")
+
+
 def store_for(cfg: Config) -> Store:
-    return Store(Path(cfg.runs_dir).resolve() / check_name(cfg.run, "run name", "run="))
+    return Store(runs_root(cfg).resolve() / check_name(cfg.run, "run name", "run="))
 
 
 def view_for(name: str, cfg: Config) -> ConfigView:

@@ -29,7 +29,7 @@ from mtsql.config import SqlConfig
 from mtsql.data import SINGLE_TURN_DATASETS, gold_file, tables_file
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.files import write_text
+from mtsql.files import check_folder, write_text
 from mtsql.paths import data_dir
 from mtsql.progress import progress_bar
 from mtsql.sql import gold_cache
@@ -255,12 +255,7 @@ def write_outputs(out_dir: Path, result: Evaluation) -> tuple[Path, Path]:
 
 def check_out_dir(out_dir: Path) -> None:
     """A ``UsageError`` when ``out_dir`` or a folder above it is a file (checked before scoring)."""
-    for folder in (Path(out_dir), *Path(out_dir).parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise UsageError(f"--out {out_dir}: {folder} is a file, not a folder; give a folder for "
-                                 "items.jsonl and summary.json")
-            return
+    check_folder(out_dir, f"--out {out_dir}", "give a folder for items.jsonl and summary.json")
 
 
 def render(summary: dict, console: Console) -> None:
