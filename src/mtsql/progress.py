@@ -66,7 +66,7 @@ class PlainProgress(Progress):
         printed = task_id in self._last
         last_time, last_done = self._last.get(task_id, (now - (task.elapsed or 0.0), None))
         finished = bool(total) and done >= total
-        if done != last_done and (now - last_time >= EVERY_S or (finished and printed)):
+        if now - last_time >= EVERY_S or (finished and printed and done != last_done):
             self._last[task_id] = (now, done)
             self.console.print(plain_line(task.description, done, total, task.elapsed, task.fields), markup=False,
                                highlight=False, soft_wrap=True)
