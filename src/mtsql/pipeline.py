@@ -181,8 +181,8 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     base_cfg = load_config(config_path, overrides)
     models: dict[str, object] = dict.fromkeys(MODEL_REFS)
     made: dict[str, object] = {}
-    console.print(f"[bold]{escape(str(path))}[/] " + escape(f"with {config_path or 'defaults'}: run '{base_cfg.run}'") + (" (dry run)" if dry_run else ""),
-                  soft_wrap=True)
+    what = f"with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else "")
+    console.print(f"[bold]{escape(str(path))}[/] {escape(what)}", soft_wrap=True)
     for step in pipeline.steps:
         cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
         if step.stage == "sft-iterate":
