@@ -4,8 +4,8 @@ Each row of ``CASES`` is one command run as ``python -m mtsql`` in a fresh folde
 that writes the inputs it needs (``None``: none), the arguments (``{tmp}`` is that folder, ``{data}`` a
 copy of the packaged fixture made by the setup, ``{tiny}`` the tiny profile), the exit code and words
 stderr must hold. Every row also checks that stderr is a single ``error:`` line without a traceback and
-that the command wrote no file (a stage's ``.lock``, which every attempt leaves, aside). A new case is
-one more row. Faults that need a process to be signalled, a full disk or a read-only folder have their
+that the command wrote no file (a stage's ``.lock``, which every attempt leaves, and caches under
+``MTSQL_HOME`` aside). A new case is one more row. Faults that need a process to be signalled, a full disk or a read-only folder have their
 own tests below the table.
 """
 
@@ -116,6 +116,7 @@ CASES = [
          tables_json(b'[{"db_id": "pets_1", "table_names_original": [], "column_names_original": []}]'), DATA_ENV),
     Case("tables.json not UTF-8", EVAL, 2, ("tables.json", "cannot read"), tables_json(b"\xff"),
          DATA_ENV),
+    # beyond the issue's list: a name that is a path wrote artifacts outside the run folder
     Case("label is a path", ("sample", "--policy", "gold", "--label", "../../escaped", "runs_dir={tmp}/runs"), 2,
          ("label '../../escaped'", "one folder name")),
     Case("run name is a path", ("sample", "--policy", "gold", "run=../x", "runs_dir={tmp}/runs"), 2,
