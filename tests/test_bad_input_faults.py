@@ -158,6 +158,13 @@ def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path):
     assert {path for path in written if not path.endswith(".lock")} == set()
 
 
+def test_markup_in_a_listed_path_is_printed_as_is(tmp_path):
+    home = tmp_path / "[/h]"
+    result = mtsql_run("models", "list", cwd=tmp_path, env={"MTSQL_HOME": str(home)})
+    assert result.returncode == 0, result.stderr
+    assert str(home / "models" / "tiny-qwen3") in result.stdout
+
+
 # -- 8. a gold-cache file holding text: a warning, the entries computed again, the same scores -----------
 
 def test_damaged_gold_cache_is_recomputed_with_a_warning(tmp_path):

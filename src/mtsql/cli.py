@@ -274,7 +274,8 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
     for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written"):
         if key in report_:
             table.add_row(key.replace("_", " "), str(report_[key]))
-    table.add_row("missing databases", ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items()) or "none")
+    missing = ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items())
+    table.add_row("missing databases", escape(missing) or "none")
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:
@@ -319,7 +320,7 @@ def models_list() -> None:
     table = Table("alias", "cached", "size", "path")
     for row in models.list_models():
         size = f"{row['bytes'] / 1e6:,.0f} MB" if row["present"] else "-"
-        table.add_row(row["alias"], "yes" if row["present"] else "no", size, row["path"])
+        table.add_row(escape(row["alias"]), "yes" if row["present"] else "no", size, escape(str(row["path"])))
     console.print(table)
 
 
