@@ -117,3 +117,46 @@ def test_lock_refuses_concurrent_run(tmp_path):
 
     store.run("sample", "sample", {}, {}, outer)
     assert inner and "another mtsql process" in inner[0] and time.time() - started < 5
+
+
+def test_attempts_total_duration_and_error_line_are_kept(tmp_path):
+    """A failed attempt's log names its error; the manifest keeps every attempt and their total time."""
+    from mtsql.errors import StageFailed
+
+    store = Store(tmp_path)
+
+    def fails(ctx):
+        (ctx.out / "shard-0.jsonl").write_text("{}\n")  # work done before the failure, kept for the next attempt
+        time.sleep(0.2)
+        raise StageFailed("the engine died")
+
+    with pytest.raises(StageFailed):
+        store.run("sample", "sample", {"n": 1}, {}, fails)
+    partial = next(tmp_path.glob("sample/*.partial"))
+    assert "=== failed: StageFailed: the engine died" in (partial / "log.txt").read_text()
+    done, _ = store.run("sample", "sample", {"n": 1}, {}, _work([1]))
+    attempts = done.manifest["attempts"]
+    assert [a["outcome"] for a in attempts] == ["failed: StageFailed", "complete"]
+    assert attempts[0]["duration_s"] >= 0.2
+    assert done.manifest["duration_s"] == pytest.approx(sum(a["duration_s"] for a in attempts), abs=2e-3)
+    assert "attempts.json" not in {entry["path"] for entry in done.manifest["outputs"]}
+    assert "=== failed: StageFailed: the engine died" in (done.path / "log.txt").read_text()
+
+
+def test_bad_input_found_before_any_work_leaves_no_partial(tmp_path):
+    store = Store(tmp_path)
+
+    def bad_input(ctx):
+        raise UsageError("db.sqlite: not a readable SQLite database")
+
+    with pytest.raises(UsageError):
+        store.run("sample", "sample", {"n": 1}, {}, bad_input)
+    assert not list(tmp_path.glob("sample/*.partial"))
+
+    def bad_input_after_work(ctx):
+        (ctx.out / "shard-0.jsonl").write_text("{}\n")
+        raise UsageError("db.sqlite: not a readable SQLite database")
+
+    with pytest.raises(UsageError):
+        store.run("sample", "sample", {"n": 1}, {}, bad_input_after_work)
+    assert (next(tmp_path.glob("sample/*.partial")) / "shard-0.jsonl").exists()  # work to resume from

@@ -160,7 +160,7 @@ CASES = [
     # 5. data verify on what is not a run, or holds nothing complete
     Case("verify-not-a-run", ("data", "verify", "notes"), ("no complete artifact", "not a run folder"),
          setup=not_a_run),
-    Case("verify-only-a-crashed-partial", ("data", "verify", "r1", "--runs-dir", "runs"),
+    Case("verify-only-a-crashed-partial", ("data", "verify", "r1", "runs_dir=runs"),
          ("no complete artifact", "sample/0123456789ab.partial"), setup=crashed_run),
     # 6. numbers out of range, refused when the config loads
     override("sample", "sample.batch_size=0", "'sample.batch_size' must be >= 1; got 0"),

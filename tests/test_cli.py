@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from mtsql import artifacts
 from mtsql.artifacts import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -13,9 +14,9 @@ COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evalu
             "status", "show", "data", "models", "config"]
 
 
-def mtsql(*args, cwd=None):
+def mtsql(*args, cwd=None, env=None):
     return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src")})
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src"), **(env or {})})
 
 
 def test_help_lists_every_command():
@@ -85,3 +86,21 @@ def test_verify_catches_metrics_edited_in_the_manifest(tmp_path):
     result = mtsql("data", "verify", "r1", cwd=tmp_path)
     assert result.returncode == 2 and "its metrics differ from metrics.json" in result.stderr, result.stderr
     assert "all artifacts intact" not in result.stdout
+
+
+def test_reading_commands_find_runs_as_stage_commands_do(tmp_path):
+    """One spelling of the runs folder: status, data verify and report take ``runs_dir=`` (or the
+    profile's ``runs_dir`` and ``run``) like the stage commands."""
+    store = Store(tmp_path / "elsewhere" / "r1")
+    store.run("sample", "sample-r1", {"n": 1}, {}, lambda ctx: {"ex": 0.5, "count": 1}, round=1)
+    (tmp_path / "p.yaml").write_text("run: r1\nruns_dir: elsewhere\n")
+    env = {"PYTHONPATH": str(Path(artifacts.__file__).resolve().parents[1])}  # the code under test
+    for args in (("status", "--config", "p.yaml"), ("status", "r1", "runs_dir=elsewhere")):
+        result = mtsql(*args, cwd=tmp_path, env=env)
+        assert result.returncode == 0 and "sample-r1" in result.stdout and "EX 50.0%" in result.stdout, result.stderr
+    result = mtsql("status", "runs_dir=elsewhere", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and result.stdout.split() == ["r1"], result.stderr
+    result = mtsql("data", "verify", "--config", "p.yaml", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and "all 1 artifacts intact" in result.stdout, result.stderr
+    result = mtsql("report", "runs_dir=elsewhere", "run=r1", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and (tmp_path / "elsewhere" / "r1" / "report" / "report.md").is_file(), result.stderr

@@ -47,15 +47,18 @@ def test_an_interrupted_stage_is_kept_for_resume_and_the_log_marks_each_attempt(
     assert log.count("attempt started") == 2 and "=== interrupted" in log and "(resuming the .partial folder)" in log
 
 
-def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, monkeypatch):
+    """Through Typer, which turns a KeyboardInterrupt into a silent exit 130 unless mtsql's group
+    reports it first (tests/test_bad_input_faults.py sends a real SIGINT)."""
+    from typer.testing import CliRunner
+
     from mtsql import cli
 
-    def app():
+    def interrupted(folder):
         raise StageInterrupted("sft-r1", tmp_path / "abc.partial")
 
-    monkeypatch.setattr(cli, "app", app)
-    with pytest.raises(SystemExit) as exited:
-        cli.main()
-    assert exited.value.code == 130
-    err = capsys.readouterr().err
+    monkeypatch.setattr(cli, "status_table", interrupted)
+    result = CliRunner().invoke(cli.app, ["status", str(tmp_path)])
+    assert result.exit_code == 130
+    err = result.stderr
     assert err.count("\n") == 1 and f"interrupted: sft-r1 left as {tmp_path / 'abc.partial'}; rerun to resume" in err

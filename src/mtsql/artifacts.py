@@ -14,7 +14,9 @@ A stage works in ``<fp12>.partial/`` (kept across a crash so that stages can res
 shards) and becomes complete only when ``manifest.json`` is written, last, and the folder is renamed
 into place. Files the stage wrote that name the ``.partial`` folder (a training YAML, a recorded
 command) are rewritten to name the final folder first, so everything an artifact records stays valid.
-No manifest, not done.
+No manifest, not done. Each attempt (its start, wall time and how it ended; a failure's error line also
+goes to ``log.txt``) is kept in ``attempts.json`` while the folder is partial, then in the manifest's
+``attempts``, whose total is its ``duration_s``.
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ from typing import Any
 import yaml
 
 from mtsql.errors import StageFailed, UsageError
-from mtsql.files import write_json, write_text
+from mtsql.files import read_json, write_json, write_text
 from mtsql.provenance import code_version, hardware, package_versions
 
 SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
 PARTIAL = ".partial"
+ATTEMPTS = "attempts.json"  # in a .partial folder: the attempts so far (the manifest keeps them once complete)
 REWRITE_LIMIT = 256 * 2**20  # files this large are weights or data, never a record of a path
 
 
@@ -178,14 +181,21 @@ class Store:
             raise UsageError(f"'{ref}' of run '{self.root.name}' is not a model artifact (no {MODEL_DIR}/ folder)")
         return artifact
 
-    def artifacts(self) -> list[Artifact]:
-        """Every complete artifact of the run (each folder once), oldest first."""
+    def artifacts(self, damaged: list[str] | None = None) -> list[Artifact]:
+        """Every complete artifact of the run (each folder once), oldest first. A damaged manifest is
+        an error, or, given a ``damaged`` list, left out with its one-line problem added to the list."""
         found = []
         if self.root.exists():
             for manifest_path in self.root.glob(f"*/*/{MANIFEST}"):
                 if manifest_path.parent.name == "latest":
                     continue
-                manifest = read_manifest(manifest_path.parent)
+                try:
+                    manifest = read_manifest(manifest_path.parent)
+                except UsageError as exc:
+                    if damaged is None:
+                        raise
+                    damaged.append(str(exc))
+                    continue
                 found.append(Artifact(manifest_path.parent, manifest))
         return sorted(found, key=lambda a: a.manifest.get("created_at", ""))
 
@@ -209,23 +219,31 @@ class Store:
             resumed = partial.exists()
             partial.mkdir(exist_ok=True)
             ctx = StageContext(label, partial, inputs, partial / "log.txt")
-            now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-            ctx.log(f"=== {label}: attempt started {now}" + (" (resuming the .partial folder)" if resumed else ""))
+            attempts = _Attempts(partial / ATTEMPTS)
+            ctx.log(f"=== {label}: attempt started {attempts.start()}"
+                    + (" (resuming the .partial folder)" if resumed else ""))
             write_text(partial / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-            start = time.time()
             try:
                 metrics = work(ctx)
             except KeyboardInterrupt:
-                ctx.log("=== interrupted")
+                attempts.stopped("interrupted", ctx, "=== interrupted")
                 raise StageInterrupted(label, partial) from None
+            except Exception as exc:
+                attempts.stopped(f"failed: {type(exc).__name__}", ctx, f"=== failed: {type(exc).__name__}: {exc}")
+                if isinstance(exc, UsageError) and not resumed and _holds_no_work(partial):
+                    shutil.rmtree(partial)  # bad input found before any work: nothing to resume
+                raise
             if not isinstance(metrics, dict):
                 raise StageFailed(f"stage {label} returned {type(metrics).__name__}, not a metrics dict")
             write_json(partial / "metrics.json", metrics)
             _point_paths_at(partial, final)
+            history = attempts.end("complete")
+            (partial / ATTEMPTS).unlink()
             manifest = {
                 "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": round,
                 "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "duration_s": round_(time.time() - start), "code": {**code_version(), "digest": code},
+                "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)), "attempts": history,
+                "code": {**code_version(), "digest": code},
                 "packages": package_versions(), "hardware": hardware(),
                 "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
                 "inputs": {name: art.ref() for name, art in inputs.items()},
@@ -243,6 +261,8 @@ class Store:
 
     def _point_latest(self, label: str, folder: Path) -> None:
         link = self.root / label / "latest"
+        if link.exists() and link.resolve() == folder.resolve():
+            return  # already there: a cached stage of a read-only run writes nothing
         link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(f".latest.{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
@@ -250,6 +270,42 @@ class Store:
         target = folder.name if folder.parent == link.parent else os.path.relpath(folder, link.parent)
         tmp.symlink_to(target)
         os.replace(tmp, link)
+
+
+class _Attempts:
+    """The attempts at one artifact, kept in its ``.partial`` folder while it is built and moved into
+    the manifest when it completes: each one's start, wall time and outcome. An attempt killed
+    outright (kill -9, a power cut) keeps the outcome ``running`` and no duration."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.history: list[dict] = read_json(path) if path.exists() else []
+        self.started = 0.0
+
+    def start(self) -> str:
+        self.started = time.time()
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.history.append({"started_at": now, "duration_s": None, "outcome": "running"})
+        write_json(self.path, self.history)
+        return now
+
+    def end(self, outcome: str) -> list[dict]:
+        """Every attempt, this one with its wall time and ``outcome`` (what the manifest keeps)."""
+        self.history[-1].update(duration_s=round_(time.time() - self.started), outcome=outcome)
+        return self.history
+
+    def stopped(self, outcome: str, ctx: StageContext, line: str) -> None:
+        """Record an attempt that did not complete, and ``line`` in the stage's log. Best effort: a
+        full disk must not hide the error that stopped it."""
+        self.end(outcome)
+        with contextlib.suppress(OSError):
+            ctx.log(line)
+            write_json(self.path, self.history)
+
+
+def _holds_no_work(partial: Path) -> bool:
+    """Whether a ``.partial`` folder holds only what ``Store.run`` itself writes before the stage runs."""
+    return {p.name for p in partial.iterdir()} <= {"config.yaml", "log.txt", ATTEMPTS}
 
 
 def _label_order(label: str) -> tuple[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 import logging
 import os
@@ -12,8 +13,9 @@ from typing import Annotated
 import typer
 import yaml
 from rich.console import Console
-from rich.progress import track
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from mtsql import models, pipeline
 from mtsql.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
@@ -21,8 +23,9 @@ from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace, to_dic
 from mtsql.data import data_root
 from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
+from mtsql.progress import track
 from mtsql.report import build_report
-from mtsql.runner import STAGES, Pending, run_stage, store_for
+from mtsql.runner import STAGES, Pending, run_stage, runs_root, store_for
 from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
 from mtsql.status import run_folder, status_table
 from mtsql.trajectory_text import find_trajectory, render_trajectory
@@ -30,7 +33,28 @@ from mtsql.trajectory_text import find_trajectory, render_trajectory
 console = Console()
 err_console = Console(stderr=True)
 
+
+INTERRUPTED = 130  # the exit code of Ctrl-C (128 + SIGINT)
+
+
+class InterruptibleGroup(TyperGroup):
+    """The top command group: Ctrl-C says what it left behind before exiting 130 (Typer itself turns
+    ``KeyboardInterrupt`` into a silent exit 130 before ``main`` could see it)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StageInterrupted as exc:
+            err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
+                              highlight=False, soft_wrap=True)
+            raise typer.Exit(INTERRUPTED) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
+            raise typer.Exit(INTERRUPTED) from None
+
+
 app = typer.Typer(
+    cls=InterruptibleGroup,
     help="Reproduce MTSQL-R1: long-horizon multi-turn text-to-SQL with self-taught SFT and curriculum RL.\n\n"
     "Stages: sample -> reject -> sft (sft-iterate) -> curriculum -> rl -> evaluate -> report.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich",
@@ -54,6 +78,25 @@ LabelOpt = Annotated[str | None, typer.Option(help="Artifact label (default: the
 
 def _cfg(config: Path | None, overrides: list[str] | None) -> Config:
     return load_config(config, overrides or [])
+
+
+RunArg = Annotated[str | None, typer.Argument(
+    help="Run name under runs_dir, or a run folder (default: the profile's run).", show_default=False)]
+
+
+def _split_run(run: str | None, overrides: list[str] | None) -> tuple[str | None, list[str]]:
+    """RUN and the overrides: a first argument such as ``runs_dir=x`` is an override, not a run name."""
+    if run is not None and "=" in run and not Path(run).is_dir():
+        return None, [run, *(overrides or [])]
+    return run, list(overrides or [])
+
+
+def _run_folder(run: str | None, config: Path | None, overrides: list[str] | None) -> Path:
+    """The run folder a reading command works on, addressed as the stage commands address it: RUN (a
+    folder, or a name under the profile's ``runs_dir``), else the profile's ``run``."""
+    run, overrides = _split_run(run, overrides)
+    cfg = _cfg(config, overrides)
+    return run_folder(run or cfg.run, Path(cfg.runs_dir))
 
 
 def _print_table(title: str, artifact) -> None:
@@ -158,10 +201,11 @@ def evaluate(
 
 
 @app.command()
-def report(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
-           runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
+           out: Annotated[Path | None, typer.Option(help="Report folder (default: <run>/report; elsewhere for a "
+                                                    "read-only run).")] = None) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
-    console.print(f"report: {build_report(run_folder(run, runs_dir))}")
+    console.print(f"report: {build_report(_run_folder(run, config, overrides), out)}", markup=False)
 
 
 @app.command("run")
@@ -173,18 +217,20 @@ def run_steps(steps: Annotated[Path, typer.Argument(metavar="PIPELINE", help="pi
 
 
 @app.command()
-def status(run: Annotated[str | None, typer.Argument(help="Run name under runs/ or a run folder.")] = None,
-           runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
-    """A run's artifacts in pipeline order: state, fingerprint, created, wall time, what each holds."""
-    if run is None:
+def status(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None) -> None:
+    """A run's artifacts in pipeline order: state, fingerprint, created, wall time, what each holds.
+    Without RUN, --config or run=: the runs under runs_dir."""
+    run, overrides = _split_run(run, overrides)
+    if run is None and config is None and not any(o.startswith("run=") for o in overrides):
+        runs_dir = runs_root(_cfg(None, overrides))
         runs = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
         if not runs:
-            console.print(f"no runs under {runs_dir}/")
+            console.print(f"no runs under {runs_dir}/", markup=False)
             return
         for name in runs:
-            console.print(name)
+            console.print(name, markup=False, highlight=False)
         return
-    console.print(status_table(run_folder(run, runs_dir)))
+    console.print(status_table(_run_folder(run, config, overrides)))
 
 
 def stage_command(name: str):
@@ -224,38 +270,40 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases, gold queries that fail to execute or return nothing (vacuous), as a table."""
-    report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, description="executing gold", console=err_console))
-    table = Table(title=f"{dataset} {split} ({report_['root']})", show_header=False)
+    report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, "executing gold", console=err_console))
+    table = Table(title=escape(f"{dataset} {split} ({report_['root']})"), show_header=False)
     unit = report_["unit"]
     for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written", "gold_vacuous"):
         if key in report_:
             table.add_row(key.replace("_", " "), str(report_[key]))
-    table.add_row("missing databases", ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items()) or "none")
+    missing = ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items())
+    table.add_row("missing databases", escape(missing) or "none")
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:
-        table.add_row("", f"{item['where']} ({item['db_id']}): {item['message']}")
+        table.add_row("", escape(f"{item['where']} ({item['db_id']}): {item['message']}"))
     if "turns_per_interaction" in report_:
         table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
     console.print(table)
 
 
 @data_app.command("verify")
-def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
-                runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None) -> None:
     """Check every artifact's files against the hashes in its manifest."""
-    folder = run_folder(run, runs_dir)
-    artifacts = Store(folder).artifacts()
+    folder = _run_folder(run, config, overrides)
+    problems: list[str] = []  # damaged manifests first, then files or metrics that differ from theirs
+    artifacts = Store(folder).artifacts(problems)
     unfinished = sorted(str(p.relative_to(folder)) for p in folder.glob(f"*/*{PARTIAL}"))
-    if not artifacts:
+    if not artifacts and not problems:
         why = (f"only unfinished stage folder(s) {', '.join(unfinished)}: rerun their stages to finish them"
                if unfinished else "not a run folder? A run holds <label>/<fingerprint>/manifest.json")
         raise UsageError(f"{folder}: no complete artifact to verify ({why})")
-    problems = [p for artifact in artifacts for p in verify(artifact)]
+    problems += [p for artifact in artifacts for p in verify(artifact)]
     for problem in problems:
-        err_console.print(problem, markup=False, highlight=False)
+        err_console.print(problem, markup=False, highlight=False, soft_wrap=True)
     if problems:
-        raise UsageError(f"{folder}: {len(problems)} problem(s) above: files or metrics differ from their manifests")
+        raise UsageError(f"{folder}: {len(problems)} problem(s) above: damaged manifests, or files or metrics "
+                         "that differ from their manifest")
     skipped = f"; not checked: {len(unfinished)} unfinished .partial folder(s)" if unfinished else ""
     console.print(f"{folder}: all {len(artifacts)} artifacts intact{skipped}", markup=False, highlight=False)
 
@@ -264,14 +312,14 @@ def data_verify(run: Annotated[str, typer.Argument(help="Run name under runs/ or
 def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
                 force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Fetch and convert an offline model into the cache ($MTSQL_HOME/models)."""
-    console.print(f"{name}: {models.pull(name, force=force)}")
+    console.print(f"{name}: {models.pull(name, force=force)}", markup=False)
 
 
 @models_app.command("make-tiny")
 def models_make_tiny(family: Annotated[str, typer.Argument(help="qwen3")] = "qwen3",
                      force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Build the seeded random-init tiny model (on the real tokenizer) used by fast tests."""
-    console.print(f"tiny-{family}: {models.make_tiny(family, force=force)}")
+    console.print(f"tiny-{family}: {models.make_tiny(family, force=force)}", markup=False)
 
 
 @models_app.command("list")
@@ -280,7 +328,7 @@ def models_list() -> None:
     table = Table("alias", "cached", "size", "path")
     for row in models.list_models():
         size = f"{row['bytes'] / 1e6:,.0f} MB" if row["present"] else "-"
-        table.add_row(row["alias"], "yes" if row["present"] else "no", size, row["path"])
+        table.add_row(escape(row["alias"]), "yes" if row["present"] else "no", size, escape(str(row["path"])))
     console.print(table)
 
 
@@ -297,15 +345,15 @@ def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:
 
 
 @app.command()
-def show(run: Annotated[str, typer.Argument(help="Run name under runs/ or a run folder.")],
+def show(run: Annotated[str, typer.Argument(help="Run name under runs_dir, or a run folder.")],
          stage: Annotated[str, typer.Argument(help="Artifact label with trajectories: sample-r1, eval-sft, ...")],
+         overrides: Overrides = None, config: ConfigOpt = None,
          dataset: Annotated[str | None, typer.Option(help="Dataset of an evaluation (default: its first).")] = None,
          item: Annotated[str | None, typer.Option(help="Item uid, e.g. cosql-dev-0003/1 (default: the first).")] = None,
-         sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None,
-         runs_dir: Annotated[Path, typer.Option(help="Where runs live.")] = Path("runs")) -> None:
+         sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None) -> None:
     """One trajectory as the model saw and wrote it: messages, tool calls, results, verdicts, rewards."""
-    row, where = find_trajectory(run_folder(run, runs_dir), stage, dataset=dataset, item=item, sample=sample)
-    err_console.print(f"from {where}", highlight=False)
+    row, where = find_trajectory(_run_folder(run, config, overrides), stage, dataset=dataset, item=item, sample=sample)
+    err_console.print(f"from {where}", markup=False, highlight=False)
     typer.echo(render_trajectory(row), nl=False)
 
 
@@ -319,6 +367,14 @@ def config_show(config: ConfigOpt = None, overrides: Overrides = None) -> None:
     typer.echo(yaml.safe_dump(to_dict(_cfg(config, overrides)), sort_keys=False), nl=False)
 
 
+DISK_ERRORS = {  # errno: how to fix; any other OSError is a bug to report, with its traceback
+    errno.ENOSPC: "free some space and rerun (a stage resumes from its .partial folder)",
+    errno.EDQUOT: "free some of your quota and rerun (a stage resumes from its .partial folder)",
+    errno.EROFS: "the folder is read-only: write elsewhere (runs_dir=, report --out) or remount it",
+    errno.EACCES: "check the folder's permissions, or write elsewhere (runs_dir=, --out)",
+}
+
+
 def main() -> None:
     """Console-script entry: known errors become one line and an exit code (2 usage, 1 failure)."""
     level = os.environ.get("MTSQL_LOG", "WARNING").upper()
@@ -327,15 +383,26 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         app()
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:
+            # Ctrl-C, already reported. Leave now: under `python -m`, the interpreter's shutdown would
+            # still see the KeyboardInterrupt and end the process by SIGINT instead of exit code 130.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(INTERRUPTED)
+        raise
     except MtsqlError as exc:
         if os.environ.get("MTSQL_DEBUG") == "1":
             raise
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except StageInterrupted as exc:
-        err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", highlight=False,
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS or os.environ.get("MTSQL_DEBUG") == "1":
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"error: {where}{exc.strerror}; {DISK_ERRORS[exc.errno]}", markup=False, highlight=False,
                           soft_wrap=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
+        sys.exit(1)
+    except KeyboardInterrupt:  # before a command started (imports, argument parsing)
         err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from mtsql.errors import UsageError
+from mtsql.files import read_text
 from mtsql.paths import folder_name
 from mtsql.provenance import cpu_has_fast_bf16
 from mtsql.sql.hardness import HARDNESS_LEVELS
@@ -400,7 +401,7 @@ def _read_yaml_chain(path: Path, seen: tuple[Path, ...], origins: dict[str, str]
     if path.resolve() in seen:
         raise UsageError(f"{path}: 'base:' chain loops back to itself")
     try:
-        text = path.read_text()
+        text = read_text(path)
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror}") from None
     try:

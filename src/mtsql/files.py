@@ -27,6 +27,28 @@ def read_json(path: Path) -> Any:
         raise UsageError(f"{path} line {exc.lineno} column {exc.colno}: malformed JSON ({exc.msg})") from None
 
 
+def read_text(path: Path) -> str:
+    """A UTF-8 text file; bytes that are not UTF-8 are a one-line ``UsageError`` naming the line
+    (an ``OSError`` is left to the caller, who knows what the file is for)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise UsageError(f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8") from None
+
+
+def check_folder(path: Path, setting: str, fix: str) -> Path:
+    """``path`` as a folder to write into (it need not exist yet); a file on the way is a one-line
+    ``UsageError`` naming ``setting`` and how to ``fix`` it."""
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UsageError(f"{setting}: {folder} is a file, not a folder; {fix}")
+            break
+    return Path(path)
+
+
 def expect(condition: bool, path: Path, message: str) -> None:
     """Raise a ``UsageError`` naming ``path`` unless the data has the expected shape."""
     if not condition:
@@ -73,6 +95,11 @@ def write_bytes(path: Path, data: bytes) -> None:
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # a full disk: say which file it stopped
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

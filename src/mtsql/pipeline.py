@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mtsql.artifacts import Artifact
@@ -22,6 +23,7 @@ from mtsql.config import Config, build, load_config, replace
 from mtsql.data import per_dataset_groups
 from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
+from mtsql.files import read_text
 from mtsql.paths import data_dir
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, store_for
@@ -155,7 +157,7 @@ class Pipeline:
 
 def load_pipeline(path: Path) -> Pipeline:
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        raw = yaml.safe_load(read_text(Path(path))) or {}
     except OSError as exc:
         raise UsageError(f"cannot read pipeline {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -234,8 +236,8 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrid
     _check_model_refs(pipeline, path, base_cfg)
     models: dict[str, object] = dict.fromkeys(MODEL_REFS)
     made: dict[str, object] = {}
-    console.print(f"[bold]{path}[/] with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else ""),
-                  soft_wrap=True)
+    what = f"with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else "")
+    console.print(f"[bold]{escape(str(path))}[/] {escape(what)}", soft_wrap=True)
     for i, step in enumerate(pipeline.steps):
         cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
         where = f"{path}: steps[{i}] ({step.stage})"
@@ -255,7 +257,7 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrid
                      force=force, dry_run=dry_run)
         elif step.stage == "report":
             if not dry_run:
-                console.print(f"[bold green]report:[/] {build_report(store_for(cfg).root)}")
+                console.print(f"[bold green]report:[/] {escape(str(build_report(store_for(cfg).root)))}")
         else:
             store = store_for(cfg)
             inputs = {name: made.get(default) or store.latest(default)

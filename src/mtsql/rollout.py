@@ -513,13 +513,14 @@ class _Meter:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
-                Progress,
                 TextColumn,
                 TimeElapsedColumn,
                 TimeRemainingColumn,
             )
 
-            self.progress = Progress(
+            from mtsql.progress import progress_bar
+
+            self.progress = progress_bar(
                 TextColumn("rollout"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]} tok/s"),
                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             )

@@ -27,11 +27,13 @@ from pathlib import Path
 from types import ModuleType
 
 from rich.console import Console
+from rich.markup import escape
 
 from mtsql.artifacts import Artifact, Store, fingerprint
 from mtsql.config import Config, ConfigView
 from mtsql.data import data_root
 from mtsql.errors import UsageError
+from mtsql.files import check_folder
 from mtsql.paths import folder_name
 from mtsql.provenance import code_digest
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
@@ -61,8 +63,15 @@ class Pending:
         return Path(f"<from {self.label}>")
 
 
+
+
+def runs_root(cfg: Config) -> Path:
+    """``runs_dir`` (it need not exist yet); a file on its path is a ``UsageError``."""
+    return check_folder(Path(cfg.runs_dir), f"runs_dir={cfg.runs_dir}", "set runs_dir= to a folder for the runs")
+
+
 def store_for(cfg: Config) -> Store:
-    return Store(Path(cfg.runs_dir).resolve() / cfg.run)
+    return Store(runs_root(cfg).resolve() / folder_name(cfg.run, "run"))
 
 
 def view_for(name: str, cfg: Config) -> ConfigView:
@@ -97,10 +106,11 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
                                  code=code, force=force, round=round)
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
-        console.print(f"[green]✓[/] {label:<18} {artifact.fingerprint[:12]}  [dim]cached{same}[/]  {artifact.path}")
+        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
+                      f"{escape(str(artifact.path))}")
     else:
-        console.print(f"[green]✓[/] {label:<18} {artifact.fingerprint[:12]}  done in "
-                      f"{artifact.manifest['duration_s']:.1f}s  {artifact.path}")
+        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
+                      f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")
     return artifact
 
 
@@ -109,10 +119,10 @@ def _plan(name, module, view, store, label, config, inputs, params, code, force)
     fp = None if waiting else fingerprint(name, config, inputs, code)
     done = store.find(label, fp) if fp and not force else None
     if done is not None:
-        console.print(f"  {label:<18} {fp[:12]}  cached", highlight=False)
+        console.print(f"  {label:<18} {fp[:12]}  cached", markup=False, highlight=False)
         return done
     after = f" (after {', '.join(waiting)})" if waiting else ""
-    console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", highlight=False)
+    console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", markup=False, highlight=False)
     if hasattr(module, "plan"):
         out = store.folder(label, fp) if fp else store.root / label / "<fingerprint>"
         console.print(module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False,

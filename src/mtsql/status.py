@@ -1,20 +1,24 @@
 """`mtsql status`: what a run folder holds, read from manifests only, in pipeline order.
 
-One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial`` while a stage runs or after
-it crashed): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
+One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial``: ``running`` while a process
+holds the stage's lock, else ``partial`` with how its last attempt ended; a damaged manifest is a row
+that names it, not an error for the whole run): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
 then the evaluations (base → sft → rl). Other folders of a run (``report/``) are not stages.
 """
 
 from __future__ import annotations
 
+import fcntl
 import re
 from pathlib import Path
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from mtsql.artifacts import read_manifest
+from mtsql.artifacts import ATTEMPTS, PARTIAL, read_manifest
 from mtsql.errors import UsageError
+from mtsql.files import read_json
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
 ROUND_STAGES = ("sample", "reject", "sft")
@@ -57,11 +61,16 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
         link = stage_dir / "latest"
         latest = link.resolve() if link.exists() else None
         for entry in entries:  # none: not a stage folder (the report, a user's notes)
-            manifest = read_manifest(entry)
+            fp12 = entry.name.split(".")[0]
+            try:
+                manifest = read_manifest(entry)
+            except UsageError as exc:  # one damaged manifest: name it, show the rest
+                found.append(((pipeline_order(stage_dir.name), 2), "", (stage_dir.name, "damaged", fp12, "", "",
+                                                                         str(exc))))
+                continue
             if manifest is None:
-                state = "partial" if entry.name.endswith(".partial") else "no manifest"
-                found.append(((pipeline_order(stage_dir.name), 2), "",
-                              (stage_dir.name, state, entry.name.split(".")[0], "", "", "crashed, or still running")))
+                state, what = unfinished(entry)
+                found.append(((pipeline_order(stage_dir.name), 2), "", (stage_dir.name, state, fp12, "", "", what)))
                 continue
             is_latest = entry.resolve() == latest
             created = manifest.get("created_at", "")
@@ -73,8 +82,45 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
     return [row for _, _, row in found]
 
 
+def unfinished(entry: Path) -> tuple[str, str]:
+    """(state, what it holds) of an artifact folder without a manifest: ``running`` while a process
+    holds its lock, else ``partial`` and how its last attempt ended (the attempts the store records)."""
+    if not entry.name.endswith(PARTIAL):
+        return "no manifest", "not written by a stage (no manifest, not .partial)"
+    if lock_held(entry.with_name(entry.name.removesuffix(PARTIAL) + ".lock")):
+        return "running", "another mtsql process is running this stage"
+    history = read_json(entry / ATTEMPTS) if (entry / ATTEMPTS).is_file() else []
+    last = history[-1] if history else {}
+    outcome = last.get("outcome", "running")
+    if outcome == "running":
+        ended = "killed before it could record its end" if history else "stopped (an older mtsql records no attempts)"
+    else:
+        ended = outcome
+    error = next((line.removeprefix("=== ") for line in reversed(_log_lines(entry)) if line.startswith("=== failed")),
+                 None) if outcome.startswith("failed") else None
+    attempts = f"{len(history)} attempt{'s' if len(history) != 1 else ''}, " if history else ""
+    return "partial", f"{attempts}{error or ended}; rerun to resume"
+
+
+def lock_held(path: Path) -> bool:
+    """Whether a process holds the lock file of a stage (``Store.run`` holds it while the stage runs)."""
+    try:
+        with path.open("rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except FileNotFoundError:
+        return False
+    return False
+
+
+def _log_lines(entry: Path) -> list[str]:
+    path = entry / "log.txt"
+    return path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+
+
 def status_table(folder: Path) -> Table:
-    table = Table(title=str(folder), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+    table = Table(title=escape(str(folder)), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     table.add_column("artifact", no_wrap=True)
     table.add_column("state", no_wrap=True)
@@ -83,7 +129,7 @@ def status_table(folder: Path) -> Table:
     table.add_column("wall", justify="right", no_wrap=True)
     table.add_column("what it holds")
     for row in status_rows(folder):
-        table.add_row(*row, style="dim" if row[1] == "older" else None)
+        table.add_row(*map(escape, row), style="dim" if row[1] == "older" else None)
     return table
 
 

@@ -260,3 +260,36 @@ def test_curves_against_max_turns_and_vote_n(shared_run):
     evals = evaluations(latest_artifacts(shared_run))
     assert max_turns_rates(evals)["cosql"] == {"SFT, gold memory": {1: Rate(4, 40), 2: Rate(10, 40), 4: Rate(16, 40)}}
     assert vote_rates(evals)["cosql"] == {"SFT, gold memory, 4 messages": {1: Rate(16, 40), 4: Rate(20, 40)}}
+
+
+def run_notebook(cwd: Path, run: str | None) -> list[dict]:
+    """The outputs of the analysis notebook executed with its kernel in ``cwd``."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(REPO / "notebooks" / "analysis.ipynb", as_version=4)
+    saved = os.environ.pop("MTSQL_RUN", None)
+    if run is not None:
+        os.environ["MTSQL_RUN"] = run
+    try:
+        NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": str(cwd)}}).execute()
+    finally:
+        os.environ.pop("MTSQL_RUN", None)
+        if saved is not None:
+            os.environ["MTSQL_RUN"] = saved
+    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+
+
+def test_notebook_default_run_resolves_from_notebooks_and_fails_loudly(shared_run, tmp_path):
+    """The kernel runs in notebooks/: the default runs/tiny is the repository's, and a missing run is an
+    error in the first cell rather than empty tables."""
+    (tmp_path / "notebooks").mkdir()
+    errors = [o for o in run_notebook(tmp_path / "notebooks", None) if o.get("output_type") == "error"]
+    assert errors and errors[0]["ename"] == "UsageError"
+    assert f"no run folder {tmp_path / 'runs' / 'tiny'}" in errors[0]["evalue"]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "tiny").symlink_to(shared_run)
+    outputs = run_notebook(tmp_path / "notebooks", None)
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert len([o for o in outputs if "image/png" in o.get("data", {})]) >= 3

@@ -70,3 +70,56 @@ def test_a_single_rl_step_reads_as_one():
     assert summary(one) == "1 step, reward 0.5"
     many = {"stage": "rl", "metrics": {"steps": 3, "reward_first": 0.5, "reward_last": 0.7, "steps_without_signal": 1}}
     assert summary(many) == "3 steps, reward 0.5 → 0.7, 1 without signal"
+
+
+def _row(folder, label):
+    return next(row for row in status_rows(folder) if row[0] == label)
+
+
+def test_partial_says_running_or_how_it_stopped(run_folder):
+    import fcntl
+
+    import pytest
+
+    from mtsql.errors import StageFailed
+    from mtsql.files import write_json
+
+    store = Store(run_folder)
+
+    def fails(ctx):
+        (ctx.out / "shard-0.jsonl").write_text("{}\n")
+        raise StageFailed("LLaMA-Factory exited with code 1")
+
+    with pytest.raises(StageFailed):
+        store.run("sft", "sft-r2", {"r": 2}, {}, fails)
+    state, what = _row(run_folder, "sft-r2")[1::4]
+    assert state == "partial" and what == ("1 attempt, failed: StageFailed: LLaMA-Factory exited with code 1; "
+                                          "rerun to resume")
+    partial = next(run_folder.glob("sft-r2/*.partial"))
+    with (partial.parent / partial.name.replace(".partial", ".lock")).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as Store.run holds it while the stage runs
+        assert _row(run_folder, "sft-r2")[1::4] == ("running", "another mtsql process is running this stage")
+    write_json(partial / "attempts.json", [{"started_at": "2026-11-25T10:00:00+00:00", "duration_s": None,
+                                            "outcome": "running"}])  # kill -9: no end recorded
+    assert _row(run_folder, "sft-r2")[5] == "1 attempt, killed before it could record its end; rerun to resume"
+
+
+def test_a_damaged_manifest_is_named_and_the_rest_shown(run_folder):
+    from mtsql.report import build_report
+
+    damaged = run_folder / "curriculum" / "latest" / "manifest.json"
+    damaged.write_text('{"stage": "curriculum", ')
+    rows = status_rows(run_folder)
+    assert ("curriculum", "damaged") in {(r[0], r[1]) for r in rows}
+    assert str(damaged.resolve()) in _row(run_folder, "curriculum")[5]
+    assert {"eval-base", "sft-r1", "rl-c2", "eval-rl"} <= {r[0] for r in rows}
+    text = build_report(run_folder).read_text()
+    assert "Left out, as their manifest is damaged:" in text and str(damaged.resolve()) in text
+    assert "## " in text  # the rest of the report is there
+    from typer.testing import CliRunner
+
+    from mtsql.cli import app
+
+    verified = CliRunner().invoke(app, ["data", "verify", str(run_folder)])
+    assert type(verified.exception).__name__ == "UsageError"  # exit 2 through main()
+    assert f"{damaged.resolve()}: damaged manifest" in verified.stderr

@@ -279,3 +279,19 @@ def test_score_pairs_of_spider_turns_are_summarised_as_questions():
     turns = load_turns("spider", "dev", with_hardness=False)[:5]
     result = score_pairs([(t, t.gold_sql) for t in turns], options=EvaluateOptions(etype="match"))
     assert result.summary["single_turn"] and result.summary["exact"]["question"]["accuracy"] == 1.0
+
+
+def test_rendered_tables_fit_100_columns_and_explain_joint_all(tmp_path):
+    """The whole fixture SParC dev (interactions left out, both metrics): no line wider than 100
+    columns, each left-out reason on one line, and joint_all explained under its table."""
+    from rich.console import Console
+
+    lines = [line.split("\t")[0].rstrip("\n") for line in GOLD_LINES]
+    result = evaluate_files("sparc", predictions(tmp_path, lines))
+    console = Console(width=100, record=True, color_system=None)
+    evaluation.render(result.summary, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "joint_all: interactions with every turn right" in text
+    head = next(line for line in text.splitlines() if line.startswith("execution: "))
+    assert head.endswith("left out, each with a turn the official program skips:")

@@ -80,3 +80,17 @@ def test_nothing_is_saved_when_scoring_fails(sources):
         score(GOLD[0], PRED[0], "school", sources)
         raise KeyError("stop")
     assert not gold_cache.cache_file("school", (sources.db_dir,)).exists()
+
+
+@pytest.mark.parametrize("content", [b"gold cache\n", b"12345\n", pickle.dumps([1, 2]), pickle.dumps(None)],
+                         ids=["text (ValueError)", "digits", "a list", "None"])
+def test_any_damaged_file_is_recomputed_with_a_warning(sources, gold_work, content, caplog):
+    first = scores(sources)
+    path = gold_cache.cache_file("school", (sources.db_dir,))
+    path.write_bytes(content)
+    gold_work.clear()
+    with caplog.at_level("WARNING", logger="mtsql.sql.gold_cache"):
+        assert scores(sources) == first
+    assert len(gold_work) == 6  # computed again, not served from the damaged file
+    assert f"gold cache {path} is damaged" in caplog.text
+    assert isinstance(pickle.loads(path.read_bytes()), dict)  # saved again, whole

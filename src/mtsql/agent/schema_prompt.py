@@ -19,6 +19,7 @@ from mtsql.errors import UsageError
 from mtsql.files import read_json
 from mtsql.paths import data_dir, database_path
 from mtsql.sql.executor import execute
+from mtsql.sql.schema import check_tables_json
 
 TYPE_NAMES = {"number": "NUMBER", "text": "TEXT", "time": "TIME", "boolean": "BOOLEAN", "others": "OTHER"}
 VALUE_CHARS = 40  # a longer sample value is cut
@@ -78,7 +79,9 @@ def _tables(root: Path, db_id: str) -> tuple[Table, ...]:
 
 @lru_cache(maxsize=8)
 def _by_db(path: str) -> dict[str, dict]:
-    return {entry["db_id"]: entry for entry in read_json(Path(path))}
+    entries = read_json(Path(path))
+    check_tables_json(entries, path)
+    return {entry["db_id"]: entry for entry in entries}
 
 
 def _parse_entry(entry: dict) -> tuple[Table, ...]:

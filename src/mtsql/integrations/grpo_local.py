@@ -36,14 +36,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from mtsql.backends import make_backend, server_options
 from mtsql.backends.hf import HFBackend, resolve_dtype
 from mtsql.backends.vllm import VLLMBackend
 from mtsql.errors import UsageError
 from mtsql.integrations.rl_schedule import LocalValidation, stage_steps
+from mtsql.progress import progress_bar
 from mtsql.rollout import SERVER_LOG, RolloutEngine, derive_seed
 from mtsql.trajectories import episode_behaviour, scorer, step_behaviour
 
@@ -276,7 +276,7 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
     Path(metrics_path).write_text("")
     columns = (TextColumn(f"rl stage {stage}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True)) as progress:
+    with progress_bar(*columns) as progress:
         task = progress.add_task("rl", total=steps, reward="-")
         for step in range(1, steps + 1):
             started = time.perf_counter()

@@ -6,29 +6,33 @@ built in ``<run>/.report.tmp`` and renamed into place, so a reader never sees ha
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
-from mtsql.errors import UsageError
 from mtsql.report import evaluation, measures, plots, training
 from mtsql.report.provenance import provenance_section
 from mtsql.report.published import published_section
-from mtsql.report.runs import evaluations, headline, latest_artifacts
+from mtsql.report.runs import evaluations, headline, run_artifacts
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
 
+log = logging.getLogger(__name__)
 
-def build_report(run: Path) -> Path:
-    """Build the report of ``run``; returns the path of report.md."""
+
+def build_report(run: Path, out: Path | None = None) -> Path:
+    """Build the report of ``run`` into ``out`` (default ``<run>/report``, replaced whole); returns the
+    path of report.md. Only ``out`` and a sibling temporary folder are written: a run on a read-only
+    disk can be reported elsewhere."""
     run = Path(run)
-    if not run.is_dir():
-        raise UsageError(f"no run folder {run}")
-    arts = latest_artifacts(run)
-    if not arts:
-        raise UsageError(f"{run}: no complete artifacts to report on")
+    damaged: list[str] = []
+    arts = run_artifacts(run, damaged)
+    for problem in damaged:
+        log.warning("left out of the report: %s", problem)
     evals = evaluations(arts)
     heads = headline(evals)
-    tmp, out = run / ".report.tmp", run / "report"
+    out = Path(out) if out is not None else run / "report"
+    tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "plots").mkdir(parents=True)
     model = next((a.metrics["model_name"] for a in evals.values() if a.metrics.get("model_name")), None)
@@ -37,6 +41,8 @@ def build_report(run: Path) -> Path:
              "Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval of "
              "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds 0, "
              "the run does not show a difference.", ""]
+    if damaged:
+        lines += ["Left out, as their manifest is damaged:", "", *(f"* {problem}" for problem in damaged), ""]
     lines += evaluation.summary_section(heads)
     lines += evaluation.evaluation_table(evals)
     if heads:

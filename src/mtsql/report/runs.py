@@ -22,12 +22,24 @@ PHASES = ("base", "sft", "rl")
 PHASE_NAMES = {"base": "base", "sft": "SFT", "rl": "RL"}
 
 
-def latest_artifacts(run: Path) -> dict[str, Artifact]:
-    """The newest complete artifact of each label (what ``latest`` points to)."""
+def latest_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
+    """The newest complete artifact of each label (what ``latest`` points to); with a ``damaged``
+    list, artifacts whose manifest is damaged are left out and named there."""
     found: dict[str, Artifact] = {}
-    for artifact in Store(run).artifacts():
+    for artifact in Store(run).artifacts(damaged):
         found[artifact.label] = artifact  # artifacts() is oldest first
     return found
+
+
+def run_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
+    """``latest_artifacts`` of a run folder that must exist and hold a complete artifact: anything else
+    is a ``UsageError`` naming the folder, rather than empty tables."""
+    if not Path(run).is_dir():
+        raise UsageError(f"no run folder {Path(run).resolve()}")
+    arts = latest_artifacts(run, damaged)
+    if not arts:
+        raise UsageError(f"{Path(run).resolve()}: no complete artifacts to report on")
+    return arts
 
 
 def phase_of(label: str) -> str | None:

@@ -22,15 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from mtsql.config import SqlConfig
 from mtsql.data import SINGLE_TURN_DATASETS, gold_file, tables_file
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.files import write_text
+from mtsql.files import check_folder, write_text
 from mtsql.paths import data_dir
+from mtsql.progress import progress_bar
 from mtsql.sql import gold_cache
 from mtsql.sql.exec_match import remove_distinct
 from mtsql.sql.hardness import HARDNESS_LEVELS
@@ -188,7 +189,7 @@ def _score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions
     scores: list[dict] = [{}] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with _scored(groups, sources, options, workers) as results, \
-            Progress(*columns, console=Console(stderr=True), transient=True, disable=not progress) as bar:
+            progress_bar(*columns, transient=True, disable=not progress) as bar:
         task = bar.add_task("scoring", total=len(rows))
         for index, result in results:
             scores[index] = result
@@ -245,12 +246,21 @@ def _item(row: dict) -> dict:
 
 
 def write_outputs(out_dir: Path, result: Evaluation) -> tuple[Path, Path]:
-    """Write ``items.jsonl`` and ``summary.json`` into ``out_dir``, each atomically (temp file + rename)."""
+    """Write ``items.jsonl`` and ``summary.json`` into ``out_dir`` as one set: the old summary goes
+    first and the new one comes last (each file atomically), so a folder with a ``summary.json``
+    always holds the items it counts, even after a crash or a full disk between the two."""
+    check_out_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     items_path, summary_path = out_dir / "items.jsonl", out_dir / "summary.json"
+    summary_path.unlink(missing_ok=True)
     write_text(items_path, "".join(json.dumps(item) + "\n" for item in result.items))
     write_text(summary_path, json.dumps(result.summary, indent=2) + "\n")
     return items_path, summary_path
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """A ``UsageError`` when ``out_dir`` or a folder above it is a file (checked before scoring)."""
+    check_folder(out_dir, f"--out {out_dir}", "give a folder for items.jsonl and summary.json")
 
 
 def render(summary: dict, console: Console) -> None:
@@ -269,13 +279,16 @@ def render(summary: dict, console: Console) -> None:
              else f"{summary['turns']} turns, {summary['interactions']} interactions")
     title = (f"{summary.get('dataset', '')} {shape} "
              f"({summary['exec_semantics']} execution, {summary['semantics']} parser)")
-    console.print(_table(title, levels, metrics, cells_by_level))
+    table = _table(title, levels, metrics, cells_by_level)
+    if not single:
+        table.caption = JOINT_ALL
+    console.print(table)
     if not single:
         console.print(_table("by turn", [f"turn {b}" for b in TURN_BUCKETS], metrics,
                              lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
     for metric in metrics:
         for line in _left_out_lines(_LABELS[metric], summary[metric], single):
-            console.print(line)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line per fact, for grep
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
     if summary.get("extra_predictions"):
@@ -284,7 +297,7 @@ def render(summary: dict, console: Console) -> None:
 
 def _table(title: str, columns: list[str], metrics: list[str], cells_of) -> Table:
     """Counts (one row, or one per metric where they differ), accuracies, and left-out turns."""
-    table = Table(title=title)
+    table = Table(title=title, min_width=len(title))  # a title wider than the columns is not wrapped
     table.add_column("")
     for column in columns:
         table.add_column(column, justify="right")
@@ -311,8 +324,8 @@ def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
         head = f"{label}: {len(left_out)} question(s) left out, as the official program cannot score them:"
     else:
         turns = sum(entry["turns"] for entry in left_out)
-        head = (f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out whole, as the official "
-                f"program cannot score a turn of each:")
+        head = (f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out, each with a turn the "
+                f"official program skips:")
     by_reason: dict[str, list[str]] = {}
     for entry in left_out:
         turns_by_reason: dict[str, list[str]] = {}
@@ -331,13 +344,15 @@ def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
 
 
 _LABELS = {"exact": "exact match", "execution": "execution"}
+JOINT_ALL = "joint_all: interactions with every turn right"
 
 
 def run_evaluate(dataset: str, pred_path: Path, out_dir: Path, *, console: Console, **kwargs) -> Evaluation:
     """The ``mtsql evaluate`` command: score, write the two files, print the tables."""
+    check_out_dir(out_dir)
     result = evaluate_files(dataset, pred_path, progress=True, **kwargs)
     items_path, summary_path = write_outputs(out_dir, result)
     render(result.summary, console)
-    console.print(f"wrote {items_path} and {summary_path}")
+    console.print(f"wrote {items_path} and {summary_path}", markup=False)
     return result
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import pickle
 import sqlite3
@@ -33,6 +34,7 @@ from mtsql.sql.executor import ExecResult, execute
 from mtsql.sql.parser import parse_sql
 from mtsql.sql.schema import load_schema
 
+log = logging.getLogger(__name__)
 MAX_ENTRIES = 16_384
 _MEMO: OrderedDict[tuple, object] = OrderedDict()
 _MISSING = object()
@@ -100,14 +102,22 @@ def persisted(db_id: str, folders: Sequence[Path]) -> Iterator[None]:
 
 
 def _load(path: Path) -> dict:
+    """The saved entries; a damaged file (cut short, overwritten, not a pickle of entries) is deleted
+    with a warning and its entries computed again: a cache never decides a score."""
     try:
         with open(path, "rb") as handle:
-            return pickle.load(handle)
+            saved = pickle.load(handle)
     except FileNotFoundError:
         return {}
-    except (EOFError, pickle.UnpicklingError):  # a damaged cache file is rebuilt, not trusted
-        path.unlink(missing_ok=True)
-        return {}
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError, IndexError,
+            KeyError) as exc:  # what unpickling arbitrary bytes raises
+        saved = exc
+    if isinstance(saved, dict):
+        return saved
+    why = f"{type(saved).__name__}: {saved}" if isinstance(saved, Exception) else f"holds a {type(saved).__name__}"
+    log.warning("gold cache %s is damaged (%s): deleted, its entries are computed again", path, why)
+    path.unlink(missing_ok=True)
+    return {}
 
 
 def cache_file(db_id: str, folders: Sequence[Path]) -> Path:

@@ -8,11 +8,13 @@ canonicalise columns in exact match comes from ``tables.json``. Both are cached.
 from __future__ import annotations
 
 import functools
-import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
+
+from mtsql.errors import UsageError
+from mtsql.files import expect, read_json
 
 ALL_COLUMNS = "__all__"
 
@@ -52,15 +54,19 @@ class Schema:
 def load_schema(db_path: str | Path) -> Schema:
     """The schema of a SQLite file, read once per path (opened read-only)."""
     uri = f"file:{quote(str(Path(db_path).resolve()))}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
     try:
-        names = [row[0].lower() for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        tables = {}
-        for name in names:
-            escaped = name.replace("'", "''")
-            tables[name] = [str(row[1]).lower() for row in conn.execute(f"PRAGMA table_info('{escaped}')")]
-    finally:
-        conn.close()
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            names = [row[0].lower() for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            tables = {}
+            for name in names:
+                escaped = name.replace("'", "''")
+                tables[name] = [str(row[1]).lower() for row in conn.execute(f"PRAGMA table_info('{escaped}')")]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # a truncated or overwritten file: no schema, so no score means anything
+        raise UsageError(f"{db_path}: not a readable SQLite database ({exc}); copy it again from the dataset "
+                         "(`mtsql data check` lists the databases whose gold queries fail)") from None
     return Schema.from_tables(tables)
 
 
@@ -93,6 +99,19 @@ def foreign_key_map(entry: dict) -> dict[str, str]:
 @functools.lru_cache(maxsize=8)
 def load_foreign_key_maps(tables_json: str | Path) -> dict[str, dict[str, str]]:
     """db_id -> foreign-key map, for every database of a ``tables.json`` file (read once per path)."""
-    with open(tables_json, encoding="utf-8") as handle:
-        entries = json.load(handle)
+    entries = read_json(Path(tables_json))
+    check_tables_json(entries, tables_json)
     return {entry["db_id"]: foreign_key_map(entry) for entry in entries}
+
+
+TABLES_KEYS = ("db_id", "table_names_original", "column_names_original", "foreign_keys")
+
+
+def check_tables_json(entries, path: str | Path) -> None:
+    """A ``UsageError`` naming the file and entry unless ``entries`` is a list of database entries."""
+    expect(isinstance(entries, list), Path(path), f"a tables.json holds a list of databases, not a "
+           f"{type(entries).__name__}; copy it again from the dataset")
+    for index, entry in enumerate(entries):
+        missing = [key for key in TABLES_KEYS if key not in entry] if isinstance(entry, dict) else TABLES_KEYS
+        expect(not missing, Path(path), f"entry {index} is not a database description (lacks "
+               f"{', '.join(missing)}); copy the file again from the dataset")

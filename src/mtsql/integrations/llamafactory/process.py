@@ -56,14 +56,15 @@ def run_train(command: Command, *, output_dir: Path, log_path: Path,
 
     ``expected_examples``: fail when LLaMA-Factory reports training on a different number.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+
+    from mtsql.progress import progress_bar
 
     started = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                TextColumn("loss {task.fields[loss]}"))
     watcher = TrainWatcher()
-    with Progress(*columns, console=Console(stderr=True)) as progress:
+    with progress_bar(*columns) as progress:
         task = progress.add_task("llamafactory: loading", total=None, loss="-")
 
         def show(text: str) -> None:

@@ -360,15 +360,16 @@ def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> No
     config first (seconds, before Ray starts), then each command with a progress bar (step k of
     ``steps``, mean reward). A train command that reported steps but left an empty metrics file
     fails the stage: its metrics were written where this machine cannot read them."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from mtsql.progress import progress_bar
 
     for command in plan:
         if "metrics" in command.produces:
             compose_train_config(command.argv[3:])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
                TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True)) as progress:
+    with progress_bar(*columns) as progress:
         for command in plan:
             total = steps if "metrics" in command.produces else 1
             task = progress.add_task(f"verl {command.name}", total=total, reward="-")
