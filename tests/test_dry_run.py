@@ -65,3 +65,16 @@ def test_a_dry_run_after_a_real_curriculum_shows_its_sizes(tmp_path):
                   f"runs_dir={tmp_path}", "data.train_limit=3")
     assert local.returncode == 0, local.stderr
     assert f"training the last {cfg.rl.freeze_layers} decoder layers of" in local.stderr and cfg.rl.freeze_layers
+
+
+def test_a_plan_needs_no_vllm_but_a_run_does(tmp_path):
+    """Planning a vLLM run on a machine without vLLM (a GPU run from a laptop) works; running it is one line."""
+    from mtsql.errors import UsageError
+    from mtsql.runner import Pending, run_stage
+
+    cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml",
+                      [f"runs_dir={tmp_path}", "sample.backend=vllm", f"sample.vllm_python={tmp_path / 'none'}"])
+    assert isinstance(run_stage("evaluate", cfg, label="eval-base", dry_run=True), Pending)
+    with pytest.raises(UsageError, match="sample.vllm_python=.*not an executable file"):
+        run_stage("evaluate", cfg, label="eval-base")
+    assert not list(tmp_path.rglob("*.partial"))

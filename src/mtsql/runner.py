@@ -95,7 +95,7 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     if hasattr(module, "check"):
         module.check(view, **inputs, **params)
     config = {**view.hashed(), "params": params}
-    engine = module.engine_identity(view) if hasattr(module, "engine_identity") else {}
+    engine = _engine_identity(module, view, dry_run)
     if engine:
         config["engine"] = engine  # what generates its tokens, beyond the config (a vLLM version, ...)
     code = code_digest(module.__name__)
@@ -112,6 +112,19 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
                       f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")
     return artifact
+
+
+def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dict:
+    """The stage's generation engine (``engine_identity``). A dry run on a machine without that engine
+    (planning a GPU run from a CPU one) still plans, with the engine's version marked unknown."""
+    if not hasattr(module, "engine_identity"):
+        return {}
+    try:
+        return module.engine_identity(view)
+    except UsageError:
+        if not dry_run:
+            raise
+        return {"engine": view.sample.backend, "version": "not installed here"}
 
 
 def _plan(name, module, view, store, label, config, inputs, params, code, force) -> Artifact | Pending:
