@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mtsql.backends.vllm import UNVERIFIED
@@ -33,15 +34,34 @@ def by_key(artifact, dataset: str) -> dict[str, dict]:
     return {row["key"]: row for row in read_jsonl(artifact.path / dataset / "trajectories.jsonl")}
 
 
-def vllm_processes() -> list[str]:
-    done = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True)
-    return [line for line in done.stdout.splitlines() if "vllm.entrypoints" in line or "VLLM::" in line]
+@pytest.fixture
+def started(monkeypatch):
+    """The process groups of the vLLM servers started during the test."""
+    from mtsql.backends.vllm_server import ManagedServer
+
+    groups, real_start = [], ManagedServer.start
+
+    def start(server, *args, **kwargs):
+        try:
+            return real_start(server, *args, **kwargs)
+        finally:
+            groups.append(server.process.pid if server.process else None)
+
+    monkeypatch.setattr(ManagedServer, "start", start)
+    return groups
 
 
-def test_evaluate_through_a_managed_server_gives_the_hf_trajectories(tmp_path, tiny_qwen3, vllm_python):
-    before = vllm_processes()
+def alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_evaluate_through_a_managed_server_gives_the_hf_trajectories(tmp_path, tiny_qwen3, vllm_python, started):
     served = run_stage("evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=vllm"), label="e-vllm")
-    assert vllm_processes() == before, "the stage's server is stopped when the stage ends"
+    assert len(started) == 1 and not alive(started[0]), "the stage's server is stopped when the stage ends"
     local = run_stage("evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=hf"), label="e-hf")
     assert served.fingerprint != local.fingerprint
     engine = yaml.safe_load((served.path / "config.yaml").read_text())["engine"]
@@ -90,10 +110,35 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
     child.send_signal(signal.SIGINT)
     rest = child.stderr.read()
     assert child.wait(60) == 130, rest
-    try:
-        os.killpg(pgid, 0)
-        alive = True
-    except ProcessLookupError:
-        alive = False
-    assert not alive, "the vLLM server outlived the interrupted stage"
+    assert not alive(pgid), "the vLLM server outlived the interrupted stage"
     assert list((tmp_path / "runs").rglob("*.partial")), "the interrupted stage is left to resume"
+
+
+def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3, vllm_python, monkeypatch,
+                                                            started):
+    """rl.rollout_backend: vllm: step 2 samples from a server restarted on step 1's updated weights."""
+    from mtsql.backends.vllm import VLLMBackend
+    from mtsql.data.records import read_turns
+    from mtsql.integrations import grpo_local
+    from mtsql.runner import view_for
+
+    served = []
+    real_reload = VLLMBackend.reload
+
+    def reload(backend, folder):
+        served.append(sorted(p.name for p in Path(folder).iterdir()))
+        real_reload(backend, folder)
+
+    monkeypatch.setattr(VLLMBackend, "reload", reload)
+    cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "rl.rollout_backend=vllm", "rl.steps_per_stage=2", "rl.n=2",
+                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.freeze_layers=1", "sample.max_new_tokens=8")
+    curriculum = run_stage("curriculum", cfg)
+    turns = read_turns(curriculum.path / "stage-1.jsonl") or read_turns(curriculum.path / "stage-2.jsonl")
+    out = tmp_path / "rl"
+    metrics = grpo_local.train_stage(view_for("rl", cfg), turns, base_model=str(tiny_qwen3), out_dir=out,
+                                     metrics_path=out / "metrics.jsonl")
+    assert len(started) == 2 and not any(map(alive, started)), "each server is stopped: at the restart, at the end"
+    assert metrics["steps"] == 2 and len(read_jsonl(out / "metrics.jsonl")) == 2
+    assert len(served) == 1 and "model.safetensors" in served[0], "one restart, on the weights after step 1"
+    assert (out / "model" / "model.safetensors").exists() and not (out / "rollout-weights").exists()
+    assert "Application startup complete" in (out / "vllm-server.log").read_text()

@@ -150,6 +150,8 @@ class ManagedServer:
         import httpx
 
         self.port = free_port()
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 (kept for the child)
         try:
             self.process = subprocess.Popen(self.spec.command(self.port), stdout=log, stderr=subprocess.STDOUT,
