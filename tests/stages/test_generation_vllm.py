@@ -74,7 +74,14 @@ def test_evaluate_through_a_managed_server_gives_the_hf_trajectories(tmp_path, t
         for key in a:
             for field in ("prompt_ids", "response_ids", "response_mask", "final_sql", "execution", "exact"):
                 assert a[key][field] == b[key][field], (key, field)
-    assert served.metrics["datasets"] == local.metrics["datasets"]
+    assert without_timings(served.metrics["datasets"]) == without_timings(local.metrics["datasets"])
+
+
+def without_timings(tree):
+    """Metrics less the seconds they took (the engines differ in speed, not in what they produce)."""
+    if isinstance(tree, dict):
+        return {key: without_timings(value) for key, value in tree.items() if key != "wall_s"}
+    return tree
 
 
 def test_sample_through_a_user_run_server_records_that_it_cannot_be_verified(tmp_path, tiny_qwen3, vllm_python,

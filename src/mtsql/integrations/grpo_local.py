@@ -254,7 +254,8 @@ def rollout_backend(cfg, base_model: str, dtype: str, log_path: Path):
 
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=resolve_dtype(dtype, cfg.model.device))
     model = trainable(model.to(cfg.model.device).eval(), cfg.rl)
-    backend = make_backend("vllm", base_model, log_path=log_path, **server_options(cfg))
+    backend = make_backend("vllm", base_model, log_path=log_path, **server_options(cfg),
+                           gpu_memory_utilization=cfg.rl.gpu_memory_utilization)  # CUDA: beside the trained model
     return backend, model
 
 
