@@ -4,7 +4,6 @@ left behind when a stage ends, fails or is killed."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from mtsql.backends.base import SamplingParams
 from mtsql.backends.hf import HFBackend
 from mtsql.backends.openai import OpenAIBackend
 from mtsql.backends.vllm import UNVERIFIED, VLLMBackend, server_spec
-from mtsql.backends.vllm_server import SERVED_NAME
+from mtsql.backends.vllm_server import SERVED_NAME, signal_group
 from mtsql.chat_format import ChatFormat
 from mtsql.config import load_config
 from mtsql.errors import UsageError
@@ -43,11 +42,7 @@ def assert_same_generations(served, reference, *, logprob_tolerance: float) -> N
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return signal_group(pgid, 0)
 
 
 def wait_gone(pgid: int, seconds: float = 60.0) -> bool:

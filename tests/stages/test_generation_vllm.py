@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mtsql.backends.vllm import UNVERIFIED
-from mtsql.backends.vllm_server import SERVED_NAME
+from mtsql.backends.vllm_server import SERVED_NAME, signal_group
 from mtsql.config import load_config
 from mtsql.files import read_jsonl
 from mtsql.runner import run_stage
@@ -52,11 +52,7 @@ def started(monkeypatch):
 
 
 def alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return signal_group(pgid, 0)
 
 
 def test_evaluate_through_a_managed_server_gives_the_hf_trajectories(tmp_path, tiny_qwen3, vllm_python, started):

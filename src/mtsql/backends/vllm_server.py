@@ -210,15 +210,15 @@ class ManagedServer:
         if process is None:
             return
         if process.poll() is None:
-            _signal_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
             try:
                 process.wait(STOP_GRACE_S)
             except subprocess.TimeoutExpired:
-                _signal_group(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 process.wait()
-        _signal_group(process.pid, signal.SIGKILL)  # any engine or worker process left in the group
+        signal_group(process.pid, signal.SIGKILL)  # any engine or worker process left in the group
         deadline = time.monotonic() + STOP_GRACE_S
-        while _signal_group(process.pid, 0) and time.monotonic() < deadline:
+        while signal_group(process.pid, 0) and time.monotonic() < deadline:
             time.sleep(0.1)  # until the kernel has taken them all
 
 
@@ -228,7 +228,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
+def signal_group(pgid: int, sig: int) -> bool:
     """Send ``sig`` to the group; whether any process of it was there to get it."""
     try:
         os.killpg(pgid, sig)
