@@ -8,9 +8,9 @@ Without ``base_url`` the backend starts a vLLM OpenAI-compatible server on this 
 (``mtsql.backends.vllm_server``: vLLM's CPU build in its own virtualenv, or the ``gpu`` extra on CUDA),
 with prefix caching on and the model's own sampling defaults off, and talks to it as the ``openai``
 backend does: one request per prompt, token ids in and out, a seed per request, stop strings and
-end-of-turn ids. ``engine_identity`` (``mtsql.backends``) is what the stage fingerprint records of the engine: the vLLM
-version, dtype and the settings that change tokens, or, for a user-run server (``base_url``), only
-its URL, with a note that what it runs cannot be verified.
+end-of-turn ids. ``engine_identity`` (``mtsql.backends``) is what the stage fingerprint records of
+the engine: the vLLM version, dtype and the settings that change tokens, or, for a user-run server
+(``base_url``), only its URL, with a note that what it runs cannot be verified.
 
 ``reload(folder)`` restarts the managed server on new weights: the local RL engine's rollouts after
 each update.
@@ -41,17 +41,15 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 
 def server_spec(model: str | Path, *, dtype: str = "auto", device: str = "cpu", seed: int = 0,
-                python: str | None = None, max_model_len: int | None = None, eager: bool | None = None,
-                kv_cache_gib: float | None = None, gpu_memory_utilization: float = 0.85,
-                max_num_seqs: int | None = None, extra_args: Sequence[str] = ()) -> ServerSpec:
+                python: str | None = None, eager: bool | None = None, kv_cache_gib: float | None = None,
+                gpu_memory_utilization: float = 0.85, extra_args: Sequence[str] = ()) -> ServerSpec:
     """The managed server for ``model`` (``eager=None``: eager on CPU, compiled graphs on CUDA)."""
     kind = "cpu" if str(device).startswith("cpu") else "cuda"
     if kind == "cpu" and kv_cache_gib is None:
         kv_cache_gib = min(MAX_AUTO_KV_GIB, max(1, psutil.virtual_memory().available * KV_RAM_SHARE // 2**30))
     return ServerSpec(model=str(model), python=str(find_python(python)), dtype=resolve_dtype(dtype, kind),
-                      device=kind, seed=seed, max_model_len=max_model_len,
-                      eager=kind == "cpu" if eager is None else eager, kv_cache_gib=kv_cache_gib,
-                      gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                      device=kind, seed=seed, eager=kind == "cpu" if eager is None else eager,
+                      kv_cache_gib=kv_cache_gib, gpu_memory_utilization=gpu_memory_utilization,
                       extra_args=tuple(extra_args))
 
 

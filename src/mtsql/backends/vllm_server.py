@@ -96,25 +96,19 @@ class ServerSpec:
     dtype: str = "float32"  # resolved: float32 | bfloat16 | float16
     device: str = "cpu"  # cpu | cuda
     seed: int = 0
-    max_model_len: int | None = None  # None: the model's own context length
     eager: bool = True  # no torch.compile: ready in ~30 s on CPU instead of 1.5-3 min
     kv_cache_gib: float | None = None  # CPU: the KV cache size (VLLM_CPU_KVCACHE_SPACE); None: vLLM's default
     gpu_memory_utilization: float = 0.85  # CUDA: share of the GPU the server may take
-    max_num_seqs: int | None = None  # sequences decoded together; None: vLLM's default
-    extra_args: tuple[str, ...] = ()  # more `api_server` arguments, as given
+    extra_args: tuple[str, ...] = ()  # more `api_server` arguments (--max-model-len, --max-num-seqs, ...)
 
     def command(self, port: int) -> list[str]:
         cmd = [self.python, "-m", SERVER_MODULE, "--model", self.model, "--served-model-name", SERVED_NAME,
                "--host", "127.0.0.1", "--port", str(port), "--dtype", self.dtype, "--seed", str(self.seed),
                "--enable-prefix-caching", "--generation-config", "vllm"]  # the model's sampling defaults stay out
-        if self.max_model_len:
-            cmd += ["--max-model-len", str(self.max_model_len)]
         if self.eager:
             cmd.append("--enforce-eager")
         if self.device != "cpu":
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
-        if self.max_num_seqs:
-            cmd += ["--max-num-seqs", str(self.max_num_seqs)]
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
@@ -128,8 +122,7 @@ class ServerSpec:
     def identity(self) -> dict:
         """The settings that change the tokens, for the stage fingerprint (not ports, cache sizes, paths)."""
         return {"engine": "vllm-server", "version": vllm_version(self.python), "dtype": self.dtype,
-                "device": self.device, "eager": self.eager, "max_model_len": self.max_model_len,
-                "args": list(self.extra_args)}
+                "device": self.device, "eager": self.eager, "args": list(self.extra_args)}
 
 
 class ManagedServer:
