@@ -186,3 +186,25 @@ def test_no_vllm_is_a_usage_error_with_the_fix(tmp_path):
     with pytest.raises(UsageError, match=r"sample.vllm_python=.*not an executable file"):
         make_backend("vllm", "model", python=str(tmp_path / "missing"))
     assert server_spec(Path("m"), python=sys.executable, device="cuda").eager is False
+
+
+@pytest.mark.parametrize(("fast_bf16", "cpu_dtype"), [(True, "bfloat16"), (False, "float32")])
+def test_auto_dtype_is_bfloat16_where_the_cpu_multiplies_it_natively(monkeypatch, fast_bf16, cpu_dtype):
+    monkeypatch.setattr("mtsql.backends.vllm.cpu_has_fast_bf16", lambda: fast_bf16)
+    assert server_spec(Path("m"), python=sys.executable).dtype == cpu_dtype
+    assert server_spec(Path("m"), python=sys.executable, device="cuda").dtype == "bfloat16"
+    assert server_spec(Path("m"), python=sys.executable, dtype="float32").dtype == "float32"
+
+
+def test_a_cpu_server_runs_its_engine_in_process_on_every_core(monkeypatch):
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    env = server_spec(Path("m"), python=sys.executable, kv_cache_gib=2).environment()
+    assert (env["VLLM_ENABLE_V1_MULTIPROCESSING"], env["OMP_NUM_THREADS"], env["VLLM_CPU_OMP_THREADS_BIND"]) == \
+        ("0", "4", "0-3")
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a user's setting wins
+    assert server_spec(Path("m"), python=sys.executable).environment()["OMP_NUM_THREADS"] == "1"
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_spec(Path("m"), python=sys.executable,
+                                                              device="cuda").environment()

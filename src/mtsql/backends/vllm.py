@@ -27,6 +27,7 @@ import psutil
 from mtsql.backends.openai import OpenAIBackend
 from mtsql.backends.vllm_server import SERVED_NAME, START_TIMEOUT_S, ManagedServer, ServerSpec, find_python
 from mtsql.errors import StageFailed, UsageError
+from mtsql.provenance import cpu_has_fast_bf16
 
 KV_RAM_SHARE = 0.25  # CPU: of the available RAM, for the managed server's KV cache (at most MAX_AUTO_KV_GIB)
 MAX_AUTO_KV_GIB = 8
@@ -34,10 +35,13 @@ UNVERIFIED = "a server mtsql did not start: what it runs (weights, dtype, engine
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto``: float32 on CPU (the hf backend's numerics: the same greedy ids), bfloat16 on CUDA."""
+    """``auto``: bfloat16 on CUDA and on CPUs with native bf16 products (AVX512-BF16, AMX), else float32.
+
+    bfloat16 halves a CPU evaluation's time but changes some greedy ids; ``float32`` gives the hf
+    backend's ids exactly (docs/engines.md)."""
     if dtype != "auto":
         return dtype
-    return "float32" if device == "cpu" else "bfloat16"
+    return "bfloat16" if device != "cpu" or cpu_has_fast_bf16() else "float32"
 
 
 def server_spec(model: str | Path, *, dtype: str = "auto", device: str = "cpu", seed: int = 0,
