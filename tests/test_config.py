@@ -1,8 +1,9 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from mtsql.config import Config, load_config, to_dict
+from mtsql.config import HASHED, Config, hashed_settings, load_config, to_dict
 from mtsql.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,3 +105,32 @@ def test_bf16_auto_follows_the_hardware(monkeypatch, use_cpu, fast, expected):
     cfg = load_config(None, ["sft.bf16=auto", f"sft.use_cpu={str(use_cpu).lower()}"])
     assert cfg.sft.bf16 is expected
     assert load_config(None, ["sft.bf16=true"]).sft.bf16 is True
+
+
+def every_setting():
+    """(dotted name, field) of every field of every section, and of the top-level settings."""
+    for top in dataclasses.fields(Config):
+        section = getattr(Config(), top.name)
+        if dataclasses.is_dataclass(section):
+            yield from ((f"{top.name}.{f.name}", f) for f in dataclasses.fields(section))
+        else:
+            yield top.name, top
+
+
+def test_every_setting_declares_whether_it_changes_results():
+    undecided = [name for name, f in every_setting() if not isinstance(f.metadata.get(HASHED), bool)]
+    assert undecided == [], "declare each with result(...) or operational(...) in config.py, with the reason"
+
+
+def test_fingerprints_cover_result_settings_and_leave_operational_ones_out():
+    settings = dict(every_setting())
+    operational = sorted(name for name, f in settings.items() if not f.metadata[HASHED])
+    for name in ("sample.batch_size", "sample.openai_timeout_s", "sft.node_rank", "sft.master_addr", "sft.master_port",
+                 "sft.logger", "rl.logger", "sample.vllm_python", "data.root", "run", "runs_dir"):
+        assert name in operational
+    for name in ("sample.temperature", "sample.n", "sft.nnodes", "sft.batch_size", "rl.batch_size", "seed",
+                 "sql.timeout_s", "env.max_turns"):
+        assert settings[name].metadata[HASHED], name
+    hashed = hashed_settings(load_config().sample)
+    assert "batch_size" not in hashed and hashed["temperature"] == 0.7
+

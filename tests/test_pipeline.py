@@ -311,7 +311,7 @@ def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
     from mtsql.config import ConfigView
     from mtsql.stages.evaluate import judge
 
-    cfg = ConfigView(cfg_for(tmp_path), ("sql",), owner="test", data_root=data_dir())
+    cfg = ConfigView(cfg_for(tmp_path), ("data", "sql"), owner="test", data_root=data_dir())
     row = {"turn": {"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"}}
     ex = judge(cfg)
     assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0

@@ -104,6 +104,13 @@ def dataset_block(summary: dict, rows: list[dict], calibration: dict) -> dict:
     }
 
 
+def hashed(cfg: ConfigView) -> dict:
+    """What the fingerprint covers: the declared sections, with the sampling settings as the stage uses
+    them: the model, max(vote, samples) samples, and greedy decoding alone (temperature 0) when that is 1."""
+    sampled = max(cfg.evaluate.vote, cfg.evaluate.samples) > 1
+    return (cfg if sampled else cfg.replace(sample={"temperature": 0.0})).hashed(without=("sample.policy", "sample.n"))
+
+
 def engine_identity(cfg: ConfigView) -> dict:
     """The generation engine, for the fingerprint."""
     return backends.engine_identity(cfg)

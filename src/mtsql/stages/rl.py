@@ -59,6 +59,12 @@ def pick_engine(name: str) -> str:
     return "verl" if torch.cuda.is_available() else "local"
 
 
+def hashed(cfg: ConfigView) -> dict:
+    """What the fingerprint covers: the declared sections but the sampling settings RL sets itself (it
+    samples the model rl.n times at rl.temperature, and validates greedily)."""
+    return cfg.hashed(without=("sample.policy", "sample.n", "sample.temperature"))
+
+
 def engine_identity(cfg: ConfigView) -> dict:
     """The local engine's rollout server, for the fingerprint (verl's rollouts are verl's own)."""
     if cfg.rl.engine == "local" and cfg.rl.rollout_backend == "vllm":
