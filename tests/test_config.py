@@ -129,8 +129,23 @@ def test_fingerprints_cover_result_settings_and_leave_operational_ones_out():
                  "sft.logger", "rl.logger", "sample.vllm_python", "data.root", "run", "runs_dir"):
         assert name in operational
     for name in ("sample.temperature", "sample.n", "sft.nnodes", "sft.batch_size", "rl.batch_size", "seed",
-                 "sql.timeout_s", "env.max_turns"):
+                 "sql.timeout_s", "env.max_messages"):
         assert settings[name].metadata[HASHED], name
     hashed = hashed_settings(load_config().sample)
     assert "batch_size" not in hashed and hashed["temperature"] == 0.7
 
+
+@pytest.mark.parametrize("old, new", [("sft.freeze_layers", "sft.trainable_layers"),
+                                      ("rl.freeze_layers", "rl.trainable_layers"),
+                                      ("env.max_turns", "env.max_messages"),
+                                      ("rl.max_turn_tokens", "rl.max_message_tokens")])
+def test_a_renamed_key_names_its_new_name(tmp_path, old, new):
+    with pytest.raises(UsageError, match=rf"override '{old}=3': unknown key '{old}'; renamed: use '{new}'"):
+        load_config(None, [f"{old}=3"])
+    section, key = old.split(".")
+    path = tmp_path / "old.yaml"
+    path.write_text(f"{section}:\n  {key}: 3\n")
+    with pytest.raises(UsageError, match=rf"old.yaml: unknown key '{old}'; renamed: use '{new}'") as err:
+        load_config(path)
+    assert "\n" not in str(err.value)
+    assert getattr(getattr(load_config(None, [f"{new}=3"]), section), new.split(".")[1]) == 3

@@ -142,7 +142,7 @@ def test_changing_a_read_section_or_the_seed_reruns_and_nothing_else_does(tmp_pa
     assert run_stage("sample", cfg, label="sample").manifest["created_at"] == first.manifest["created_at"]
     assert run_stage("sample", cfg_for(tmp_path, "rl.n=9")).fingerprint == first.fingerprint, "rl is not read"
     assert run_stage("sample", cfg_for(tmp_path, "seed=1")).fingerprint != first.fingerprint
-    assert run_stage("sample", cfg_for(tmp_path, "env.max_turns=3")).fingerprint != first.fingerprint
+    assert run_stage("sample", cfg_for(tmp_path, "env.max_messages=3")).fingerprint != first.fingerprint
 
 
 def test_the_same_work_under_another_label_is_served_from_the_store(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Configuration: YAML files plus dotted command-line overrides, validated into frozen dataclasses.
 
-    cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_turns=6"])
+    cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_messages=6"])
 
 Every knob of every stage lives in one section dataclass below, with its default. An unknown key or
 a value of the wrong type is a ``UsageError`` naming the key, the file and the closest valid key.
@@ -120,7 +120,7 @@ class EnvConfig:
     """The agent environment (docs/protocol.md)."""
 
     mode: Literal["long", "short"] = result("long")  # long: tools and verification; short: a direct SQL answer
-    max_turns: AtLeast1 = result(4)  # assistant messages per question (a dialogue turn's episode)
+    max_messages: AtLeast1 = result(4)  # assistant messages per question (a dialogue turn's episode)
     max_invalid: AtLeast1 | None = result(None)  # end the episode after this many unparseable messages in a row
     memory: Literal["gold", "predicted"] = result("gold")  # gold: the paper's oracle; predicted: the agent's own
                                                            # answers
@@ -210,9 +210,9 @@ class RejectConfig:
 class SftConfig:
     """LLaMA-Factory SFT (``mtsql.integrations.llamafactory``)."""
 
-    finetuning_type: Literal["lora", "full", "freeze"] = result("lora")  # freeze: only the last freeze_layers
+    finetuning_type: Literal["lora", "full", "freeze"] = result("lora")  # freeze: only the last trainable_layers
                                                                         # train
-    freeze_layers: AtLeast0 = result(0)  # freeze: how many of the model's last decoder layers train (the rest
+    trainable_layers: AtLeast0 = result(0)  # freeze: how many of the model's last decoder layers train (the rest
                                             # stay fixed)
     lora_rank: AtLeast1 = result(8)
     lora_alpha: AtLeast1 = result(16)
@@ -282,7 +282,7 @@ class RlConfig:
     max_response_len: AtLeast1 = result(8000)
     temperature: Positive = result(1.0)  # GRPO learns from the spread of a group's samples: greedy would have none
     lora_rank: AtLeast0 = result(0)  # 0 = full parameters
-    freeze_layers: AtLeast0 = result(0)  # local engine: only the last freeze_layers decoder layers train
+    trainable_layers: AtLeast0 = result(0)  # local engine: only the last trainable_layers decoder layers train
                                             # (0: every weight)
     rollout_backend: Literal["hf", "vllm"] = result("hf")  # local engine: vllm restarts a managed server on each
                                                            # step's weights (sample.vllm_* settings)
@@ -296,7 +296,7 @@ class RlConfig:
     rollout_tp: AtLeast1 = operational(1)  # tensor parallel size of the vllm/sglang rollout server: the same model
                                            # split over GPUs
     gpu_memory_utilization: Share = operational(0.5)  # share of GPU memory the rollout server may take
-    max_turn_tokens: AtLeast1 | None = result(None)  # cap per assistant message (None: the remaining response
+    max_message_tokens: AtLeast1 | None = result(None)  # cap per assistant message (None: the remaining response
                                                         # budget)
     logger: Logger = operational("none")  # besides the metrics file (verl engine)
     extra: tuple[str, ...] = result(())  # more Hydra overrides for verl's main_ppo, appended to the command
@@ -502,6 +502,12 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
 
 REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
     "evaluate.limit": "evaluate.limit was never read: data.eval_limit sets how many interactions are scored",
+    **{old: f"renamed: use '{new}' ({why})" for old, new, why in (
+        ("sft.freeze_layers", "sft.trainable_layers", "it counts the last decoder layers that train"),
+        ("rl.freeze_layers", "rl.trainable_layers", "it counts the last decoder layers that train"),
+        ("env.max_turns", "env.max_messages", "it counts assistant messages; a turn is a dialogue turn"),
+        ("rl.max_turn_tokens", "rl.max_message_tokens", "the cap is per assistant message"),
+    )},
 }
 
 

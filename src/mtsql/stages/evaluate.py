@@ -141,9 +141,9 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend,
                                          max_response_tokens=budget) if n > 1 else None)
     out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
-           "protocol": cfg.env.protocol, "memory": cfg.env.memory, "max_turns": cfg.env.max_turns,
+           "protocol": cfg.env.protocol, "memory": cfg.env.memory, "max_messages": cfg.env.max_messages,
            "decoding": f"vote@{n_vote}" if n_vote > 1 else "greedy",
-           "budgets": {"max_turns": cfg.env.max_turns, "max_new_tokens": cfg.sample.max_new_tokens,
+           "budgets": {"max_messages": cfg.env.max_messages, "max_new_tokens": cfg.sample.max_new_tokens,
                        "max_response_tokens": budget, "prompt_filter_tokens": cfg.evaluate.prompt_filter_tokens,
                        "observation_chars": cfg.env.observation_chars},
            "datasets": {}}

@@ -115,7 +115,7 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
     """What this stage would run (``--dry-run``): the verl files and commands, or the local engine's steps."""
     base = stage_model(cfg.model.name, model, resolve=False)
     if cfg.rl.engine == "local":
-        weights = f"the last {cfg.rl.freeze_layers} decoder layers of " if cfg.rl.freeze_layers else ""
+        weights = f"the last {cfg.rl.trainable_layers} decoder layers of " if cfg.rl.trainable_layers else ""
         return (f"# local GRPO in this process: {epochs_note(cfg.rl)} of {cfg.rl.batch_size} questions "
                 f"x {cfg.rl.n} samples, training {weights}{base}; curriculum stage {stage} of {curriculum.path}\n")
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
