@@ -35,9 +35,9 @@ def test_every_stage_declares_what_it_reads_and_the_view_hashes_it(name):
             _ = view.data_root
 
 
-def planned(name: str, cfg, **inputs) -> str:
+def planned(name: str, cfg, params: dict | None = None, **inputs) -> str:
     """The fingerprint stage ``name`` has (done) or would have (a dry run) with ``cfg``."""
-    return run_stage(name, cfg, inputs=inputs, dry_run=True).fingerprint
+    return run_stage(name, cfg, inputs=inputs, params=params, dry_run=True).fingerprint
 
 
 def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_data_bytes_do(tmp_path, monkeypatch):
@@ -50,11 +50,11 @@ def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_
 
     sampled = run_stage("sample", cfg())
     kept = run_stage("reject", cfg(), inputs={"sample": sampled})
-    pool = run_stage("curriculum", cfg(), inputs={"sample": sampled})
+    pool = run_stage("curriculum", cfg())
 
     def after(*overrides, data=here) -> dict:
         return {"sample": planned("sample", cfg(data, *overrides)), "sft": planned("sft", cfg(data, *overrides), reject=kept),
-                "rl": planned("rl", cfg(data, "rl.engine=local", *overrides), curriculum=pool),
+                "rl": planned("rl", cfg(data, "rl.engine=local", *overrides), {"stage": 1}, curriculum=pool),
                 "evaluate": planned("evaluate", cfg(data, *overrides))}
 
     before = after()
@@ -64,7 +64,7 @@ def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_
     for same in (after("sample.batch_size=3"), after("sft.node_rank=1"), after(data=there)):
         assert same == before
     again = run_stage("sample", cfg(there, "sample.batch_size=3", "sample.openai_timeout_s=5"))
-    assert again.path == sampled.path and len(store_for(cfg()).artifacts()) == 2, "served from the store"
+    assert again.path == sampled.path and len(store_for(cfg()).artifacts()) == 3, "served from the store"
 
     warmer = after("sample.temperature=0.3")
     assert warmer["sample"] != before["sample"]

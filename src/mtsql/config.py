@@ -604,15 +604,11 @@ class ConfigView:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in self._sections or name in self.STORAGE:
-            return getattr(self._cfg, name)
-        raise UndeclaredSection(f"{self._owner} reads config section '{name}' but its SECTIONS "
+        section = "data" if name == "data_root" else name  # the data folder is read through section data
+        if section in self._sections or name in self.STORAGE:
+            return self._data_root if name == "data_root" else getattr(self._cfg, name)
+        raise UndeclaredSection(f"{self._owner} reads config section '{section}' but its SECTIONS "
                                 f"{self._sections} do not declare it, so its fingerprint would not cover it")
-
-    @property
-    def data_root(self) -> Path:
-        self.data  # noqa: B018 (the data folder is read through section data, which covers its content)
-        return self._data_root
 
     def replace(self, **sections: dict) -> ConfigView:
         """A view of a config with some fields of declared sections changed: ``view.replace(sample={"n": 1})``."""
