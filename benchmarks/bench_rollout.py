@@ -7,7 +7,7 @@
     python benchmarks/bench_rollout.py --backends hf vllm openai --openai-url http://127.0.0.1:8000/v1
 
 Every conversation is a CoSQL dev turn of the packaged fixture (greedy, long-horizon protocol,
-``--max-turns`` messages at most), in an environment whose every step also does SQL work on the
+``--max-messages`` messages at most), in an environment whose every step also does SQL work on the
 turn's real SQLite database: its gold query and a counting query sized to take ``--sql-ms``
 milliseconds (calibrated once), as an agent that runs heavy queries would. For each backend
 available and each number of conversations it runs:
@@ -97,8 +97,8 @@ def sql_threads(console, queries: int = 16) -> None:
     console.print(f"SQL work per step ({SqlHeavyEnv.rows:,} rows counted): " + ", ".join(rates))
 
 
-def make_env(max_turns: int):
-    return lambda: SqlHeavyEnv(EnvConfig(max_turns=max_turns), data_root=FIXTURE_DATA)
+def make_env(max_messages: int):
+    return lambda: SqlHeavyEnv(EnvConfig(max_messages=max_messages), data_root=FIXTURE_DATA)
 
 
 def reference_run(backend, chat, params, turns, n, batch_size, env_factory) -> tuple[dict, dict]:
@@ -198,7 +198,7 @@ def main() -> None:
     parser.add_argument("--conversations", nargs="+", type=int, default=[16, 64])
     parser.add_argument("--batch-size", type=int, default=None, help="both loops (default: half the conversations)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="per assistant message")
-    parser.add_argument("--max-turns", type=int, default=4, help="assistant messages per conversation")
+    parser.add_argument("--max-messages", type=int, default=4, help="assistant messages per conversation")
     parser.add_argument("--sql-ms", type=float, default=100.0, help="SQL work per environment step")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--tool-workers", type=int, default=4, help="the engine's environment threads")
@@ -217,12 +217,12 @@ def main() -> None:
     SqlHeavyEnv.calibrate(args.sql_ms)
     all_turns = load_turns("cosql", "dev", root=FIXTURE_DATA, with_hardness=False)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, stop=STOP_STRINGS)
-    env_factory = make_env(args.max_turns)
+    env_factory = make_env(args.max_messages)
     console = Console(width=150)
     sql_threads(console)
     model = resolve_model(args.model)
     table = Table(title=f"rollout: {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
-                        f"<= {args.max_turns} x {args.max_new_tokens} new tokens, {args.sql_ms:.0f} ms SQL per step")
+                        f"<= {args.max_messages} x {args.max_new_tokens} new tokens, {args.sql_ms:.0f} ms SQL per step")
     for column in ("backend", "conv.", "batch", "loop", "tokens", "seconds", "SQL s", "tokens/s", "busy", "speed-up",
                    "same"):
         table.add_column(column, justify="left" if column in ("backend", "loop") else "right")

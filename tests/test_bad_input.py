@@ -154,6 +154,7 @@ CASES = [
          ("holds no trajectories", "sample"), setup=empty_sample),
     # 4. a setting is honoured or refused
     override("evaluate", "evaluate.limit=3", "unknown key 'evaluate.limit'", "data.eval_limit"),
+    override("sft", "sft.freeze_layers=2", "unknown key 'sft.freeze_layers'", "renamed: use 'sft.trainable_layers'"),
     Case("evaluate-pred-reads-data-root", ("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--out", "out",
                                            "data.root={tmp}/elsewhere"),
          ("{tmp}/elsewhere", "does not exist", "data.root"), setup=predictions),
@@ -166,7 +167,7 @@ CASES = [
     override("sample", "sample.batch_size=0", "'sample.batch_size' must be >= 1; got 0"),
     override("evaluate", "data.eval_limit=0", "'data.eval_limit' must be >= 1; got 0"),
     override("sample", "sample.n=-1", "'sample.n' must be >= 1; got -1"),
-    override("sample", "env.max_turns=0", "'env.max_turns' must be >= 1; got 0"),
+    override("sample", "env.max_messages=0", "'env.max_messages' must be >= 1; got 0"),
     override("evaluate", "sample.max_new_tokens=0", "'sample.max_new_tokens' must be >= 1; got 0"),
     override("sample", "sample.temperature=-1", "'sample.temperature' must be >= 0; got -1"),
     override("sample", "sample.top_p=5", "'sample.top_p' must be in (0, 1]; got 5"),

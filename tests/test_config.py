@@ -1,8 +1,9 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from mtsql.config import Config, load_config, to_dict
+from mtsql.config import HASHED, Config, hashed_settings, load_config, to_dict
 from mtsql.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,3 +105,47 @@ def test_bf16_auto_follows_the_hardware(monkeypatch, use_cpu, fast, expected):
     cfg = load_config(None, ["sft.bf16=auto", f"sft.use_cpu={str(use_cpu).lower()}"])
     assert cfg.sft.bf16 is expected
     assert load_config(None, ["sft.bf16=true"]).sft.bf16 is True
+
+
+def every_setting():
+    """(dotted name, field) of every field of every section, and of the top-level settings."""
+    for top in dataclasses.fields(Config):
+        section = getattr(Config(), top.name)
+        if dataclasses.is_dataclass(section):
+            yield from ((f"{top.name}.{f.name}", f) for f in dataclasses.fields(section))
+        else:
+            yield top.name, top
+
+
+def test_every_setting_declares_whether_it_changes_results():
+    undecided = [name for name, f in every_setting() if not isinstance(f.metadata.get(HASHED), bool)]
+    assert undecided == [], "declare each with result(...) or operational(...) in config.py, with the reason"
+
+
+def test_fingerprints_cover_result_settings_and_leave_operational_ones_out():
+    settings = dict(every_setting())
+    operational = sorted(name for name, f in settings.items() if not f.metadata[HASHED])
+    for name in ("sample.batch_size", "sample.openai_timeout_s", "sft.node_rank", "sft.master_addr", "sft.master_port",
+                 "sft.logger", "rl.logger", "sample.vllm_python", "data.root", "run", "runs_dir"):
+        assert name in operational
+    for name in ("sample.temperature", "sample.n", "sft.nnodes", "sft.batch_size", "rl.batch_size", "seed",
+                 "sql.timeout_s", "env.max_messages"):
+        assert settings[name].metadata[HASHED], name
+    hashed = hashed_settings(load_config().sample)
+    assert "batch_size" not in hashed and hashed["temperature"] == 0.7
+
+
+@pytest.mark.parametrize("old, new", [("sft.freeze_layers", "sft.trainable_layers"),
+                                      ("rl.freeze_layers", "rl.trainable_layers"),
+                                      ("env.max_turns", "env.max_messages"),
+                                      ("rl.max_turn_tokens", "rl.max_message_tokens")])
+def test_a_renamed_key_names_its_new_name(tmp_path, old, new):
+    with pytest.raises(UsageError, match=rf"override '{old}=3': unknown key '{old}'; renamed: use '{new}'"):
+        load_config(None, [f"{old}=3"])
+    section, key = old.split(".")
+    path = tmp_path / "old.yaml"
+    path.write_text(f"{section}:\n  {key}: 3\n")
+    with pytest.raises(UsageError, match=rf"old.yaml: unknown key '{old}'; renamed: use '{new}'") as err:
+        load_config(path)
+    assert "\n" not in str(err.value)
+    assert getattr(getattr(load_config(None, [f"{new}=3"]), section), new.split(".")[1]) == 3

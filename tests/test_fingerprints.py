@@ -1,5 +1,6 @@
 """What decides whether a stage reruns: the config sections it reads, the seed, its inputs and its code."""
 
+import os
 import shutil
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from mtsql import provenance
 from mtsql.artifacts import Store
 from mtsql.config import ConfigView, UndeclaredSection, load_config
-from mtsql.paths import data_dir
+from mtsql.paths import FIXTURE_DATA, data_dir
 from mtsql.runner import STAGES, run_stage, store_for, view_for
 
 
@@ -27,7 +28,106 @@ def test_a_stage_cannot_read_a_section_it_does_not_declare():
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_stage_declares_what_it_reads_and_the_view_hashes_it(name):
     view = view_for(name, load_config())
-    assert set(view.hashed()) == {*STAGES[name].SECTIONS, "data_root"}
+    sections = STAGES[name].SECTIONS
+    assert set(view.hashed()) == {*sections, *(["data_digest"] if "data" in sections else [])}
+    if "data" not in sections:
+        with pytest.raises(UndeclaredSection, match="section 'data'"):
+            _ = view.data_root
+
+
+def planned(name: str, cfg, params: dict | None = None, **inputs) -> str:
+    """The fingerprint stage ``name`` has (done) or would have (a dry run) with ``cfg``."""
+    return run_stage(name, cfg, inputs=inputs, params=params, dry_run=True).fingerprint
+
+
+def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_data_bytes_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
+    here, there = tmp_path / "data", tmp_path / "copy" / "data"
+    shutil.copytree(FIXTURE_DATA, here)
+
+    def cfg(data=here, *overrides):
+        return cfg_for(tmp_path, f"data.root={data}", "sft.nnodes=2", *overrides)
+
+    sampled = run_stage("sample", cfg())
+    kept = run_stage("reject", cfg(), inputs={"sample": sampled})
+    pool = run_stage("curriculum", cfg())
+
+    def after(*overrides, data=here) -> dict:
+        return {"sample": planned("sample", cfg(data, *overrides)), "sft": planned("sft", cfg(data, *overrides), reject=kept),
+                "rl": planned("rl", cfg(data, "rl.engine=local", *overrides), {"stage": 1}, curriculum=pool),
+                "evaluate": planned("evaluate", cfg(data, *overrides))}
+
+    before = after()
+    assert before["sample"] == sampled.fingerprint
+
+    shutil.copytree(here, there)
+    for same in (after("sample.batch_size=3"), after("sft.node_rank=1"), after(data=there)):
+        assert same == before
+    again = run_stage("sample", cfg(there, "sample.batch_size=3", "sample.openai_timeout_s=5"))
+    assert again.path == sampled.path and len(store_for(cfg()).artifacts()) == 3, "served from the store"
+
+    warmer = after("sample.temperature=0.3")
+    assert warmer["sample"] != before["sample"]
+    assert {name: fp for name, fp in warmer.items() if name != "sample"} == {
+        name: fp for name, fp in before.items() if name != "sample"}, "greedy, or at rl.temperature: not sample's"
+    pass_at_k = [planned("evaluate", cfg(here, "evaluate.samples=2", f"sample.temperature={t}")) for t in (0.7, 0.3)]
+    assert pass_at_k[0] != pass_at_k[1], "pass@k samples at sample.temperature"
+    assert after("rl.temperature=0.5")["rl"] != before["rl"]
+
+    database = sorted(there.glob("database/*/*.sqlite"))[0]
+    with database.open("r+b") as handle:
+        handle.seek(-1, 2)
+        last = handle.read(1)
+        handle.seek(-1, 2)
+        handle.write(bytes([last[0] ^ 1]))
+    changed = after(data=there)
+    assert all(changed[name] != before[name] for name in before), "every stage that reads the data reruns"
+    no_heldout = [planned("sft", cfg(data, "sft.heldout=0"), reject=kept) for data in (here, there)]
+    assert no_heldout[0] == no_heldout[1] != before["sft"], "without the held-out check SFT reads no data"
+
+
+def test_sft_without_a_heldout_check_reruns_for_no_sampling_setting(tmp_path):
+    kept = run_stage("reject", cfg_for(tmp_path), inputs={"sample": run_stage("sample", cfg_for(tmp_path))})
+    fps = {extra: planned("sft", cfg_for(tmp_path, *extra), reject=kept)
+           for extra in [(), ("sample.max_new_tokens=7",), ("sql.timeout_s=1",), ("sample.n=3",)]}
+    assert fps[("sample.n=3",)] == fps[()], "the held-out check samples once per turn"
+    assert fps[("sample.max_new_tokens=7",)] != fps[()] and fps[("sql.timeout_s=1",)] != fps[()]
+    without = {planned("sft", cfg_for(tmp_path, "sft.heldout=0", *extra), reject=kept) for extra in fps}
+    assert len(without) == 1
+
+
+def test_both_ranks_of_a_multi_node_sft_work_in_the_same_folder(tmp_path):
+    kept = run_stage("reject", cfg_for(tmp_path), inputs={"sample": run_stage("sample", cfg_for(tmp_path))})
+    ranks = [cfg_for(tmp_path, "sft.nnodes=2", f"sft.node_rank={rank}", f"sft.master_port={29500 + rank}",
+                     f"sft.master_addr=10.0.0.{rank + 1}") for rank in (0, 1)]
+    fps = [planned("sft", cfg, reject=kept) for cfg in ranks]
+    assert fps[0] == fps[1]
+    assert store_for(ranks[0]).folder("sft-r1", fps[0]) == store_for(ranks[1]).folder("sft-r1", fps[1])
+    assert planned("sft", cfg_for(tmp_path, "sft.nnodes=1"), reject=kept) != fps[0], "the world size sets the batch"
+
+
+def test_the_data_digest_is_cached_and_sees_a_change_within_one_mtime_tick(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
+    root = tmp_path / "data"
+    shutil.copytree(FIXTURE_DATA, root)
+    first = provenance.data_digest(root)
+    assert (tmp_path / "home" / "cache" / "data-files.json").is_file()
+
+    def no_reading(*args):
+        raise AssertionError("a cached file was read again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(provenance.hashlib, "file_digest", no_reading)
+        assert provenance.data_digest(root) == first
+    (root / ".hidden").write_text("not data")
+    assert provenance.data_digest(root) == first
+    fresh = root / "notes.txt"
+    fresh.write_text("a")
+    with_notes = provenance.data_digest(root)
+    stat = fresh.stat()
+    fresh.write_text("b")  # same size, and the same mtime: a write within one tick of the clock
+    os.utime(fresh, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert with_notes != first and provenance.data_digest(root) not in (first, with_notes)
 
 
 @pytest.mark.parametrize("name", ["sample", "sft", "rl", "evaluate"])
@@ -42,7 +142,7 @@ def test_changing_a_read_section_or_the_seed_reruns_and_nothing_else_does(tmp_pa
     assert run_stage("sample", cfg, label="sample").manifest["created_at"] == first.manifest["created_at"]
     assert run_stage("sample", cfg_for(tmp_path, "rl.n=9")).fingerprint == first.fingerprint, "rl is not read"
     assert run_stage("sample", cfg_for(tmp_path, "seed=1")).fingerprint != first.fingerprint
-    assert run_stage("sample", cfg_for(tmp_path, "env.max_turns=3")).fingerprint != first.fingerprint
+    assert run_stage("sample", cfg_for(tmp_path, "env.max_messages=3")).fingerprint != first.fingerprint
 
 
 def test_the_same_work_under_another_label_is_served_from_the_store(tmp_path, capsys):

@@ -140,7 +140,7 @@ def test_sft_rounds_stop_once_the_pool_is_solved(tmp_path, monkeypatch):
 def tiny_cfg(tmp_path, models_home, tiny_qwen3):
     return cfg_for(tmp_path, "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",
                    "rl.steps_per_stage=1", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8",
-                   "rl.freeze_layers=1")
+                   "rl.trainable_layers=1")
 
 
 def test_local_rl_runs_every_curriculum_stage_and_caches(tiny_cfg):
@@ -233,7 +233,7 @@ def test_release_profile_runs_end_to_end_with_a_stand_in_model(tmp_path, tiny_qw
     run = runs / "mtsql-r1-release"
     metrics = json.loads((run / "eval-base" / "latest" / "metrics.json").read_text())
     assert (metrics["protocol"], metrics["memory"], metrics["decoding"]) == ("release", "gold", "greedy")
-    assert metrics["budgets"] == {"max_turns": 4, "max_new_tokens": 8, "max_response_tokens": 20,
+    assert metrics["budgets"] == {"max_messages": 4, "max_new_tokens": 8, "max_response_tokens": 20,
                                   "prompt_filter_tokens": 1000, "observation_chars": 8000}
     cosql, sparc = (metrics["datasets"][name]["prompt_filter"] for name in ("cosql", "sparc"))
     assert 0 < cosql["dropped"] < cosql["turns"] and cosql["longest_prompt"] > 1000  # the fixture's CoSQL prompts
@@ -294,7 +294,7 @@ def test_evaluate_reports_pass_at_k_from_the_vote_samples_and_every_measure(tiny
     greedy, voted = block["decodings"]["greedy"]["cost"], block["decodings"]["vote@2"]["cost"]
     assert greedy["messages"] >= 1 and greedy["prompt_tokens"] > greedy["generated_tokens"] > 0
     assert voted["generated_tokens"] > greedy["generated_tokens"], "the vote pays for both samples"
-    assert art.metrics["max_turns"] == cfg.env.max_turns
+    assert art.metrics["max_messages"] == cfg.env.max_messages
 
 
 def test_evaluate_samples_without_a_vote_keep_greedy_as_the_headline(tiny_cfg):
@@ -311,7 +311,7 @@ def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
     from mtsql.config import ConfigView
     from mtsql.stages.evaluate import judge
 
-    cfg = ConfigView(cfg_for(tmp_path), ("sql",), owner="test", data_root=data_dir())
+    cfg = ConfigView(cfg_for(tmp_path), ("data", "sql"), owner="test", data_root=data_dir())
     row = {"turn": {"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"}}
     ex = judge(cfg)
     assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0

@@ -277,7 +277,7 @@ def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, f
     from mtsql.data import load_turns
 
     turns = load_turns("cosql", "dev", root=fixture_root, with_hardness=False)[:2]
-    records = RolloutEngine(lambda: SqlAgentEnv(EnvConfig(max_turns=2), data_root=fixture_root),
+    records = RolloutEngine(lambda: SqlAgentEnv(EnvConfig(max_messages=2), data_root=fixture_root),
                             backend=tiny_backend, chat=ChatFormat(tiny_tokenizer),
                             params=SamplingParams(max_new_tokens=4, stop=STOP_STRINGS),
                             tools=TOOL_SCHEMAS).run(turns, progress=False)
@@ -285,8 +285,8 @@ def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, f
         prompt = tiny_tokenizer.decode(record["prompt_ids"])
         assert prompt.startswith("<|im_start|>system\n") and '"name": "exec_sql"' in prompt
         assert prompt.endswith("<|im_start|>assistant\n") and record["turn"]["question"] in prompt
-        assert len(record["generations"]) == record["trajectory"]["num_assistant_turns"] == 2
-        assert record["trajectory"]["finish_reason"] == "max_turns"
+        assert len(record["generations"]) == record["trajectory"]["num_messages"] == 2
+        assert record["trajectory"]["finish_reason"] == "max_messages"
 
 
 
@@ -344,7 +344,7 @@ def test_pipelined_engine_gives_the_tokens_of_a_one_at_a_time_loop(model, tiny_b
     chat, params = ChatFormat(tiny_tokenizer), SamplingParams(temperature=1.0, max_new_tokens=6, stop=STOP_STRINGS)
 
     def make_env():
-        return SqlAgentEnv(EnvConfig(max_turns=3, memory="predicted"), data_root=fixture_root)
+        return SqlAgentEnv(EnvConfig(max_messages=3, memory="predicted"), data_root=fixture_root)
 
     expected = one_at_a_time(backend, chat, params, make_env, turns, 2, seed=5)
     for batch_size, workers in ((4, 3), (16, 1)):

@@ -1,6 +1,6 @@
 """Configuration: YAML files plus dotted command-line overrides, validated into frozen dataclasses.
 
-    cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_turns=6"])
+    cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_messages=6"])
 
 Every knob of every stage lives in one section dataclass below, with its default. An unknown key or
 a value of the wrong type is a ``UsageError`` naming the key, the file and the closest valid key.
@@ -25,7 +25,7 @@ import yaml
 from mtsql.errors import UsageError
 from mtsql.files import read_text
 from mtsql.paths import folder_name
-from mtsql.provenance import cpu_has_fast_bf16
+from mtsql.provenance import cpu_has_fast_bf16, data_digest
 from mtsql.sql.hardness import HARDNESS_LEVELS
 from mtsql.sql.metrics import TURN_BUCKETS
 
@@ -67,217 +67,265 @@ Share = Annotated[float, Range(0, 1, low_open=True)]  # (0, 1]: a probability ma
 Port = Annotated[int, Range(1, 65535)]
 
 
+# The fingerprint policy, field by field. A ``result`` setting can change what a stage produces: the
+# fingerprint of every stage that reads its section covers it. An ``operational`` setting changes only
+# how a stage runs (speed, memory, which machine or port, what it logs, where files are) and is left out,
+# so changing it reruns nothing. Every field makes one of the two calls (tests/test_config.py checks).
+HASHED = "hashed"
+
+
+def result(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """A setting that can change a stage's output: fingerprints cover it."""
+    return field(default=default, metadata={HASHED: True}, **kwargs)
+
+
+def operational(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """A setting that changes how a stage runs, never what it produces: fingerprints leave it out."""
+    return field(default=default, metadata={HASHED: False}, **kwargs)
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Which data a run uses. ``root: null`` means $MTSQL_DATA (else the packaged fixture)."""
 
-    root: str | None = None
-    require_full: bool = False  # refuse the packaged fixture subset (profiles whose numbers need the full data)
-    train_dataset: Dataset = "cosql"
-    train_split: Split = "train"
-    train_limit: AtLeast1 | None = None  # first N interactions (a slice for small profiles)
-    train_flatten: bool = False  # every training turn as a question of its own, without its dialogue
-    per_dataset: bool = False  # `mtsql run`: one model per eval dataset that has a train split (run
-                               # <run>-<dataset>, scored on that dataset), as MTSQL-R1's release trains;
-                               # eval datasets without one are scored by train_dataset's model
-    eval_datasets: tuple[Dataset, ...] = ("cosql", "sparc")
-    eval_split: Split = "dev"
-    eval_limit: AtLeast1 | None = None  # N interactions, picked by eval_pick
-    eval_pick: Literal["first", "spread"] = "first"  # spread: one database after another, those with a file
+    root: str | None = operational(None)  # where the data is: fingerprints hash what it holds (data_digest)
+    require_full: bool = operational(False)  # refuse the packaged fixture subset (profiles whose numbers need the
+                                             # full data); a check, and the data digest tells the two apart
+    train_dataset: Dataset = result("cosql")
+    train_split: Split = result("train")
+    train_limit: AtLeast1 | None = result(None)  # first N interactions (a slice for small profiles)
+    train_flatten: bool = result(False)  # every training turn as a question of its own, without its dialogue
+    per_dataset: bool = operational(False)  # `mtsql run`: one model per eval dataset that has a train split (run
+                                            # <run>-<dataset>, scored on that dataset), as MTSQL-R1's release trains;
+                                            # eval datasets without one are scored by train_dataset's model. Only the
+                                            # pipeline reads it: each run's stages see its datasets in the fields above
+    eval_datasets: tuple[Dataset, ...] = result(("cosql", "sparc"))
+    eval_split: Split = result("dev")
+    eval_limit: AtLeast1 | None = result(None)  # N interactions, picked by eval_pick
+    eval_pick: Literal["first", "spread"] = result("first")  # spread: one database after another, those with a file
 
 
 @dataclass(frozen=True)
 class SqlConfig:
     """The SQL sandbox and the evaluator."""
 
-    timeout_s: Positive = 5.0
-    max_rows: AtLeast1 = 10_000
-    semantics: Literal["official", "strict"] = "official"
-    exec_semantics: Literal["testsuite", "sparc"] = "testsuite"
+    timeout_s: Positive = result(5.0)  # a query that runs longer fails: it decides observations and scores
+    max_rows: AtLeast1 = result(10_000)
+    semantics: Literal["official", "strict"] = result("official")
+    exec_semantics: Literal["testsuite", "sparc"] = result("testsuite")
 
 
 @dataclass(frozen=True)
 class EnvConfig:
     """The agent environment (docs/protocol.md)."""
 
-    mode: Literal["long", "short"] = "long"  # long: tools and verification; short: a direct SQL answer
-    max_turns: AtLeast1 = 4  # assistant messages per question
-    max_invalid: AtLeast1 | None = None  # end the episode after this many unparseable messages in a row
-    memory: Literal["gold", "predicted"] = "gold"  # gold: the paper's oracle; predicted: the agent's own answers
-    result_chars: AtLeast1 = 200  # rendered result preview in an observation
-    sample_values: AtLeast0 = 3  # example values per column in the schema prompt
-    thinking: bool = True
-    protocol: Literal["mtsql", "release"] = "mtsql"  # release: the released MTSQL-R1 checkpoints' tool calls
-                                                     # (exec_sql(code), memory_retrieve(code)) and observation
-                                                     # shape, first call of a message run (docs/paper.md)
-    observation_chars: int | None = None  # cap on a whole observation, cut in the middle (release RL: 8000)
+    mode: Literal["long", "short"] = result("long")  # long: tools and verification; short: a direct SQL answer
+    max_messages: AtLeast1 = result(4)  # assistant messages per question (a dialogue turn's episode)
+    max_invalid: AtLeast1 | None = result(None)  # end the episode after this many unparseable messages in a row
+    memory: Literal["gold", "predicted"] = result("gold")  # gold: the paper's oracle; predicted: the agent's own
+                                                           # answers
+    result_chars: AtLeast1 = result(200)  # rendered result preview in an observation
+    sample_values: AtLeast0 = result(3)  # example values per column in the schema prompt
+    thinking: bool = result(True)
+    protocol: Literal["mtsql", "release"] = result("mtsql")  # release: the released MTSQL-R1 checkpoints' tool
+                                                             # calls (exec_sql(code), memory_retrieve(code)) and
+                                                             # observation shape, first call of a message run
+                                                             # (docs/paper.md)
+    observation_chars: int | None = result(None)  # cap on a whole observation, cut in the middle (release RL: 8000)
 
 
 @dataclass(frozen=True)
 class RewardConfig:
     """Reward weights (``mtsql.rewards``): ``family`` picks the total a trajectory is trained on."""
 
-    family: Literal["process", "outcome", "sqlr1"] = "process"
-    ex: float = 1.0
-    em: float = 1.0
-    exec_verify: float = 0.1
-    coherence: float = 0.1
-    clause_f1: float = 0.8  # weight of the clause score (clause_score picks which)
-    format: float = 0.0
-    clause_score: Literal["f1", "release"] = "f1"  # f1: micro F1 of clause items over every proposed query,
-                                                   # the answer included; release: MTSQL-R1's per-clause 0/1
-                                                   # average of the Spider parse over the tool calls' SQL
-    empty_match_credit: bool = True  # false: a prediction matching a gold with an empty (or all-NULL)
-                                     # result earns no EX / result credit (measures.vacuous)
+    family: Literal["process", "outcome", "sqlr1"] = result("process")
+    ex: float = result(1.0)
+    em: float = result(1.0)
+    exec_verify: float = result(0.1)
+    coherence: float = result(0.1)
+    clause_f1: float = result(0.8)  # weight of the clause score (clause_score picks which)
+    format: float = result(0.0)
+    clause_score: Literal["f1", "release"] = result("f1")  # f1: micro F1 of clause items over every proposed
+                                                          # query, the answer included; release: MTSQL-R1's
+                                                          # per-clause 0/1 average of the Spider parse over the
+                                                          # tool calls' SQL
+    empty_match_credit: bool = result(True)  # false: a prediction matching a gold with an empty (or all-NULL)
+                                             # result earns no EX / result credit (measures.vacuous)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """A model: an alias known to ``mtsql models`` (smollm2-135m, tiny-qwen3), an HF id or a folder."""
 
-    name: str = "smollm2-135m"
-    template: Literal["qwen3_nothink", "qwen3"] = "qwen3_nothink"  # LLaMA-Factory template of this chat format
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # sampling: float32 on CPU, bfloat16 on
-                                                                       # CUDA (hf), vLLM's auto; local RL trains in float32
-    device: str = "cpu"  # hf backend: cpu | cuda | cuda:N
+    name: str = result("smollm2-135m")
+    template: Literal["qwen3_nothink", "qwen3"] = result("qwen3_nothink")  # LLaMA-Factory template of this format
+    # sampling with auto: float32 on CPU and bfloat16 on CUDA (hf), vLLM's own choice (vllm); the local RL
+    # engine trains in this dtype, and in float32 for auto
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = result("auto")
+    device: str = result("cpu")  # hf backend: cpu | cuda | cuda:N (the device picks dtype auto's dtype and kernels)
 
 
 @dataclass(frozen=True)
 class SampleConfig:
     """Trajectory sampling (rollout)."""
 
-    policy: Policy = "model"
-    backend: Literal["hf", "vllm", "openai"] = "hf"
-    n: AtLeast1 = 1
-    temperature: NonNegative = 0.7  # 0: greedy
-    top_p: Share = 1.0
-    max_new_tokens: AtLeast1 = 512
-    batch_size: AtLeast1 = 16
-    openai_base_url: str = "http://127.0.0.1:8000/v1"
-    openai_model: str | None = None  # the name the server serves the model under (default: its path or id)
-    openai_concurrency: AtLeast1 = 8
-    openai_timeout_s: Positive = 120.0
-    # backend vllm (docs/engines.md): a vLLM server mtsql starts for each stage's model and stops after it
-    vllm_base_url: str | None = None  # a vLLM server you run instead (its /v1 URL): mtsql cannot verify it
-    vllm_model: str | None = None  # the name that server serves the model under
-    vllm_python: str | None = None  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else this one)
-    vllm_kv_cache_gib: Positive | None = None  # CPU: the server's KV cache (None: a quarter of the free RAM, <= 8)
-    vllm_eager: bool | None = None  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
-    vllm_args: tuple[str, ...] = ()  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"]
-    vllm_start_timeout_s: Positive = 600.0
+    policy: Policy = result("model")
+    backend: Literal["hf", "vllm", "openai"] = result("hf")
+    n: AtLeast1 = result(1)
+    temperature: NonNegative = result(0.7)  # 0: greedy
+    top_p: Share = result(1.0)
+    max_new_tokens: AtLeast1 = result(512)
+    batch_size: AtLeast1 = operational(16)  # conversations per backend call: each record's seed derives from its
+                                            # turn, sample and message, so records do not depend on batching
+    openai_base_url: str = operational("http://127.0.0.1:8000/v1")  # where the server listens; what it serves is
+                                                                    # openai_model
+    openai_model: str | None = result(None)  # the name the server serves the model under (default: its path or id)
+    openai_concurrency: AtLeast1 = operational(8)
+    openai_timeout_s: Positive = operational(120.0)
+    # backend vllm (docs/engines.md): a vLLM server mtsql starts for each stage's model and stops after it. The
+    # fingerprint also covers the engine's identity (the vLLM version, a user-run server's URL: engine_identity)
+    vllm_base_url: str | None = operational(None)  # a vLLM server you run instead (its /v1 URL): mtsql cannot
+                                                   # verify it (engine_identity records the URL)
+    vllm_model: str | None = result(None)  # the name that server serves the model under
+    vllm_python: str | None = operational(None)  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else
+                                                 # this one); engine_identity records its vLLM version
+    vllm_kv_cache_gib: Positive | None = operational(None)  # CPU: the server's KV cache (None: a quarter of the
+                                                            # free RAM, <= 8)
+    vllm_eager: bool | None = operational(None)  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
+    vllm_args: tuple[str, ...] = result(())  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"]
+                                             # (any server argument, some of which change tokens)
+    vllm_start_timeout_s: Positive = operational(600.0)
 
 
 @dataclass(frozen=True)
 class RejectConfig:
     """Difficulty-aware reject sampling (``mtsql.stages.reject``)."""
 
-    require: tuple[Literal["ex", "em"], ...] = ("ex", "em")
-    keep_easy: AtLeast1 = 2
-    keep_hard: AtLeast1 = 3
+    require: tuple[Literal["ex", "em"], ...] = result(("ex", "em"))
+    keep_easy: AtLeast1 = result(2)
+    keep_hard: AtLeast1 = result(3)
 
 
 @dataclass(frozen=True)
 class SftConfig:
     """LLaMA-Factory SFT (``mtsql.integrations.llamafactory``)."""
 
-    finetuning_type: Literal["lora", "full", "freeze"] = "lora"  # freeze: only the last freeze_layers train
-    freeze_layers: AtLeast0 = 0  # freeze: how many of the model's last decoder layers train (the rest stay fixed)
-    lora_rank: AtLeast1 = 8
-    lora_alpha: AtLeast1 = 16
-    lora_target: str = "all"  # LLaMA-Factory: all linear layers, or comma-separated module names
-    cutoff_len: AtLeast1 = 4096
-    learning_rate: Positive = 1e-4
-    lr_scheduler_type: str = "cosine"
-    warmup_ratio: Annotated[float, Range(0, 1, high_open=True)] = 0.0
-    epochs: Positive = 1.0
-    max_steps: AtLeast1 | None = None
-    batch_size: AtLeast1 = 1
-    grad_accum: AtLeast1 = 4
-    rounds: AtLeast1 = 3
-    first_round_policy: Policy = "model"
-    heldout: AtLeast0 = 32  # eval turns scored after each round
-    nnodes: AtLeast1 = 1
-    nproc_per_node: AtLeast1 = 1
-    node_rank: AtLeast0 = 0  # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1)
-    master_addr: str = "127.0.0.1"
-    master_port: Port = 29500
-    use_cpu: bool = True
-    bf16: bool | Literal["auto"] = False  # bf16 autocast; auto: on GPUs, and on CPUs with AVX512-BF16 or AMX
-                                          # (elsewhere bf16 is emulated and slower than float32)
-    gradient_checkpointing: bool = True  # off: no activation recompute, more memory (fine for small models)
-    deepspeed: Literal["none", "z2", "z3", "z3_offload"] = "none"  # DeepSpeed ZeRO stage (GPU, through torchrun)
-    logger: Logger = "none"  # tensorboard logs go to the SFT artifact's tensorboard/
-    extra: dict[str, Any] = field(default_factory=dict)  # more LLaMA-Factory YAML keys, merged into train.yaml
-    extra_override: bool = False  # let sft.extra replace keys mtsql sets (else that is an error)
+    finetuning_type: Literal["lora", "full", "freeze"] = result("lora")  # freeze: only the last trainable_layers
+                                                                        # train
+    trainable_layers: AtLeast0 = result(0)  # freeze: how many of the model's last decoder layers train (the rest
+                                            # stay fixed)
+    lora_rank: AtLeast1 = result(8)
+    lora_alpha: AtLeast1 = result(16)
+    lora_target: str = result("all")  # LLaMA-Factory: all linear layers, or comma-separated module names
+    cutoff_len: AtLeast1 = result(4096)
+    learning_rate: Positive = result(1e-4)
+    lr_scheduler_type: str = result("cosine")
+    warmup_ratio: Annotated[float, Range(0, 1, high_open=True)] = result(0.0)
+    epochs: Positive = result(1.0)
+    max_steps: AtLeast1 | None = result(None)
+    batch_size: AtLeast1 = result(1)  # per device: with grad_accum and the world size, the examples of one step
+    grad_accum: AtLeast1 = result(4)
+    rounds: AtLeast1 = operational(3)  # how many rounds `sft-iterate` runs, not what one round produces
+    first_round_policy: Policy = operational("model")  # the pipeline passes it to round 1's sample stage as
+                                                       # sample.policy, which that stage's fingerprint covers
+    heldout: AtLeast0 = result(32)  # eval turns scored after each round
+    nnodes: AtLeast1 = result(1)  # the world size (nnodes x nproc_per_node) multiplies the examples of a step
+    nproc_per_node: AtLeast1 = result(1)
+    node_rank: AtLeast0 = operational(0)  # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1);
+                                          # every rank must compute the same fingerprint, hence the same folder
+    master_addr: str = operational("127.0.0.1")
+    master_port: Port = operational(29500)
+    use_cpu: bool = result(True)
+    bf16: bool | Literal["auto"] = result(False)  # bf16 autocast; auto: on GPUs, and on CPUs with AVX512-BF16 or
+                                                  # AMX (elsewhere bf16 is emulated and slower than float32)
+    gradient_checkpointing: bool = operational(True)  # off: no activation recompute, more memory (fine for small
+                                                      # models); the same forward and backward math either way
+    deepspeed: Literal["none", "z2", "z3", "z3_offload"] = result("none")  # DeepSpeed ZeRO stage (GPU, through
+                                                                           # torchrun); its optimizer differs
+                                                                           # from torch's
+    logger: Logger = operational("none")  # tensorboard logs go to the SFT artifact's tensorboard/
+    extra: dict[str, Any] = result(default_factory=dict)  # more LLaMA-Factory YAML keys, merged into train.yaml
+    extra_override: bool = operational(False)  # let sft.extra replace keys mtsql sets (else that is an error);
+                                               # sft.extra, hashed, holds the values that win
 
 
 @dataclass(frozen=True)
 class CurriculumConfig:
     """How the RL pool is cut into ordered stages."""
 
-    by: Literal["hardness", "turn", "pass_rate"] = "hardness"
-    stages: tuple[tuple[str, ...], ...] = (("easy", "medium"), ("hard",), ("extra",))
-    drop_solved: bool = True
+    by: Literal["hardness", "turn", "pass_rate"] = result("hardness")
+    stages: tuple[tuple[str, ...], ...] = result((("easy", "medium"), ("hard",), ("extra",)))
+    drop_solved: bool = result(True)
 
 
 @dataclass(frozen=True)
 class RlConfig:
     """GRPO (``mtsql.stages.rl``); ``engine: auto`` = verl when CUDA is visible, else local."""
 
-    engine: Literal["auto", "verl", "local"] = "auto"
-    n: AtLeast1 = 5
-    lr: Positive = 1e-6
-    kl_coef: NonNegative = 0.0
-    clip_ratio: Positive = 0.2
-    steps_per_stage: AtLeast1 = 60
-    epochs_per_stage: AtLeast1 | None = None  # curriculum by epochs: passes over a stage's items, each of
-                                              # items // batch_size steps, at least 1 (None: steps_per_stage)
-    val_every: AtLeast0 = 0  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and at
-                             # the last step of a stage (0: never; mtsql evaluate scores the models afterwards)
-    val_limit: AtLeast1 | None = None  # dialogues per eval dataset in a validation (None: all)
-    val_pick: Literal["last", "best"] = "last"  # a stage's model: its last step's, or the best validated one
-                                                # (highest mean reward; needs val_every)
-    batch_size: AtLeast1 = 256
-    mini_batch_size: AtLeast1 = 256
-    max_prompt_len: AtLeast1 = 4000
-    max_response_len: AtLeast1 = 8000
-    temperature: Positive = 1.0  # GRPO learns from the spread of a group's samples: greedy would have none
-    lora_rank: AtLeast0 = 0  # 0 = full parameters
-    freeze_layers: AtLeast0 = 0  # local engine: only the last freeze_layers decoder layers train (0: every weight)
-    rollout_backend: Literal["hf", "vllm"] = "hf"  # local engine: vllm restarts a managed server on each
-                                                   # step's weights (sample.vllm_* settings)
-    n_gpus_per_node: AtLeast1 = 4
-    nnodes: AtLeast1 = 1
-    ray_address: str | None = None
-    rollout_name: Literal["vllm", "sglang"] = "vllm"
-    lora_alpha: AtLeast1 = 32
-    micro_batch_size_per_gpu: AtLeast1 = 1  # verl: actor update and log-prob micro-batches
-    rollout_tp: AtLeast1 = 1  # tensor parallel size of the vllm/sglang rollout server
-    gpu_memory_utilization: Share = 0.5  # share of GPU memory the rollout server may take
-    max_turn_tokens: AtLeast1 | None = None  # cap per assistant message (None: the remaining response budget)
-    logger: Logger = "none"  # besides the metrics file (verl engine)
-    extra: tuple[str, ...] = ()  # more Hydra overrides for verl's main_ppo, appended to the command
-    extra_override: bool = False  # let rl.extra replace overrides mtsql sets (else that is an error)
+    engine: Literal["auto", "verl", "local"] = result("auto")
+    n: AtLeast1 = result(5)
+    lr: Positive = result(1e-6)
+    kl_coef: NonNegative = result(0.0)
+    clip_ratio: Positive = result(0.2)
+    steps_per_stage: AtLeast1 = result(60)
+    epochs_per_stage: AtLeast1 | None = result(None)  # curriculum by epochs: passes over a stage's items, each of
+                                                      # items // batch_size steps, at least 1 (None: steps_per_stage)
+    val_every: AtLeast0 = result(0)  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and
+                                     # at the last step of a stage (0: never; mtsql evaluate scores the models
+                                     # afterwards); the validations are part of the stage's metrics
+    val_limit: AtLeast1 | None = result(None)  # dialogues per eval dataset in a validation (None: all)
+    val_pick: Literal["last", "best"] = result("last")  # a stage's model: its last step's, or the best validated
+                                                        # one (highest mean reward; needs val_every)
+    batch_size: AtLeast1 = result(256)  # questions per GRPO step (unlike sample.batch_size, this is the math)
+    mini_batch_size: AtLeast1 = result(256)
+    max_prompt_len: AtLeast1 = result(4000)
+    max_response_len: AtLeast1 = result(8000)
+    temperature: Positive = result(1.0)  # GRPO learns from the spread of a group's samples: greedy would have none
+    lora_rank: AtLeast0 = result(0)  # 0 = full parameters
+    trainable_layers: AtLeast0 = result(0)  # local engine: only the last trainable_layers decoder layers train
+                                            # (0: every weight)
+    rollout_backend: Literal["hf", "vllm"] = result("hf")  # local engine: vllm restarts a managed server on each
+                                                           # step's weights (sample.vllm_* settings)
+    n_gpus_per_node: AtLeast1 = result(4)  # verl: its workers shard the batch and seed their rollouts by this layout
+    nnodes: AtLeast1 = result(1)
+    ray_address: str | None = operational(None)
+    rollout_name: Literal["vllm", "sglang"] = result("vllm")
+    lora_alpha: AtLeast1 = result(32)
+    micro_batch_size_per_gpu: AtLeast1 = operational(1)  # verl and local: actor update and log-prob micro-batches,
+                                                         # accumulated into the same step
+    rollout_tp: AtLeast1 = operational(1)  # tensor parallel size of the vllm/sglang rollout server: the same model
+                                           # split over GPUs
+    gpu_memory_utilization: Share = operational(0.5)  # share of GPU memory the rollout server may take
+    max_message_tokens: AtLeast1 | None = result(None)  # cap per assistant message (None: the remaining response
+                                                        # budget)
+    logger: Logger = operational("none")  # besides the metrics file (verl engine)
+    extra: tuple[str, ...] = result(())  # more Hydra overrides for verl's main_ppo, appended to the command
+    extra_override: bool = operational(False)  # let rl.extra replace overrides mtsql sets (else that is an error);
+                                               # rl.extra, hashed, holds the values that win
 
 
 @dataclass(frozen=True)
 class EvaluateConfig:
     """Scoring a model on the eval sets."""
 
-    vote: AtLeast1 = 1  # >1: self-consistency voting over this many samples by execution result
-    max_response_tokens: AtLeast1 | None = None  # tokens one turn may generate over all its messages (release: 8000)
-    prompt_filter_tokens: AtLeast1 | None = None  # also report the metrics without the items whose prompt is
-                                                  # longer, as verl's filter_overlong_prompts drops them (release: 4000)
-    samples: AtLeast1 = 1  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared with vote)
+    vote: AtLeast1 = result(1)  # >1: self-consistency voting over this many samples by execution result
+    max_response_tokens: AtLeast1 | None = result(None)  # tokens one turn may generate over all its messages
+                                                         # (release: 8000)
+    prompt_filter_tokens: AtLeast1 | None = result(None)  # also report the metrics without the items whose prompt
+                                                          # is longer, as verl's filter_overlong_prompts drops them
+                                                          # (release: 4000)
+    samples: AtLeast1 = result(1)  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared
+                                   # with vote)
 
 
 @dataclass(frozen=True)
 class Config:
     """A whole resolved configuration (what a profile YAML describes)."""
 
-    run: str = "default"
-    runs_dir: str = "runs"
-    seed: Annotated[int, Range(0, 2**32 - 1)] = 0  # every sampling, shuffling and training seed derives from it
+    run: str = operational("default")  # where results are stored, not what they are
+    runs_dir: str = operational("runs")
+    seed: Annotated[int, Range(0, 2**32 - 1)] = result(0)  # every sampling, shuffling and training seed derives
+                                                           # from it
     data: DataConfig = field(default_factory=DataConfig)
     sql: SqlConfig = field(default_factory=SqlConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -378,6 +426,13 @@ def _check_together(cfg: Config, where: _Origins) -> None:
                          f"(ranks count from 0); got {cfg.sft.node_rank}")
 
 
+def hashed_settings(value: Any) -> Any:
+    """What fingerprints cover of a section: its ``result`` fields (a top-level setting: its value)."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_dict(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata[HASHED]}
+    return to_dict(value)
+
+
 def to_dict(cfg: Any) -> Any:
     """A config (or section) as plain YAML-able data: tuples become lists."""
     if dataclasses.is_dataclass(cfg):
@@ -447,6 +502,12 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
 
 REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
     "evaluate.limit": "evaluate.limit was never read: data.eval_limit sets how many interactions are scored",
+    **{old: f"renamed: use '{new}' ({why})" for old, new, why in (
+        ("sft.freeze_layers", "sft.trainable_layers", "it counts the last decoder layers that train"),
+        ("rl.freeze_layers", "rl.trainable_layers", "it counts the last decoder layers that train"),
+        ("env.max_turns", "env.max_messages", "it counts assistant messages; a turn is a dialogue turn"),
+        ("rl.max_turn_tokens", "rl.max_message_tokens", "the cap is per assistant message"),
+    )},
 }
 
 
@@ -525,9 +586,10 @@ class ConfigView:
     """A stage's view of a config: only the sections the stage declares (``SECTIONS``) can be read.
 
     What a stage reads and what its fingerprint covers are the same thing by construction: the runner
-    hashes ``view.hashed()``, and reading any other section raises ``UndeclaredSection``. ``run`` and
-    ``runs_dir`` (where results are stored, not what they are) are always readable; ``data_root`` is
-    the resolved data folder, always hashed.
+    hashes ``view.hashed()`` (the ``result`` settings of those sections), and reading any other section
+    raises ``UndeclaredSection``. ``run`` and ``runs_dir`` (where results are stored, not what they are)
+    are always readable. ``data_root``, the resolved data folder, is readable with section ``data``, whose
+    fingerprint covers what the folder holds (``data_digest``), not where it is.
     """
 
     STORAGE = ("run", "runs_dir")
@@ -537,23 +599,32 @@ class ConfigView:
         if unknown:
             raise ValueError(f"{owner}: SECTIONS names unknown config sections {sorted(unknown)}")
         self._cfg, self._sections, self._owner = cfg, tuple(sections), owner
-        self.data_root = Path(data_root)
+        self._data_root = Path(data_root)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in self._sections or name in self.STORAGE:
-            return getattr(self._cfg, name)
-        raise UndeclaredSection(f"{self._owner} reads config section '{name}' but its SECTIONS "
+        section = "data" if name == "data_root" else name  # the data folder is read through section data
+        if section in self._sections or name in self.STORAGE:
+            return self._data_root if name == "data_root" else getattr(self._cfg, name)
+        raise UndeclaredSection(f"{self._owner} reads config section '{section}' but its SECTIONS "
                                 f"{self._sections} do not declare it, so its fingerprint would not cover it")
 
     def replace(self, **sections: dict) -> ConfigView:
         """A view of a config with some fields of declared sections changed: ``view.replace(sample={"n": 1})``."""
         for name in sections:
             getattr(self, name)  # only declared sections may change
-        return ConfigView(replace(self._cfg, **sections), self._sections, owner=self._owner, data_root=self.data_root)
+        return ConfigView(replace(self._cfg, **sections), self._sections, owner=self._owner, data_root=self._data_root)
 
-    def hashed(self) -> dict:
-        """What a fingerprint covers: the declared sections and the data folder."""
-        return {**{name: to_dict(getattr(self._cfg, name)) for name in self._sections},
-                "data_root": str(self.data_root)}
+    def hashed(self, sections: typing.Iterable[str] | None = None, *, without: typing.Iterable[str] = ()) -> dict:
+        """What a fingerprint covers: the ``result`` settings of the declared sections (or of some of them,
+        ``sections``) but the dotted settings ``without`` (that the stage overrides), and, with section
+        ``data``, the digest of the data folder's content."""
+        names = self._sections if sections is None else tuple(sections)
+        covered = {name: hashed_settings(getattr(self, name)) for name in names}
+        for dotted in without:
+            section, _, key = dotted.partition(".")
+            del covered[section][key]
+        if "data" in names:
+            covered["data_digest"] = data_digest(self._data_root)
+        return covered

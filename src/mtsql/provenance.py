@@ -4,6 +4,7 @@
 imports, directly or through others (read from the files, imports inside functions included), so a
 fingerprint changes when code that can change the stage's output changes. The code is hashed as its
 syntax tree without docstrings, so comments, docstrings and formatting never rerun a stage.
+``data_digest(root)`` identifies a data folder by what it holds, not where it is.
 """
 
 from __future__ import annotations
@@ -12,14 +13,18 @@ import ast
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import platform
 import subprocess
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import mtsql
+from mtsql.files import write_json
+from mtsql.paths import home_dir
 
 PACKAGE_ROOT = Path(mtsql.__file__).resolve().parent
 PACKAGES = ("torch", "transformers", "llamafactory", "verl", "vllm", "sqlparse", "deepspeed")
@@ -87,6 +92,58 @@ def code_text(path: Path) -> str:
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
     return ast.dump(tree)
+
+
+FRESH_S = 2.0  # a file changed this recently is hashed afresh each time: a write within one mtime tick keeps it
+
+
+def data_digest(root: Path) -> str:
+    """sha256 of what a data folder holds: each file's path inside the folder, size and sha256, in path
+    order (files and folders whose name starts with a dot left out). Neither the folder's own path nor
+    file times count, so the same bytes at another path have the same digest, and one changed byte
+    anywhere gives another. Each file's sha256 is kept in ``$MTSQL_HOME/cache/data-files.json`` under
+    its path, size and mtime, so after the first time a digest costs one ``stat`` per file."""
+    root = Path(root).resolve()
+    cache_path = home_dir() / "cache" / "data-files.json"
+    cache, changed, now = _read_digest_cache(cache_path), False, time.time()
+    digest = hashlib.sha256()
+    files = _data_files(root)
+    for path in files:
+        stat = path.stat()
+        mark = [stat.st_size, stat.st_mtime_ns]
+        entry = cache.get(str(path))
+        if entry is not None and entry[:2] == mark:
+            sha = entry[2]
+        else:
+            with path.open("rb") as handle:
+                sha = hashlib.file_digest(handle, "sha256").hexdigest()
+            if now - stat.st_mtime > FRESH_S:
+                cache[str(path)], changed = [*mark, sha], True
+        digest.update(f"{path.relative_to(root).as_posix()}\0{stat.st_size}\0{sha}\n".encode())
+    if changed:  # entries of files no longer in this folder go
+        inside, present = f"{root}{os.sep}", {str(path) for path in files}
+        write_json(cache_path, {key: value for key, value in cache.items()
+                                if key in present or not key.startswith(inside)})
+    return digest.hexdigest()
+
+
+def _data_files(root: Path) -> list[Path]:
+    """The files under ``root`` (through symlinks), without dot names, sorted by their path inside it."""
+    found = []
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(folder) / name for name in names if not name.startswith(".")]
+    return sorted((p for p in found if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
+
+
+def _read_digest_cache(path: Path) -> dict[str, list]:
+    """The cached file digests; an unreadable or damaged cache is an empty one (a cache never decides a
+    digest: a missing entry is computed again)."""
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
 
 
 def code_version() -> dict:

@@ -3,8 +3,12 @@
 A stage is a module in ``mtsql.stages`` with:
 
 * ``SECTIONS``: the config sections it reads. It gets a ``ConfigView`` that raises on any other
-  section, and its fingerprint covers exactly these (plus the data folder), so what a stage reads
-  and what decides whether it reruns are the same thing;
+  section, and its fingerprint covers the ``result`` settings of exactly these (with ``data``, the
+  content of the data folder too), so what a stage reads and what decides whether it reruns are the
+  same thing; ``operational`` settings (batch sizes, ports, timeouts, loggers) rerun nothing;
+* optionally ``hashed(cfg) -> dict``: a narrower ``cfg.hashed()``, for a stage that reads less of its
+  ``SECTIONS`` with this config (SFT without its held-out check) or sets some settings itself (the
+  sampling temperature of RL and of greedy evaluation);
 * ``INPUTS``: ``{name: default label or None}``, the artifacts it reads (None: optional);
 * ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
 * optionally ``plan(cfg, out, **inputs, **params) -> str``: the external commands and files it
@@ -94,10 +98,7 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     view = view_for(name, cfg)
     if hasattr(module, "check"):
         module.check(view, **inputs, **params)
-    config = {**view.hashed(), "params": params}
-    engine = _engine_identity(module, view, dry_run)
-    if engine:
-        config["engine"] = engine  # what generates its tokens, beyond the config (a vLLM version, ...)
+    config = fingerprinted(module, view, params, dry_run=dry_run)
     code = code_digest(module.__name__)
     store = store_for(cfg)
     if dry_run:
@@ -112,6 +113,16 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
                       f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")
     return artifact
+
+
+def fingerprinted(module: ModuleType, view: ConfigView, params: dict, *, dry_run: bool = False) -> dict:
+    """The config a stage's fingerprint covers (and its config.yaml shows): its hashed settings
+    (``hashed``, else ``view.hashed()``), ``params`` and, if it generates tokens, its engine."""
+    config = {**(module.hashed(view) if hasattr(module, "hashed") else view.hashed()), "params": params}
+    engine = _engine_identity(module, view, dry_run)
+    if engine:
+        config["engine"] = engine  # what generates its tokens, beyond the config (a vLLM version, ...)
+    return config
 
 
 def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dict:

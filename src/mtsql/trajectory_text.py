@@ -77,7 +77,7 @@ def render_trajectory(row: dict, *, limit: int | None = None, system: bool = Tru
     lines = [
         f"{row['uid']} · sample {row.get('sample', 0)} · {turn['dataset']} {turn['split']} · database {turn['db_id']}"
         f" · turn {turn['turn_index'] + 1} · hardness {turn.get('hardness') or 'unknown'}",
-        f"mode {traj['mode']}, memory {traj['memory_source']}, at most {traj['max_turns']} messages"
+        f"mode {traj['mode']}, memory {traj['memory_source']}, at most {traj['max_messages']} messages"
         + (f"; {row['generated_tokens']} generated tokens" if row.get("generated_tokens") else "")
         + (" (a generation hit its token limit)" if row.get("truncated") else ""),
     ]

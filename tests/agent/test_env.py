@@ -47,7 +47,7 @@ def test_short_mode_answers_at_once_with_earlier_sql_in_the_prompt(make_env, spa
     assert "   SQL: SELECT * FROM pets WHERE weight  >  10" in user
     assert "exec_sql" not in env.trajectory.messages[0]["content"]
     traj = run_episode(env, GoldPolicy(mode="short"), turn)
-    assert (traj.finish_reason, traj.final_sql, traj.protocol_valid, traj.num_assistant_turns) == (
+    assert (traj.finish_reason, traj.final_sql, traj.protocol_valid, traj.num_messages) == (
         "answer", turn.gold_sql, True, 1)
     env.reset(turn)
     observation, done, info = env.step(EXEC.format("SELECT 1"))
@@ -93,7 +93,7 @@ def test_gold_with_correction_reads_the_real_result(make_env, sparc_turns):
 
 
 def test_budget_runs_out_without_an_answer(make_env, sparc_turns):
-    env = make_env(max_turns=3)
+    env = make_env(max_messages=3)
     env.reset(find(sparc_turns, FIRST))
     observations = [env.step("no tags at all") for _ in range(3)]
     assert [done for _, done, _ in observations] == [False, False, True]
@@ -101,13 +101,13 @@ def test_budget_runs_out_without_an_answer(make_env, sparc_turns):
     assert observations[1][0]["content"].endswith(prompts.LAST_MESSAGE)
     assert "no action" in observations[0][0]["content"]
     traj = env.trajectory
-    assert (traj.finish_reason, traj.final_sql, traj.protocol_valid) == ("max_turns", None, False)
+    assert (traj.finish_reason, traj.final_sql, traj.protocol_valid) == ("max_messages", None, False)
     with pytest.raises(RuntimeError):
         env.step("<answer_sql>SELECT 1</answer_sql>")
 
 
 def test_max_invalid_messages_in_a_row_end_the_episode(make_env, sparc_turns):
-    env = make_env(max_turns=6, max_invalid=2)
+    env = make_env(max_messages=6, max_invalid=2)
     env.reset(find(sparc_turns, FIRST))
     steps = [env.step(text) for text in ("no tags", EXEC.format("SELECT 1"), "no tags", "still none")]
     assert [done for _, done, _ in steps] == [False, False, False, True]  # the valid call reset the count
@@ -117,25 +117,25 @@ def test_max_invalid_messages_in_a_row_end_the_episode(make_env, sparc_turns):
 
 
 def test_without_max_invalid_only_the_budget_ends_unparseable_messages(make_env, sparc_turns):
-    env = make_env(max_turns=3)
+    env = make_env(max_messages=3)
     env.reset(find(sparc_turns, FIRST))
     assert [env.step("no tags")[1] for _ in range(3)] == [False, False, True]
-    assert env.trajectory.finish_reason == "max_turns"
+    assert env.trajectory.finish_reason == "max_messages"
     with pytest.raises(ValueError, match="env.max_invalid must be at least 1"):
         make_env(max_invalid=0)
 
 
 def test_a_tool_call_as_last_message_is_not_run(make_env, sparc_turns):
-    env = make_env(max_turns=1)
+    env = make_env(max_messages=1)
     env.reset(find(sparc_turns, FIRST))
     observation, done, info = env.step(EXEC.format("SELECT 1"))
-    assert (observation, done, info["finish_reason"]) == (None, True, "max_turns")
+    assert (observation, done, info["finish_reason"]) == (None, True, "max_messages")
     assert env.trajectory.steps[0].result_kind is None
 
 
 def test_scripted_policies_answer_when_told_it_is_the_last_message(make_env, sparc_turns):
     turn = find(sparc_turns, LATER)
-    traj = run_episode(make_env(max_turns=2), GoldWithCorrectionPolicy(data_root=FIXTURE_DATA), turn)
+    traj = run_episode(make_env(max_messages=2), GoldWithCorrectionPolicy(data_root=FIXTURE_DATA), turn)
     assert traj.finish_reason == "answer" and traj.final_sql == turn.gold_sql
     assert traj.steps[0].verdict == "pass"  # no room left to correct
     assert "answered without checking the dialogue memory" in traj.steps[1].flow_errors
@@ -241,12 +241,14 @@ def test_missing_database_is_a_classified_error(make_env, cosql_turns):
 def test_trajectory_round_trips_through_json(make_env, sparc_turns):
     traj = run_episode(make_env(), GoldWithCorrectionPolicy(data_root=FIXTURE_DATA), find(sparc_turns, LATER))
     row = json.loads(json.dumps(traj.to_dict()))
-    assert row["num_assistant_turns"] == 4
+    assert row["num_messages"] == 4
     again = Trajectory.from_dict(row)
     assert again == traj and again.to_dict() == traj.to_dict()
+    row["max_turns"], row["num_assistant_turns"] = row.pop("max_messages"), row.pop("num_messages")
+    assert Trajectory.from_dict(row) == traj, "a record written before the rename still reads"
 
 
 def test_bad_configuration_is_refused(make_env):
-    for bad in ({"mode": "medium"}, {"memory": "oracle"}, {"max_turns": 0}):
+    for bad in ({"mode": "medium"}, {"memory": "oracle"}, {"max_messages": 0}):
         with pytest.raises(ValueError):
             make_env(**bad)

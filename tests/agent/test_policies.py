@@ -86,7 +86,7 @@ def test_replay_reproduces_a_recorded_episode(make_env, sparc_turns):
 
 def test_replay_runs_dry_with_empty_messages(make_env, sparc_turns):
     traj = run_episode(make_env(), ReplayPolicy([]), find(sparc_turns, "sparc-dev-0000/0"))
-    assert traj.finish_reason == "max_turns" and all(s.invalid_reason == "the message is empty" for s in traj.steps)
+    assert traj.finish_reason == "max_messages" and all(s.invalid_reason == "the message is empty" for s in traj.steps)
 
 
 def test_make_policy():
@@ -101,4 +101,4 @@ def test_gold_policy_over_the_fixture_dialogues(cosql_turns, sparc_turns):
     for turn in cosql_turns[:40] + sparc_turns[:40]:
         traj = run_episode(env, GoldPolicy(), turn)
         assert traj.protocol_valid and traj.final_sql == runnable(turn.gold_sql)
-        assert traj.num_assistant_turns == (3 if turn.previous_questions else 2)
+        assert traj.num_messages == (3 if turn.previous_questions else 2)

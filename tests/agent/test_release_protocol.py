@@ -65,7 +65,7 @@ def test_release_tool_schemas_and_system_prompt_use_code():
     env_cfg = EnvConfig(protocol="release")
     assert env_tools(env_cfg) is RELEASE_TOOL_SCHEMAS and env_tools(EnvConfig(protocol="release", mode="short")) == []
     assert episode_tools(env_cfg) is RELEASE_TOOL_SCHEMAS  # what verl's agent loop shows the model
-    system = prompts.system_prompt(mode="long", max_turns=4, result_chars=200, thinking=True, protocol="release")
+    system = prompts.system_prompt(mode="long", max_messages=4, result_chars=200, thinking=True, protocol="release")
     assert '"arguments": {"code": "SELECT ..."}}' in system and '"sql"' not in system
 
 

@@ -44,8 +44,8 @@ def check_episode(texts: list[str], mode: str = "long") -> Trajectory:
         while not env.trajectory.done:  # the budget ends every episode
             env.step("")
     traj = env.trajectory
-    assert traj.finish_reason in ("answer", "max_turns", "invalid")
-    assert traj.num_assistant_turns <= env.max_turns
+    assert traj.finish_reason in ("answer", "max_messages", "invalid")
+    assert traj.num_messages <= env.max_messages
     assert Trajectory.from_dict(json.loads(json.dumps(traj.to_dict()))) == traj
     out = compute_rewards(traj, LATER.gold_sql, data_root=FIXTURE_DATA, sql_cfg=SQL_CFG)
     assert tuple(out) == KEYS and all(math.isfinite(v) for v in out.values())
@@ -109,4 +109,4 @@ def test_attacks_through_the_tool(attack):
 
 def test_replayed_garbage_policy():
     traj = run_episode(ENVS["long"], ReplayPolicy(["garbage"] * 10), LATER)
-    assert traj.finish_reason == "max_turns" and traj.num_assistant_turns == 4
+    assert traj.finish_reason == "max_messages" and traj.num_messages == 4

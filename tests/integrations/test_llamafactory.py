@@ -238,7 +238,7 @@ def test_unknown_template_fails_with_llamafactorys_message(tmp_path, tiny_qwen3)
 def test_train_config_is_accepted_by_llamafactorys_argument_parser(tmp_path, tiny_qwen3, finetuning_type):
     from llamafactory.hparams import get_train_args
 
-    cfg = SftConfig(finetuning_type=finetuning_type, freeze_layers=1, max_steps=2, use_cpu=True,
+    cfg = SftConfig(finetuning_type=finetuning_type, trainable_layers=1, max_steps=2, use_cpu=True,
                     gradient_checkpointing=False)
     config = train_config(cfg, model_path=tiny_qwen3, template="qwen3", dataset_dir=tmp_path, dataset="d",
                           output_dir=tmp_path / "out")
@@ -266,7 +266,7 @@ def test_epochs_when_no_max_steps_and_bad_values_are_usage_errors(tmp_path):
     assert "disable_gradient_checkpointing" not in config()  # LLaMA-Factory's default: checkpointing on
     with pytest.raises(UsageError, match="finetuning_type"):
         config(finetuning_type="qlora")
-    with pytest.raises(UsageError, match="sft.freeze_layers"):
+    with pytest.raises(UsageError, match="sft.trainable_layers"):
         config(finetuning_type="freeze")
     with pytest.raises(UsageError, match="warmup_ratio"):
         config(warmup_ratio=1.5)
@@ -479,7 +479,7 @@ def _generates(folder: Path, base: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("finetuning_type", ["lora", "full", "freeze"])
 def test_cpu_training_produces_a_loadable_model(tmp_path, tiny_qwen3, finetuning_type):
-    cfg = SftConfig(finetuning_type=finetuning_type, freeze_layers=1, max_steps=2, batch_size=1, grad_accum=1, cutoff_len=160,
+    cfg = SftConfig(finetuning_type=finetuning_type, trainable_layers=1, max_steps=2, batch_size=1, grad_accum=1, cutoff_len=160,
                     learning_rate=1e-3)
     plan = plan_sft(cfg, model_path=tiny_qwen3, template="qwen3", work_dir=tmp_path)
     stats = export([trajectory(), trajectory(thinking=False)], plan.dataset_dir, tiny_qwen3,

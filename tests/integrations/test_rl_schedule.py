@@ -86,7 +86,7 @@ def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, mo
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [
         f"runs_dir={tmp_path / 'runs'}", "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",
         "rl.steps_per_stage=3", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8",
-        "rl.freeze_layers=1", "rl.val_every=2", "rl.val_limit=1", "rl.val_pick=best",
+        "rl.trainable_layers=1", "rl.val_every=2", "rl.val_limit=1", "rl.val_pick=best",
         "curriculum.stages=[[easy, medium, hard, extra]]"])
     scores = iter([0.9, 0.1])  # step 2 validates best, the last step (3) worse: the model must be step 2's
     kept, last_weights = {}, {}

@@ -181,12 +181,12 @@ def test_lora_stages_continue_the_previous_adapter(tmp_path):
 
 
 def test_agent_loop_yaml_registers_the_loop_with_the_env_settings(tmp_path):
-    plan = plan_for(tmp_path, "env.max_turns=6", "sql.timeout_s=2.5", "rl.max_turn_tokens=512")
+    plan = plan_for(tmp_path, "env.max_messages=6", "sql.timeout_s=2.5", "rl.max_message_tokens=512")
     (path, text), = plan[0].files.items()
     assert path == tmp_path / "rl" / "agent_loop.yaml"
     (entry,) = yaml.safe_load(text)
     assert (entry["name"], entry["_target_"]) == (AGENT_NAME, AGENT_LOOP_TARGET)
-    assert entry["env"]["max_turns"] == 6 and entry["sql"]["timeout_s"] == 2.5 and entry["max_turn_tokens"] == 512
+    assert entry["env"]["max_messages"] == 6 and entry["sql"]["timeout_s"] == 2.5 and entry["max_message_tokens"] == 512
     assert entry["data_root"] == str(DATA_ROOT)
 
 
@@ -315,9 +315,9 @@ def test_run_stage_plan_checks_the_overrides_before_starting_anything(tmp_path):
     assert not (tmp_path / "log.txt").exists()
 
 
-def test_freeze_layers_is_refused_for_verl(tmp_path):
-    with pytest.raises(UsageError, match="rl.freeze_layers=12 is a local-engine setting"):
-        plan_for(tmp_path, "rl.freeze_layers=12")
+def test_trainable_layers_is_refused_for_verl(tmp_path):
+    with pytest.raises(UsageError, match="rl.trainable_layers=12 is a local-engine setting"):
+        plan_for(tmp_path, "rl.trainable_layers=12")
 
 
 def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):

@@ -239,7 +239,7 @@ def test_agent_loop_episode_with_the_tiny_model(stage, rows, tokenizer, model_di
     _, config = stage
     chat = ChatFormat(tokenizer)
     server = TinyModelServer(model_dir, chat.end_of_turn_id)
-    out = run(make_loop(config, server, tokenizer, max_turn_tokens=TURN_TOKENS), rows[1])
+    out = run(make_loop(config, server, tokenizer, max_message_tokens=TURN_TOKENS), rows[1])
     trajectory = Trajectory.from_dict(json.loads(out.extra_fields[TRAJECTORY_KEY]))
     generations = [generated for _, generated in server.calls]
     assert len(generations) >= 2 and all(len(g) <= TURN_TOKENS for g in generations)

@@ -73,7 +73,7 @@ def test_scripted_self_corrections_are_calibrated_and_followed():
     corrected = sum(len([s for s in r["trajectory"]["steps"] if s["tool"] == "exec_sql"]) == 2 for r in rows)
     later = sum(bool(t.previous_questions) for t in turns)
     assert corrected >= 4 and later >= 4, "the slice holds both kinds"
-    out = verdict_calibration(rows, judge(ConfigView(Config(), ("sql",), owner="test", data_root=FIXTURE_DATA)))
+    out = verdict_calibration(rows, judge(ConfigView(Config(), ("data", "sql"), owner="test", data_root=FIXTURE_DATA)))
     exec_cell, memory_cell = out["exec_verify"], out["memory_verify"]
     assert exec_cell["table"] == {"pass": {"right": len(turns), "wrong": 0}, "no_pass": {"right": 0, "wrong": corrected}}
     assert memory_cell["table"] == {"pass": {"right": later, "wrong": 0}, "no_pass": {"right": 0, "wrong": 0}}

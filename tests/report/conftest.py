@@ -58,8 +58,8 @@ def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode:
             messages.append({"role": "tool", "content": step.observation})
     valid = final_sql is not None and not any(step.flow_errors for step in steps)
     traj = Trajectory(uid=t.uid, dataset=t.dataset, db_id=t.db_id, question=t.question, mode=mode,
-                      memory_source="gold", max_turns=6, thinking=False, memory=[], messages=messages, steps=steps,
-                      final_sql=final_sql, finish_reason="answer" if final_sql else "max_turns",
+                      memory_source="gold", max_messages=6, thinking=False, memory=[], messages=messages, steps=steps,
+                      final_sql=final_sql, finish_reason="answer" if final_sql else "max_messages",
                       protocol_valid=valid)
     return {"key": f"{t.uid}#0", "uid": t.uid, "sample": 0, "turn": t.to_dict(), "trajectory": traj.to_dict(),
             "truncated": False, "generated_tokens": 42, "prompt_ids": [TOKEN_ID, 1], "response_ids": [TOKEN_ID],
@@ -107,7 +107,7 @@ def measured(name: str, turns: int, k: int, mode: str, tokens: float) -> dict:
 
 
 def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int, int]], *, memory: str = "gold",
-               max_turns: int = 4, vote: dict[str, int] | None = None) -> None:
+               max_messages: int = 4, vote: dict[str, int] | None = None) -> None:
     """An evaluation; ``vote``: EX of a vote@4 decoding per dataset (the greedy one is ``correct``), with pass@k."""
     def work(ctx):
         datasets = {}
@@ -132,7 +132,7 @@ def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int
         return {"model_name": "smollm2-135m", "mode": mode, "memory": memory,
                 "decoding": "vote@4" if vote else "greedy", "datasets": datasets}
 
-    store.run("evaluate", label, {"data": DATA, "sample": {"seed": 7}, "env": {"max_turns": max_turns},
+    store.run("evaluate", label, {"data": DATA, "sample": {"seed": 7}, "env": {"max_messages": max_messages},
                                   "label": label}, {}, work)
 
 
@@ -151,8 +151,8 @@ def build_run(root: Path) -> Path:
     store.run("sft", "sft-r1", {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
                                                     "heldout": {"count": 10, "ex": 0.3}}, round=1)
     evaluation(store, "eval-sft", "long", {"cosql": (40, 16), "sparc": (3, 1)})
-    evaluation(store, "eval-sft-turns1", "long", {"cosql": (40, 4), "sparc": (3, 0)}, max_turns=1)
-    evaluation(store, "eval-sft-turns2", "long", {"cosql": (40, 10), "sparc": (3, 1)}, max_turns=2)
+    evaluation(store, "eval-sft-messages1", "long", {"cosql": (40, 4), "sparc": (3, 0)}, max_messages=1)
+    evaluation(store, "eval-sft-messages2", "long", {"cosql": (40, 10), "sparc": (3, 1)}, max_messages=2)
     evaluation(store, "eval-sft-vote4", "long", {"cosql": (40, 16), "sparc": (3, 1)}, vote={"cosql": 20, "sparc": 2})
     table = {f"stage {k}": {"easy": e, "medium": m, "hard": h, "extra": x, "total": e + m + h + x}
              for k, (e, m, h, x) in enumerate(((5, 0, 0, 0), (0, 4, 0, 0), (0, 0, 2, 1)), 1)}

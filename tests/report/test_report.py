@@ -10,7 +10,7 @@ from mtsql.errors import UsageError
 from mtsql.report import build_report
 
 REPO = Path(__file__).resolve().parents[2]
-PLOTS = ("ex_by_hardness", "ex_by_turn", "rl_curves", "rl_behaviour", "ex_by_max_turns", "ex_by_vote_n")
+PLOTS = ("ex_by_hardness", "ex_by_turn", "rl_curves", "rl_behaviour", "ex_by_max_messages", "ex_by_vote_n")
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_notebook_runs_on_the_run(shared_run):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 6, "hardness, turn, max_turns, vote n, RL curves and behaviour plots are drawn"
+    assert len(images) >= 6, "hardness, turn, max_messages, vote n, RL curves and behaviour plots are drawn"
     tables = " ".join(o.get("data", {}).get("text/html", "") for o in outputs if isinstance(o.get("data", {}).get("text/html"), str))
     for column in ("pass@4", "exec_verify_precision_pass", "memory_verify_followed_after_no_pass", "ex_non_empty_gold",
                    "ex_after_wrong", "prompt_tokens_per_turn", "memory_calls_per_turn"):
@@ -252,13 +252,13 @@ def test_vacuous_memory_propagation_and_cost_sections(report):
     assert "| eval-sft-vote4 | cosql | vote@4 | 50.0 [35.2, 64.8] (20/40) | 160 | 1,600 | 1.5 | 3 | 0.5 |" in cost
 
 
-def test_curves_against_max_turns_and_vote_n(shared_run):
-    from mtsql.report.measures import max_turns_rates, vote_rates
+def test_curves_against_max_messages_and_vote_n(shared_run):
+    from mtsql.report.measures import max_messages_rates, vote_rates
     from mtsql.report.runs import evaluations, latest_artifacts
     from mtsql.report.stats import Rate
 
     evals = evaluations(latest_artifacts(shared_run))
-    assert max_turns_rates(evals)["cosql"] == {"SFT, gold memory": {1: Rate(4, 40), 2: Rate(10, 40), 4: Rate(16, 40)}}
+    assert max_messages_rates(evals)["cosql"] == {"SFT, gold memory": {1: Rate(4, 40), 2: Rate(10, 40), 4: Rate(16, 40)}}
     assert vote_rates(evals)["cosql"] == {"SFT, gold memory, 4 messages": {1: Rate(16, 40), 4: Rate(20, 40)}}
 
 

@@ -36,7 +36,7 @@ def test_rendering_shows_messages_actions_verdicts_and_rewards(shared_run, token
 def test_unknown_stage_dataset_or_item_lists_what_exists(shared_run):
     with pytest.raises(UsageError, match=r"no complete artifact 'eval-nope'; artifacts with trajectories: eval-base, "
                                          r"eval-base-short, eval-rl, eval-rl-predicted-memory, eval-sft, "
-                                         r"eval-sft-turns1, eval-sft-turns2, eval-sft-vote4, sample-r1"):
+                                         r"eval-sft-messages1, eval-sft-messages2, eval-sft-vote4, sample-r1"):
         find_trajectory(shared_run, "eval-nope")
     with pytest.raises(UsageError, match="no trajectories in artifact 'rl-c1'"):
         find_trajectory(shared_run, "rl-c1")

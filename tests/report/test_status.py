@@ -24,8 +24,8 @@ def test_rows_in_pipeline_order_without_spurious_ones(run_folder):
     rows = status_rows(run_folder)
     assert [(r[0], r[1]) for r in rows] == [  # as pipelines/reproduce.yaml runs them
         ("eval-base", "latest"), ("eval-base-short", "latest"), ("sample-r1", "latest"), ("reject-r1", "latest"),
-        ("reject-r1", "older"), ("sft-r1", "latest"), ("eval-sft", "latest"), ("eval-sft-turns1", "latest"),
-        ("eval-sft-turns2", "latest"), ("eval-sft-vote4", "latest"), ("curriculum", "latest"),
+        ("reject-r1", "older"), ("sft-r1", "latest"), ("eval-sft", "latest"), ("eval-sft-messages1", "latest"),
+        ("eval-sft-messages2", "latest"), ("eval-sft-vote4", "latest"), ("curriculum", "latest"),
         ("rl-c1", "latest"), ("rl-c2", "latest"), ("rl-c3", "partial"), ("eval-rl", "latest"),
         ("eval-rl-predicted-memory", "latest")]
     by_label = {r[0]: r for r in rows if r[1] != "older"}

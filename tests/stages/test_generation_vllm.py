@@ -26,7 +26,7 @@ TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 
 def cfg_for(tmp_path, tiny_qwen3, vllm_python, *overrides):
     return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=2",
-                              "data.train_limit=2", "env.max_turns=2", "sample.max_new_tokens=24",
+                              "data.train_limit=2", "env.max_messages=2", "sample.max_new_tokens=24",
                               f"sample.vllm_python={vllm_python}", "sample.vllm_kv_cache_gib=1", *overrides])
 
 
@@ -134,7 +134,7 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
 
     monkeypatch.setattr(VLLMBackend, "reload", reload)
     cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "rl.rollout_backend=vllm", "rl.steps_per_stage=2", "rl.n=2",
-                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.freeze_layers=1", "sample.max_new_tokens=8")
+                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.trainable_layers=1", "sample.max_new_tokens=8")
     curriculum = run_stage("curriculum", cfg)
     turns = read_turns(curriculum.path / "stage-1.jsonl") or read_turns(curriculum.path / "stage-2.jsonl")
     out = tmp_path / "rl"

@@ -7,7 +7,7 @@
 
 Long mode: the agent runs queries with ``exec_sql``, states ``<exec_verify>`` on each result, on
 later turns of a dialogue checks its query with ``memory_retrieve`` and ``<memory_verify>``, and
-ends with ``<answer_sql>``, within ``max_turns`` assistant messages. A message that cannot be
+ends with ``<answer_sql>``, within ``max_messages`` assistant messages. A message that cannot be
 parsed gets a protocol-error observation and costs a message; ``max_invalid`` such messages in a
 row end the episode (``finish_reason = "invalid"``). Departures from that flow (a missing
 verdict, answering without a memory check, ...) do not stop the episode; they are recorded as the
@@ -84,18 +84,19 @@ class Trajectory:
     question: str
     mode: str
     memory_source: str
-    max_turns: int
+    max_messages: int
     thinking: bool
     memory: list[MemoryEntry]
     messages: list[dict]
     steps: list[Step] = field(default_factory=list)
     final_sql: str | None = None
-    finish_reason: str | None = None  # answer | max_turns | invalid (short mode); None while running
+    finish_reason: str | None = None  # answer | max_messages | invalid (short mode); None while running
     protocol_valid: bool = False
     elapsed_s: float = 0.0
 
     @property
-    def num_assistant_turns(self) -> int:
+    def num_messages(self) -> int:
+        """The assistant messages of the episode."""
         return len(self.steps)
 
     @property
@@ -112,12 +113,14 @@ class Trajectory:
 
     def to_dict(self) -> dict:
         row = asdict(self)
-        row["num_assistant_turns"] = self.num_assistant_turns
+        row["num_messages"] = self.num_messages
         return row
 
     @classmethod
     def from_dict(cls, row: dict) -> Trajectory:
-        row = {k: v for k, v in row.items() if k != "num_assistant_turns"}
+        row = {k: v for k, v in row.items() if k not in ("num_messages", "num_assistant_turns")}
+        if "max_turns" in row:  # a record written before max_turns became max_messages
+            row["max_messages"] = row.pop("max_turns")
         row["memory"] = [MemoryEntry.from_dict(m) for m in row.get("memory", [])]
         row["steps"] = [Step(**s) for s in row.get("steps", [])]
         return cls(**row)
@@ -132,8 +135,8 @@ class SqlAgentEnv:
             raise ValueError(f"env.mode must be one of {MODES}, got {env_cfg.mode!r}")
         if env_cfg.memory not in MEMORY_SOURCES:
             raise ValueError(f"env.memory must be one of {MEMORY_SOURCES}, got {env_cfg.memory!r}")
-        if env_cfg.max_turns < 1:
-            raise ValueError(f"env.max_turns must be at least 1, got {env_cfg.max_turns}")
+        if env_cfg.max_messages < 1:
+            raise ValueError(f"env.max_messages must be at least 1, got {env_cfg.max_messages}")
         if env_cfg.max_invalid is not None and env_cfg.max_invalid < 1:
             raise ValueError(f"env.max_invalid must be at least 1 (or null), got {env_cfg.max_invalid}")
         if env_cfg.observation_chars is not None and env_cfg.observation_chars < MIN_OBSERVATION_CHARS:
@@ -147,15 +150,15 @@ class SqlAgentEnv:
         self._pending: int | None = None  # index of the tool step whose verdict is due
 
     @property
-    def max_turns(self) -> int:
-        return 1 if self.env_cfg.mode == "short" else self.env_cfg.max_turns
+    def max_messages(self) -> int:
+        return 1 if self.env_cfg.mode == "short" else self.env_cfg.max_messages
 
     def reset(self, turn: Turn, memory: list[MemoryEntry] | None = None) -> list[dict]:
         """Start an episode on ``turn``. ``memory``: the earlier turns' SQL as the agent answered them
         (required in predicted mode past the first turn); None uses the gold SQL of earlier turns."""
         memory = self._memory(turn, memory)
         cfg = self.env_cfg
-        system = prompts.system_prompt(mode=cfg.mode, max_turns=cfg.max_turns, result_chars=cfg.result_chars,
+        system = prompts.system_prompt(mode=cfg.mode, max_messages=cfg.max_messages, result_chars=cfg.result_chars,
                                        thinking=cfg.thinking, protocol=cfg.protocol)
         user = prompts.user_prompt(
             schema=render_schema(turn.db_id, self.data_root, cfg.sample_values), question=turn.question,
@@ -163,7 +166,7 @@ class SqlAgentEnv:
         self._turn, self._pending = turn, None
         self.trajectory = Trajectory(
             uid=turn.uid, dataset=turn.dataset, db_id=turn.db_id, question=turn.question, mode=cfg.mode,
-            memory_source=cfg.memory, max_turns=self.max_turns, thinking=cfg.thinking, memory=memory,
+            memory_source=cfg.memory, max_messages=self.max_messages, thinking=cfg.thinking, memory=memory,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}])
         return list(self.trajectory.messages)
 
@@ -192,7 +195,7 @@ class SqlAgentEnv:
             step.observation = observation
             traj.messages.append({"role": "tool", "content": observation})
         info = {"action": step.action, "tool": step.tool, "invalid_reason": step.invalid_reason,
-                "flow_errors": list(step.flow_errors), "remaining_turns": self.max_turns - len(traj.steps),
+                "flow_errors": list(step.flow_errors), "remaining_messages": self.max_messages - len(traj.steps),
                 "finish_reason": traj.finish_reason}
         return (None if observation is None else {"role": "tool", "content": observation}), traj.done, info
 
@@ -226,8 +229,8 @@ class SqlAgentEnv:
             if action.kind == "answer":
                 self._finish("answer", action.sql)
                 return None
-        if len(self.trajectory.steps) >= self.max_turns:
-            self._finish("max_turns", None)
+        if len(self.trajectory.steps) >= self.max_messages:
+            self._finish("max_messages", None)
             return None
         if not action.valid and self._invalid_in_a_row() == self.env_cfg.max_invalid:
             self._finish("invalid", None)
@@ -238,7 +241,7 @@ class SqlAgentEnv:
                 self._pending = step.index
         else:
             observation = prompts.protocol_error(action.reason, thinking=self.env_cfg.thinking)
-        if len(self.trajectory.steps) == self.max_turns - 1:
+        if len(self.trajectory.steps) == self.max_messages - 1:
             observation = prompts.with_last_message_warning(observation)
         return observation
 

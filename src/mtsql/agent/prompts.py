@@ -30,7 +30,7 @@ columns the question asks for and the rows are plausible. Otherwise write \
 Rules:
 {think_rule}- A verdict goes at the start of the message that follows the tool result, before the next action.
 - One action per message: a single <tool_call> or the <answer_sql>.
-- You have at most {max_turns} messages for this question; answer before they run out.
+- You have at most {max_messages} messages for this question; answer before they run out.
 - Queries run read-only; results are shortened to {result_chars} characters."""
 
 SHORT_STEPS = """Reply with one message that ends with the query: <answer_sql>SELECT ...</answer_sql>.
@@ -66,7 +66,7 @@ FORMAT_REMINDER = (
 )
 
 
-def system_prompt(*, mode: str, max_turns: int, result_chars: int, thinking: bool, protocol: str = "mtsql") -> str:
+def system_prompt(*, mode: str, max_messages: int, result_chars: int, thinking: bool, protocol: str = "mtsql") -> str:
     """The rules of the task: the step-by-step tool protocol (long) or a direct answer (short); under
     the release protocol both tools take the query as ``code``."""
     if mode == "short":
@@ -74,7 +74,7 @@ def system_prompt(*, mode: str, max_turns: int, result_chars: int, thinking: boo
     else:
         release = protocol == "release"
         steps = LONG_STEPS.format(
-            think_rule=THINK_RULE if thinking else "", max_turns=max_turns, result_chars=result_chars,
+            think_rule=THINK_RULE if thinking else "", max_messages=max_messages, result_chars=result_chars,
             argument="code" if release else "sql",
             memory_about=" with the query to check" if release else "",
             memory_arguments='{"code": "SELECT ..."}' if release else "{}")

@@ -12,7 +12,7 @@ runs its episodes ``micro_batch`` at a time, each micro-batch padded to its own 
 backward per micro-batch while gradients accumulate. A micro-batch's loss is its token sum over the
 whole mini-batch's token count (verl's ``batch_num_tokens``), so the accumulated gradient is the
 mini-batch's token-mean gradient. Logits are computed only at the positions that predict a model
-token (``logits_to_keep``): none for the prompt, observations or padding. With ``rl.freeze_layers``
+token (``logits_to_keep``): none for the prompt, observations or padding. With ``rl.trainable_layers``
 only the model's last decoder layers train, so the backward pass stops at the first of them.
 
 Length limits, per episode (``fit_lengths``): a prompt longer than ``rl.max_prompt_len`` tokens
@@ -248,7 +248,7 @@ def rollout_backend(cfg, base_model: str, dtype: str, log_path: Path):
         backend.model = trainable(backend.model, cfg.rl)
         return backend, backend.model
     if cfg.rl.lora_rank:
-        raise UsageError("rl.rollout_backend=vllm trains full weights or the last rl.freeze_layers layers; "
+        raise UsageError("rl.rollout_backend=vllm trains full weights or the last rl.trainable_layers layers; "
                          "with rl.lora_rank set rl.rollout_backend=hf")
     from transformers import AutoModelForCausalLM
 
@@ -330,14 +330,14 @@ def refresh(backend, model, folder: Path) -> None:
 
 def trainable(model, rl):
     """``model`` set to train what ``rl`` asks: LoRA adapters (``rl.lora_rank``), only the last
-    ``rl.freeze_layers`` decoder layers, or (both 0) every weight."""
-    if rl.lora_rank > 0 and rl.freeze_layers > 0:
-        raise UsageError(f"rl.lora_rank={rl.lora_rank} and rl.freeze_layers={rl.freeze_layers}: "
+    ``rl.trainable_layers`` decoder layers, or (both 0) every weight."""
+    if rl.lora_rank > 0 and rl.trainable_layers > 0:
+        raise UsageError(f"rl.lora_rank={rl.lora_rank} and rl.trainable_layers={rl.trainable_layers}: "
                          "choose one way to train fewer weights and set the other to 0")
     if rl.lora_rank > 0:
         return with_lora(model, rl)
-    if rl.freeze_layers > 0:
-        train_last_layers(model, rl.freeze_layers)
+    if rl.trainable_layers > 0:
+        train_last_layers(model, rl.trainable_layers)
     return model
 
 
@@ -356,10 +356,10 @@ def train_last_layers(model, count: int) -> None:
     ``finetuning_type: freeze``. The backward pass then stops at the first trainable layer."""
     layers = getattr(getattr(model, "base_model", model), "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
-        raise UsageError(f"rl.freeze_layers={count}: {type(model).__name__} keeps no decoder layers at "
-                         "base_model.layers; set rl.freeze_layers: 0 (or rl.lora_rank) for this model")
+        raise UsageError(f"rl.trainable_layers={count}: {type(model).__name__} keeps no decoder layers at "
+                         "base_model.layers; set rl.trainable_layers: 0 (or rl.lora_rank) for this model")
     if not 1 <= count <= len(layers):
-        raise UsageError(f"rl.freeze_layers={count}: the model has {len(layers)} decoder layers; "
+        raise UsageError(f"rl.trainable_layers={count}: the model has {len(layers)} decoder layers; "
                          f"train 1 to {len(layers)} of them, or set 0 to train every weight")
     model.requires_grad_(False)
     for layer in layers[-count:]:

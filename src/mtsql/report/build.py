@@ -61,7 +61,7 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     lines += measures.vacuous_section(evals)
     lines += measures.memory_section(evals, heads)
     cost_plots = [plots.save(plots.curve_figure(rates, what), tmp / "plots" / f"ex_by_{name}.png").name
-                  for name, what, rates in (("max_turns", "env.max_turns", measures.max_turns_rates(evals)),
+                  for name, what, rates in (("max_messages", "env.max_messages", measures.max_messages_rates(evals)),
                                             ("vote_n", "vote n (1: greedy)", measures.vote_rates(evals))) if rates]
     lines += measures.cost_section(evals, cost_plots)
     lines += evaluation.example_section(evals, run.name)

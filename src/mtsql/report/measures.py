@@ -1,6 +1,6 @@
 """Report sections on the measures of ``mtsql.measures`` that each evaluation wrote into its metrics:
 pass@k, verdict calibration, EX without vacuous golds, gold against predicted memory with error
-propagation, and cost against accuracy (with EX plotted against ``env.max_turns`` and vote n)."""
+propagation, and cost against accuracy (with EX plotted against ``env.max_messages`` and vote n)."""
 
 from __future__ import annotations
 
@@ -185,29 +185,29 @@ def _amount(value: float | None) -> str:
     return number(value) if value is None or abs(value) < 100 else f"{value:,.0f}"
 
 
-def max_turns_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate]]]:
-    """Greedy EX by ``env.max_turns``: ``{dataset: {"phase, memory": {max_turns: Rate}}}``, series of 2+ points."""
+def max_messages_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate]]]:
+    """Greedy EX by ``env.max_messages``: ``{dataset: {"phase, memory": {max_messages: Rate}}}``, series of 2+ points."""
     found: dict[str, dict[str, dict[int, Rate]]] = {}
     for label, art in evals.items():
-        phase, turns = phase_of(label), stage_config(art).get("env", {}).get("max_turns")
-        if phase is None or turns is None or not is_long_horizon(art):
+        phase, messages = phase_of(label), stage_config(art).get("env", {}).get("max_messages")
+        if phase is None or messages is None or not is_long_horizon(art):
             continue
         for dataset in datasets(art):
             summary = dict(decodings(art, dataset)).get("greedy")
             if summary is not None:
                 series = found.setdefault(dataset, {}).setdefault(f"{PHASE_NAMES[phase]}, {art.metrics.get('memory')} memory", {})
-                series.setdefault(turns, tally_rate(summary["execution"]["question"]))
+                series.setdefault(messages, tally_rate(summary["execution"]["question"]))
     return _with_several_points(found)
 
 
 def vote_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate]]]:
-    """EX by vote n (greedy as n = 1): ``{dataset: {"phase, memory, max turns": {n: Rate}}}``, series of 2+ points."""
+    """EX by vote n (greedy as n = 1): ``{dataset: {"phase, memory, max messages": {n: Rate}}}``, series of 2+ points."""
     found: dict[str, dict[str, dict[int, Rate]]] = {}
     for label, art in evals.items():
         phase = phase_of(label)
         if phase is None:
             continue
-        name = f"{PHASE_NAMES[phase]}, {art.metrics.get('memory')} memory, {stage_config(art).get('env', {}).get('max_turns')} messages"
+        name = f"{PHASE_NAMES[phase]}, {art.metrics.get('memory')} memory, {stage_config(art).get('env', {}).get('max_messages')} messages"
         for dataset in datasets(art):
             for decoding, summary in decodings(art, dataset):
                 n = 1 if decoding == "greedy" else int(decoding.removeprefix("vote@"))
@@ -230,7 +230,7 @@ def measure_rows(evals: dict[str, Artifact]) -> list[dict]:
         for dataset in datasets(art):
             block = art.metrics["datasets"][dataset]
             row = {"evaluation": label, "dataset": dataset, "mode": art.metrics.get("mode"),
-                   "memory": art.metrics.get("memory"), "max_turns": stage_config(art).get("env", {}).get("max_turns"),
+                   "memory": art.metrics.get("memory"), "max_messages": stage_config(art).get("env", {}).get("max_messages"),
                    "decoding": art.metrics.get("decoding"), "ex": official_rate(art, dataset).value}
             for k, value in ((block.get("pass_at_k") or {}).get("all", {}).get("pass") or {}).items():
                 row[f"pass@{k}"] = value

@@ -104,6 +104,13 @@ def dataset_block(summary: dict, rows: list[dict], calibration: dict) -> dict:
     }
 
 
+def hashed(cfg: ConfigView) -> dict:
+    """What the fingerprint covers: the declared sections, with the sampling settings as the stage uses
+    them: the model, max(vote, samples) samples, and greedy decoding alone (temperature 0) when that is 1."""
+    sampled = max(cfg.evaluate.vote, cfg.evaluate.samples) > 1
+    return (cfg if sampled else cfg.replace(sample={"temperature": 0.0})).hashed(without=("sample.policy", "sample.n"))
+
+
 def engine_identity(cfg: ConfigView) -> dict:
     """The generation engine, for the fingerprint."""
     return backends.engine_identity(cfg)
@@ -134,9 +141,9 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend,
                                          max_response_tokens=budget) if n > 1 else None)
     out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
-           "protocol": cfg.env.protocol, "memory": cfg.env.memory, "max_turns": cfg.env.max_turns,
+           "protocol": cfg.env.protocol, "memory": cfg.env.memory, "max_messages": cfg.env.max_messages,
            "decoding": f"vote@{n_vote}" if n_vote > 1 else "greedy",
-           "budgets": {"max_turns": cfg.env.max_turns, "max_new_tokens": cfg.sample.max_new_tokens,
+           "budgets": {"max_messages": cfg.env.max_messages, "max_new_tokens": cfg.sample.max_new_tokens,
                        "max_response_tokens": budget, "prompt_filter_tokens": cfg.evaluate.prompt_filter_tokens,
                        "observation_chars": cfg.env.observation_chars},
            "datasets": {}}

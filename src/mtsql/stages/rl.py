@@ -59,6 +59,12 @@ def pick_engine(name: str) -> str:
     return "verl" if torch.cuda.is_available() else "local"
 
 
+def hashed(cfg: ConfigView) -> dict:
+    """What the fingerprint covers: the declared sections but the sampling settings RL sets itself (it
+    samples the model rl.n times at rl.temperature, and validates greedily)."""
+    return cfg.hashed(without=("sample.policy", "sample.n", "sample.temperature"))
+
+
 def engine_identity(cfg: ConfigView) -> dict:
     """The local engine's rollout server, for the fingerprint (verl's rollouts are verl's own)."""
     if cfg.rl.engine == "local" and cfg.rl.rollout_backend == "vllm":
@@ -109,7 +115,7 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
     """What this stage would run (``--dry-run``): the verl files and commands, or the local engine's steps."""
     base = stage_model(cfg.model.name, model, resolve=False)
     if cfg.rl.engine == "local":
-        weights = f"the last {cfg.rl.freeze_layers} decoder layers of " if cfg.rl.freeze_layers else ""
+        weights = f"the last {cfg.rl.trainable_layers} decoder layers of " if cfg.rl.trainable_layers else ""
         return (f"# local GRPO in this process: {epochs_note(cfg.rl)} of {cfg.rl.batch_size} questions "
                 f"x {cfg.rl.n} samples, training {weights}{base}; curriculum stage {stage} of {curriculum.path}\n")
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"

@@ -8,7 +8,9 @@ dataset, for the round summary.
 
 Reads: the ``reject`` input's ``kept.jsonl``; the ``model`` input to start from (a training
 artifact; none: the base model); config sections ``model``, ``sft``, ``env`` (the tools of the
-protocol), ``seed``, and for the held-out check ``data``, ``sample``, ``sql``, ``reward``.
+protocol), ``seed``, and for the held-out check ``data``, ``sample``, ``sql``, ``reward``: the
+fingerprint covers those four only with ``sft.heldout`` > 0, and then not the sampling settings the
+greedy check overrides (``hashed``), so a change of sample.temperature or sample.n reruns no SFT.
 Writes: ``data/`` (the exported dataset), ``train.yaml`` (+ ``merge.yaml`` with LoRA), ``model/``.
 """
 
@@ -31,6 +33,19 @@ from mtsql.trajectories import scorer, summarize_trajectories
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
 INPUTS = {"reject": "reject", "model": None}
+
+
+def hashed(cfg: ConfigView) -> dict:
+    """What the fingerprint covers: model, sft, env and the seed; with a held-out check, also the
+    data, SQL, reward and sampling settings of that check as it runs (``heldout_view``: greedy, once)."""
+    if not cfg.sft.heldout:
+        return cfg.hashed(("env", "model", "sft", "seed"))
+    return heldout_view(cfg).hashed()
+
+
+def heldout_view(cfg: ConfigView) -> ConfigView:
+    """The config of the held-out check: the model's greedy answer, once per turn."""
+    return cfg.replace(sample={"policy": "model", "n": 1, "temperature": 0.0})
 
 
 def engine_identity(cfg: ConfigView) -> dict:
@@ -69,8 +84,8 @@ def _plan(cfg: ConfigView, out: Path, base: str) -> SftPlan:
 
 def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str, log_path: Path | None = None) -> dict:
     """Greedy EX / EM / protocol-valid rate of ``model`` on ``turns`` (no artifact: a quick check)."""
-    greedy = cfg.replace(sample={"n": 1, "temperature": 0.0})
-    with RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy="model", model=model,
+    greedy = heldout_view(cfg)
+    with RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy=greedy.sample.policy, model=model,
                                    log_path=log_path) as engine:
         rows = engine.run(turns, n=1, seed=cfg.seed, progress=False, score=scorer(cfg, cfg.data_root))
     summary = summarize_trajectories(rows)

@@ -124,10 +124,10 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
     if sft_cfg.finetuning_type == "lora":
         config.update(lora_rank=sft_cfg.lora_rank, lora_alpha=sft_cfg.lora_alpha, lora_target=sft_cfg.lora_target)
     if sft_cfg.finetuning_type == "freeze":
-        if sft_cfg.freeze_layers < 1:
-            raise UsageError(f"sft.finetuning_type=freeze trains the last sft.freeze_layers decoder layers: "
-                             f"set it to 1 or more, got {sft_cfg.freeze_layers}")
-        config.update(freeze_trainable_layers=sft_cfg.freeze_layers, freeze_trainable_modules="all")
+        if sft_cfg.trainable_layers < 1:
+            raise UsageError(f"sft.finetuning_type=freeze trains the last sft.trainable_layers decoder layers: "
+                             f"set it to 1 or more, got {sft_cfg.trainable_layers}")
+        config.update(freeze_trainable_layers=sft_cfg.trainable_layers, freeze_trainable_modules="all")
     config.update(
         dataset=dataset,
         dataset_dir=str(dataset_dir),

@@ -11,7 +11,7 @@ the reward function as JSON in ``extra_fields``.
 
 Registered through the agent-loop YAML the launcher writes (``launch.agent_loop_yaml``); its extra
 keys are this class's keyword arguments: ``env`` / ``sql`` (``EnvConfig`` / ``SqlConfig`` fields),
-``data_root`` and ``max_turn_tokens``.
+``data_root`` and ``max_message_tokens``.
 """
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ class SqlAgentLoop(AgentLoopBase):
     """The MTSQL-R1 agent: ``SqlAgentEnv`` driven by verl's ``server_manager.generate``."""
 
     def __init__(self, *args: Any, env: Mapping | None = None, sql: Mapping | None = None,
-                 data_root: str | None = None, max_turn_tokens: int | None = None, **kwargs: Any) -> None:
+                 data_root: str | None = None, max_message_tokens: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.env_cfg = config_section(EnvConfig, env, source="agent loop config", prefix="env")
         self.sql_cfg = config_section(SqlConfig, sql, source="agent loop config", prefix="sql")
         self.data_root = Path(data_root) if data_root else None
         self.chat = ChatFormat(self.tokenizer)  # prompt and observation ids do not depend on the template
         self.tool_schemas = episode_tools(self.env_cfg)
-        self.max_turn_tokens = max_turn_tokens
+        self.max_message_tokens = max_message_tokens
         if self.rollout_config.name not in KEEP_STOP_STRING:
             raise ValueError(f"rollout.name={self.rollout_config.name}: mtsql's agent loop runs on vllm or sglang")
         self.stop_params = {"stop": list(STOP_STRINGS), **KEEP_STOP_STRING[self.rollout_config.name]}
@@ -68,7 +68,7 @@ class SqlAgentLoop(AgentLoopBase):
         tokens = EpisodeTokens(self.chat, prompt_ids, self.response_length)
         episode = _Episode()
         request_id = uuid4().hex
-        while limit := tokens.max_new_tokens(self.max_turn_tokens or None):
+        while limit := tokens.max_new_tokens(self.max_message_tokens or None):
             params = {**sampling_params, **self.stop_params, "max_tokens": limit}
             started = time.perf_counter()
             output = await self.server_manager.generate(request_id=request_id, prompt_ids=tokens.sequence,

@@ -137,7 +137,7 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
     entry = {
         "name": AGENT_NAME,
         "_target_": AGENT_LOOP_TARGET,
-        "max_turn_tokens": cfg.rl.max_turn_tokens,
+        "max_message_tokens": cfg.rl.max_message_tokens,
         "data_root": str(Path(data_root).resolve()),
         "env": to_dict(cfg.env),
         "sql": to_dict(cfg.sql),
@@ -416,9 +416,9 @@ def _check(cfg: Config, stages: Sequence[StageData]) -> None:
         raise UsageError("no curriculum stage to train")
     if cfg.rl.nnodes > 1 and not cfg.rl.ray_address:
         raise UsageError(f"rl.nnodes={cfg.rl.nnodes} needs a Ray cluster: start it (ray start) and set rl.ray_address")
-    if cfg.rl.freeze_layers:
-        raise UsageError(f"rl.freeze_layers={cfg.rl.freeze_layers} is a local-engine setting: verl's actor trains "
-                         "every weight (or LoRA adapters): set rl.freeze_layers: 0, or rl.lora_rank for fewer weights")
+    if cfg.rl.trainable_layers:
+        raise UsageError(f"rl.trainable_layers={cfg.rl.trainable_layers} is a local-engine setting: verl's actor trains "
+                         "every weight (or LoRA adapters): set rl.trainable_layers: 0, or rl.lora_rank for fewer weights")
     for stage in stages:
         if stage.rows is not None and stage.rows < cfg.rl.batch_size:
             raise UsageError(f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
