@@ -4,6 +4,7 @@ import os
 import shutil
 
 import pytest
+import yaml
 
 from mtsql import provenance
 from mtsql.artifacts import Store
@@ -59,6 +60,10 @@ def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_
 
     before = after()
     assert before["sample"] == sampled.fingerprint
+    shown = yaml.safe_load((sampled.path / "config.yaml").read_text())
+    assert "batch_size" not in shown["sample"] and shown["not_hashed"]["sample"]["batch_size"] == 16
+    assert shown["not_hashed"]["data_root"] == str(here) and "root" not in shown["data"], \
+        "config.yaml still records what the fingerprint leaves out"
 
     shutil.copytree(here, there)
     for same in (after("sample.batch_size=3"), after("sft.node_rank=1"), after(data=there)):

@@ -201,10 +201,12 @@ class Store:
 
     def run(self, stage: str, label: str, config: dict, inputs: dict[str, Artifact],
             work: Callable[[StageContext], dict], *, code: str = "", force: bool = False,
-            round: int | None = None) -> tuple[Artifact, bool]:
+            round: int | None = None, unhashed: dict | None = None) -> tuple[Artifact, bool]:
         """Run ``work`` unless a complete artifact with the same fingerprint exists.
 
         Returns (artifact, cached). ``work`` writes into ``ctx.out`` and returns its metrics.
+        ``config.yaml`` shows ``config`` (what the fingerprint covers) and, under ``not_hashed``,
+        ``unhashed`` (settings that were used but cannot change the results: batch sizes, ports, paths).
         """
         fp = fingerprint(stage, config, inputs, code)
         if not force and (done := self.find(label, fp)):
@@ -222,7 +224,8 @@ class Store:
             attempts = _Attempts(partial / ATTEMPTS)
             ctx.log(f"=== {label}: attempt started {attempts.start()}"
                     + (" (resuming the .partial folder)" if resumed else ""))
-            write_text(partial / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+            shown = {**config, "not_hashed": unhashed} if unhashed else config
+            write_text(partial / "config.yaml", yaml.safe_dump(shown, sort_keys=False))
             try:
                 metrics = work(ctx)
             except KeyboardInterrupt:

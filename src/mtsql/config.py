@@ -628,3 +628,14 @@ class ConfigView:
         if "data" in names:
             covered["data_digest"] = data_digest(self._data_root)
         return covered
+
+    def unhashed(self) -> dict:
+        """What the fingerprint leaves out but an artifact should still record: the ``operational``
+        settings of the declared sections and, with section ``data``, the data folder's path."""
+        kept = {name: {f.name: to_dict(getattr(getattr(self, name), f.name))
+                       for f in dataclasses.fields(getattr(self, name)) if not f.metadata[HASHED]}
+                for name in self._sections if dataclasses.is_dataclass(getattr(self, name))}
+        kept = {name: fields for name, fields in kept.items() if fields}
+        if "data" in self._sections:
+            kept["data_root"] = str(self._data_root)
+        return kept

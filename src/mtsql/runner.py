@@ -104,7 +104,7 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     if dry_run:
         return _plan(name, module, view, store, label, config, inputs, params, code, force)
     artifact, cached = store.run(name, label, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
-                                 code=code, force=force, round=round)
+                                 code=code, force=force, round=round, unhashed=view.unhashed())
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
