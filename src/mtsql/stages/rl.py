@@ -72,7 +72,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
     base = stage_model(cfg.model.name, model)
     if cfg.rl.engine == "local":
-        from mtsql.integrations.grpo_local import train_stage  # torch and verl's core_algos: load on use
+        from mtsql.local_grpo.trainer import train_stage  # torch and verl's core_algos: load on use
 
         return {"engine": "local", "items": len(turns),
                 **train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
