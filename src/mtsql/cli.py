@@ -19,14 +19,16 @@ from typer.core import TyperGroup
 
 from mtsql import models, pipeline
 from mtsql.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
-from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace, to_dict
+from mtsql.config import Config, load_config, replace, to_dict
 from mtsql.data import data_root
 from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
+from mtsql.evaluate_files import run_evaluate
 from mtsql.progress import track
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, runs_root, store_for
-from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
+from mtsql.slices import CURRICULUM_LABELS
+from mtsql.sql.evaluation import EvaluateOptions
 from mtsql.status import run_folder, status_table
 from mtsql.trajectory_text import find_trajectory, render_trajectory
 

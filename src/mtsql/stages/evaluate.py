@@ -41,6 +41,7 @@ from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import eval_turns
 from mtsql.errors import UsageError
+from mtsql.evaluate_files import render, score_pairs, write_outputs
 from mtsql.files import write_jsonl
 from mtsql.measures.cost import cost_per_turn
 from mtsql.measures.pass_at_k import pass_at_k_table
@@ -51,7 +52,7 @@ from mtsql.models import stage_model
 from mtsql.paths import database_path
 from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.sql import score_turn
-from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
+from mtsql.sql.evaluation import EvaluateOptions
 from mtsql.trajectories import scorer, summarize_trajectories, vote
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
