@@ -58,7 +58,7 @@ def measure(args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mtsql.local_grpo.update import GrpoSettings, grpo_update
-    from mtsql.models import resolve_model
+    from mtsql.models.registry import resolve_model
 
     torch.manual_seed(0)
     folder = resolve_model(args.model)

@@ -72,7 +72,7 @@ def spans(ids: list[int], labels: list[int], trained: bool) -> list[list[int]]:
 
 @pytest.fixture(scope="session")
 def tiny_qwen3() -> Path:
-    from mtsql.models import make_tiny
+    from mtsql.models.registry import make_tiny
 
     return make_tiny("qwen3")
 

@@ -36,7 +36,7 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty":
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from mtsql.models import resolve_model
+    from mtsql.models.registry import resolve_model
 
     os.environ.setdefault("MTSQL_HOME", str(tmp_path_factory.getbasetemp() / "home"))
     return str(resolve_model("tiny-qwen3"))

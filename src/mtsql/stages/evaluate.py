@@ -48,7 +48,7 @@ from mtsql.measures.pass_at_k import pass_at_k_table
 from mtsql.measures.propagation import propagation
 from mtsql.measures.vacuous import is_vacuous, non_empty_gold_ex
 from mtsql.measures.verdicts import verdict_calibration
-from mtsql.models import stage_model
+from mtsql.models.registry import stage_model
 from mtsql.paths import database_path
 from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.sql import score_turn

@@ -43,7 +43,7 @@ from mtsql.integrations.verl.launch import (
     run_stage_plan,
     step_behaviour_of,
 )
-from mtsql.models import stage_model
+from mtsql.models.registry import stage_model
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
 INPUTS = {"curriculum": "curriculum", "model": None}
