@@ -41,7 +41,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
     """
 
     torch.manual_seed(cfg.seed)
-    dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # trained weights stay float32
+    dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # auto trains in float32, not bfloat16
     backend, model = rollout_backend(cfg, base_model, dtype, Path(out_dir) / SERVER_LOG)
     try:
         return _train(cfg, turns, backend, model, out_dir=Path(out_dir), metrics_path=metrics_path, stage=stage)
