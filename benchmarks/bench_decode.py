@@ -21,7 +21,7 @@ import torch
 
 from mtsql.backends.base import SamplingParams
 from mtsql.backends.hf import HFBackend
-from mtsql.models import resolve_model
+from mtsql.models.registry import resolve_model
 
 
 def synchronize(device: str) -> None:

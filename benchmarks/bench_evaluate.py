@@ -44,9 +44,10 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from mtsql.data import tables_file  # noqa: E402
+from mtsql.evaluate_files import evaluate_files  # noqa: E402
 from mtsql.paths import data_dir  # noqa: E402
 from mtsql.sql import clear_caches, evaluation  # noqa: E402
-from mtsql.sql.evaluation import EvaluateOptions, evaluate_files  # noqa: E402
+from mtsql.sql.evaluation import EvaluateOptions  # noqa: E402
 from mtsql.sql.official_format import read_interactions  # noqa: E402
 from mtsql.sql.tokenizer import tokenize  # noqa: E402
 from mtsql.sql.workers import GroupWorkers, available_cores  # noqa: E402

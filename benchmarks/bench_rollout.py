@@ -48,7 +48,7 @@ from mtsql.backends.base import SamplingParams
 from mtsql.chat_format import ChatFormat
 from mtsql.config import EnvConfig
 from mtsql.data import load_turns
-from mtsql.models import resolve_model
+from mtsql.models.registry import resolve_model
 from mtsql.paths import FIXTURE_DATA, database_path
 from mtsql.rollout import STOP_STRINGS, RolloutEngine, derive_seed, episode_key
 from mtsql.sql.executor import execute

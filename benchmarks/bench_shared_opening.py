@@ -27,7 +27,7 @@ from mtsql.backends.base import SamplingParams
 from mtsql.chat_format import ChatFormat
 from mtsql.config import EnvConfig
 from mtsql.data import load_turns
-from mtsql.models import resolve_model
+from mtsql.models.registry import resolve_model
 from mtsql.paths import FIXTURE_DATA
 from mtsql.rollout import STOP_STRINGS
 

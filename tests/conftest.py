@@ -58,9 +58,9 @@ def models_home():
 
 @pytest.fixture(scope="session")
 def tiny_qwen3(models_home) -> Path:
-    from mtsql import models
+    from mtsql.models import registry
 
-    return models.make_tiny("qwen3")
+    return registry.make_tiny("qwen3")
 
 
 @pytest.fixture(scope="session")
@@ -79,9 +79,9 @@ def tiny_backend(tiny_qwen3):
 
 @pytest.fixture(scope="session")
 def smollm2(models_home) -> Path:
-    from mtsql import models
+    from mtsql.models import registry
 
-    return models.pull("smollm2-135m")
+    return registry.pull("smollm2-135m")
 
 
 @pytest.fixture(scope="session")

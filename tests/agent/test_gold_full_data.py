@@ -8,10 +8,12 @@ from collections import Counter
 import pytest
 
 from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import make_policy, run_episode
+from mtsql.agent.policies import make_policy
 from mtsql.data import load_turns
 from mtsql.rewards import compute_rewards
 from mtsql.sql import score_turn
+
+from ..episodes import run_episode
 
 
 @pytest.mark.data

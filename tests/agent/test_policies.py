@@ -8,18 +8,12 @@ import pytest
 
 from mtsql.agent.env import SqlAgentEnv
 from mtsql.agent.mutations import mutations
-from mtsql.agent.policies import (
-    GoldPolicy,
-    GoldWithCorrectionPolicy,
-    ReplayPolicy,
-    make_policy,
-    run_episode,
-    runnable,
-)
+from mtsql.agent.policies import GoldPolicy, GoldWithCorrectionPolicy, make_policy, runnable
 from mtsql.agent.schema_prompt import load_tables
 from mtsql.config import EnvConfig
 from mtsql.paths import FIXTURE_DATA
 
+from ..episodes import ReplayPolicy, run_episode
 from .conftest import find
 
 SINGER = load_tables("concert_singer", FIXTURE_DATA)

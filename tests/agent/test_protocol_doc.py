@@ -7,11 +7,12 @@ import re
 from pathlib import Path
 
 from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import GoldWithCorrectionPolicy, run_episode
+from mtsql.agent.policies import GoldWithCorrectionPolicy
 from mtsql.agent.tools import TOOL_SCHEMAS
 from mtsql.paths import FIXTURE_DATA
 from mtsql.rewards import compute_rewards
 
+from ..episodes import run_episode
 from .conftest import find
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"

@@ -10,7 +10,7 @@ import pytest
 
 from mtsql.agent import prompts
 from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import GoldPolicy, ReplayPolicy, run_episode
+from mtsql.agent.policies import GoldPolicy
 from mtsql.agent.protocol import parse_action
 from mtsql.agent.tools import RELEASE_MEMORY_ROWS, RELEASE_TOOL_SCHEMAS, env_tools
 from mtsql.config import EnvConfig, RewardConfig
@@ -18,6 +18,7 @@ from mtsql.integrations.verl.dataset import episode_tools
 from mtsql.paths import FIXTURE_DATA
 from mtsql.rewards import compute_rewards
 
+from ..episodes import ReplayPolicy, run_episode
 from .conftest import find
 
 GOLD = "SELECT count(*) FROM pets WHERE weight  >  10"  # sparc-dev-0000/2, a later turn on pets_1

@@ -10,11 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtsql.agent.env import SqlAgentEnv, Trajectory
-from mtsql.agent.policies import GoldWithCorrectionPolicy, ReplayPolicy, run_episode
+from mtsql.agent.policies import GoldWithCorrectionPolicy
 from mtsql.config import EnvConfig, SqlConfig
 from mtsql.data import load_turns
 from mtsql.paths import FIXTURE_DATA
 from mtsql.rewards import KEYS, compute_rewards
+
+from ..episodes import ReplayPolicy, run_episode
 
 SQL_CFG = SqlConfig(timeout_s=0.3, max_rows=200)
 TURNS = {t.uid: t for t in load_turns("sparc", "dev", root=FIXTURE_DATA, with_hardness=False)}

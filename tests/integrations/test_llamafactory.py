@@ -16,11 +16,11 @@ from mtsql.agent.tools import TOOL_SCHEMAS
 from mtsql.config import SftConfig, load_config
 from mtsql.errors import StageFailed, UsageError
 from mtsql.integrations.llamafactory import (
+    encode_dataset,
     export_sharegpt,
     plan_sft,
     run_sft,
     to_sharegpt,
-    tokenize_dataset,
     train_command,
     train_config,
 )
@@ -72,7 +72,7 @@ def spans(ids: list[int], labels: list[int], trained: bool) -> list[list[int]]:
 
 @pytest.fixture(scope="session")
 def tiny_qwen3() -> Path:
-    from mtsql.models import make_tiny
+    from mtsql.models.registry import make_tiny
 
     return make_tiny("qwen3")
 
@@ -117,7 +117,7 @@ def test_llamafactory_trains_every_assistant_token_and_no_prompt_token(tmp_path,
                                                                       template, thinking, prefix):
     source = trajectory(thinking)["messages"]
     export([trajectory(thinking)], tmp_path, tiny_qwen3, template=template)
-    [example] = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template=template)
+    [example], _ = encode_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template=template)
     ids, labels = example.input_ids, example.labels
     assert len(ids) == len(labels)
     assert all(label in (-100, token) for token, label in zip(ids, labels, strict=True))
@@ -135,10 +135,12 @@ def test_llamafactory_trains_every_assistant_token_and_no_prompt_token(tmp_path,
 def test_real_env_trajectories_export_verbatim(tmp_path, tiny_qwen3, tokenizer):
     """Gold-with-correction episodes of the real environment: nothing dropped, nothing re-rendered."""
     from mtsql.agent.env import SqlAgentEnv
-    from mtsql.agent.policies import make_policy, run_episode
+    from mtsql.agent.policies import make_policy
     from mtsql.config import EnvConfig
     from mtsql.data import load_turns
     from mtsql.paths import FIXTURE_DATA
+
+    from ..episodes import run_episode
 
     turns = load_turns("cosql", "dev", root=FIXTURE_DATA, with_hardness=False)[:3]
     env = SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA)
@@ -146,7 +148,7 @@ def test_real_env_trajectories_export_verbatim(tmp_path, tiny_qwen3, tokenizer):
     trajectories = [run_episode(env, policy, turn).to_dict() for turn in turns]
     stats = export(trajectories, tmp_path, tiny_qwen3)
     assert (stats.examples, stats.dropped, stats.rewritten) == (3, {}, 0)
-    encoded = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3")
+    encoded, _ = encode_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3")
     for example, source in zip(encoded, trajectories, strict=True):
         trained = [tokenizer.decode(run) for run in spans(example.input_ids, example.labels, trained=True)]
         assert trained == [m["content"] + IM_END for m in source["messages"] if m["role"] == "assistant"]
@@ -158,7 +160,7 @@ def test_compact_tool_call_is_rewritten_but_verdict_still_trained(tmp_path, tiny
     item["messages"][4]["content"] = "<think>\nok\n</think>\n\n" + compact
     stats = export([item], tmp_path, tiny_qwen3)
     assert stats.rewritten == 1
-    [example] = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3")
+    [example], _ = encode_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3")
     second = tokenizer.decode(spans(example.input_ids, example.labels, trained=True)[1])
     assert second == "<think>\nok\n</think>\n\n<exec_verify>pass</exec_verify>" + call("memory_retrieve", {}) + IM_END
 
@@ -166,7 +168,8 @@ def test_compact_tool_call_is_rewritten_but_verdict_still_trained(tmp_path, tiny
 def test_over_cutoff_examples_are_counted(tmp_path, tiny_qwen3):
     stats = export([trajectory(), trajectory(thinking=False)], tmp_path, tiny_qwen3, cutoff_len=300)
     assert stats.max_tokens > 300 and stats.over_cutoff == 2
-    truncated = tokenize_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3", cutoff_len=300)
+    truncated, _ = encode_dataset(tmp_path, "mtsql_sft", tokenizer_path=tiny_qwen3, template="qwen3",
+                                  cutoff_len=300)
     assert all(len(e.input_ids) <= 300 for e in truncated)
 
 

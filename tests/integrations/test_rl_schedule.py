@@ -81,7 +81,8 @@ def test_verl_curve_reads_the_validation_reward_of_each_dataset(tmp_path):
 def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, monkeypatch):
     import torch
 
-    from mtsql.integrations import grpo_local, rl_schedule
+    from mtsql.integrations import rl_schedule
+    from mtsql.local_grpo import trainer, update
 
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [
         f"runs_dir={tmp_path / 'runs'}", "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",
@@ -105,9 +106,9 @@ def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, mo
             for p in model.parameters():
                 if p.requires_grad:
                     p.add_(0.01)
-        return dict.fromkeys(grpo_local.STATS, 0.0)
+        return dict.fromkeys(update.STATS, 0.0)
 
-    monkeypatch.setattr(grpo_local, "grpo_update", moving_update)
+    monkeypatch.setattr(trainer, "grpo_update", moving_update)
     last = pipeline.rl(cfg, curriculum_art=pipeline.curriculum(cfg), engine="local")
     curve = read_jsonl(last.path / "metrics.jsonl")
     assert [line["step"] for line in curve if "val_ex" in line] == [2, 3]

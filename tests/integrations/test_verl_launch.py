@@ -27,7 +27,6 @@ from mtsql.integrations.verl.launch import (
     next_metrics_file,
     read_metrics,
     render_plan,
-    run_plan,
     run_stage_plan,
 )
 
@@ -224,19 +223,6 @@ def test_bad_plans_are_usage_errors(tmp_path):
 ])
 def test_hydra_values(value, text):
     assert hydra_value(value) == text
-
-
-def test_run_plan_writes_files_streams_output_and_quotes_the_error(tmp_path):
-    ok = Command("ok", (sys.executable, "-c", "import os; print(open('in.txt').read(), os.environ['X'])"),
-                 cwd=tmp_path / "work", env={"X": "42"}, files={tmp_path / "work" / "in.txt": "hello"})
-    bad = Command("bad", (sys.executable, "-c", "print('loading'); raise ValueError('no GPU found')"), cwd=tmp_path)
-    never = Command("never", (sys.executable, "-c", "open('ran', 'w')"), cwd=tmp_path)
-    seen = []
-    with pytest.raises(StageFailed, match=r"bad failed \(exit 1\): ValueError: no GPU found"):
-        run_plan([ok, bad, never], tmp_path / "log.txt", echo=seen.append)
-    log = (tmp_path / "log.txt").read_text()
-    assert "hello 42" in log and "loading" in log and "Traceback" in log
-    assert "hello 42\n" in "".join(seen) and not (tmp_path / "ran").exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import GoldPolicy, run_episode
+from mtsql.agent.policies import GoldPolicy
 from mtsql.config import EnvConfig
 from mtsql.data import load_turns
 from mtsql.errors import UsageError
@@ -21,6 +21,8 @@ from mtsql.integrations.verl.reward import (
     compute_score,
 )
 from mtsql.paths import FIXTURE_DATA
+
+from ..episodes import run_episode
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from mtsql.agent.env import SqlAgentEnv, Trajectory
-from mtsql.agent.policies import GoldPolicy, run_episode
+from mtsql.agent.policies import GoldPolicy
 from mtsql.agent.tools import MemoryEntry
 from mtsql.chat_format import ChatFormat, render
 from mtsql.config import load_config
@@ -29,6 +29,8 @@ from mtsql.integrations.verl.launch import StageData, build_stage_plan, compose_
 from mtsql.integrations.verl.reward import RESPONSE_TOKENS_KEY, SCORE_KEYS, TRAJECTORY_KEY
 from mtsql.paths import FIXTURE_DATA
 
+from ..episodes import run_episode
+
 UIDS = ("sparc-dev-0000/0", "sparc-dev-0000/2")  # a first turn (pets_1), and a later turn with memory
 TURN_TOKENS = 16  # the tiny model's per-message cap: several short messages, some cut short
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -36,7 +38,7 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty":
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from mtsql.models import resolve_model
+    from mtsql.models.registry import resolve_model
 
     os.environ.setdefault("MTSQL_HOME", str(tmp_path_factory.getbasetemp() / "home"))
     return str(resolve_model("tiny-qwen3"))
@@ -382,13 +384,13 @@ def test_verls_agent_loop_worker_runs_the_registered_loop_and_streams_rewards(st
 
 @pytest.mark.slow
 def test_plans_merge_command_turns_an_fsdp_checkpoint_into_the_next_stages_model(tmp_path, model_dir):
-    """verl's real merger, run by run_plan, on a world-size-1 checkpoint in verl's FSDP layout
+    """verl's real merger, run as a plan command, on a world-size-1 checkpoint in verl's FSDP layout
     (``model_world_size_1_rank_0.pt``, ``fsdp_config.json``, ``huggingface/``)."""
     import shutil
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mtsql.integrations.verl.launch import run_plan
+    from mtsql.integrations.process import run_logged
 
     data = tmp_path / "stage-0.parquet"
     plan = build_stage_plan(load_config(None, ["rl.steps_per_stage=1", "rl.batch_size=1", "rl.mini_batch_size=1"]),
@@ -402,7 +404,7 @@ def test_plans_merge_command_turns_an_fsdp_checkpoint_into_the_next_stages_model
     for path in Path(model_dir).iterdir():
         if path.suffix != ".safetensors":
             shutil.copy(path, checkpoint / "huggingface" / path.name)
-    run_plan([plan[1]], tmp_path / "log.txt")
+    run_logged(plan[1], tmp_path / "log.txt")
     merged_model = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)
     for (name, weight), (_, again) in zip(model.state_dict().items(), merged_model.state_dict().items(), strict=True):
         assert torch.allclose(weight, again, atol=1e-2), name  # saved in bfloat16

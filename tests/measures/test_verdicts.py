@@ -60,11 +60,13 @@ def test_scripted_self_corrections_are_calibrated_and_followed():
     """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the gold,
     says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and acted on."""
     from mtsql.agent.env import SqlAgentEnv
-    from mtsql.agent.policies import GoldWithCorrectionPolicy, run_episode
+    from mtsql.agent.policies import GoldWithCorrectionPolicy
     from mtsql.config import Config, ConfigView, EnvConfig
     from mtsql.data import load_turns
     from mtsql.paths import FIXTURE_DATA
     from mtsql.stages.evaluate import judge
+
+    from ..episodes import run_episode
 
     turns = [t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.db_id == "pets_1"][:8]
     policy = GoldWithCorrectionPolicy(data_root=FIXTURE_DATA)

@@ -6,8 +6,9 @@ import re
 
 import pytest
 
+from mtsql.evaluate_files import evaluate_files
 from mtsql.sql import clear_caches
-from mtsql.sql.evaluation import EvaluateOptions, evaluate_files
+from mtsql.sql.evaluation import EvaluateOptions
 from mtsql.sql.official_format import read_interactions
 
 pytestmark = pytest.mark.data

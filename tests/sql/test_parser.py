@@ -1,4 +1,4 @@
-"""The official parser's structured dict and each of its quirks (EVAL_SEMANTICS.md)."""
+"""The official parser's structured dict and each of its quirks (listed in mtsql.sql.parser's docstring)."""
 
 from __future__ import annotations
 

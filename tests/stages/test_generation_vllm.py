@@ -122,7 +122,7 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
     """rl.rollout_backend: vllm: step 2 samples from a server restarted on step 1's updated weights."""
     from mtsql.backends.vllm import VLLMBackend
     from mtsql.data.records import read_turns
-    from mtsql.integrations import grpo_local
+    from mtsql.local_grpo.trainer import train_stage
     from mtsql.runner import view_for
 
     served = []
@@ -138,8 +138,8 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
     curriculum = run_stage("curriculum", cfg)
     turns = read_turns(curriculum.path / "stage-1.jsonl") or read_turns(curriculum.path / "stage-2.jsonl")
     out = tmp_path / "rl"
-    metrics = grpo_local.train_stage(view_for("rl", cfg), turns, base_model=str(tiny_qwen3), out_dir=out,
-                                     metrics_path=out / "metrics.jsonl")
+    metrics = train_stage(view_for("rl", cfg), turns, base_model=str(tiny_qwen3), out_dir=out,
+                          metrics_path=out / "metrics.jsonl")
     assert len(started) == 2 and not any(map(alive, started)), "each server is stopped: at the restart, at the end"
     assert metrics["steps"] == 2 and len(read_jsonl(out / "metrics.jsonl")) == 2
     assert len(served) == 1 and "model.safetensors" in served[0], "one restart, on the weights after step 1"

@@ -1,7 +1,7 @@
-"""Scripted policies (no model) and the episode loop they share with real models.
+"""Scripted policies: assistant messages written without a model, from the gold query.
 
-A policy is any callable ``policy(messages, turn, rng) -> assistant_text``; ``run_episode`` drives it
-through ``SqlAgentEnv.step`` exactly as a model is driven.
+A policy is any callable ``policy(messages, turn, rng) -> assistant_text``; ``mtsql.rollout.RolloutEngine``
+steps the environment with its messages in place of a model's (``sample.policy``).
 
 * ``GoldPolicy``: runs the gold query, says pass, checks the memory on later turns, answers. The
   gold is used as SQLite accepts it: ``! =``, ``> =``, ``< =`` joined (``runnable``), as the
@@ -9,7 +9,6 @@ through ``SqlAgentEnv.step`` exactly as a model is driven.
 * ``GoldWithCorrectionPolicy``: first runs a realistic wrong variant of the gold (``mutations``)
   that really gives a different result or an error, reads that result, says no_pass, runs the gold,
   then goes on as ``GoldPolicy``. A documented way to bootstrap SFT data with self-correction.
-* ``ReplayPolicy``: replays recorded assistant texts.
 
 The scripted policies are stateless: each message is decided from the conversation so far, and
 they answer at once when the environment says it is the last message. They write the tool calls of
@@ -22,15 +21,13 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from mtsql.agent import prompts
-from mtsql.agent.env import SqlAgentEnv, Trajectory
 from mtsql.agent.mutations import Variant, mutations
 from mtsql.agent.protocol import Action, parse_action
 from mtsql.agent.schema_prompt import load_tables
-from mtsql.agent.tools import MemoryEntry
 from mtsql.config import EnvConfig, SqlConfig
 from mtsql.data.records import Turn
 from mtsql.paths import data_dir, database_path
@@ -47,18 +44,6 @@ def runnable(sql: str) -> str:
     return _SPACED_OPERATOR.sub(r"\1=", sql).strip()
 
 
-def run_episode(env: SqlAgentEnv, policy: Policy, turn: Turn, memory: list[MemoryEntry] | None = None,
-                rng: random.Random | None = None) -> Trajectory:
-    """Reset ``env`` on ``turn`` and step ``policy`` until the episode ends; return the trajectory.
-    Without ``rng`` the randomness is seeded by the turn's uid (reproducible)."""
-    rng = rng or random.Random(turn.uid)
-    env.reset(turn, memory)
-    done = False
-    while not done:
-        _, done, _ = env.step(policy(list(env.trajectory.messages), turn, rng))
-    return env.trajectory
-
-
 def make_policy(name: str, *, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConfig = SqlConfig(),
                 data_root: Path | None = None) -> Policy:
     """A scripted policy by name: ``gold`` or ``gold_with_correction``."""
@@ -68,21 +53,6 @@ def make_policy(name: str, *, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConf
         return GoldWithCorrectionPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol,
                                         sql_cfg=sql_cfg, data_root=data_root)
     raise ValueError(f"unknown scripted policy {name!r}: choose one of {', '.join(SCRIPTED)}")
-
-
-class ReplayPolicy:
-    """Replays recorded assistant messages in order; an empty message once they run out."""
-
-    def __init__(self, texts: Sequence[str]) -> None:
-        self.texts = list(texts)
-
-    @classmethod
-    def from_trajectory(cls, trajectory: Trajectory) -> ReplayPolicy:
-        return cls([m["content"] for m in trajectory.messages if m["role"] == "assistant"])
-
-    def __call__(self, messages: list[dict], turn: Turn, rng: random.Random) -> str:
-        done = sum(m["role"] == "assistant" for m in messages)
-        return self.texts[done] if done < len(self.texts) else ""
 
 
 class GoldPolicy:

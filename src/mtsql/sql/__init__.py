@@ -7,7 +7,7 @@
 Modules: ``executor`` (sandbox), ``tokenizer`` + ``parser`` (official structured dict),
 ``exact_match``, ``exec_match`` (test-suite and SParC algorithms), ``hardness``, ``scoring`` (one
 turn), ``gold_cache`` (gold parses and results, computed once), ``metrics`` (aggregates),
-``official_format`` (reading gold and prediction files), ``evaluation`` (prediction files) and
+``official_format`` (reading gold and prediction files), ``evaluation`` (scoring prediction files) and
 ``workers`` (scoring spread over processes by database).
 """
 

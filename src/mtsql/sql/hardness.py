@@ -14,9 +14,9 @@ HAVING conditions do not count.
 
 from __future__ import annotations
 
+from mtsql.slices import HARDNESS_LEVELS as HARDNESS_LEVELS  # the levels hardness() returns
 from mtsql.sql.errors import OfficialCrash
 
-HARDNESS_LEVELS = ("easy", "medium", "hard", "extra")
 _LIKE = 9  # index of "like" in the parser's WHERE_OPS
 
 

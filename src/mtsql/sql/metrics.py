@@ -35,11 +35,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from mtsql.sql.hardness import HARDNESS_LEVELS
+from mtsql.slices import HARDNESS_LEVELS, TURN_BUCKETS
 
 METRICS = ("exact", "execution")
 ITEM_FIELDS = {"exact": "exact_match", "execution": "exec_match"}
-TURN_BUCKETS = ("1", "2", "3", "4", ">4")  # the evaluators print them as "turn 1" ... "turn >4"
 
 
 def turn_bucket(turn_index: int) -> str:

@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mtsql.artifacts import Artifact, StageContext
-from mtsql.config import CURRICULUM_LABELS, ConfigView, CurriculumConfig
+from mtsql.config import ConfigView, CurriculumConfig
 from mtsql.data import train_pool
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.files import read_jsonl, write_jsonl
+from mtsql.slices import CURRICULUM_LABELS
 from mtsql.sql.metrics import turn_bucket
 from mtsql.trajectories import is_correct
 

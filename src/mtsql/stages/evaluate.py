@@ -41,17 +41,18 @@ from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView
 from mtsql.data import eval_turns
 from mtsql.errors import UsageError
+from mtsql.evaluate_files import render, score_pairs, write_outputs
 from mtsql.files import write_jsonl
 from mtsql.measures.cost import cost_per_turn
 from mtsql.measures.pass_at_k import pass_at_k_table
 from mtsql.measures.propagation import propagation
 from mtsql.measures.vacuous import is_vacuous, non_empty_gold_ex
 from mtsql.measures.verdicts import verdict_calibration
-from mtsql.models import stage_model
+from mtsql.models.registry import stage_model
 from mtsql.paths import database_path
 from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.sql import score_turn
-from mtsql.sql.evaluation import EvaluateOptions, render, score_pairs, write_outputs
+from mtsql.sql.evaluation import EvaluateOptions
 from mtsql.trajectories import scorer, summarize_trajectories, vote
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")

@@ -43,7 +43,7 @@ from mtsql.integrations.verl.launch import (
     run_stage_plan,
     step_behaviour_of,
 )
-from mtsql.models import stage_model
+from mtsql.models.registry import stage_model
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
 INPUTS = {"curriculum": "curriculum", "model": None}
@@ -78,7 +78,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
     base = stage_model(cfg.model.name, model)
     if cfg.rl.engine == "local":
-        from mtsql.integrations.grpo_local import train_stage  # torch and verl's core_algos: load on use
+        from mtsql.local_grpo.trainer import train_stage  # torch and verl's core_algos: load on use
 
         return {"engine": "local", "items": len(turns),
                 **train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",

@@ -23,7 +23,7 @@ from mtsql.data import train_pool
 from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
 from mtsql.files import write_jsonl
-from mtsql.models import stage_model
+from mtsql.models.registry import stage_model
 from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.trajectories import scorer, summarize_trajectories
 

@@ -27,7 +27,7 @@ from mtsql.data.records import Turn
 from mtsql.errors import StageFailed
 from mtsql.files import read_jsonl
 from mtsql.integrations.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
-from mtsql.models import stage_model
+from mtsql.models.registry import stage_model
 from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.trajectories import scorer, summarize_trajectories
 

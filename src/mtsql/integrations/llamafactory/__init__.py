@@ -14,9 +14,9 @@ from mtsql.integrations.llamafactory.dataset import (
     ExportStats,
     Tokenized,
     dataset_entry,
+    encode_dataset,
     export_sharegpt,
     to_sharegpt,
-    tokenize_dataset,
 )
 from mtsql.integrations.llamafactory.launch import (
     SftPlan,
@@ -35,7 +35,7 @@ from mtsql.integrations.llamafactory.process import (
 )
 
 __all__ = [
-    "ExportStats", "SftPlan", "Tokenized", "TrainResult", "check_model_dir", "dataset_entry",
+    "ExportStats", "SftPlan", "Tokenized", "TrainResult", "check_model_dir", "dataset_entry", "encode_dataset",
     "export_command", "export_sharegpt", "merge_config", "merge_lora", "plan_sft",
-    "run_sft", "run_train", "tokenize_dataset", "to_sharegpt", "train_command", "train_config",
+    "run_sft", "run_train", "to_sharegpt", "train_command", "train_config",
 ]

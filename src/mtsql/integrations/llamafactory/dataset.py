@@ -90,7 +90,7 @@ def export_sharegpt(trajectories: Iterable[dict], out_dir: Path, name: str = "mt
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(out_dir / f"{name}.jsonl", rows)
     write_json(out_dir / "dataset_info.json", {name: dataset_entry(name)})
-    encoded, tokenizer = _encode(out_dir, name, tokenizer_path, template, cutoff_len=10**9)
+    encoded, tokenizer = encode_dataset(out_dir, name, tokenizer_path=tokenizer_path, template=template)
     if len(encoded) != len(rows):
         raise StageFailed(f"LLaMA-Factory kept {len(encoded)} of the {len(rows)} examples in {out_dir}: "
                           "its log names the ones it skipped")
@@ -171,16 +171,11 @@ def _reasons(dropped: Counter) -> str:
     return ", ".join(f"{reason}: {count}" for reason, count in sorted(dropped.items()))
 
 
-def tokenize_dataset(dataset_dir: Path, name: str, *, tokenizer_path: str | Path, template: str,
-                     cutoff_len: int = 10**9) -> list[Tokenized]:
-    """Encode a registered sharegpt dataset exactly as ``llamafactory-cli train`` does (its dataset
-    registry, sharegpt converter, template and supervised processor), truncating at ``cutoff_len``."""
-    return _encode(dataset_dir, name, tokenizer_path, template, cutoff_len)[0]
-
-
-def _encode(dataset_dir: Path, name: str, tokenizer_path: str | Path, template: str,
-            cutoff_len: int) -> tuple[list[Tokenized], object]:
-    """(the encoded examples, the tokenizer as LLaMA-Factory fixed it)."""
+def encode_dataset(dataset_dir: Path, name: str, *, tokenizer_path: str | Path, template: str,
+                   cutoff_len: int = 10**9) -> tuple[list[Tokenized], object]:
+    """A registered sharegpt dataset encoded exactly as ``llamafactory-cli train`` does (its dataset
+    registry, sharegpt converter, template and supervised processor), truncated at ``cutoff_len``:
+    (the encoded examples, the tokenizer as LLaMA-Factory fixed it)."""
     from llamafactory.data.converter import get_dataset_converter
     from llamafactory.data.parser import get_dataset_list
     from llamafactory.data.processor import SupervisedDatasetProcessor

@@ -11,7 +11,7 @@ then writes and executes. Layout inside a stage's work folder::
     model/            the merged Hugging Face model folder
     tensorboard/      training curves (sft.logger: tensorboard)
 
-``HF_HUB_OFFLINE=1`` is set only when the model is a local folder (``mtsql.models.resolve_model``
+``HF_HUB_OFFLINE=1`` is set only when the model is a local folder (``mtsql.models.registry.resolve_model``
 downloads Hub models first), so a Hub id given by hand is still fetched by LLaMA-Factory.
 """
 
@@ -30,7 +30,7 @@ from mtsql.config import SftConfig
 from mtsql.errors import StageFailed, UsageError
 from mtsql.integrations.passthrough import check_extra
 from mtsql.integrations.process import Command
-from mtsql.models import is_hub_id
+from mtsql.models.registry import is_hub_id
 
 FINETUNING_TYPES = ("lora", "full", "freeze")
 LABELLED_LOGITS_ENTRY = "mtsql.integrations.llamafactory.labelled_logits"

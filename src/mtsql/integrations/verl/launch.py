@@ -33,7 +33,7 @@ import re
 import shlex
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -346,13 +346,6 @@ def render_plan(plan: Sequence[Command]) -> str:
         lines.append(f"mkdir -p {shlex.quote(str(command.cwd))} && cd {shlex.quote(str(command.cwd))}")
         lines.append(command.shell(one_per_line=True))
     return "\n".join(lines) + "\n"
-
-
-def run_plan(plan: Sequence[Command], log_path: Path, *, echo: Callable[[str], None] | None = None) -> None:
-    """Run the commands in order, appending their output to ``log_path`` (and to ``echo``);
-    the first failure raises ``StageFailed`` quoting the command's error line."""
-    for command in plan:
-        run_logged(command, log_path, on_output=echo)
 
 
 def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> None:

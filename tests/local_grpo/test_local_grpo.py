@@ -8,7 +8,7 @@ import torch
 
 from mtsql.config import RlConfig
 from mtsql.errors import UsageError
-from mtsql.integrations.grpo_local import (
+from mtsql.local_grpo.update import (
     Episode,
     GrpoSettings,
     episode_advantages,
@@ -18,9 +18,8 @@ from mtsql.integrations.grpo_local import (
     pad_batch,
     response_logprobs,
     signal_share,
-    trainable,
-    with_lora,
 )
+from mtsql.local_grpo.weights import trainable, with_lora
 
 
 @pytest.fixture(scope="module")
