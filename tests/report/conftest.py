@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mtsql.agent.env import Step, Trajectory
-from mtsql.artifacts import Store
+from mtsql.artifacts import ArtifactKey, Store
 from mtsql.data.records import Turn
 from mtsql.files import write_jsonl
 from mtsql.measures.pass_at_k import pass_at_k_table
@@ -132,8 +132,9 @@ def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int
         return {"model_name": "smollm2-135m", "mode": mode, "memory": memory,
                 "decoding": "vote@4" if vote else "greedy", "datasets": datasets}
 
-    store.run("evaluate", label, {"data": DATA, "sample": {"seed": 7}, "env": {"max_turns": max_turns},
-                                  "label": label}, {}, work)
+    phase = label.split("-")[1]  # the model it scores, as a pipeline step labels it: eval-<phase>[-<variant>]
+    store.run(ArtifactKey("evaluate", variant=phase, name=label),
+              {"data": DATA, "sample": {"seed": 7}, "env": {"max_turns": max_turns}, "label": label}, {}, work)
 
 
 def build_run(root: Path) -> Path:
@@ -145,18 +146,18 @@ def build_run(root: Path) -> Path:
         write_jsonl(ctx.out / "trajectories.jsonl", trajectories("cosql", "long"))
         return {"policy": "gold_with_correction", "count": 12, "items": 12, "ex": 1.0}
 
-    store.run("sample", "sample-r1", {"data": DATA, "sample": {"seed": 7}}, {}, sample, round=1)
-    store.run("reject", "reject-r1", {}, {}, lambda ctx: {"items": 12, "solved": 9, "sampled": 12, "correct": 9,
-                                                          "kept": 9, "unsolved": 3}, round=1)
-    store.run("sft", "sft-r1", {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
-                                                    "heldout": {"count": 10, "ex": 0.3}}, round=1)
+    store.run(ArtifactKey("sample", 1), {"data": DATA, "sample": {"seed": 7}}, {}, sample)
+    store.run(ArtifactKey("reject", 1), {}, {}, lambda ctx: {"items": 12, "solved": 9, "sampled": 12, "correct": 9,
+                                                          "kept": 9, "unsolved": 3})
+    store.run(ArtifactKey("sft", 1), {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
+                                                    "heldout": {"count": 10, "ex": 0.3}})
     evaluation(store, "eval-sft", "long", {"cosql": (40, 16), "sparc": (3, 1)})
     evaluation(store, "eval-sft-turns1", "long", {"cosql": (40, 4), "sparc": (3, 0)}, max_turns=1)
     evaluation(store, "eval-sft-turns2", "long", {"cosql": (40, 10), "sparc": (3, 1)}, max_turns=2)
     evaluation(store, "eval-sft-vote4", "long", {"cosql": (40, 16), "sparc": (3, 1)}, vote={"cosql": 20, "sparc": 2})
     table = {f"stage {k}": {"easy": e, "medium": m, "hard": h, "extra": x, "total": e + m + h + x}
              for k, (e, m, h, x) in enumerate(((5, 0, 0, 0), (0, 4, 0, 0), (0, 0, 2, 1)), 1)}
-    store.run("curriculum", "curriculum", {"curriculum": {"by": "hardness", "stages": [["easy"], ["medium"],
+    store.run(ArtifactKey("curriculum"), {"curriculum": {"by": "hardness", "stages": [["easy"], ["medium"],
                                                                                          ["hard", "extra"]]}},
               {}, lambda ctx: {"pool": 12, "stages": 3, "dropped": {"solved": 0, "unlabelled": 0}, "table": table})
     for k, steps in ((1, 3), (2, 2)):
@@ -168,7 +169,7 @@ def build_run(root: Path) -> Path:
                 "self_correction_rate": 0.25, "invalid_message_rate": 0.1 * s, "messages_per_turn": 4.0 - s})
                 + "\n" for s in range(1, steps + 1)))
             return {"steps": steps, "reward_first": 0.5 * k + 0.1, "reward_last": 0.5 * k + 0.1 * steps}
-        store.run("rl", f"rl-c{k}", {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl, round=k)
+        store.run(ArtifactKey("rl", k), {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl)
     evaluation(store, "eval-rl", "long", {"cosql": (40, 18), "sparc": (3, 2)})
     evaluation(store, "eval-rl-predicted-memory", "long", {"cosql": (40, 12), "sparc": (3, 1)}, memory="predicted")
     return root
