@@ -1,5 +1,6 @@
 """Stages chained through the artifact store: scripted policies (fast) and the tiny Qwen3 (engines)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from mtsql.files import read_jsonl
 from mtsql.paths import data_dir
 from mtsql.rollout import RolloutEngine
 from mtsql.runner import run_stage, store_for
+from mtsql.trajectories import read_rows
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -312,7 +314,8 @@ def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
     from mtsql.stages.evaluate import judge
 
     cfg = ConfigView(cfg_for(tmp_path), ("sql",), owner="test", data_root=data_dir())
-    row = {"turn": {"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"}}
+    row = dataclasses.replace(read_rows(REPO / "tests" / "fixtures" / "scored_rows.jsonl")[0],
+                              turn={"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"})
     ex = judge(cfg)
     assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0
     assert ex(row, "SELECT nope FROM pets") == 0

@@ -10,6 +10,7 @@ stages; two RL stages with step logs, behaviour included.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,12 @@ import pytest
 from mtsql.agent.env import Step, Trajectory
 from mtsql.artifacts import ArtifactKey, Store
 from mtsql.data.records import Turn
-from mtsql.files import write_jsonl
 from mtsql.measures.pass_at_k import pass_at_k_table
 from mtsql.measures.propagation import propagation
 from mtsql.measures.vacuous import non_empty_gold_ex
 from mtsql.measures.verdicts import verdict_calibration
 from mtsql.sql.metrics import summarize
+from mtsql.trajectories import ScoredRow, write_rows
 
 TOKEN_ID = 9999991  # a token id that must never show up in rendered text
 GOLD = "SELECT count(*) FROM singer"
@@ -48,7 +49,7 @@ def summary(dataset: str, turns: int, correct: int) -> dict:
     return out
 
 
-def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode: str = "long") -> dict:
+def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode: str = "long") -> ScoredRow:
     """A scored rollout record, as sample and evaluate write them."""
     messages = [{"role": "system", "content": "SYSTEM PROMPT: follow the protocol."},
                 {"role": "user", "content": f"Database schema: ...\nCurrent question: {t.question}"}]
@@ -61,11 +62,16 @@ def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode:
                       memory_source="gold", max_turns=6, thinking=False, memory=[], messages=messages, steps=steps,
                       final_sql=final_sql, finish_reason="answer" if final_sql else "max_turns",
                       protocol_valid=valid)
-    return {"key": f"{t.uid}#0", "uid": t.uid, "sample": 0, "turn": t.to_dict(), "trajectory": traj.to_dict(),
-            "truncated": False, "generated_tokens": 42, "prompt_ids": [TOKEN_ID, 1], "response_ids": [TOKEN_ID],
-            "response_mask": [1], "hardness": t.hardness, "final_sql": final_sql, "protocol_valid": valid,
-            "execution": execution, "exact": execution,
-            "reward": {"score": 1.5 * execution, "outcome": float(execution), "ex": float(execution), "format": 1.0}}
+    return ScoredRow(
+        key=f"{t.uid}#0", uid=t.uid, sample=0, turn=t.to_dict(), trajectory=traj.to_dict(), truncated=False,
+        stop="episode_end", generations=[{"tokens": 42, "prompt_tokens": 100, "finish_reason": "stop"}],
+        generated_tokens=42, prompt_ids=[TOKEN_ID, 1], response_ids=[TOKEN_ID], response_mask=[1],
+        response_logprobs=None, elapsed_s=0.5, hardness=t.hardness, final_sql=final_sql, protocol_valid=valid,
+        execution=execution, exact=execution,
+        reward={"score": 1.5 * execution, "outcome": float(execution), "ex": float(execution), "format": 1.0},
+        actions=[s.tool if s.action == "tool_call" else s.action for s in steps],
+        proposed_sql=[s.sql for s in steps if s.sql], tool_calls=sum(s.action == "tool_call" for s in steps),
+        self_corrected=any(s.verdict == "no_pass" for s in steps), response_tokens=len(steps))
 
 
 def exec_step(i: int, sql: str, verdict: str | None, stated: str | None = None) -> Step:
@@ -75,7 +81,7 @@ def exec_step(i: int, sql: str, verdict: str | None, stated: str | None = None) 
                 exec_verdict=stated, observation=f"Result of {sql}: 3", result_kind="ok", row_count=1, verdict=verdict)
 
 
-def trajectories(dataset: str, mode: str) -> list[dict]:
+def trajectories(dataset: str, mode: str) -> list[ScoredRow]:
     """Three episodes: a self-correction with a memory check (right), a first turn (right), a miss."""
     if mode == "short":
         step = Step(index=0, text=f"<answer_sql>{GOLD}</answer_sql>", action="answer", sql=GOLD)
@@ -119,14 +125,15 @@ def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int
                 (ctx.out / name / "greedy" / "summary.json").write_text(json.dumps(summary(name, turns, k)))
                 k = vote[name]
             (ctx.out / name / "summary.json").write_text(json.dumps(summary(name, turns, k)))
-            write_jsonl(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
+            write_rows(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
             datasets[name] = {"turns": turns, "ex": k / turns, "em": (k // 2) / turns, "generated_tokens": 100,
                               **(measured(name, turns, k, mode, 160.0) if vote else greedy)}
             if vote:
                 datasets[name]["decodings"] = {"greedy": {"cost": greedy["cost"]},
                                                "vote@4": {"cost": datasets[name]["cost"]}}
-                samples = [{"uid": f"u{i // 4}", "sample": i % 4, "hardness": HARDNESS[i // 4 % 3],
-                            "turn": {"turn_index": i // 4 % 4}, "execution": int(i % 4 == 0 and i < 8 * k)}
+                base = trajectories(name, "short")[0]
+                samples = [replace(base, uid=f"u{i // 4}", sample=i % 4, hardness=HARDNESS[i // 4 % 3],
+                                   turn={"turn_index": i // 4 % 4}, execution=int(i % 4 == 0 and i < 8 * k))
                            for i in range(4 * turns)]
                 datasets[name]["pass_at_k"] = pass_at_k_table(samples, 4)
         return {"model_name": "smollm2-135m", "mode": mode, "memory": memory,
@@ -143,7 +150,7 @@ def build_run(root: Path) -> Path:
     evaluation(store, "eval-base-short", "short", {"cosql": (40, 1), "sparc": (3, 0)})
 
     def sample(ctx):
-        write_jsonl(ctx.out / "trajectories.jsonl", trajectories("cosql", "long"))
+        write_rows(ctx.out / "trajectories.jsonl", trajectories("cosql", "long"))
         return {"policy": "gold_with_correction", "count": 12, "items": 12, "ex": 1.0}
 
     store.run(ArtifactKey("sample", 1), {"data": DATA, "sample": {"seed": 7}}, {}, sample)
