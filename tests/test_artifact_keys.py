@@ -7,6 +7,7 @@ import pytest
 
 from mtsql.artifacts import MODEL_DIR, ArtifactKey, Store, key_of
 from mtsql.errors import UsageError
+from mtsql.report.runs import evaluations, latest_artifacts
 from mtsql.runner import Pending, latest_input
 
 
@@ -58,11 +59,13 @@ def test_old_manifests_without_a_key_get_one(tmp_path):
     _old_artifact(store, "sft-r1", "sft", 1, model=True)
     _old_artifact(store, "sft-r2", "sft", 2, model=True)
     _old_artifact(store, "eval-sft-turns1", "evaluate", None)
+    _old_artifact(store, "eval-vote", "evaluate", None)
     _old_artifact(store, "e-hf", "evaluate", None)
     assert store.latest("sft-r2").key == ArtifactKey("sft", 2)
     assert key_of(store.latest("eval-sft-turns1").manifest) == ArtifactKey("evaluate", None, "sft",
                                                                           name="eval-sft-turns1")
-    assert store.latest("e-hf").key.phase is None
+    assert store.latest("eval-vote").key.phase is None and store.latest("e-hf").key.variant is None
+    assert list(evaluations(latest_artifacts(tmp_path))) == ["eval-sft-turns1", "eval-vote"], "as their labels said"
     assert store.model("sft").label == "sft-r2", "the last round, from the keys of old manifests"
     assert store.model("auto").label == "sft-r2"
 

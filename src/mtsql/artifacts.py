@@ -106,13 +106,13 @@ class ArtifactKey:
 
 def key_of(manifest: dict) -> ArtifactKey:
     """The key a manifest records. A manifest written before keys has its stage and round; its label is
-    kept as the key's name, and an evaluation's phase is the word after ``eval-`` in it (the only place
-    a label is read, for those older artifacts)."""
+    kept as the key's name, and an evaluation labelled ``eval-<word>...`` gets that word as its variant
+    (its phase when it is base, sft or rl): the only place a label is read, for those older artifacts."""
     if "key" in manifest:
         return ArtifactKey(**manifest["key"])
     label, stage = manifest["label"], manifest["stage"]
     word = label.removeprefix("eval-").split("-")[0] if stage == "evaluate" and label.startswith("eval-") else None
-    return ArtifactKey(stage, manifest.get("round"), word if word in PHASES else None, name=label)
+    return ArtifactKey(stage, manifest.get("round"), word or None, name=label)
 
 
 @dataclass(frozen=True)

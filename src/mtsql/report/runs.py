@@ -1,7 +1,8 @@
 """What the report reads from a run folder: the newest artifact of each label and their files.
 
-Evaluations are the artifacts of the evaluate stage; the phase of one (base, sft, rl) is the kind of
-model it scored, as its ``ArtifactKey`` records. The *headline* evaluation of a phase is its
+Evaluations are the artifacts of the evaluate stage whose key names what they scored (its variant:
+every evaluation ``mtsql evaluate`` and pipelines make; an older one labelled ``eval-*``); the phase of
+one (base, sft, rl) is the kind of model it scored. The *headline* evaluation of a phase is its
 long-horizon evaluation with gold memory (the paper's protocol) labelled ``eval-<phase>``, else the
 newest such one; the others (short mode, predicted memory, fewer messages, voting) are variants.
 """
@@ -52,7 +53,7 @@ def eval_order(art: Artifact) -> tuple[int, str]:
 
 def evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
     """The evaluation artifacts, base → sft → rl, then by label."""
-    found = sorted((art for art in arts.values() if art.key.stage == "evaluate"), key=eval_order)
+    found = sorted((art for art in arts.values() if art.key.stage == "evaluate" and art.key.variant), key=eval_order)
     return {art.label: art for art in found}
 
 
