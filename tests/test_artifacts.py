@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mtsql.artifacts import Store, fingerprint, verify
+from mtsql.artifacts import ArtifactKey, Store, fingerprint, verify
 from mtsql.errors import UsageError
 
 
@@ -21,7 +21,7 @@ def _work(records):
 
 def test_fingerprint_stable_and_sensitive(tmp_path):
     store = Store(tmp_path)
-    base, _ = store.run("sample", "sample", {"n": 1}, {}, _work([1]))
+    base, _ = store.run(ArtifactKey("sample"), {"n": 1}, {}, _work([1]))
     assert fingerprint("sample", {"n": 1}, {}) == fingerprint("sample", {"n": 1}, {}) == base.fingerprint
     assert fingerprint("sample", {"n": 2}, {}) != base.fingerprint
     assert fingerprint("reject", {"n": 1}, {}) != base.fingerprint
@@ -36,11 +36,11 @@ def test_skip_when_complete_and_force(tmp_path):
         calls.append(1)
         return _work([1, 2])(ctx)
 
-    first, cached = store.run("sample", "sample-r1", {"n": 1}, {}, work, round=1)
+    first, cached = store.run(ArtifactKey("sample", 1), {"n": 1}, {}, work)
     assert not cached and first.metrics == {"n": 2} and first.manifest["round"] == 1
-    again, cached = store.run("sample", "sample-r1", {"n": 1}, {}, work)
+    again, cached = store.run(ArtifactKey("sample", 1), {"n": 1}, {}, work)
     assert cached and again.path == first.path and len(calls) == 1
-    forced, cached = store.run("sample", "sample-r1", {"n": 1}, {}, work, force=True)
+    forced, cached = store.run(ArtifactKey("sample", 1), {"n": 1}, {}, work, force=True)
     assert not cached and len(calls) == 2 and forced.path == first.path
     assert (tmp_path / "sample-r1" / "latest").resolve() == first.path.resolve()
     outputs = {o["path"]: o for o in forced.manifest["outputs"]}
@@ -55,24 +55,24 @@ def test_failed_stage_leaves_nothing_complete(tmp_path):
         raise RuntimeError("engine died")
 
     with pytest.raises(RuntimeError):
-        store.run("sft", "sft", {}, {}, boom)
+        store.run(ArtifactKey("sft"), {}, {}, boom)
     assert store.artifacts() == []
     fp = fingerprint("sft", {}, {})
     assert store.find("sft", fp) is None
-    done, cached = store.run("sft", "sft", {}, {}, _work([1]))
+    done, cached = store.run(ArtifactKey("sft"), {}, {}, _work([1]))
     assert not cached and store.find("sft", fp) == done
 
 
 def test_sigkill_midway_leaves_no_complete_artifact(tmp_path):
     script = textwrap.dedent(f"""
         import time
-        from mtsql.artifacts import Store
+        from mtsql.artifacts import ArtifactKey, Store
         def work(ctx):
             (ctx.out / "shard-0.jsonl").write_text("{{}}\\n")
             print("started", flush=True)
             time.sleep(60)
             return {{}}
-        Store({str(tmp_path)!r}).run("sample", "sample", {{}}, {{}}, work)
+        Store({str(tmp_path)!r}).run(ArtifactKey("sample"), {{}}, {{}}, work)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "started"
@@ -86,14 +86,14 @@ def test_sigkill_midway_leaves_no_complete_artifact(tmp_path):
         seen.append(sorted(p.name for p in ctx.out.iterdir()))
         return {"resumed": True}
 
-    done, cached = store.run("sample", "sample", {}, {}, resume)
+    done, cached = store.run(ArtifactKey("sample"), {}, {}, resume)
     assert not cached and "shard-0.jsonl" in seen[0], "the partial folder is handed back so stages can resume"
     assert done.metrics == {"resumed": True}
 
 
 def test_verify_and_hand_edited_manifest(tmp_path):
     store = Store(tmp_path)
-    art, _ = store.run("sample", "sample", {}, {}, _work([1]))
+    art, _ = store.run(ArtifactKey("sample"), {}, {}, _work([1]))
     assert verify(art) == []
     (art.path / "items.jsonl").write_text("tampered\n")
     assert any("changed" in p for p in verify(art))
@@ -110,12 +110,12 @@ def test_lock_refuses_concurrent_run(tmp_path):
     def outer(ctx):
         from mtsql.errors import StageFailed
         try:
-            store.run("sample", "sample", {}, {}, _work([1]))
+            store.run(ArtifactKey("sample"), {}, {}, _work([1]))
         except StageFailed as exc:
             inner.append(str(exc))
         return {}
 
-    store.run("sample", "sample", {}, {}, outer)
+    store.run(ArtifactKey("sample"), {}, {}, outer)
     assert inner and "another mtsql process" in inner[0] and time.time() - started < 5
 
 
@@ -131,10 +131,10 @@ def test_attempts_total_duration_and_error_line_are_kept(tmp_path):
         raise StageFailed("the engine died")
 
     with pytest.raises(StageFailed):
-        store.run("sample", "sample", {"n": 1}, {}, fails)
+        store.run(ArtifactKey("sample"), {"n": 1}, {}, fails)
     partial = next(tmp_path.glob("sample/*.partial"))
     assert "=== failed: StageFailed: the engine died" in (partial / "log.txt").read_text()
-    done, _ = store.run("sample", "sample", {"n": 1}, {}, _work([1]))
+    done, _ = store.run(ArtifactKey("sample"), {"n": 1}, {}, _work([1]))
     attempts = done.manifest["attempts"]
     assert [a["outcome"] for a in attempts] == ["failed: StageFailed", "complete"]
     assert attempts[0]["duration_s"] >= 0.2
@@ -150,7 +150,7 @@ def test_bad_input_found_before_any_work_leaves_no_partial(tmp_path):
         raise UsageError("db.sqlite: not a readable SQLite database")
 
     with pytest.raises(UsageError):
-        store.run("sample", "sample", {"n": 1}, {}, bad_input)
+        store.run(ArtifactKey("sample"), {"n": 1}, {}, bad_input)
     assert not list(tmp_path.glob("sample/*.partial"))
 
     def bad_input_after_work(ctx):
@@ -158,5 +158,5 @@ def test_bad_input_found_before_any_work_leaves_no_partial(tmp_path):
         raise UsageError("db.sqlite: not a readable SQLite database")
 
     with pytest.raises(UsageError):
-        store.run("sample", "sample", {"n": 1}, {}, bad_input_after_work)
+        store.run(ArtifactKey("sample"), {"n": 1}, {}, bad_input_after_work)
     assert (next(tmp_path.glob("sample/*.partial")) / "shard-0.jsonl").exists()  # work to resume from

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.artifacts import Store
+from mtsql.artifacts import ArtifactKey, Store
 from mtsql.paths import FIXTURE_DATA
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def empty_sample(tmp: Path) -> None:
     def work(ctx):
         (ctx.out / "trajectories.jsonl").write_text("")
         return {"count": 0}
-    Store(tmp / "runs" / "tiny").run("sample", "sample", {"n": 0}, {}, work)
+    Store(tmp / "runs" / "tiny").run(ArtifactKey("sample"), {"n": 0}, {}, work)
 
 
 def empty_sparc(tmp: Path) -> None:

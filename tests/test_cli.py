@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mtsql import artifacts
-from mtsql.artifacts import Store
+from mtsql.artifacts import ArtifactKey, Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_status_and_verify(tmp_path):
         (ctx.out / "items.jsonl").write_text(json.dumps({"a": 1}) + "\n")
         return {"ex": 0.5, "count": 1}
 
-    store.run("sample", "sample-r1", {"n": 1}, {}, work, round=1)
+    store.run(ArtifactKey("sample", 1), {"n": 1}, {}, work)
     (tmp_path / "runs" / "r1" / "sft-r1" / "abc.partial").mkdir(parents=True)
     result = mtsql("status", "r1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -77,7 +77,7 @@ def test_help_fits_100_columns(command):
 def test_verify_catches_metrics_edited_in_the_manifest(tmp_path):
     """`status` shows the manifest's metrics: an edit there is a difference from the hashed metrics.json."""
     store = Store(tmp_path / "runs" / "r1")
-    done, _ = store.run("evaluate", "eval-base", {}, {}, lambda ctx: {"mode": "long", "datasets": {"cosql": {"ex": 0.1}}})
+    done, _ = store.run(ArtifactKey("evaluate", variant="base"), {}, {}, lambda ctx: {"mode": "long", "datasets": {"cosql": {"ex": 0.1}}})
     assert mtsql("data", "verify", "r1", cwd=tmp_path).returncode == 0
     manifest = json.loads((done.path / "manifest.json").read_text())
     manifest["metrics"]["datasets"]["cosql"]["ex"] = 0.9
@@ -92,7 +92,7 @@ def test_reading_commands_find_runs_as_stage_commands_do(tmp_path):
     """One spelling of the runs folder: status, data verify and report take ``runs_dir=`` (or the
     profile's ``runs_dir`` and ``run``) like the stage commands."""
     store = Store(tmp_path / "elsewhere" / "r1")
-    store.run("sample", "sample-r1", {"n": 1}, {}, lambda ctx: {"ex": 0.5, "count": 1}, round=1)
+    store.run(ArtifactKey("sample", 1), {"n": 1}, {}, lambda ctx: {"ex": 0.5, "count": 1})
     (tmp_path / "p.yaml").write_text("run: r1\nruns_dir: elsewhere\n")
     env = {"PYTHONPATH": str(Path(artifacts.__file__).resolve().parents[1])}  # the code under test
     for args in (("status", "--config", "p.yaml"), ("status", "r1", "runs_dir=elsewhere")):

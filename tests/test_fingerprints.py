@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from mtsql import provenance
-from mtsql.artifacts import Store
+from mtsql.artifacts import ArtifactKey, Store
 from mtsql.config import ConfigView, UndeclaredSection, load_config
 from mtsql.paths import FIXTURE_DATA, data_dir
 from mtsql.runner import STAGES, run_stage, store_for, view_for
@@ -196,7 +196,7 @@ def test_a_changed_byte_in_a_large_file_is_caught(tmp_path):
         (ctx.out / "model.safetensors").write_bytes(b"\1" * (65 * 2**20))
         return {}
 
-    art, _ = Store(tmp_path).run("sft", "sft-r1", {}, {}, work)
+    art, _ = Store(tmp_path).run(ArtifactKey("sft", 1), {}, {}, work)
     assert verify(art) == []
     with (art.path / "model.safetensors").open("r+b") as handle:
         handle.seek(40 * 2**20)

@@ -1,12 +1,13 @@
 """Stages chained through the artifact store: scripted policies (fast) and the tiny Qwen3 (engines)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from mtsql import pipeline
-from mtsql.artifacts import Artifact
+from mtsql.artifacts import Artifact, ArtifactKey
 from mtsql.config import load_config, replace
 from mtsql.data import eval_turns, train_pool
 from mtsql.errors import UsageError
@@ -14,6 +15,7 @@ from mtsql.files import read_jsonl
 from mtsql.paths import data_dir
 from mtsql.rollout import RolloutEngine
 from mtsql.runner import run_stage, store_for
+from mtsql.trajectories import read_rows
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -27,19 +29,19 @@ def test_scripted_sample_reject_curriculum_and_cache(tmp_path):
     cfg = cfg_for(tmp_path, "sample.n=2")
     turns = train_pool(cfg.data, data_dir())
     assert turns and all(t.hardness for t in turns)
-    sampled = pipeline.sample(cfg, label="sample-r1", policy="gold_with_correction", round=1)
+    sampled = pipeline.sample(cfg, key=ArtifactKey("sample", 1), policy="gold_with_correction")
     rows = read_jsonl(sampled.path / "trajectories.jsonl")
     assert len(rows) == 2 * len(turns) and not (sampled.path / "rollout").exists()
     assert sampled.metrics["ex"] == 1.0 and sampled.metrics["self_correction_rate"] == 1.0
     assert all(r["reward"]["score"] > 2 and r["actions"][0] == "exec_sql" for r in rows)
-    kept = run_stage("reject", cfg, label="reject-r1", inputs={"sample": sampled})
+    kept = run_stage("reject", cfg, key=ArtifactKey("reject", 1), inputs={"sample": sampled})
     assert kept.metrics["kept"] > 0 and kept.metrics["unsolved"] == 0
     plan = pipeline.curriculum(cfg)
     sizes = [len(read_jsonl(plan.path / f"stage-{k}.jsonl")) for k in (1, 2, 3)]
     assert sum(sizes) == len(turns) == plan.metrics["pool"]
-    again = pipeline.sample(cfg, label="sample-r1", policy="gold_with_correction", round=1)
+    again = pipeline.sample(cfg, key=ArtifactKey("sample", 1), policy="gold_with_correction")
     assert again.manifest["created_at"] == sampled.manifest["created_at"], "a rerun is a cache hit"
-    other = pipeline.sample(cfg_for(tmp_path, "sample.n=1"), label="sample-r1", policy="gold", round=1)
+    other = pipeline.sample(cfg_for(tmp_path, "sample.n=1"), key=ArtifactKey("sample", 1), policy="gold")
     assert other.fingerprint != sampled.fingerprint
 
 
@@ -129,7 +131,7 @@ def test_rl_with_every_curriculum_stage_empty_trains_nothing(tmp_path, monkeypat
 def test_sft_rounds_stop_once_the_pool_is_solved(tmp_path, monkeypatch):
     """A round after the pool is empty would sample nothing (and fail): no round follows."""
     sampled = []
-    monkeypatch.setattr(pipeline, "sample", lambda cfg, **kw: sampled.append(kw["round"]) or Artifact(tmp_path, {}))
+    monkeypatch.setattr(pipeline, "sample", lambda cfg, **kw: sampled.append(kw["key"].round) or Artifact(tmp_path, {}))
     monkeypatch.setattr(pipeline, "run_stage", lambda name, cfg, **kw: Artifact(tmp_path, {
         "metrics": {"items": 2, "solved": 2, "kept": 2, "unsolved": 0} if name == "reject" else {}}))
     pipeline.sft_iterate(cfg_for(tmp_path, "sft.first_round_policy=model"), rounds=3)
@@ -312,7 +314,8 @@ def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
     from mtsql.stages.evaluate import judge
 
     cfg = ConfigView(cfg_for(tmp_path), ("data", "sql"), owner="test", data_root=data_dir())
-    row = {"turn": {"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"}}
+    row = dataclasses.replace(read_rows(REPO / "tests" / "fixtures" / "scored_rows.jsonl")[0],
+                              turn={"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"})
     ex = judge(cfg)
     assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0
     assert ex(row, "SELECT nope FROM pets") == 0

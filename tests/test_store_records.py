@@ -6,7 +6,7 @@ import stat
 import pytest
 import yaml
 
-from mtsql.artifacts import StageInterrupted, Store
+from mtsql.artifacts import ArtifactKey, StageInterrupted, Store
 
 
 def test_recorded_paths_name_the_final_folder_not_the_partial_one(tmp_path):
@@ -14,7 +14,7 @@ def test_recorded_paths_name_the_final_folder_not_the_partial_one(tmp_path):
         (ctx.out / "train.yaml").write_text(yaml.safe_dump({"output_dir": str(ctx.out / "model")}))
         return {"where": str(ctx.out)}
 
-    art, _ = Store(tmp_path).run("sft", "sft-r1", {}, {}, work)
+    art, _ = Store(tmp_path).run(ArtifactKey("sft", 1), {}, {}, work)
     recorded = yaml.safe_load((art.path / "train.yaml").read_text())["output_dir"]
     assert recorded == str(art.path / "model") and ".partial" not in (art.path / "log.txt").read_text()
     assert art.manifest["outputs"], "hashes are taken after the rewrite"
@@ -24,7 +24,7 @@ def test_recorded_paths_name_the_final_folder_not_the_partial_one(tmp_path):
 def test_artifact_files_follow_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
-        art, _ = Store(tmp_path).run("reject", "reject", {}, {}, lambda ctx: {"n": 1})
+        art, _ = Store(tmp_path).run(ArtifactKey("reject"), {}, {}, lambda ctx: {"n": 1})
     finally:
         os.umask(old)
     for name in ("manifest.json", "metrics.json", "config.yaml", "log.txt"):
@@ -39,9 +39,9 @@ def test_an_interrupted_stage_is_kept_for_resume_and_the_log_marks_each_attempt(
         raise KeyboardInterrupt
 
     with pytest.raises(StageInterrupted) as caught:
-        store.run("sample", "sample-r1", {}, {}, interrupted)
+        store.run(ArtifactKey("sample", 1), {}, {}, interrupted)
     assert caught.value.label == "sample-r1" and caught.value.partial.name.endswith(".partial")
-    done, _ = store.run("sample", "sample-r1", {}, {}, lambda ctx: {"resumed": (ctx.out / "shard.jsonl").exists()})
+    done, _ = store.run(ArtifactKey("sample", 1), {}, {}, lambda ctx: {"resumed": (ctx.out / "shard.jsonl").exists()})
     assert done.metrics == {"resumed": True}
     log = (done.path / "log.txt").read_text()
     assert log.count("attempt started") == 2 and "=== interrupted" in log and "(resuming the .partial folder)" in log

@@ -5,7 +5,8 @@ Layout::
     runs/<run>/<label>/<fp12>/   manifest.json  config.yaml  log.txt  metrics.json  <outputs>
     runs/<run>/<label>/latest -> <fp12>
 
-``label`` is the stage name, with ``-r<k>`` for SFT rounds or ``-c<k>`` for curriculum stages.
+What an artifact is, is its ``ArtifactKey`` (stage, round, variant), recorded in the manifest; the
+folder's ``label`` is derived from it (``sample-r2``, ``rl-c1``, ``eval-sft``) and never parsed back.
 The fingerprint hashes the stage name, the config it reads, the fingerprints of its inputs and the
 digest of the code it runs; the label is not part of it, so the same work asked for under a new label
 is served from the store (the new label's ``latest`` points at the existing folder).
@@ -31,7 +32,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,77 @@ from mtsql.errors import StageFailed, UsageError
 from mtsql.files import read_json, write_json, write_text
 from mtsql.provenance import code_version, hardware, package_versions
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the manifest records its ArtifactKey ("key")
 MANIFEST = "manifest.json"
 MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
 PARTIAL = ".partial"
 ATTEMPTS = "attempts.json"  # in a .partial folder: the attempts so far (the manifest keeps them once complete)
 REWRITE_LIMIT = 256 * 2**20  # files this large are weights or data, never a record of a path
+
+
+ROUND_MARKS = {"rl": "c"}  # the letter before a round number in a label: rl-c2 (a curriculum stage); else sample-r2
+PHASES = ("base", "sft", "rl")  # the kinds of model an evaluation scores
+
+
+@dataclass(frozen=True)
+class ArtifactKey:
+    """What an artifact is: the stage that made it, its round, its variant. Its ``label`` (the folder name)
+    is derived from it, so that the store, ``mtsql status`` and the report read what an artifact is from
+    its manifest instead of from its name.
+
+    ``round``: the self-taught SFT round of a sample, reject or sft artifact (``sft-r2``), the curriculum
+    stage of an rl one (``rl-c2``), or the round of the model an evaluation scores (``eval-sft-r2``).
+    ``variant``: for an evaluation, the kind of model it scores (base, sft or rl); else a name beside the
+    stage (``sample-pool``: the RL pool's probe). ``name``: a label given by hand (``--label``, a
+    pipeline step's ``label``), kept as given; None when it is the derived one."""
+
+    stage: str
+    round: int | None = None
+    variant: str | None = None
+    name: str | None = None
+
+    def __post_init__(self):
+        if self.name is not None and self.name == self._derived():
+            object.__setattr__(self, "name", None)  # one key for one artifact, however its label was asked for
+
+    @property
+    def label(self) -> str:
+        return self.name or self._derived()
+
+    def _derived(self) -> str:
+        if self.stage == "evaluate":
+            return f"eval-{ArtifactKey(self.variant, self.round).label}" if self.variant else self.stage
+        parts = [self.stage, *([self.variant] if self.variant else [])]
+        if self.round is not None:
+            parts.append(f"{ROUND_MARKS.get(self.stage, 'r')}{self.round}")
+        return "-".join(parts)
+
+    @classmethod
+    def evaluation(cls, model: ArtifactKey | None, name: str | None = None) -> ArtifactKey:
+        """The key of an evaluation of ``model`` (the key of a trained model; None: the base model),
+        labelled ``eval-<the model's label>`` unless ``name`` is given."""
+        if model is None:
+            return cls("evaluate", variant="base", name=name)
+        return cls("evaluate", model.round, model.stage, name or f"eval-{model.label}")
+
+    @property
+    def phase(self) -> str | None:
+        """The kind of model an evaluation scores (base, sft, rl); None for other artifacts."""
+        return self.variant if self.stage == "evaluate" and self.variant in PHASES else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def key_of(manifest: dict) -> ArtifactKey:
+    """The key a manifest records. A manifest written before keys has its stage and round; its label is
+    kept as the key's name, and an evaluation labelled ``eval-<word>...`` gets that word as its variant
+    (its phase when it is base, sft or rl): the only place a label is read, for those older artifacts."""
+    if "key" in manifest:
+        return ArtifactKey(**manifest["key"])
+    label, stage = manifest["label"], manifest["stage"]
+    word = label.removeprefix("eval-").split("-")[0] if stage == "evaluate" and label.startswith("eval-") else None
+    return ArtifactKey(stage, manifest.get("round"), word or None, name=label)
 
 
 @dataclass(frozen=True)
@@ -63,6 +129,10 @@ class Artifact:
     @property
     def label(self) -> str:
         return self.manifest["label"]
+
+    @property
+    def key(self) -> ArtifactKey:
+        return key_of(self.manifest)
 
     @property
     def metrics(self) -> dict:
@@ -149,9 +219,16 @@ class Store:
         manifest = read_manifest(link.resolve())
         return Artifact(link.resolve(), manifest) if manifest else None
 
-    def labels(self) -> list[str]:
-        """Labels that have a complete artifact (their ``latest`` link)."""
-        return sorted(p.parent.name for p in self.root.glob("*/latest") if p.exists()) if self.root.exists() else []
+    def latest_of(self, stage: str) -> Artifact | None:
+        """This run's last round or curriculum stage of ``stage`` (``sft-r2``, ``rl-c3``; of the artifacts
+        its labels' ``latest`` links point to; one without a round counts as round 0), the newest of them
+        on a tie; None when it has none."""
+        found = []
+        for link in self.root.glob("*/latest") if self.root.exists() else ():
+            manifest = read_manifest(link.resolve()) if link.exists() else None
+            if manifest is not None and key_of(manifest).stage == stage:
+                found.append(Artifact(link.resolve(), manifest))
+        return max(found, key=lambda a: (a.key.round or 0, a.manifest.get("created_at", "")), default=None)
 
     def require(self, label: str) -> Artifact:
         """The latest complete artifact of ``label``, or a UsageError saying how to see what exists."""
@@ -165,18 +242,17 @@ class Store:
         stage; an artifact label such as ``sft-r2``; ``auto`` (or None): the first kind of ``auto``
         this run has, else base. RL starts from ``auto=("sft",)``, so a rerun never starts from its
         own output."""
-        labels = sorted(self.labels(), key=_label_order)
         if ref in (None, "auto"):
-            ref = next((kind for kind in auto if any(name.startswith(f"{kind}-") for name in labels)), "base")
+            ref = next((kind for kind in auto if self.latest_of(kind) is not None), "base")
         if ref == "base":
             return None
         if ref in ("sft", "rl"):
-            matching = [name for name in labels if name.startswith(f"{ref}-")]
-            if not matching:
+            artifact = self.latest_of(ref)
+            if artifact is None:
                 command = "sft-iterate" if ref == "sft" else "rl"
                 raise UsageError(f"run '{self.root.name}' has no {ref} model yet; run `mtsql {command}` first")
-            ref = matching[-1]
-        artifact = self.require(ref)
+        else:
+            artifact = self.require(ref)
         if not (artifact.path / MODEL_DIR).is_dir():
             raise UsageError(f"'{ref}' of run '{self.root.name}' is not a model artifact (no {MODEL_DIR}/ folder)")
         return artifact
@@ -199,15 +275,16 @@ class Store:
                 found.append(Artifact(manifest_path.parent, manifest))
         return sorted(found, key=lambda a: a.manifest.get("created_at", ""))
 
-    def run(self, stage: str, label: str, config: dict, inputs: dict[str, Artifact],
+    def run(self, key: ArtifactKey, config: dict, inputs: dict[str, Artifact],
             work: Callable[[StageContext], dict], *, code: str = "", force: bool = False,
-            round: int | None = None, unhashed: dict | None = None) -> tuple[Artifact, bool]:
-        """Run ``work`` unless a complete artifact with the same fingerprint exists.
+            unhashed: dict | None = None) -> tuple[Artifact, bool]:
+        """Run ``work`` for the artifact ``key`` unless a complete artifact with the same fingerprint exists.
 
         Returns (artifact, cached). ``work`` writes into ``ctx.out`` and returns its metrics.
         ``config.yaml`` shows ``config`` (what the fingerprint covers) and, under ``not_hashed``,
         ``unhashed`` (settings that were used but cannot change the results: batch sizes, ports, paths).
         """
+        stage, label = key.stage, key.label
         fp = fingerprint(stage, config, inputs, code)
         if not force and (done := self.find(label, fp)):
             self._point_latest(label, done.path)
@@ -221,7 +298,7 @@ class Store:
             resumed = partial.exists()
             partial.mkdir(exist_ok=True)
             ctx = StageContext(label, partial, inputs, partial / "log.txt")
-            attempts = _Attempts(partial / ATTEMPTS)
+            attempts = _Attempts(partial / ATTEMPTS, key)
             ctx.log(f"=== {label}: attempt started {attempts.start()}"
                     + (" (resuming the .partial folder)" if resumed else ""))
             shown = {**config, "not_hashed": unhashed} if unhashed else config
@@ -243,7 +320,8 @@ class Store:
             history = attempts.end("complete")
             (partial / ATTEMPTS).unlink()
             manifest = {
-                "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": round,
+                "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": key.round,
+                "key": key.to_dict(),
                 "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)), "attempts": history,
                 "code": {**code_version(), "digest": code},
@@ -278,18 +356,19 @@ class Store:
 class _Attempts:
     """The attempts at one artifact, kept in its ``.partial`` folder while it is built and moved into
     the manifest when it completes: each one's start, wall time and outcome. An attempt killed
-    outright (kill -9, a power cut) keeps the outcome ``running`` and no duration."""
+    outright (kill -9, a power cut) keeps the outcome ``running`` and no duration. The file also holds
+    the artifact's key, so that ``mtsql status`` knows what a partial folder is."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.history: list[dict] = read_json(path) if path.exists() else []
+    def __init__(self, path: Path, key: ArtifactKey):
+        self.path, self.key = path, key
+        self.history: list[dict] = read_attempts(path)[1] if path.exists() else []
         self.started = 0.0
 
     def start(self) -> str:
         self.started = time.time()
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         self.history.append({"started_at": now, "duration_s": None, "outcome": "running"})
-        write_json(self.path, self.history)
+        self._write()
         return now
 
     def end(self, outcome: str) -> list[dict]:
@@ -303,18 +382,23 @@ class _Attempts:
         self.end(outcome)
         with contextlib.suppress(OSError):
             ctx.log(line)
-            write_json(self.path, self.history)
+            self._write()
+
+    def _write(self) -> None:
+        write_json(self.path, {"key": self.key.to_dict(), "attempts": self.history})
+
+
+def read_attempts(path: Path) -> tuple[ArtifactKey | None, list[dict]]:
+    """The key and attempts an ``attempts.json`` holds (an older mtsql wrote the attempts alone)."""
+    data = read_json(path)
+    if isinstance(data, list):
+        return None, data
+    return ArtifactKey(**data["key"]), data["attempts"]
 
 
 def _holds_no_work(partial: Path) -> bool:
     """Whether a ``.partial`` folder holds only what ``Store.run`` itself writes before the stage runs."""
     return {p.name for p in partial.iterdir()} <= {"config.yaml", "log.txt", ATTEMPTS}
-
-
-def _label_order(label: str) -> tuple[str, int]:
-    """``sft-r10`` after ``sft-r2``."""
-    stem, _, number = label.rpartition("-")
-    return (stem, int(number[1:])) if number[1:].isdigit() else (label, 0)
 
 
 def _point_paths_at(partial: Path, final: Path) -> None:

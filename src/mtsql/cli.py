@@ -27,7 +27,7 @@ from mtsql.evaluate_files import run_evaluate
 from mtsql.models import registry
 from mtsql.progress import track
 from mtsql.report import build_report
-from mtsql.runner import STAGES, Pending, run_stage, runs_root, store_for
+from mtsql.runner import STAGES, latest_input, run_stage, runs_root, store_for
 from mtsql.slices import CURRICULUM_LABELS
 from mtsql.sql.evaluation import EvaluateOptions
 from mtsql.status import run_folder, status_table
@@ -118,7 +118,7 @@ def sample(config: ConfigOpt = None, overrides: Overrides = None,
     cfg = _cfg(config, [*(overrides or []), *([f"data.train_dataset={dataset}"] if dataset else []),
                         *([f"data.train_split={split}"] if split else []),
                         *([f"sample.policy={policy}"] if policy else [])])
-    pipeline.sample(cfg, label=label or "sample", model=store_for(cfg).model(model), force=force, dry_run=dry_run)
+    pipeline.sample(cfg, label=label, model=store_for(cfg).model(model), force=force, dry_run=dry_run)
 
 
 @app.command()
@@ -128,9 +128,8 @@ def sft(config: ConfigOpt = None, overrides: Overrides = None,
     """Fine-tune with LLaMA-Factory on kept tool-integrated trajectories (tool outputs masked)."""
     cfg = _cfg(config, overrides)
     store = store_for(cfg)
-    reject = store.latest(source) or (Pending(source, None) if dry_run else store.require(source))
-    run_stage("sft", cfg, label=label, inputs={"reject": reject, "model": store.model(model)}, force=force,
-              dry_run=dry_run)
+    run_stage("sft", cfg, label=label, inputs={"reject": latest_input(store, source, dry_run=dry_run),
+                                               "model": store.model(model)}, force=force, dry_run=dry_run)
 
 
 @app.command("sft-iterate")
@@ -191,9 +190,8 @@ def evaluate(
     (--model) on the profile's eval datasets, greedy or with evaluate.vote samples (evaluate.samples: pass@k)."""
     cfg = _cfg(config, overrides)
     if pred is None:
-        artifact = store_for(cfg).model(model or "auto")
-        pipeline.evaluate(cfg, label=label or f"eval-{artifact.label if artifact else 'base'}", model=artifact,
-                          force=force, dry_run=dry_run)
+        pipeline.evaluate(cfg, label=label, model=store_for(cfg).model(model or "auto"), force=force,
+                          dry_run=dry_run)
         return
     if dataset is None or out is None:
         raise UsageError("evaluate --pred needs --dataset and --out")
@@ -254,8 +252,7 @@ def stage_command(name: str):
     def command(*, config, overrides, label, force, dry_run, **labels) -> None:
         cfg = _cfg(config, overrides)
         store = store_for(cfg)
-        found = {key: store.latest(value) or (Pending(value, None) if dry_run else store.require(value))
-                 for key, value in labels.items() if value}
+        found = {key: latest_input(store, value, dry_run=dry_run) for key, value in labels.items() if value}
         _print_table(f"{label or name}", run_stage(name, cfg, label=label, inputs=found, force=force, dry_run=dry_run))
 
     command.__signature__ = inspect.Signature(common + inputs)

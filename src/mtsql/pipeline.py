@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mtsql.artifacts import Artifact
+from mtsql.artifacts import Artifact, ArtifactKey
 from mtsql.config import Config, build, load_config, replace
 from mtsql.data import per_dataset_groups
 from mtsql.data.records import read_turns
@@ -26,7 +26,7 @@ from mtsql.errors import UsageError
 from mtsql.files import read_text
 from mtsql.paths import data_dir
 from mtsql.report import build_report
-from mtsql.runner import STAGES, Pending, run_stage, store_for
+from mtsql.runner import STAGES, Pending, latest_input, run_stage, store_for
 from mtsql.stages.rl import pick_engine
 
 console = Console(stderr=True)
@@ -36,13 +36,14 @@ console = Console(stderr=True)
 # Self-taught warm-start SFT
 
 
-def sample(cfg: Config, *, label: str = "sample", policy: str | None = None, model=None, pool=None,
-           round: int | None = None, force=False, dry_run=False) -> Artifact | Pending:
-    """Roll out ``policy`` (default ``sample.policy``); a model policy samples ``model`` (None: base)."""
+def sample(cfg: Config, *, key: ArtifactKey | None = None, label: str | None = None, policy: str | None = None,
+           model=None, pool=None, force=False, dry_run=False) -> Artifact | Pending:
+    """Roll out ``policy`` (default ``sample.policy``); a model policy samples ``model`` (None: base).
+    ``key`` / ``label``: as ``run_stage`` takes them."""
     if policy is not None:
         cfg = replace(cfg, sample={"policy": policy})
     inputs = {"model": model if cfg.sample.policy == "model" else None, "pool": pool}
-    return run_stage("sample", cfg, label=label, inputs=inputs, round=round, force=force, dry_run=dry_run)
+    return run_stage("sample", cfg, key=key, label=label, inputs=inputs, force=force, dry_run=dry_run)
 
 
 def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=False) -> Artifact | Pending | None:
@@ -57,9 +58,9 @@ def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=
             console.print(f"[yellow]round {k - 1} solved every item of its pool: no round {k}[/]")
             break
         policy = cfg.sft.first_round_policy if k == 1 else "model"
-        sampled = sample(cfg, label=f"sample-r{k}", policy=policy, model=model, pool=pool, round=k, force=force,
+        sampled = sample(cfg, key=ArtifactKey("sample", k), policy=policy, model=model, pool=pool, force=force,
                          dry_run=dry_run)
-        kept = run_stage("reject", cfg, label=f"reject-r{k}", inputs={"sample": sampled}, round=k, force=force,
+        kept = run_stage("reject", cfg, key=ArtifactKey("reject", k), inputs={"sample": sampled}, force=force,
                          dry_run=dry_run)
         if policy == "model":
             pool = kept
@@ -67,7 +68,7 @@ def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=
             console.print(f"[yellow]round {k}: no correct trajectory kept; the previous model carries over[/]")
             summary.append({"round": k, **_round_row(kept, None)})
             continue
-        model = run_stage("sft", cfg, label=f"sft-r{k}", inputs={"reject": kept, "model": model}, round=k,
+        model = run_stage("sft", cfg, key=ArtifactKey("sft", k), inputs={"reject": kept, "model": model},
                           force=force, dry_run=dry_run)
         summary.append({"round": k, **_round_row(kept, model)})
     if not dry_run:
@@ -102,8 +103,8 @@ def curriculum(cfg: Config, *, model=None, force=False, dry_run=False) -> Artifa
     """Stages of the RL pool; with ``curriculum.by=pass_rate`` or ``drop_solved``, the SFT model is sampled first."""
     probe = None
     if cfg.curriculum.by == "pass_rate" or (cfg.curriculum.drop_solved and model is not None):
-        probe = sample(replace(cfg, sample={"n": max(cfg.sample.n, 2)}), label="sample-pool", policy="model",
-                       model=model, force=force, dry_run=dry_run)
+        probe = sample(replace(cfg, sample={"n": max(cfg.sample.n, 2)}), key=ArtifactKey("sample", variant="pool"),
+                       policy="model", model=model, force=force, dry_run=dry_run)
     return run_stage("curriculum", cfg, inputs={"sample": probe}, force=force, dry_run=dry_run)
 
 
@@ -117,10 +118,11 @@ def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, fo
         if isinstance(curriculum_art, Artifact) and not read_turns(curriculum_art.path / f"stage-{k}.jsonl"):
             console.print(f"[yellow]curriculum stage {k} is empty: skipped[/]")
             continue
-        done = run_stage("rl", cfg, label=f"rl-c{k}", inputs={"curriculum": curriculum_art, "model": model},
-                         params={"stage": k}, round=k, force=force, dry_run=dry_run)
+        key = ArtifactKey("rl", k)
+        done = run_stage("rl", cfg, key=key, inputs={"curriculum": curriculum_art, "model": model},
+                         params={"stage": k}, force=force, dry_run=dry_run)
         if done.metrics.get("steps_without_signal"):
-            console.print(f"[yellow]rl-c{k}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
+            console.print(f"[yellow]{key.label}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
                           "steps had equal rewards in every group, so no policy gradient (raise rl.n, or "
                           "lower rl.temperature if every sample fails the protocol)[/]")
         model = trained = done
@@ -131,9 +133,11 @@ def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, fo
 # Evaluation and whole pipelines
 
 
-def evaluate(cfg: Config, *, label: str, model=None, force=False, dry_run=False) -> Artifact | Pending:
-    """Score a model (greedy, or voting) on every eval dataset with the official metrics."""
-    return run_stage("evaluate", cfg, label=label, inputs={"model": model}, force=force, dry_run=dry_run)
+def evaluate(cfg: Config, *, label: str | None = None, model=None, force=False, dry_run=False) -> Artifact | Pending:
+    """Score a model (greedy, or voting) on every eval dataset with the official metrics, as the artifact
+    ``eval-<the model's label>`` (``label``: another name); its key records which model it scores."""
+    key = ArtifactKey.evaluation(model.key if model is not None else None, name=label)
+    return run_stage("evaluate", cfg, key=key, inputs={"model": model}, force=force, dry_run=dry_run)
 
 
 MODEL_REFS = ("base", "sft", "rl", "latest")  # latest: the newest trained model so far
@@ -183,7 +187,8 @@ TRAINS = {"sft-iterate": "sft", "rl": "rl"}  # the pipeline steps that train a m
 def _check_model_refs(pipeline: Pipeline, path: Path, cfg: Config) -> None:
     """Before anything runs: every evaluation of ``sft`` or ``rl`` follows a step that trains that
     model, or the run already has one."""
-    have = {kind for kind in TRAINS.values() if any(label.startswith(f"{kind}-") for label in store_for(cfg).labels())}
+    store = store_for(cfg)
+    have = {kind for kind in TRAINS.values() if store.latest_of(kind) is not None}
     for i, step in enumerate(pipeline.steps):
         if step.stage == "evaluate" and step.model in TRAINS.values() and step.model not in have:
             _missing_model(f"{path}: steps[{i}] (evaluate)", step.model, cfg)
@@ -204,7 +209,7 @@ def _model(models: dict, ref: str, cfg: Config, where: str, *, required: bool = 
     if models[ref] is not None or ref not in ("sft", "rl"):
         return models[ref]
     store = store_for(cfg)
-    if any(label.startswith(f"{ref}-") for label in store.labels()):
+    if store.latest_of(ref) is not None:
         return store.model(ref)
     return _missing_model(where, ref, cfg) if required else None
 
@@ -260,8 +265,7 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrid
                 console.print(f"[bold green]report:[/] {escape(str(build_report(store_for(cfg).root)))}")
         else:
             store = store_for(cfg)
-            inputs = {name: made.get(default) or store.latest(default)
-                      or (Pending(default, None) if dry_run else store.require(default))
+            inputs = {name: made.get(default) or latest_input(store, default, dry_run=dry_run)
                       for name, default in STAGES[step.stage].INPUTS.items() if default is not None}
             made[step.label or step.stage] = run_stage(step.stage, cfg, label=step.label, inputs=inputs, force=force,
                                                        dry_run=dry_run)

@@ -121,7 +121,7 @@ class _Finished:
     episode: _Episode | None
     line: str
     record: dict
-    row: dict | None = None
+    row: object | None = None
 
 
 class RolloutEngine:
@@ -209,7 +209,7 @@ class RolloutEngine:
     # -----------------------------------------------------------------------------------------
 
     def run(self, turns: Sequence[Turn], *, n: int = 1, seed: int = 0, out_dir: Path | None = None,
-            progress: bool = True, score: Callable[[dict], dict] | None = None) -> list[dict]:
+            progress: bool = True, score: Callable[[dict], object] | None = None) -> list:
         """Roll out ``n`` samples of every turn; return the records (resumed ones too) in input order.
 
         ``score``: a function of a record run on the tool workers as each episode ends (resumed
@@ -245,6 +245,7 @@ class RolloutEngine:
         return [_Chain(list(d), s) for d in dialogues.values() for s in range(n)]
 
     def _record(self, episode: _Episode) -> dict:
+        """The episode's record: the first fields of ``trajectories.ScoredRow``, in its order."""
         model, tokens = self.backend is not None, episode.tokens
         return {
             "key": episode.key,
@@ -275,7 +276,7 @@ class _Rollout:
     """
 
     def __init__(self, engine: RolloutEngine, chains: list[_Chain], done: dict[str, dict], seed: int,
-                 score: Callable[[dict], dict] | None, writer: _ShardWriter | None, meter: _Meter):
+                 score: Callable[[dict], object] | None, writer: _ShardWriter | None, meter: _Meter):
         self.engine, self.done, self.seed, self.score = engine, done, seed, score
         self.writer, self.meter = writer, meter
         self.waiting: deque[_Chain] = deque(chains)  # chains with a turn to start
@@ -283,7 +284,7 @@ class _Rollout:
         self.events: queue.SimpleQueue[Future | tuple[_Episode, Future]] = queue.SimpleQueue()
         self.with_workers = self.in_flight = self.starting = 0  # starting: resets with the workers
         self.target = engine.batch_size  # conversations one call should get
-        self.results: dict[str, dict] = {}
+        self.results: dict[str, object] = {}
         self.started = self.idle_since = time.perf_counter()
         self.generate_s = self.last_call_s = 0.0
         self.calls = self.generated = self.episodes = 0

@@ -33,7 +33,7 @@ from types import ModuleType
 from rich.console import Console
 from rich.markup import escape
 
-from mtsql.artifacts import Artifact, Store, fingerprint
+from mtsql.artifacts import Artifact, ArtifactKey, Store, fingerprint
 from mtsql.config import Config, ConfigView
 from mtsql.data import data_root
 from mtsql.errors import UsageError
@@ -61,12 +61,21 @@ class Pending:
     label: str
     fingerprint: str | None  # None while one of its own inputs is pending
     metrics: dict = field(default_factory=dict)
+    key: ArtifactKey | None = None  # None: an input known only by the label a command was given
 
     @property
     def path(self) -> Path:
         return Path(f"<from {self.label}>")
 
 
+def latest_input(store: Store, label: str, *, dry_run: bool = False) -> Artifact | Pending:
+    """The input a stage reads: the latest complete artifact labelled ``label``; in a dry run, when
+    there is none yet, a placeholder (an earlier step of the plan makes it); else a ``UsageError``
+    saying how to see what the run holds."""
+    artifact = store.latest(label)
+    if artifact is not None:
+        return artifact
+    return Pending(label, None) if dry_run else store.require(label)
 
 
 def runs_root(cfg: Config) -> Path:
@@ -83,13 +92,19 @@ def view_for(name: str, cfg: Config) -> ConfigView:
     return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_root(cfg.data))
 
 
-def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict | None = None,
-              params: dict | None = None, round: int | None = None, force: bool = False,
+def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: str | None = None,
+              inputs: dict | None = None, params: dict | None = None, force: bool = False,
               dry_run: bool = False) -> Artifact | Pending:
-    """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact."""
+    """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact.
+
+    ``key``: what the artifact is (default: the stage's plain key); ``label``: a label given by hand
+    (``--label``), which names the artifact instead of the derived one."""
     if name not in STAGES:
         raise UsageError(f"unknown stage '{name}': stages are {', '.join(STAGES)}")
-    module, label = STAGES[name], folder_name(label or name, "label")
+    if key is not None and (label is not None or key.stage != name):
+        raise ValueError(f"stage '{name}': give a key of this stage or a label, not {key} and {label!r}")
+    key = ArtifactKey(name, name=label) if key is None else key
+    module, label = STAGES[name], folder_name(key.label, "label")
     inputs = {key: value for key, value in (inputs or {}).items() if value is not None}
     params = params or {}
     missing = [key for key, default in module.INPUTS.items() if default is not None and key not in inputs]
@@ -102,9 +117,9 @@ def run_stage(name: str, cfg: Config, *, label: str | None = None, inputs: dict 
     code = code_digest(module.__name__)
     store = store_for(cfg)
     if dry_run:
-        return _plan(name, module, view, store, label, config, inputs, params, code, force)
-    artifact, cached = store.run(name, label, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
-                                 code=code, force=force, round=round, unhashed=view.unhashed())
+        return _plan(key, module, view, store, config, inputs, params, code, force)
+    artifact, cached = store.run(key, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
+                                 code=code, force=force, unhashed=view.unhashed())
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
@@ -138,9 +153,10 @@ def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dic
         return {"engine": view.sample.backend, "version": "not installed here"}
 
 
-def _plan(name, module, view, store, label, config, inputs, params, code, force) -> Artifact | Pending:
+def _plan(key, module, view, store, config, inputs, params, code, force) -> Artifact | Pending:
+    label = key.label
     waiting = [a.label for a in inputs.values() if isinstance(a, Pending)]
-    fp = None if waiting else fingerprint(name, config, inputs, code)
+    fp = None if waiting else fingerprint(key.stage, config, inputs, code)
     done = store.find(label, fp) if fp and not force else None
     if done is not None:
         console.print(f"  {label:<18} {fp[:12]}  cached", markup=False, highlight=False)
@@ -151,4 +167,4 @@ def _plan(name, module, view, store, label, config, inputs, params, code, force)
         out = store.folder(label, fp) if fp else store.root / label / "<fingerprint>"
         console.print(module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False,
                       soft_wrap=True)
-    return Pending(label, fp)
+    return Pending(label, fp, key=key)

@@ -3,7 +3,8 @@
 One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial``: ``running`` while a process
 holds the stage's lock, else ``partial`` with how its last attempt ended; a damaged manifest is a row
 that names it, not an error for the whole run): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
-then the evaluations (base → sft → rl). Other folders of a run (``report/``) are not stages.
+then the evaluations (base → sft → rl), as the artifacts' keys (``ArtifactKey``) say. Other folders of
+a run (``report/``) are not stages.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from mtsql.artifacts import ATTEMPTS, PARTIAL, read_manifest
+from mtsql.artifacts import ATTEMPTS, PARTIAL, ArtifactKey, key_of, read_attempts, read_manifest
 from mtsql.errors import UsageError
-from mtsql.files import read_json
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
 ROUND_STAGES = ("sample", "reject", "sft")
@@ -32,22 +32,22 @@ def run_folder(run: str, runs_dir: Path) -> Path:
     raise UsageError(f"no run '{run}' (looked for {run} and {runs_dir / run}); `mtsql status` lists runs")
 
 
-def pipeline_order(label: str) -> tuple:
-    """Sort key of an artifact label, as the pipelines run them: the base model's evaluations, SFT
-    rounds, the SFT evaluations, RL pool sample, curriculum, RL stages, the RL evaluations, then
-    evaluations of other models and anything else."""
-    stem, _, suffix = label.rpartition("-")
-    number = int(suffix[1:]) if suffix[1:].isdigit() else 0
-    if label.startswith("eval-"):
-        phase = label.removeprefix("eval-").split("-")[0]
-        return ({"base": 0, "sft": 2, "rl": 6}.get(phase, 7), 0, 0, label)
-    if stem in ROUND_STAGES and suffix.startswith("r") and number or label in ROUND_STAGES:
-        return (1, number, ROUND_STAGES.index(stem or label), label)
-    if label == "sample-pool":
+def pipeline_order(key: ArtifactKey | None, label: str = "") -> tuple:
+    """Sort key of an artifact, as the pipelines run them: the base model's evaluations, SFT rounds,
+    the SFT evaluations, RL pool sample, curriculum, RL stages, the RL evaluations, then evaluations
+    of other models and anything else (a folder whose key is unknown: ``label`` only)."""
+    if key is None:
+        return (8, 0, 0, label)
+    label, number = key.label, key.round or 0
+    if key.stage == "evaluate":
+        return ({"base": 0, "sft": 2, "rl": 6}.get(key.phase, 7), 0, 0, label)
+    if key.stage in ROUND_STAGES and key.variant is None:
+        return (1, number, ROUND_STAGES.index(key.stage), label)
+    if key.stage == "sample":
         return (3, 0, 0, label)
-    if label == "curriculum":
+    if key.stage == "curriculum":
         return (4, 0, 0, label)
-    if stem == "rl" and suffix.startswith("c") and number:
+    if key.stage == "rl":
         return (5, number, 0, label)
     return (8, 0, 0, label)
 
@@ -60,21 +60,27 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
         entries = [p for p in stage_dir.iterdir() if p.is_dir() and ARTIFACT_FOLDER.match(p.name)]
         link = stage_dir / "latest"
         latest = link.resolve() if link.exists() else None
+        manifests, unreadable = {}, []
         for entry in entries:  # none: not a stage folder (the report, a user's notes)
-            fp12 = entry.name.split(".")[0]
             try:
-                manifest = read_manifest(entry)
+                manifests[entry] = read_manifest(entry)
             except UsageError as exc:  # one damaged manifest: name it, show the rest
-                found.append(((pipeline_order(stage_dir.name), 2), "", (stage_dir.name, "damaged", fp12, "", "",
-                                                                         str(exc))))
-                continue
+                unreadable.append((entry, exc))
+        # a folder without a manifest sorts as its attempts.json says, else as the label's complete artifacts
+        known = next((key_of(m) for m in manifests.values() if m is not None), None)
+        for entry, exc in unreadable:
+            found.append(((pipeline_order(known, stage_dir.name), 2), "",
+                          (stage_dir.name, "damaged", entry.name.split(".")[0], "", "", str(exc))))
+        for entry, manifest in manifests.items():
+            fp12 = entry.name.split(".")[0]
             if manifest is None:
                 state, what = unfinished(entry)
-                found.append(((pipeline_order(stage_dir.name), 2), "", (stage_dir.name, state, fp12, "", "", what)))
+                key = (read_attempts(entry / ATTEMPTS)[0] if (entry / ATTEMPTS).is_file() else None) or known
+                found.append(((pipeline_order(key, stage_dir.name), 2), "", (stage_dir.name, state, fp12, "", "", what)))
                 continue
             is_latest = entry.resolve() == latest
             created = manifest.get("created_at", "")
-            found.append(((pipeline_order(manifest["label"]), 0 if is_latest else 1), created,
+            found.append(((pipeline_order(key_of(manifest)), 0 if is_latest else 1), created,
                           (manifest["label"], "latest" if is_latest else "older", manifest["fingerprint"][:12],
                            created[5:16].replace("T", " "), duration(manifest.get("duration_s")), summary(manifest))))
     found.sort(key=lambda item: item[1], reverse=True)
@@ -89,7 +95,7 @@ def unfinished(entry: Path) -> tuple[str, str]:
         return "no manifest", "not written by a stage (no manifest, not .partial)"
     if lock_held(entry.with_name(entry.name.removesuffix(PARTIAL) + ".lock")):
         return "running", "another mtsql process is running this stage"
-    history = read_json(entry / ATTEMPTS) if (entry / ATTEMPTS).is_file() else []
+    history = read_attempts(entry / ATTEMPTS)[1] if (entry / ATTEMPTS).is_file() else []
     last = history[-1] if history else {}
     outcome = last.get("outcome", "running")
     if outcome == "running":

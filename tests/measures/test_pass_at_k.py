@@ -1,10 +1,18 @@
 """pass@k against its closed form and against counting k-subsets by hand."""
 
+from dataclasses import replace
 from itertools import combinations
+from pathlib import Path
 
 import pytest
 
 from mtsql.measures.pass_at_k import ks_for, pass_at_k, pass_at_k_table
+from mtsql.trajectories import ScoredRow, read_rows
+
+
+def scored(**fields) -> ScoredRow:
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 
 @pytest.mark.parametrize(("n", "c", "k", "expected"), [
@@ -38,7 +46,7 @@ def test_ks():
 
 
 def rows(uid, hardness, turn_index, results):
-    return [{"uid": uid, "sample": s, "hardness": hardness, "turn": {"turn_index": turn_index}, "execution": ex}
+    return [scored(uid=uid, sample=s, hardness=hardness, turn={"turn_index": turn_index}, execution=ex)
             for s, ex in enumerate(results)]
 
 

@@ -1,12 +1,21 @@
 """Vacuous golds on the fixture database, EX without them, and the cost of trajectories."""
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from mtsql.measures.cost import cost_per_turn, trajectory_cost
 from mtsql.measures.vacuous import is_vacuous, non_empty_gold_ex
 from mtsql.paths import FIXTURE_DATA, database_path
+from mtsql.trajectories import ScoredRow, read_rows
 
 PETS = database_path("pets_1", FIXTURE_DATA)
+
+
+def scored(**fields) -> ScoredRow:
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 
 @pytest.mark.parametrize(("sql", "expected"), [
@@ -34,13 +43,13 @@ def test_cost_of_trajectories():
     steps = [{"tool": "exec_sql", "result_kind": "ok"}, {"tool": "exec_sql", "result_kind": "error"},
              {"tool": "memory_retrieve", "observation": "..."}, {"tool": None, "action": "invalid"},
              {"tool": None, "action": "answer"}]
-    row = {"trajectory": {"steps": steps, "memory": [{"sql": "SELECT 1"}, {"sql": None}, {"sql": "SELECT 2"}]},
-           "generated_tokens": 50, "elapsed_s": 2.0,
-           "generations": [{"tokens": 10, "prompt_tokens": 100}, {"tokens": 20, "prompt_tokens": 130}]}
+    row = scored(trajectory={"steps": steps, "memory": [{"sql": "SELECT 1"}, {"sql": None}, {"sql": "SELECT 2"}]},
+                 generated_tokens=50, elapsed_s=2.0,
+                 generations=[{"tokens": 10, "prompt_tokens": 100}, {"tokens": 20, "prompt_tokens": 130}])
     # 2 exec_sql calls ran + one memory_retrieve running the 2 remembered queries; 5 assistant messages
     assert trajectory_cost(row) == {"generated_tokens": 50, "prompt_tokens": 230, "sql_executions": 4, "messages": 5}
-    other = {"trajectory": {"steps": [{"tool": None, "action": "answer"}], "memory": []}, "generated_tokens": 10,
-             "elapsed_s": 1.0, "generations": [{"tokens": 10, "prompt_tokens": 90}]}
+    other = scored(trajectory={"steps": [{"tool": None, "action": "answer"}], "memory": []}, generated_tokens=10,
+                   elapsed_s=1.0, generations=[{"tokens": 10, "prompt_tokens": 90}])
     assert cost_per_turn([row, other], turns=2, wall_s=3.0) == {
         "generated_tokens": 30.0, "prompt_tokens": 160.0, "sql_executions": 2.0, "messages": 3.0, "wall_s": 1.5}
     assert cost_per_turn([row, other], turns=1)["wall_s"] is None, "two samples of one turn: vote@2's cost"

@@ -1,8 +1,17 @@
 """Verdict calibration on a crafted trajectory set whose 2x2 tables were counted by hand."""
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from mtsql.measures.verdicts import verdict_calibration
+from mtsql.trajectories import ScoredRow, read_rows
+
+
+def scored(**fields) -> ScoredRow:
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 G, W, W2, X = "SELECT a FROM t", "SELECT b FROM t", "SELECT c FROM t", "SELECT broken"
 
@@ -19,7 +28,7 @@ def answer(i, sql):
     return {"index": i, "action": "answer", "sql": sql, "verdict": None}
 
 
-ROWS = [{"trajectory": {"steps": steps}} for steps in (
+ROWS = [scored(trajectory={"steps": steps}) for steps in (
     [exec_step(0, W, "no_pass"), exec_step(1, G, "pass"), memory_step(2, G, "pass"), answer(3, "select A from t;")],
     [exec_step(0, W, "pass"), answer(1, W)],                              # a wrong pass, acted on
     [exec_step(0, G, "no_pass"), exec_step(1, G, None)],                  # a right no_pass, not acted on
@@ -52,7 +61,7 @@ def test_memory_verify_table_and_following():
 
 
 def test_nothing_to_divide_is_none():
-    cell = verdict_calibration([{"trajectory": {"steps": [answer(0, G)]}}], judge)["exec_verify"]
+    cell = verdict_calibration([scored(trajectory={"steps": [answer(0, G)]})], judge)["exec_verify"]
     assert cell["accuracy"] is None and cell["precision_pass"] is None and cell["unscored"] == 0
 
 
@@ -70,9 +79,9 @@ def test_scripted_self_corrections_are_calibrated_and_followed():
 
     turns = [t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.db_id == "pets_1"][:8]
     policy = GoldWithCorrectionPolicy(data_root=FIXTURE_DATA)
-    rows = [{"turn": t.to_dict(), "trajectory": run_episode(SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA),
-                                                            policy, t).to_dict()} for t in turns]
-    corrected = sum(len([s for s in r["trajectory"]["steps"] if s["tool"] == "exec_sql"]) == 2 for r in rows)
+    rows = [scored(turn=t.to_dict(), trajectory=run_episode(SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA),
+                                                           policy, t).to_dict()) for t in turns]
+    corrected = sum(len([s for s in r.trajectory["steps"] if s["tool"] == "exec_sql"]) == 2 for r in rows)
     later = sum(bool(t.previous_questions) for t in turns)
     assert corrected >= 4 and later >= 4, "the slice holds both kinds"
     out = verdict_calibration(rows, judge(ConfigView(Config(), ("data", "sql"), owner="test", data_root=FIXTURE_DATA)))

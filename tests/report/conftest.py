@@ -10,19 +10,20 @@ stages; two RL stages with step logs, behaviour included.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from mtsql.agent.env import Step, Trajectory
-from mtsql.artifacts import Store
+from mtsql.artifacts import ArtifactKey, Store
 from mtsql.data.records import Turn
-from mtsql.files import write_jsonl
 from mtsql.measures.pass_at_k import pass_at_k_table
 from mtsql.measures.propagation import propagation
 from mtsql.measures.vacuous import non_empty_gold_ex
 from mtsql.measures.verdicts import verdict_calibration
 from mtsql.sql.metrics import summarize
+from mtsql.trajectories import ScoredRow, write_rows
 
 TOKEN_ID = 9999991  # a token id that must never show up in rendered text
 GOLD = "SELECT count(*) FROM singer"
@@ -48,7 +49,7 @@ def summary(dataset: str, turns: int, correct: int) -> dict:
     return out
 
 
-def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode: str = "long") -> dict:
+def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode: str = "long") -> ScoredRow:
     """A scored rollout record, as sample and evaluate write them."""
     messages = [{"role": "system", "content": "SYSTEM PROMPT: follow the protocol."},
                 {"role": "user", "content": f"Database schema: ...\nCurrent question: {t.question}"}]
@@ -61,11 +62,16 @@ def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode:
                       memory_source="gold", max_messages=6, thinking=False, memory=[], messages=messages, steps=steps,
                       final_sql=final_sql, finish_reason="answer" if final_sql else "max_messages",
                       protocol_valid=valid)
-    return {"key": f"{t.uid}#0", "uid": t.uid, "sample": 0, "turn": t.to_dict(), "trajectory": traj.to_dict(),
-            "truncated": False, "generated_tokens": 42, "prompt_ids": [TOKEN_ID, 1], "response_ids": [TOKEN_ID],
-            "response_mask": [1], "hardness": t.hardness, "final_sql": final_sql, "protocol_valid": valid,
-            "execution": execution, "exact": execution,
-            "reward": {"score": 1.5 * execution, "outcome": float(execution), "ex": float(execution), "format": 1.0}}
+    return ScoredRow(
+        key=f"{t.uid}#0", uid=t.uid, sample=0, turn=t.to_dict(), trajectory=traj.to_dict(), truncated=False,
+        stop="episode_end", generations=[{"tokens": 42, "prompt_tokens": 100, "finish_reason": "stop"}],
+        generated_tokens=42, prompt_ids=[TOKEN_ID, 1], response_ids=[TOKEN_ID], response_mask=[1],
+        response_logprobs=None, elapsed_s=0.5, hardness=t.hardness, final_sql=final_sql, protocol_valid=valid,
+        execution=execution, exact=execution,
+        reward={"score": 1.5 * execution, "outcome": float(execution), "ex": float(execution), "format": 1.0},
+        actions=[s.tool if s.action == "tool_call" else s.action for s in steps],
+        proposed_sql=[s.sql for s in steps if s.sql], tool_calls=sum(s.action == "tool_call" for s in steps),
+        self_corrected=any(s.verdict == "no_pass" for s in steps), response_tokens=len(steps))
 
 
 def exec_step(i: int, sql: str, verdict: str | None, stated: str | None = None) -> Step:
@@ -75,7 +81,7 @@ def exec_step(i: int, sql: str, verdict: str | None, stated: str | None = None) 
                 exec_verdict=stated, observation=f"Result of {sql}: 3", result_kind="ok", row_count=1, verdict=verdict)
 
 
-def trajectories(dataset: str, mode: str) -> list[dict]:
+def trajectories(dataset: str, mode: str) -> list[ScoredRow]:
     """Three episodes: a self-correction with a memory check (right), a first turn (right), a miss."""
     if mode == "short":
         step = Step(index=0, text=f"<answer_sql>{GOLD}</answer_sql>", action="answer", sql=GOLD)
@@ -119,21 +125,23 @@ def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int
                 (ctx.out / name / "greedy" / "summary.json").write_text(json.dumps(summary(name, turns, k)))
                 k = vote[name]
             (ctx.out / name / "summary.json").write_text(json.dumps(summary(name, turns, k)))
-            write_jsonl(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
+            write_rows(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
             datasets[name] = {"turns": turns, "ex": k / turns, "em": (k // 2) / turns, "generated_tokens": 100,
                               **(measured(name, turns, k, mode, 160.0) if vote else greedy)}
             if vote:
                 datasets[name]["decodings"] = {"greedy": {"cost": greedy["cost"]},
                                                "vote@4": {"cost": datasets[name]["cost"]}}
-                samples = [{"uid": f"u{i // 4}", "sample": i % 4, "hardness": HARDNESS[i // 4 % 3],
-                            "turn": {"turn_index": i // 4 % 4}, "execution": int(i % 4 == 0 and i < 8 * k)}
+                base = trajectories(name, "short")[0]
+                samples = [replace(base, uid=f"u{i // 4}", sample=i % 4, hardness=HARDNESS[i // 4 % 3],
+                                   turn={"turn_index": i // 4 % 4}, execution=int(i % 4 == 0 and i < 8 * k))
                            for i in range(4 * turns)]
                 datasets[name]["pass_at_k"] = pass_at_k_table(samples, 4)
         return {"model_name": "smollm2-135m", "mode": mode, "memory": memory,
                 "decoding": "vote@4" if vote else "greedy", "datasets": datasets}
 
-    store.run("evaluate", label, {"data": DATA, "sample": {"seed": 7}, "env": {"max_messages": max_messages},
-                                  "label": label}, {}, work)
+    phase = label.split("-")[1]  # the model it scores, as a pipeline step labels it: eval-<phase>[-<variant>]
+    store.run(ArtifactKey("evaluate", variant=phase, name=label),
+              {"data": DATA, "sample": {"seed": 7}, "env": {"max_messages": max_messages}, "label": label}, {}, work)
 
 
 def build_run(root: Path) -> Path:
@@ -142,21 +150,21 @@ def build_run(root: Path) -> Path:
     evaluation(store, "eval-base-short", "short", {"cosql": (40, 1), "sparc": (3, 0)})
 
     def sample(ctx):
-        write_jsonl(ctx.out / "trajectories.jsonl", trajectories("cosql", "long"))
+        write_rows(ctx.out / "trajectories.jsonl", trajectories("cosql", "long"))
         return {"policy": "gold_with_correction", "count": 12, "items": 12, "ex": 1.0}
 
-    store.run("sample", "sample-r1", {"data": DATA, "sample": {"seed": 7}}, {}, sample, round=1)
-    store.run("reject", "reject-r1", {}, {}, lambda ctx: {"items": 12, "solved": 9, "sampled": 12, "correct": 9,
-                                                          "kept": 9, "unsolved": 3}, round=1)
-    store.run("sft", "sft-r1", {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
-                                                    "heldout": {"count": 10, "ex": 0.3}}, round=1)
+    store.run(ArtifactKey("sample", 1), {"data": DATA, "sample": {"seed": 7}}, {}, sample)
+    store.run(ArtifactKey("reject", 1), {}, {}, lambda ctx: {"items": 12, "solved": 9, "sampled": 12, "correct": 9,
+                                                          "kept": 9, "unsolved": 3})
+    store.run(ArtifactKey("sft", 1), {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
+                                                    "heldout": {"count": 10, "ex": 0.3}})
     evaluation(store, "eval-sft", "long", {"cosql": (40, 16), "sparc": (3, 1)})
     evaluation(store, "eval-sft-messages1", "long", {"cosql": (40, 4), "sparc": (3, 0)}, max_messages=1)
     evaluation(store, "eval-sft-messages2", "long", {"cosql": (40, 10), "sparc": (3, 1)}, max_messages=2)
     evaluation(store, "eval-sft-vote4", "long", {"cosql": (40, 16), "sparc": (3, 1)}, vote={"cosql": 20, "sparc": 2})
     table = {f"stage {k}": {"easy": e, "medium": m, "hard": h, "extra": x, "total": e + m + h + x}
              for k, (e, m, h, x) in enumerate(((5, 0, 0, 0), (0, 4, 0, 0), (0, 0, 2, 1)), 1)}
-    store.run("curriculum", "curriculum", {"curriculum": {"by": "hardness", "stages": [["easy"], ["medium"],
+    store.run(ArtifactKey("curriculum"), {"curriculum": {"by": "hardness", "stages": [["easy"], ["medium"],
                                                                                          ["hard", "extra"]]}},
               {}, lambda ctx: {"pool": 12, "stages": 3, "dropped": {"solved": 0, "unlabelled": 0}, "table": table})
     for k, steps in ((1, 3), (2, 2)):
@@ -168,7 +176,7 @@ def build_run(root: Path) -> Path:
                 "self_correction_rate": 0.25, "invalid_message_rate": 0.1 * s, "messages_per_turn": 4.0 - s})
                 + "\n" for s in range(1, steps + 1)))
             return {"steps": steps, "reward_first": 0.5 * k + 0.1, "reward_last": 0.5 * k + 0.1 * steps}
-        store.run("rl", f"rl-c{k}", {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl, round=k)
+        store.run(ArtifactKey("rl", k), {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl)
     evaluation(store, "eval-rl", "long", {"cosql": (40, 18), "sparc": (3, 2)})
     evaluation(store, "eval-rl-predicted-memory", "long", {"cosql": (40, 12), "sparc": (3, 1)}, memory="predicted")
     return root

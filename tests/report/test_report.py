@@ -172,14 +172,14 @@ def test_notebook_runs_on_the_run(shared_run):
 
 
 def test_rounds_without_held_out_check_or_training(run_folder):
-    from mtsql.artifacts import Store
+    from mtsql.artifacts import ArtifactKey, Store
     from mtsql.report.runs import latest_artifacts
     from mtsql.report.training import sft_rounds_section
 
     store = Store(run_folder)
-    store.run("sample", "sample-r2", {"r": 2}, {}, lambda ctx: {"policy": "model", "count": 3, "items": 3}, round=2)
-    store.run("reject", "reject-r2", {"r": 2}, {}, lambda ctx: {"items": 3, "solved": 0, "kept": 0}, round=2)
-    store.run("sft", "sft-r3", {"r": 3}, {}, lambda ctx: {"examples": 2, "heldout": {"count": 0, "ex": 0.0}}, round=3)
+    store.run(ArtifactKey("sample", 2), {"r": 2}, {}, lambda ctx: {"policy": "model", "count": 3, "items": 3})
+    store.run(ArtifactKey("reject", 2), {"r": 2}, {}, lambda ctx: {"items": 3, "solved": 0, "kept": 0})
+    store.run(ArtifactKey("sft", 3), {"r": 3}, {}, lambda ctx: {"examples": 2, "heldout": {"count": 0, "ex": 0.0}})
     lines = sft_rounds_section(latest_artifacts(run_folder))
     assert "| 2 | model | 3 | 0.0 [0.0, 56.1] (0/3) | 0 | – | – | – | – | – |" in lines
     assert "| 3 | – | – | – | – | 2 | – | – | – | – |" in lines

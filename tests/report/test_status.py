@@ -1,26 +1,37 @@
 """`mtsql status`: pipeline order, one row per artifact, no spurious rows, 100 columns."""
 
+import pytest
 from rich.console import Console
 
-from mtsql.artifacts import Store
+from mtsql.artifacts import ArtifactKey, Store
+from mtsql.errors import StageFailed
 from mtsql.status import pipeline_order, status_rows, status_table
 
 
-def test_labels_sort_in_pipeline_order():
-    labels = ["eval-rl", "rl-c2", "eval-base-short", "sft-r2", "curriculum", "sample-r10", "eval-sft", "rl-c10",
-              "reject-r1", "sample-pool", "sample-r2", "sft-r1", "eval-base", "sample-r1", "rl-c1", "notes", "sample"]
-    assert sorted(labels, key=pipeline_order) == [
+def test_keys_sort_in_pipeline_order():
+    keys = [ArtifactKey("evaluate", variant="rl"), ArtifactKey("rl", 2),
+            ArtifactKey("evaluate", variant="base", name="eval-base-short"), ArtifactKey("sft", 2),
+            ArtifactKey("curriculum"), ArtifactKey("sample", 10), ArtifactKey("evaluate", 1, "sft", name="eval-sft"),
+            ArtifactKey("rl", 10), ArtifactKey("reject", 1), ArtifactKey("sample", variant="pool"),
+            ArtifactKey("sample", 2), ArtifactKey("sft", 1), ArtifactKey("evaluate", variant="base"),
+            ArtifactKey("sample", 1), ArtifactKey("rl", 1), ArtifactKey("notes"), ArtifactKey("sample")]
+    assert [key.label for key in sorted(keys, key=pipeline_order)] == [
         "eval-base", "eval-base-short", "sample", "sample-r1", "reject-r1", "sft-r1", "sample-r2", "sft-r2",
         "sample-r10", "eval-sft", "sample-pool", "curriculum", "rl-c1", "rl-c2", "rl-c10", "eval-rl", "notes"]
+
+
+def _fails(ctx):
+    raise StageFailed("stopped")
 
 
 def test_rows_in_pipeline_order_without_spurious_ones(run_folder):
     (run_folder / "report" / "plots").mkdir(parents=True)  # the report folder is not a stage
     (run_folder / "report" / "report.md").write_text("# report\n")
     store = Store(run_folder)
-    store.run("reject", "reject-r1", {"older": False}, {}, lambda ctx: {"items": 12, "solved": 10, "sampled": 12,
+    store.run(ArtifactKey("reject", 1), {"older": False}, {}, lambda ctx: {"items": 12, "solved": 10, "sampled": 12,
                                                                          "kept": 10})
-    (run_folder / "rl-c3" / "0123456789ab.partial").mkdir(parents=True)
+    with pytest.raises(StageFailed):  # a partial folder sorts by the key its attempts.json records
+        store.run(ArtifactKey("rl", 3), {}, {}, _fails)
     rows = status_rows(run_folder)
     assert [(r[0], r[1]) for r in rows] == [  # as pipelines/reproduce.yaml runs them
         ("eval-base", "latest"), ("eval-base-short", "latest"), ("sample-r1", "latest"), ("reject-r1", "latest"),
@@ -91,7 +102,7 @@ def test_partial_says_running_or_how_it_stopped(run_folder):
         raise StageFailed("LLaMA-Factory exited with code 1")
 
     with pytest.raises(StageFailed):
-        store.run("sft", "sft-r2", {"r": 2}, {}, fails)
+        store.run(ArtifactKey("sft", 2), {"r": 2}, {}, fails)
     state, what = _row(run_folder, "sft-r2")[1::4]
     assert state == "partial" and what == ("1 attempt, failed: StageFailed: LLaMA-Factory exited with code 1; "
                                           "rerun to resume")

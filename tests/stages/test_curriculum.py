@@ -1,9 +1,18 @@
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from mtsql.config import CurriculumConfig, load_config
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
 from mtsql.stages.curriculum import partition, pass_rates, size_table
+from mtsql.trajectories import ScoredRow, read_rows
+
+
+def scored(**fields) -> ScoredRow:
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 
 def turn(i, hardness, turn_index=0):
@@ -29,7 +38,7 @@ def test_by_turn_and_unknown_labels():
 
 
 def test_pass_rate_and_drop_solved():
-    rows = [{"uid": t.uid, "protocol_valid": True, "execution": ok, "exact": ok}
+    rows = [scored(uid=t.uid, protocol_valid=True, execution=ok, exact=ok)
             for t, oks in zip(POOL, [(1, 1), (1, 0), (0, 0), (0, 0), (1, 1)], strict=True) for ok in oks]
     rates = pass_rates(rows)
     assert rates[POOL[1].uid] == 0.5

@@ -1,33 +1,41 @@
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from mtsql.config import RejectConfig, load_config
 from mtsql.errors import UsageError
 from mtsql.stages.reject import diverse, select
-from mtsql.trajectories import is_correct
+from mtsql.trajectories import ScoredRow, is_correct, read_rows
+
+
+def scored(**fields) -> ScoredRow:
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 
 def row(uid, sample, *, ok=True, valid=True, hardness="hard", tokens=100, actions=("exec_sql", "answer"), sqls=("SELECT a FROM t",), turn_index=0):
-    return {"uid": uid, "sample": sample, "hardness": hardness, "protocol_valid": valid,
-            "execution": int(ok), "exact": int(ok), "response_tokens": tokens, "actions": list(actions),
-            "proposed_sql": list(sqls), "turn": {"uid": uid, "turn_index": turn_index}}
+    return scored(uid=uid, sample=sample, hardness=hardness, protocol_valid=valid, execution=int(ok), exact=int(ok),
+                  response_tokens=tokens, actions=list(actions), proposed_sql=list(sqls),
+                  turn={"uid": uid, "turn_index": turn_index})
 
 
 def test_correctness_needs_protocol_and_required_metrics():
     assert is_correct(row("a", 0), ("ex", "em"))
     assert not is_correct(row("a", 0, valid=False), ("ex", "em"))
     r = row("a", 0)
-    r["exact"] = 0
+    r.exact = 0
     assert not is_correct(r, ("ex", "em")) and is_correct(r, ("ex",))
 
 
 def test_easy_or_all_correct_keeps_two_shortest():
     rows = [row("e", i, hardness="easy", tokens=t) for i, t in enumerate([50, 20, 30, 10])]
-    rows[3]["execution"] = 0  # wrong: never kept
+    rows[3].execution = 0  # wrong: never kept
     kept, unsolved, _ = select(rows, RejectConfig())
-    assert [r["sample"] for r in kept] == [1, 2] and unsolved == []
+    assert [r.sample for r in kept] == [1, 2] and unsolved == []
     all_ok = [row("h", i, hardness="extra", tokens=t) for i, t in enumerate([90, 70, 80])]
     kept, _, _ = select(all_ok, RejectConfig())
-    assert [r["sample"] for r in kept] == [1, 2]
+    assert [r.sample for r in kept] == [1, 2]
 
 
 def test_hard_items_keep_diverse_long_ones():
@@ -40,8 +48,8 @@ def test_hard_items_keep_diverse_long_ones():
         row("h", 4, ok=False, tokens=999),
     ]
     kept, unsolved, table = select(rows, RejectConfig(keep_hard=3))
-    assert sorted(r["sample"] for r in kept) == [0, 2, 3], "the copy of sample 0 is passed over"
-    assert kept[0]["sample"] == 0, "the longest comes first"
+    assert sorted(r.sample for r in kept) == [0, 2, 3], "the copy of sample 0 is passed over"
+    assert kept[0].sample == 0, "the longest comes first"
     assert table["all"] == {"sampled": 5, "correct": 4, "kept": 3, "unsolved": 0}
     assert diverse(rows[:4], 1) == [rows[0]]
 

@@ -72,9 +72,9 @@ class LocalValidation:
         """Greedy rollout of the validation turns with the current weights, scored."""
         rows = self.engine.run(self.turns, n=1, seed=derive_seed(self.cfg.seed, "val", self.stage, step),
                                progress=False, score=scorer(self.cfg, self.cfg.data_root))
-        return {"val_reward_mean": float(np.mean([r["reward"]["score"] for r in rows])),
-                "val_ex": float(np.mean([r["execution"] or 0 for r in rows])),
-                "val_em": float(np.mean([r["exact"] or 0 for r in rows])), "val_turns": len(rows)}
+        return {"val_reward_mean": float(np.mean([r.reward["score"] for r in rows])),
+                "val_ex": float(np.mean([r.execution or 0 for r in rows])),
+                "val_em": float(np.mean([r.exact or 0 for r in rows])), "val_turns": len(rows)}
 
     def finish(self, model) -> int:
         """Put the picked step's weights into ``model``; returns that step."""

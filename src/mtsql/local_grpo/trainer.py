@@ -97,18 +97,18 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
             rows = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False,
                               score=scorer(cfg, root))
             episodes, over = fit_lengths(
-                [Episode(r["uid"], r["prompt_ids"], r["response_ids"], r["response_mask"], r["reward"]["score"])
-                 for r in rows if r["response_ids"]], max_prompt_len=cfg.rl.max_prompt_len,
+                [Episode(r.uid, r.prompt_ids, r.response_ids, r.response_mask, r.reward["score"])
+                 for r in rows if r.response_ids], max_prompt_len=cfg.rl.max_prompt_len,
                 max_response_len=cfg.rl.max_response_len)
             stats = grpo_update(model, optimizer, episodes, settings, pad_id=pad_id, ref_model=ref_model)
             if step < steps or validation:  # the next rollouts (or the validation) sample the updated weights
                 refresh(backend, model, out_dir / "rollout-weights")
-            rewards = [r["reward"]["score"] for r in rows]
+            rewards = [r.reward["score"] for r in rows]
             line = {
                 "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
-                **step_behaviour([episode_behaviour(r["trajectory"]) for r in rows], [r["response_tokens"] for r in rows]),
-                "ex": float(np.mean([r["execution"] or 0 for r in rows])), "em": float(np.mean([r["exact"] or 0 for r in rows])),
-                "protocol_valid": float(np.mean([r["protocol_valid"] for r in rows])),
+                **step_behaviour([episode_behaviour(r.trajectory) for r in rows], [r.response_tokens for r in rows]),
+                "ex": float(np.mean([r.execution or 0 for r in rows])), "em": float(np.mean([r.exact or 0 for r in rows])),
+                "protocol_valid": float(np.mean([r.protocol_valid for r in rows])),
                 "groups_with_signal": signal_share(episodes), "episodes_trained": len(episodes), **over,
                 **stats, "wall_s": round(time.perf_counter() - started, 2),
             }

@@ -28,22 +28,22 @@ def ks_for(n: int) -> list[int]:
     return sorted({2 ** i for i in range(n.bit_length()) if 2 ** i < n} | {n})
 
 
-def pass_at_k_table(rows: list[dict], samples: int) -> dict:
-    """pass@k for every k of ``ks_for(samples)`` over scored rows (several per turn, ``uid``, ``execution``,
-    ``hardness``, ``turn.turn_index``): ``{"samples", "ks", "all", "by_hardness", "by_turn"}``, each cell
+def pass_at_k_table(rows: list, samples: int) -> dict:
+    """pass@k for every k of ``ks_for(samples)`` over scored rows (``trajectories.ScoredRow``, several per
+    turn: their ``uid``, ``execution``, ``hardness``, ``turn["turn_index"]``): ``{"samples", "ks", "all", "by_hardness", "by_turn"}``, each cell
     ``{"turns": m, "pass": {"k": mean pass@k}}`` (``pass`` is None where m = 0)."""
-    by_uid: dict[str, list[dict]] = defaultdict(list)
+    by_uid: dict[str, list] = defaultdict(list)
     for row in rows:
-        by_uid[row["uid"]].append(row)
+        by_uid[row.uid].append(row)
     ks = ks_for(samples)
     turns = []
     for uid, group in by_uid.items():
         if len(group) != samples:
             raise ValueError(f"{uid}: {len(group)} samples, expected {samples}")
-        if all(r["execution"] is None for r in group):
+        if all(r.execution is None for r in group):
             continue
-        right = sum(r["execution"] == 1 for r in group)
-        turns.append((group[0]["hardness"] or "unknown", turn_bucket(group[0]["turn"]["turn_index"]),
+        right = sum(r.execution == 1 for r in group)
+        turns.append((group[0].hardness or "unknown", turn_bucket(group[0].turn["turn_index"]),
                       {str(k): pass_at_k(samples, right, k) for k in ks}))
 
     def cell(selected: list[dict]) -> dict:

@@ -54,15 +54,16 @@ def followed(steps: list[dict], index: int) -> bool:
     return not same if step["verdict"] == "no_pass" else nxt["action"] == "answer" and same
 
 
-def verdict_calibration(rows: list[dict], judge: Callable[[dict, str], int | None]) -> dict:
-    """``{"exec_verify": cell, "memory_verify": cell}`` over scored rows; ``judge(row, sql)`` is the EX
+def verdict_calibration(rows: list, judge: Callable[[object, str], int | None]) -> dict:
+    """``{"exec_verify": cell, "memory_verify": cell}`` over scored rows (``trajectories.ScoredRow``);
+    ``judge(row, sql)`` is the EX
     (1, 0 or None) of ``sql`` against ``row``'s gold. A cell: ``table``, ``unscored``, ``followed``
     (``{verdict: {"followed", "count"}}``) and the rates of the module docstring (None without n)."""
     tables = {kind: {v: {"right": 0, "wrong": 0} for v in VERDICTS} for kind in KINDS.values()}
     unscored = dict.fromkeys(KINDS.values(), 0)
     follow = {kind: {v: {"followed": 0, "count": 0} for v in VERDICTS} for kind in KINDS.values()}
     for row in rows:
-        steps = row["trajectory"]["steps"]
+        steps = row.trajectory["steps"]
         for i, step in enumerate(steps):
             kind = KINDS.get(step.get("tool")) if step["action"] == "tool_call" else None
             judged = judged_sql(step) if kind else None

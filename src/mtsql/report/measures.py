@@ -116,8 +116,8 @@ def _difference(a: Rate, b: Rate) -> str | None:
 
 def predicted_memory(evals: dict[str, Artifact], phase: str) -> Artifact | None:
     """The newest long-horizon evaluation of ``phase`` with predicted memory."""
-    found = [art for label, art in evals.items()
-             if phase_of(label) == phase and is_long_horizon(art) and art.metrics.get("memory") == "predicted"]
+    found = [art for art in evals.values()
+             if phase_of(art) == phase and is_long_horizon(art) and art.metrics.get("memory") == "predicted"]
     return max(found, key=lambda art: art.manifest.get("created_at", ""), default=None)
 
 
@@ -188,8 +188,8 @@ def _amount(value: float | None) -> str:
 def max_messages_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate]]]:
     """Greedy EX by ``env.max_messages``: ``{dataset: {"phase, memory": {max_messages: Rate}}}``, series of 2+ points."""
     found: dict[str, dict[str, dict[int, Rate]]] = {}
-    for label, art in evals.items():
-        phase, messages = phase_of(label), stage_config(art).get("env", {}).get("max_messages")
+    for art in evals.values():
+        phase, messages = phase_of(art), stage_config(art).get("env", {}).get("max_messages")
         if phase is None or messages is None or not is_long_horizon(art):
             continue
         for dataset in datasets(art):
@@ -203,8 +203,8 @@ def max_messages_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[i
 def vote_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate]]]:
     """EX by vote n (greedy as n = 1): ``{dataset: {"phase, memory, max messages": {n: Rate}}}``, series of 2+ points."""
     found: dict[str, dict[str, dict[int, Rate]]] = {}
-    for label, art in evals.items():
-        phase = phase_of(label)
+    for art in evals.values():
+        phase = phase_of(art)
         if phase is None:
             continue
         name = f"{PHASE_NAMES[phase]}, {art.metrics.get('memory')} memory, {stage_config(art).get('env', {}).get('max_messages')} messages"

@@ -18,7 +18,7 @@ from mtsql.status import duration, pipeline_order
 def _grouped(arts: dict[str, Artifact], describe: Callable[[Artifact], str | None]) -> list[tuple[str, list[str]]]:
     """Distinct descriptions and the labels that have each, in pipeline order."""
     groups: dict[str, list[str]] = {}
-    for label in sorted(arts, key=pipeline_order):
+    for label in sorted(arts, key=lambda label: pipeline_order(arts[label].key)):
         text = describe(arts[label])
         if text is not None:
             groups.setdefault(text, []).append(label)
@@ -96,7 +96,7 @@ def provenance_section(arts: dict[str, Artifact]) -> list[str]:
     lines += _line("data slices", _grouped(arts, _data), total)
     lines += ["", "Wall time of each stage (its newest artifact; cached reruns cost nothing):", ""]
     rows, seconds = [], 0.0
-    for label in sorted(arts, key=pipeline_order):
+    for label in sorted(arts, key=lambda label: pipeline_order(arts[label].key)):
         art = arts[label]
         m = art.metrics
         tokens = m.get("generated_tokens") or sum(d.get("generated_tokens", 0) for d in m.get("datasets", {}).values())

@@ -1,24 +1,23 @@
 """What the report reads from a run folder: the newest artifact of each label and their files.
 
-Evaluations are the artifacts labelled ``eval-*``; the phase of one (base, sft, rl) is the word
-after ``eval-``. The *headline* evaluation of a phase is its long-horizon evaluation with gold memory
-(the paper's protocol) labelled ``eval-<phase>``, else the newest such one; the others (short mode,
-predicted memory, fewer messages, voting) are variants.
+Evaluations are the artifacts of the evaluate stage whose key names what they scored (its variant:
+every evaluation ``mtsql evaluate`` and pipelines make; an older one labelled ``eval-*``); the phase of
+one (base, sft, rl) is the kind of model it scored. The *headline* evaluation of a phase is its
+long-horizon evaluation with gold memory (the paper's protocol) labelled ``eval-<phase>``, else the
+newest such one; the others (short mode, predicted memory, fewer messages, voting) are variants.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import yaml
 
-from mtsql.artifacts import Artifact, Store
+from mtsql.artifacts import PHASES, Artifact, ArtifactKey, Store
 from mtsql.errors import UsageError
 from mtsql.files import read_json, read_jsonl
 from mtsql.report.stats import Rate
 
-PHASES = ("base", "sft", "rl")
 PHASE_NAMES = {"base": "base", "sft": "SFT", "rl": "RL"}
 
 
@@ -42,19 +41,20 @@ def run_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Arti
     return arts
 
 
-def phase_of(label: str) -> str | None:
-    phase = label.removeprefix("eval-").split("-")[0]
-    return phase if phase in PHASES else None
+def phase_of(art: Artifact) -> str | None:
+    """The kind of model (base, sft, rl) an evaluation scored; None for other artifacts."""
+    return art.key.phase
 
 
-def eval_order(label: str) -> tuple[int, str]:
-    phase = phase_of(label)
-    return (PHASES.index(phase) if phase else len(PHASES), label)
+def eval_order(art: Artifact) -> tuple[int, str]:
+    phase = phase_of(art)
+    return (PHASES.index(phase) if phase else len(PHASES), art.label)
 
 
 def evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
     """The evaluation artifacts, base → sft → rl, then by label."""
-    return {label: arts[label] for label in sorted((k for k in arts if k.startswith("eval-")), key=eval_order)}
+    found = sorted((art for art in arts.values() if art.key.stage == "evaluate" and art.key.variant), key=eval_order)
+    return {art.label: art for art in found}
 
 
 def is_long_horizon(art: Artifact) -> bool:
@@ -68,9 +68,9 @@ def headline(evals: dict[str, Artifact]) -> dict[str, Artifact]:
     chosen: dict[str, tuple[tuple[bool, str], Artifact]] = {}
     long_run = any(is_long_horizon(art) for art in evals.values())
     for label, art in evals.items():
-        phase = phase_of(label)
+        phase = phase_of(art)
         if phase and is_long_horizon(art) == long_run and art.metrics.get("memory") == "gold":
-            rank = (label == f"eval-{phase}", art.manifest.get("created_at", ""))
+            rank = (label == ArtifactKey("evaluate", variant=phase).label, art.manifest.get("created_at", ""))
             if phase not in chosen or rank > chosen[phase][0]:
                 chosen[phase] = (rank, art)
     return {phase: chosen[phase][1] for phase in PHASES if phase in chosen}
@@ -109,10 +109,10 @@ def stage_config(art: Artifact) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def numbered(arts: dict[str, Artifact], prefix: str) -> dict[int, Artifact]:
-    """Artifacts labelled ``<prefix><k>`` (``sft-r``, ``rl-c``), by k."""
-    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$")
-    found = {int(m.group(1)): art for label, art in arts.items() if (m := pattern.match(label))}
+def numbered(arts: dict[str, Artifact], stage: str) -> dict[int, Artifact]:
+    """The rounds of ``stage`` (SFT rounds of sample, reject, sft; curriculum stages of rl), by round."""
+    found = {art.key.round: art for art in arts.values()
+             if art.key.stage == stage and art.key.round is not None and art.key.variant is None}
     return dict(sorted(found.items()))
 
 

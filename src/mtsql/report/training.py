@@ -27,7 +27,7 @@ def share(value: float | None, n: int) -> Rate | None:
 
 def sft_rounds_section(arts: dict[str, Artifact]) -> list[str]:
     """One row per round: what sampling produced, what reject sampling kept, what SFT trained on."""
-    samples, rejects, sfts = numbered(arts, "sample-r"), numbered(arts, "reject-r"), numbered(arts, "sft-r")
+    samples, rejects, sfts = numbered(arts, "sample"), numbered(arts, "reject"), numbered(arts, "sft")
     rounds = sorted(set(samples) | set(rejects) | set(sfts))
     if not rounds:
         return []
@@ -73,7 +73,7 @@ def rl_stages(arts: dict[str, Artifact]) -> dict[str, list[dict]]:
     """``{'stage k (labels)': step rows}`` of every RL stage that logged steps, in curriculum order."""
     groups = stage_config(arts["curriculum"]).get("curriculum", {}).get("stages", []) if "curriculum" in arts else []
     out = {}
-    for k, art in numbered(arts, "rl-c").items():
+    for k, art in numbered(arts, "rl").items():
         steps = rl_steps(art)
         if steps:
             names = ", ".join(groups[k - 1]) if k - 1 < len(groups) else ""
@@ -83,11 +83,11 @@ def rl_stages(arts: dict[str, Artifact]) -> dict[str, list[dict]]:
 
 def rl_section(arts: dict[str, Artifact], plot: str | None, behaviour_plot: str | None = None) -> list[str]:
     """The GRPO curves, the agent's behaviour per step and a table of the logged step metrics."""
-    stages = numbered(arts, "rl-c")
+    stages = numbered(arts, "rl")
     if not stages:
         return []
     rows = []
-    for k, art in stages.items():
+    for art in stages.values():
         rl_cfg = stage_config(art).get("rl", {})
         groups = rl_cfg.get("batch_size", 0)
         samples = groups * rl_cfg.get("n", 0)
@@ -95,7 +95,7 @@ def rl_section(arts: dict[str, Artifact], plot: str | None, behaviour_plot: str 
         for row in thin(steps, STEP_ROWS):
             signal = share(row.get("groups_with_signal"), groups)
             ex = share(row.get("ex"), samples)
-            rows.append([f"rl-c{k}", row.get("step"), *(number(row.get(key)) for key in STEP_COLUMNS),
+            rows.append([art.label, row.get("step"), *(number(row.get(key)) for key in STEP_COLUMNS),
                          signal.cell() if signal else None, ex.cell() if ex else None])
     lines = ["## Curriculum GRPO", "",
              "One curve per curriculum stage; steps are numbered on through the stages, and each stage starts "
@@ -120,13 +120,13 @@ def rl_section(arts: dict[str, Artifact], plot: str | None, behaviour_plot: str 
 def _validation_lines(stages: dict[int, Artifact]) -> list[str]:
     """The dev validations of each stage (``rl.val_every``) and the step whose model the stage kept."""
     lines = []
-    for k, art in stages.items():
+    for art in stages.values():
         validated = [row for row in rl_steps(art) if row.get("val_reward_mean") is not None]
         if validated:
             shown = "; ".join(f"step {row['step']}: reward {row['val_reward_mean']:.3f}"
                               + (f", EX {100 * row['val_ex']:.1f} %" if row.get("val_ex") is not None else "")
                               for row in validated)
-            lines.append(f"* rl-c{k} dev validation: {shown}; model kept: step {art.metrics.get('picked_step')}")
+            lines.append(f"* {art.label} dev validation: {shown}; model kept: step {art.metrics.get('picked_step')}")
     return ["", *lines, ""] if lines else []
 
 

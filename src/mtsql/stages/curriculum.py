@@ -24,20 +24,20 @@ from mtsql.config import ConfigView, CurriculumConfig
 from mtsql.data import train_pool
 from mtsql.data.records import Turn
 from mtsql.errors import UsageError
-from mtsql.files import read_jsonl, write_jsonl
+from mtsql.files import write_jsonl
 from mtsql.slices import CURRICULUM_LABELS
 from mtsql.sql.metrics import turn_bucket
-from mtsql.trajectories import is_correct
+from mtsql.trajectories import ScoredRow, is_correct, read_rows
 
 SECTIONS = ("data", "curriculum")
 INPUTS = {"sample": None}
 
 
-def pass_rates(rows: list[dict]) -> dict[str, float]:
+def pass_rates(rows: list[ScoredRow]) -> dict[str, float]:
     """Share of correct samples (EX and EM, protocol-valid) per item uid."""
     seen: dict[str, list[bool]] = defaultdict(list)
     for row in rows:
-        seen[row["uid"]].append(is_correct(row, ("ex", "em")))
+        seen[row.uid].append(is_correct(row, ("ex", "em")))
     return {uid: sum(ok) / len(ok) for uid, ok in seen.items()}
 
 
@@ -86,7 +86,7 @@ def size_table(stages: list[list[Turn]]) -> dict[str, dict[str, int]]:
 
 def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact | None = None) -> dict:
     turns = train_pool(cfg.data, cfg.data_root)
-    rates = pass_rates(read_jsonl(sample.path / "trajectories.jsonl")) if sample is not None else None
+    rates = pass_rates(read_rows(sample.path / "trajectories.jsonl")) if sample is not None else None
     stages, dropped = partition(turns, cfg.curriculum, rates)
     if not any(stages):
         raise UsageError(f"curriculum: every stage is empty ({len(turns)} items in the pool, dropped {dropped})")

@@ -42,7 +42,6 @@ from mtsql.config import ConfigView
 from mtsql.data import eval_turns
 from mtsql.errors import UsageError
 from mtsql.evaluate_files import render, score_pairs, write_outputs
-from mtsql.files import write_jsonl
 from mtsql.measures.cost import cost_per_turn
 from mtsql.measures.pass_at_k import pass_at_k_table
 from mtsql.measures.propagation import propagation
@@ -53,16 +52,16 @@ from mtsql.paths import database_path
 from mtsql.rollout import SERVER_LOG, RolloutEngine
 from mtsql.sql import score_turn
 from mtsql.sql.evaluation import EvaluateOptions
-from mtsql.trajectories import scorer, summarize_trajectories, vote
+from mtsql.trajectories import ScoredRow, scorer, summarize_trajectories, vote, write_rows
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
 INPUTS = {"model": None}
 
 
-def judge(cfg: ConfigView) -> Callable[[dict, str], int | None]:
+def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
-    def ex(row: dict, sql: str) -> int | None:
-        return score_turn(row["turn"]["gold_sql"], sql, row["turn"]["db_id"], data_root=cfg.data_root,
+    def ex(row: ScoredRow, sql: str) -> int | None:
+        return score_turn(row.turn["gold_sql"], sql, row.turn["db_id"], data_root=cfg.data_root,
                           exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
                           timeout_s=cfg.sql.timeout_s).execution
     return ex
@@ -76,7 +75,7 @@ def accuracy(summary: dict, metric: str, *path: str) -> float | None:
     return node["accuracy"] if node is not None else None
 
 
-def dataset_block(summary: dict, rows: list[dict], calibration: dict) -> dict:
+def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict) -> dict:
     """The official summary reshaped for reports, plus protocol abilities of the chosen samples
     (single-turn datasets have no interaction match and no turn buckets: those are None and empty)
     and the verdict ``calibration``."""
@@ -158,17 +157,17 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
         folder, rows = ctx.out / name, greedy_rows[name]
         share = len(turns) / len(every_turn)  # of the rollout's wall time, which served every dataset
         block = _score(cfg, name, turns, rows, rows, folder / "greedy" if n_vote > 1 else folder, greedy_wall * share)
-        first = {k: [r for r in sampled.get(name, []) if r["sample"] < k] for k in (n_vote, n_pass)}
+        first = {k: [r for r in sampled.get(name, []) if r.sample < k] for k in (n_vote, n_pass)}
         if n_vote > 1:
-            by_uid: dict[str, list[dict]] = defaultdict(list)
+            by_uid: dict[str, list[ScoredRow]] = defaultdict(list)
             for row in first[n_vote]:
-                by_uid[row["uid"]].append(row)
+                by_uid[row.uid].append(row)
             chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) for t in turns]
             greedy_block, block = block, _score(cfg, name, turns, chosen, first[n_vote], folder,
                                                 sampled_wall * share * n_vote / n)
             block["decodings"] = {"greedy": _headline(greedy_block), f"vote@{n_vote}": _headline(block)}
         elif sampler:
-            write_jsonl(folder / "samples" / "trajectories.jsonl", sampled[name])
+            write_rows(folder / "samples" / "trajectories.jsonl", sampled[name])
         if n_pass > 1:
             block["pass_at_k"] = pass_at_k_table(first[n_pass], n_pass)
         if cfg.evaluate.prompt_filter_tokens is not None:
@@ -177,12 +176,12 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     return out
 
 
-def _prompt_filter(cfg: ConfigView, turns, rows: list[dict], chat) -> dict:
+def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
     """The greedy headline without the turns whose prompt is over ``evaluate.prompt_filter_tokens``,
     and how many those are (the prompt counted as verl's filter counts it: no tool schemas)."""
     limit = cfg.evaluate.prompt_filter_tokens
-    lengths = [len(chat.prompt_ids(row["trajectory"]["messages"][:2])) for row in rows]
-    kept = [(turn, row["final_sql"] or "") for turn, row, length in zip(turns, rows, lengths, strict=True)
+    lengths = [len(chat.prompt_ids(row.trajectory["messages"][:2])) for row in rows]
+    kept = [(turn, row.final_sql or "") for turn, row, length in zip(turns, rows, lengths, strict=True)
             if length <= limit]
     out = {"limit": limit, "turns": len(turns), "dropped": len(turns) - len(kept), "longest_prompt": max(lengths),
            "kept": None}
@@ -195,7 +194,7 @@ def _prompt_filter(cfg: ConfigView, turns, rows: list[dict], chat) -> dict:
                      "interaction_em": accuracy(summary, "exact", "interaction")}}
 
 
-def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> tuple[list[dict], float]:
+def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> tuple[list[ScoredRow], float]:
     """Roll out and score; the resumable shards are removed once every record is scored. Returns the
     rows and the rollout's wall seconds."""
     rows = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards,
@@ -204,28 +203,28 @@ def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path
     return rows, engine.stats["wall_s"]
 
 
-def _split(rows: list[dict], by_dataset: dict[str, list]) -> dict[str, list[dict]]:
+def _split(rows: list[ScoredRow], by_dataset: dict[str, list]) -> dict[str, list[ScoredRow]]:
     """The records of one rollout over every dataset, back by dataset (in each dataset's turn order).
 
     All datasets go through one rollout so that the batches stay full until the last turn: run one
     after the other, each dataset's last turns would decode in a batch of a few rows."""
     dataset_of = {turn.uid: name for name, turns in by_dataset.items() for turn in turns}
-    split: dict[str, list[dict]] = {name: [] for name in by_dataset}
+    split: dict[str, list[ScoredRow]] = {name: [] for name in by_dataset}
     for row in rows:
-        split[dataset_of[row["uid"]]].append(row)
+        split[dataset_of[row.uid]].append(row)
     return split
 
 
-def _score(cfg: ConfigView, name: str, turns, chosen: list[dict], rows: list[dict], folder: Path,
+def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: list[ScoredRow], folder: Path,
            wall_s: float) -> dict:
     """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
     The measures beside the official figures: verdict calibration and cost over every trajectory (``rows``),
     error propagation and EX without vacuous golds over the official items."""
-    evaluation = score_pairs([(t, row["final_sql"] or "") for t, row in zip(turns, chosen, strict=True)],
+    evaluation = score_pairs([(t, row.final_sql or "") for t, row in zip(turns, chosen, strict=True)],
                              data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
     evaluation.summary["dataset"] = name
     write_outputs(folder, evaluation)
-    write_jsonl(folder / "trajectories.jsonl", rows)
+    write_rows(folder / "trajectories.jsonl", rows)
     render(evaluation.summary, Console(stderr=True))
     block = dataset_block(evaluation.summary, chosen, verdict_calibration(rows, judge(cfg)))
     vacuous = {(t.interaction_index, t.turn_index) for t in turns

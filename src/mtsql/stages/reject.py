@@ -21,34 +21,34 @@ from collections import defaultdict
 from mtsql.artifacts import Artifact, StageContext
 from mtsql.config import ConfigView, RejectConfig
 from mtsql.errors import UsageError
-from mtsql.files import read_jsonl, write_jsonl
+from mtsql.files import write_jsonl
 from mtsql.sql.metrics import turn_bucket
-from mtsql.trajectories import is_correct
+from mtsql.trajectories import ScoredRow, is_correct, read_rows, write_rows
 
 SECTIONS = ("reject",)
 INPUTS = {"sample": "sample"}
 
 
-def select(rows: list[dict], cfg: RejectConfig) -> tuple[list[dict], list[dict], dict]:
+def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], list[dict], dict]:
     """Choose the kept rows; returns (kept rows, unsolved turn dicts, counts table)."""
-    by_item: dict[str, list[dict]] = defaultdict(list)
+    by_item: dict[str, list[ScoredRow]] = defaultdict(list)
     for row in rows:
-        by_item[row["uid"]].append(row)
+        by_item[row.uid].append(row)
     kept, unsolved = [], []
     table: dict[str, dict[str, int]] = defaultdict(lambda: {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
     for samples in by_item.values():
-        samples.sort(key=lambda r: r["sample"])
+        samples.sort(key=lambda r: r.sample)
         correct = [r for r in samples if is_correct(r, cfg.require)]
         first = samples[0]
         if not correct:
             chosen = []
-            unsolved.append(first["turn"])
-        elif first.get("hardness") == "easy" or len(correct) == len(samples):
-            chosen = sorted(correct, key=lambda r: (r["response_tokens"], r["sample"]))[: cfg.keep_easy]
+            unsolved.append(first.turn)
+        elif first.hardness == "easy" or len(correct) == len(samples):
+            chosen = sorted(correct, key=lambda r: (r.response_tokens, r.sample))[: cfg.keep_easy]
         else:
             chosen = diverse(correct, cfg.keep_hard)
         kept.extend(chosen)
-        for bucket in (f"hardness={first.get('hardness')}", f"turn={turn_bucket(first['turn']['turn_index'])}", "all"):
+        for bucket in (f"hardness={first.hardness}", f"turn={turn_bucket(first.turn['turn_index'])}", "all"):
             counts = table[bucket]
             counts["sampled"] += len(samples)
             counts["correct"] += len(correct)
@@ -57,24 +57,24 @@ def select(rows: list[dict], cfg: RejectConfig) -> tuple[list[dict], list[dict],
     return kept, unsolved, dict(sorted(table.items()))
 
 
-def diverse(rows: list[dict], k: int) -> list[dict]:
+def diverse(rows: list[ScoredRow], k: int) -> list[ScoredRow]:
     """Greedy farthest-first choice of ``k`` long rows, by action sequence and SQL edits."""
     features = {id(r): _features(r) for r in rows}
-    ordered = sorted(rows, key=lambda r: (-r["response_tokens"], r["sample"]))
+    ordered = sorted(rows, key=lambda r: (-r.response_tokens, r.sample))
     chosen = [ordered[0]]
     while len(chosen) < min(k, len(ordered)):
         rest = [r for r in ordered if r not in chosen]
         chosen.append(max(rest, key=lambda r: (min(_distance(features[id(r)], features[id(c)]) for c in chosen),
-                                               r["response_tokens"], -r["sample"])))
+                                               r.response_tokens, -r.sample)))
     return chosen
 
 
-def _features(row: dict) -> tuple[set, set]:
-    actions = ["<s>", *row.get("actions", []), "</s>"]
+def _features(row: ScoredRow) -> tuple[set, set]:
+    actions = ["<s>", *row.actions, "</s>"]
     action_grams = {tuple(actions[i : i + 2]) for i in range(len(actions) - 1)}
     edits: set = set()
     previous: set = set()
-    for sql in row.get("proposed_sql", []):
+    for sql in row.proposed_sql:
         tokens = set(sql.lower().split())
         edits |= {f"+{t}" for t in tokens - previous} | {f"-{t}" for t in previous - tokens}
         previous = tokens
@@ -93,10 +93,10 @@ def check(cfg: ConfigView, *, sample) -> None:
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:
-    rows = read_jsonl(sample.path / "trajectories.jsonl")
+    rows = read_rows(sample.path / "trajectories.jsonl")
     kept, unsolved, table = select(rows, cfg.reject)
-    write_jsonl(ctx.out / "kept.jsonl", kept)
+    write_rows(ctx.out / "kept.jsonl", kept)
     write_jsonl(ctx.out / "pool.jsonl", unsolved)
     totals = table.get("all", {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
-    items = len({r["uid"] for r in rows})
+    items = len({r.uid for r in rows})
     return {"items": items, "solved": items - totals["unsolved"], **totals, "table": table}

@@ -22,10 +22,9 @@ from mtsql.config import ConfigView
 from mtsql.data import train_pool
 from mtsql.data.records import read_turns
 from mtsql.errors import UsageError
-from mtsql.files import write_jsonl
 from mtsql.models.registry import stage_model
 from mtsql.rollout import SERVER_LOG, RolloutEngine
-from mtsql.trajectories import scorer, summarize_trajectories
+from mtsql.trajectories import scorer, summarize_trajectories, write_rows
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
 INPUTS = {"model": None, "pool": None}
@@ -59,6 +58,6 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, po
                                    log_path=ctx.out / SERVER_LOG) as engine:
         rows = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards,
                           score=scorer(cfg, cfg.data_root))
-    write_jsonl(ctx.out / "trajectories.jsonl", rows)
+    write_rows(ctx.out / "trajectories.jsonl", rows)
     shutil.rmtree(shards)  # every record is in trajectories.jsonl now
     return {"policy": policy, "model": model.label if model else cfg.model.name, **summarize_trajectories(rows)}

@@ -25,11 +25,10 @@ from mtsql.config import ConfigView
 from mtsql.data import eval_turns
 from mtsql.data.records import Turn
 from mtsql.errors import StageFailed
-from mtsql.files import read_jsonl
 from mtsql.integrations.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
 from mtsql.models.registry import stage_model
 from mtsql.rollout import SERVER_LOG, RolloutEngine
-from mtsql.trajectories import scorer, summarize_trajectories
+from mtsql.trajectories import read_rows, scorer, summarize_trajectories
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
 INPUTS = {"reject": "reject", "model": None}
@@ -54,12 +53,12 @@ def engine_identity(cfg: ConfigView) -> dict:
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact | None = None) -> dict:
-    rows = read_jsonl(reject.path / "kept.jsonl")
+    rows = read_rows(reject.path / "kept.jsonl")
     if not rows:
         raise StageFailed(f"sft: the reject set {reject.path} kept no trajectory; "
                           "sample more (sample.n, a scripted first round) or relax reject.require")
     base = stage_model(cfg.model.name, model)
-    stats = export_sharegpt(({"messages": r["trajectory"]["messages"]} for r in rows), ctx.out / "data",
+    stats = export_sharegpt(({"messages": r.trajectory["messages"]} for r in rows), ctx.out / "data",
                             tokenizer_path=base, template=cfg.model.template, cutoff_len=cfg.sft.cutoff_len,
                             tools=env_tools(cfg.env))
     sft_plan = _plan(cfg, ctx.out, base)
