@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from mtsql.backends.base import SamplingParams
-from mtsql.backends.hf import HFBackend
-from mtsql.models.registry import resolve_model
+from mtsql.engines.backends.base import SamplingParams
+from mtsql.engines.backends.hf import HFBackend
+from mtsql.engines.models.registry import resolve_model
 
 
 def synchronize(device: str) -> None:

@@ -43,14 +43,14 @@ os.environ.setdefault("MTSQL_DATA", "/work/shared/data")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from mtsql.data import tables_file  # noqa: E402
-from mtsql.evaluate_files import evaluate_files  # noqa: E402
-from mtsql.paths import data_dir  # noqa: E402
-from mtsql.sql import clear_caches, evaluation  # noqa: E402
-from mtsql.sql.evaluation import EvaluateOptions  # noqa: E402
-from mtsql.sql.official_format import read_interactions  # noqa: E402
-from mtsql.sql.tokenizer import tokenize  # noqa: E402
-from mtsql.sql.workers import GroupWorkers, available_cores  # noqa: E402
+from mtsql.base.paths import data_dir  # noqa: E402
+from mtsql.core.data import tables_file  # noqa: E402
+from mtsql.core.evaluation_files import evaluate_files  # noqa: E402
+from mtsql.core.sql import clear_caches, evaluation  # noqa: E402
+from mtsql.core.sql.evaluation import EvaluateOptions  # noqa: E402
+from mtsql.core.sql.official_format import read_interactions  # noqa: E402
+from mtsql.core.sql.tokenizer import tokenize  # noqa: E402
+from mtsql.core.sql.workers import GroupWorkers, available_cores  # noqa: E402
 
 
 class RecordedWorkers(GroupWorkers):
@@ -230,7 +230,7 @@ import process_sql
 try:
     process_sql.word_tokenize("a")
 except LookupError:  # no NLTK punkt data here: the official tokenization, from mtsql's copy of the model
-    from mtsql.sql.tokenizer import _word_tokenize
+    from mtsql.core.sql.tokenizer import _word_tokenize
     process_sql.word_tokenize = _word_tokenize
 import evaluation
 kmaps = evaluation.build_foreign_key_map_from_json(sys.argv[4])

@@ -39,7 +39,7 @@ def reset_rss_peak() -> None:
 
 
 def synthetic_episodes(count: int, *, prompt: int, response: int, group: int, vocab: int, seed: int):
-    from mtsql.local_grpo.update import Episode
+    from mtsql.engines.local_grpo.update import Episode
 
     rng = random.Random(seed)
     third = response // 3
@@ -57,8 +57,8 @@ def measure(args) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mtsql.local_grpo.update import GrpoSettings, grpo_update
-    from mtsql.models.registry import resolve_model
+    from mtsql.engines.local_grpo.update import GrpoSettings, grpo_update
+    from mtsql.engines.models.registry import resolve_model
 
     torch.manual_seed(0)
     folder = resolve_model(args.model)

@@ -41,17 +41,17 @@ from functools import partial
 from rich.console import Console
 from rich.table import Table
 
-from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.tools import TOOL_SCHEMAS
-from mtsql.backends import make_backend
-from mtsql.backends.base import SamplingParams
-from mtsql.chat_format import ChatFormat
-from mtsql.config import EnvConfig
-from mtsql.data import load_turns
-from mtsql.models.registry import resolve_model
-from mtsql.paths import FIXTURE_DATA, database_path
-from mtsql.rollout import STOP_STRINGS, RolloutEngine, derive_seed, episode_key
-from mtsql.sql.executor import execute
+from mtsql.base.config import EnvConfig
+from mtsql.base.paths import FIXTURE_DATA, database_path
+from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.tools import TOOL_SCHEMAS
+from mtsql.core.chat_format import ChatFormat
+from mtsql.core.data import load_turns
+from mtsql.core.sql.executor import execute
+from mtsql.engines.backends import make_backend
+from mtsql.engines.backends.base import SamplingParams
+from mtsql.engines.models.registry import resolve_model
+from mtsql.engines.rollout import STOP_STRINGS, RolloutEngine, derive_seed, episode_key
 
 COUNTING = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) SELECT count(*) FROM n"
 

@@ -20,16 +20,16 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.tools import TOOL_SCHEMAS
-from mtsql.backends import hf
-from mtsql.backends.base import SamplingParams
-from mtsql.chat_format import ChatFormat
-from mtsql.config import EnvConfig
-from mtsql.data import load_turns
-from mtsql.models.registry import resolve_model
-from mtsql.paths import FIXTURE_DATA
-from mtsql.rollout import STOP_STRINGS
+from mtsql.base.config import EnvConfig
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.tools import TOOL_SCHEMAS
+from mtsql.core.chat_format import ChatFormat
+from mtsql.core.data import load_turns
+from mtsql.engines.backends import hf
+from mtsql.engines.backends.base import SamplingParams
+from mtsql.engines.models.registry import resolve_model
+from mtsql.engines.rollout import STOP_STRINGS
 
 
 def opening_prompts(chat: ChatFormat, count: int) -> list[list[int]]:

@@ -20,7 +20,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from mtsql.models.registry import resolve_model
+from mtsql.engines.models.registry import resolve_model
 
 
 def seconds_per_example(model, tokens: int, *, bf16: bool, checkpointing: bool, repeats: int) -> float:

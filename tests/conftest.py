@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.paths import FIXTURE_DATA
+from mtsql.base.paths import FIXTURE_DATA
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def models_home():
 
 @pytest.fixture(scope="session")
 def tiny_qwen3(models_home) -> Path:
-    from mtsql.models import registry
+    from mtsql.engines.models import registry
 
     return registry.make_tiny("qwen3")
 
@@ -72,14 +72,14 @@ def tiny_tokenizer(tiny_qwen3):
 
 @pytest.fixture(scope="session")
 def tiny_backend(tiny_qwen3):
-    from mtsql.backends.hf import HFBackend
+    from mtsql.engines.backends.hf import HFBackend
 
     return HFBackend(tiny_qwen3)
 
 
 @pytest.fixture(scope="session")
 def smollm2(models_home) -> Path:
-    from mtsql.models import registry
+    from mtsql.engines.models import registry
 
     return registry.pull("smollm2-135m")
 
@@ -88,8 +88,8 @@ def smollm2(models_home) -> Path:
 def vllm_python() -> Path:
     """The Python with vLLM that the vllm backend finds (``make setup`` builds .venv-vllm on CPU
     machines). Missing, the tests fail under CI (where make test built it) and are skipped elsewhere."""
-    from mtsql.backends.vllm_server import find_python
-    from mtsql.errors import UsageError
+    from mtsql.base.errors import UsageError
+    from mtsql.engines.backends.vllm_server import find_python
 
     try:
         return find_python()
@@ -102,7 +102,7 @@ def vllm_python() -> Path:
 @pytest.fixture(scope="session")
 def tiny_server(tiny_qwen3, vllm_python, tmp_path_factory):
     """A vLLM server on the tiny Qwen3 (float32), shared by the tests that only talk to it."""
-    from mtsql.backends.vllm import VLLMBackend
+    from mtsql.engines.backends.vllm import VLLMBackend
 
     backend = VLLMBackend(tiny_qwen3, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
                           log_path=tmp_path_factory.mktemp("vllm") / "server.log")

@@ -1,5 +1,5 @@
 """One episode at a time, for tests that look at a single trajectory: ``run_episode`` steps a policy
-through ``SqlAgentEnv.step`` (the pipeline runs episodes in batches with ``mtsql.rollout.RolloutEngine``,
+through ``SqlAgentEnv.step`` (the pipeline runs episodes in batches with ``mtsql.engines.rollout.RolloutEngine``,
 which steps the environment the same way), and ``ReplayPolicy`` replays recorded assistant messages."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from mtsql.agent.env import SqlAgentEnv, Trajectory
-from mtsql.agent.policies import Policy
-from mtsql.agent.tools import MemoryEntry
-from mtsql.data.records import Turn
+from mtsql.core.agent.env import SqlAgentEnv, Trajectory
+from mtsql.core.agent.policies import Policy
+from mtsql.core.agent.tools import MemoryEntry
+from mtsql.core.data.records import Turn
 
 
 def run_episode(env: SqlAgentEnv, policy: Policy, turn: Turn, memory: list[MemoryEntry] | None = None,

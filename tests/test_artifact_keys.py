@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from mtsql.artifacts import MODEL_DIR, ArtifactKey, Store, key_of
-from mtsql.errors import UsageError
-from mtsql.report.runs import evaluations, latest_artifacts
-from mtsql.runner import Pending, latest_input
+from mtsql.app.report.runs import evaluations, latest_artifacts
+from mtsql.app.runner import Pending, latest_input
+from mtsql.base.artifacts import MODEL_DIR, ArtifactKey, Store, key_of
+from mtsql.base.errors import UsageError
 
 
 def test_labels_are_the_ones_runs_already_hold():

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mtsql.artifacts import ArtifactKey, Store, fingerprint, verify
-from mtsql.errors import UsageError
+from mtsql.base.artifacts import ArtifactKey, Store, fingerprint, verify
+from mtsql.base.errors import UsageError
 
 
 def _work(records):
@@ -66,7 +66,7 @@ def test_failed_stage_leaves_nothing_complete(tmp_path):
 def test_sigkill_midway_leaves_no_complete_artifact(tmp_path):
     script = textwrap.dedent(f"""
         import time
-        from mtsql.artifacts import ArtifactKey, Store
+        from mtsql.base.artifacts import ArtifactKey, Store
         def work(ctx):
             (ctx.out / "shard-0.jsonl").write_text("{{}}\\n")
             print("started", flush=True)
@@ -108,7 +108,7 @@ def test_lock_refuses_concurrent_run(tmp_path):
     inner = []
 
     def outer(ctx):
-        from mtsql.errors import StageFailed
+        from mtsql.base.errors import StageFailed
         try:
             store.run(ArtifactKey("sample"), {}, {}, _work([1]))
         except StageFailed as exc:
@@ -121,7 +121,7 @@ def test_lock_refuses_concurrent_run(tmp_path):
 
 def test_attempts_total_duration_and_error_line_are_kept(tmp_path):
     """A failed attempt's log names its error; the manifest keeps every attempt and their total time."""
-    from mtsql.errors import StageFailed
+    from mtsql.base.errors import StageFailed
 
     store = Store(tmp_path)
 

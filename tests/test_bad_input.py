@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.artifacts import ArtifactKey, Store
-from mtsql.paths import FIXTURE_DATA
+from mtsql.base.artifacts import ArtifactKey, Store
+from mtsql.base.paths import FIXTURE_DATA
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "configs" / "profiles"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import mtsql
-from mtsql.paths import FIXTURE_DATA
+from mtsql.base.paths import FIXTURE_DATA
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -188,9 +188,9 @@ def test_damaged_gold_cache_is_recomputed_with_a_warning(tmp_path):
 def test_evaluate_out_never_pairs_new_items_with_an_old_summary(tmp_path, monkeypatch):
     """A disk that fills up between the two files: the folder must not hold the old summary beside the
     new items (the summary is removed first and written last)."""
-    from mtsql import files
-    from mtsql.evaluate_files import write_outputs
-    from mtsql.sql.evaluation import Evaluation
+    from mtsql.base import files
+    from mtsql.core.evaluation_files import write_outputs
+    from mtsql.core.sql.evaluation import Evaluation
 
     out = tmp_path / "out"
     write_outputs(out, Evaluation([{"turn": "old"}], {"turns": 1, "version": "old"}))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mtsql.chat_format import EMPTY_THINK, ChatFormat, render, segments, tools_block
+from mtsql.core.chat_format import EMPTY_THINK, ChatFormat, render, segments, tools_block
 
 TOOLS = [
     {"type": "function", "function": {

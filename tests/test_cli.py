@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql import artifacts
-from mtsql.artifacts import ArtifactKey, Store
+from mtsql.base import artifacts
+from mtsql.base.artifacts import ArtifactKey, Store
 
 REPO = Path(__file__).resolve().parents[1]
 

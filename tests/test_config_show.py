@@ -5,8 +5,8 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from mtsql.cli import app
-from mtsql.errors import UsageError
+from mtsql.app.cli import app
+from mtsql.base.errors import UsageError
 
 REPO_PROFILE = str(Path(__file__).resolve().parents[1] / "configs" / "profiles" / "tiny.yaml")
 

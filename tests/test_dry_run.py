@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql import pipeline
-from mtsql.config import load_config
+from mtsql.app import pipeline
+from mtsql.base.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = ["paper-qwen3-4b", "paper-qwen3-1.7b"]
@@ -69,8 +69,8 @@ def test_a_dry_run_after_a_real_curriculum_shows_its_sizes(tmp_path):
 
 def test_a_plan_needs_no_vllm_but_a_run_does(tmp_path):
     """Planning a vLLM run on a machine without vLLM (a GPU run from a laptop) works; running it is one line."""
-    from mtsql.errors import UsageError
-    from mtsql.runner import Pending, run_stage
+    from mtsql.app.runner import Pending, run_stage
+    from mtsql.base.errors import UsageError
 
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml",
                       [f"runs_dir={tmp_path}", "sample.backend=vllm", f"sample.vllm_python={tmp_path / 'none'}"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.chat_format import ChatFormat
-from mtsql.episode_tokens import EPISODE_END, RESPONSE_LENGTH, EpisodeTokens
+from mtsql.core.chat_format import ChatFormat
+from mtsql.core.episode_tokens import EPISODE_END, RESPONSE_LENGTH, EpisodeTokens
 
 OBSERVATION = {"role": "tool", "content": "(1,)"}
 

@@ -6,11 +6,11 @@ import shutil
 import pytest
 import yaml
 
-from mtsql import provenance
-from mtsql.artifacts import ArtifactKey, Store
-from mtsql.config import ConfigView, UndeclaredSection, load_config
-from mtsql.paths import FIXTURE_DATA, data_dir
-from mtsql.runner import STAGES, run_stage, store_for, view_for
+from mtsql.app.runner import STAGES, run_stage, store_for, view_for
+from mtsql.base import provenance
+from mtsql.base.artifacts import ArtifactKey, Store
+from mtsql.base.config import ConfigView, UndeclaredSection, load_config
+from mtsql.base.paths import FIXTURE_DATA, data_dir
 
 
 def cfg_for(tmp_path, *overrides):
@@ -171,7 +171,7 @@ def test_a_changed_source_line_changes_the_fingerprint_of_the_stages_that_run_it
     provenance.code_digest.cache_clear()
     try:
         after = {name: provenance.code_digest(STAGES[name].__name__) for name in ("sample", "reject")}
-        assert "mtsql.backends.hf" in provenance.code_closure("mtsql.stages.sample"), "imported by name in a registry"
+        assert "mtsql.engines.backends.hf" in provenance.code_closure("mtsql.stages.sample"), "imported by name in a registry"
     finally:
         provenance.code_closure.cache_clear()
         provenance.code_digest.cache_clear()
@@ -190,7 +190,7 @@ def test_comments_and_docstrings_do_not_change_the_code_digest(tmp_path):
 
 
 def test_a_changed_byte_in_a_large_file_is_caught(tmp_path):
-    from mtsql.artifacts import verify
+    from mtsql.base.artifacts import verify
 
     def work(ctx):
         (ctx.out / "model.safetensors").write_bytes(b"\1" * (65 * 2**20))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.chat_format import ChatFormat
-from mtsql.errors import MtsqlError, UsageError
-from mtsql.models import registry
-from mtsql.models.tiny_qwen3 import TINY_QWEN3_SEED
+from mtsql.base.errors import MtsqlError, UsageError
+from mtsql.core.chat_format import ChatFormat
+from mtsql.engines.models import registry
+from mtsql.engines.models.tiny_qwen3 import TINY_QWEN3_SEED
 
 
 def test_tiny_qwen3_has_the_real_qwen3_special_tokens(tiny_tokenizer):
@@ -194,7 +194,7 @@ def test_smollm2_pull_converts_the_gguf(smollm2):
 def test_cli_lists_and_makes_models(tiny_qwen3):
     from typer.testing import CliRunner
 
-    from mtsql.cli import app
+    from mtsql.app.cli import app
 
     runner = CliRunner()
     listed = runner.invoke(app, ["models", "list"], env={"COLUMNS": "200"})

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from mtsql import pipeline
-from mtsql.artifacts import Artifact, ArtifactKey
-from mtsql.config import load_config, replace
-from mtsql.data import eval_turns, train_pool
-from mtsql.errors import UsageError
-from mtsql.files import read_jsonl
-from mtsql.paths import data_dir
-from mtsql.rollout import RolloutEngine
-from mtsql.runner import run_stage, store_for
-from mtsql.trajectories import read_rows
+from mtsql.app import pipeline
+from mtsql.app.runner import run_stage, store_for
+from mtsql.base.artifacts import Artifact, ArtifactKey
+from mtsql.base.config import load_config, replace
+from mtsql.base.errors import UsageError
+from mtsql.base.files import read_jsonl
+from mtsql.base.paths import data_dir
+from mtsql.core.data import eval_turns, train_pool
+from mtsql.core.trajectories import read_rows
+from mtsql.engines.rollout import RolloutEngine
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -161,7 +161,7 @@ def test_local_rl_runs_every_curriculum_stage_and_caches(tiny_cfg):
 
 
 def test_local_rl_reuses_keys_values_within_a_step_and_drops_them_at_each_update(tiny_cfg, monkeypatch):
-    from mtsql.rollout import RolloutEngine
+    from mtsql.engines.rollout import RolloutEngine
 
     seen = []
     real_run = RolloutEngine.run
@@ -250,9 +250,9 @@ def test_release_profile_runs_end_to_end_with_a_stand_in_model(tmp_path, tiny_qw
 
 
 def test_per_dataset_trains_one_model_per_dataset_with_a_train_split(tmp_path, capsys):
-    from mtsql.config import DataConfig
-    from mtsql.data import per_dataset_groups
-    from mtsql.paths import FIXTURE_DATA
+    from mtsql.base.config import DataConfig
+    from mtsql.base.paths import FIXTURE_DATA
+    from mtsql.core.data import per_dataset_groups
 
     root = tmp_path / "data"
     root.mkdir()
@@ -310,7 +310,7 @@ def test_evaluate_samples_without_a_vote_keep_greedy_as_the_headline(tiny_cfg):
 
 
 def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
-    from mtsql.config import ConfigView
+    from mtsql.base.config import ConfigView
     from mtsql.stages.evaluate import judge
 
     cfg = ConfigView(cfg_for(tmp_path), ("data", "sql"), owner="test", data_root=data_dir())

@@ -5,8 +5,8 @@ import io
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn
 
-from mtsql import progress
-from mtsql.rollout import _Meter
+from mtsql.base import progress
+from mtsql.engines.rollout import _Meter
 
 
 def test_redirected_output_gets_plain_lines(monkeypatch):

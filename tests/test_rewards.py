@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
-from mtsql.config import EnvConfig, RewardConfig
-from mtsql.data import load_turns
-from mtsql.paths import FIXTURE_DATA
-from mtsql.rewards import EXEC_VERIFY_TABLE, KEYS, compute_rewards
-from mtsql.sql.clauses import clause_f1
+from mtsql.base.config import EnvConfig, RewardConfig
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
+from mtsql.core.data import load_turns
+from mtsql.core.rewards import EXEC_VERIFY_TABLE, KEYS, compute_rewards
+from mtsql.core.sql.clauses import clause_f1
 
 from .episodes import ReplayPolicy, run_episode
 

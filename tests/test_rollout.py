@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mtsql.agent.tools import TOOL_SCHEMAS
-from mtsql.backends.base import Backend, SamplingParams
-from mtsql.chat_format import ChatFormat
-from mtsql.data.records import Turn
-from mtsql.rollout import STOP_STRINGS, RolloutEngine, derive_seed, load_records
+from mtsql.core.agent.tools import TOOL_SCHEMAS
+from mtsql.core.chat_format import ChatFormat
+from mtsql.core.data.records import Turn
+from mtsql.engines.backends.base import Backend, SamplingParams
+from mtsql.engines.rollout import STOP_STRINGS, RolloutEngine, derive_seed, load_records
 
 TOOLS = [{"name": "exec_sql", "description": "Run SQL.", "parameters": {"type": "object", "properties": {}}}]
 
@@ -228,7 +228,7 @@ def test_gold_memory_runs_all_turns_at_once(tiny_tokenizer):
 
 
 def test_predicted_memory_needs_whole_dialogues(tiny_tokenizer):
-    from mtsql.errors import UsageError
+    from mtsql.base.errors import UsageError
 
     with pytest.raises(UsageError, match="every turn of the dialogue from the first"):
         engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer, memory="predicted").run(dialogue("p", 3)[1:])
@@ -256,10 +256,10 @@ def test_constructor_checks():
 
 
 def test_gold_policy_through_the_real_environment(fixture_root):
-    from mtsql.agent.env import SqlAgentEnv
-    from mtsql.agent.policies import GoldPolicy
-    from mtsql.config import EnvConfig
-    from mtsql.data import load_turns
+    from mtsql.base.config import EnvConfig
+    from mtsql.core.agent.env import SqlAgentEnv
+    from mtsql.core.agent.policies import GoldPolicy
+    from mtsql.core.data import load_turns
 
     turns = load_turns("cosql", "dev", root=fixture_root, with_hardness=False)[:12]
     records = RolloutEngine(lambda: SqlAgentEnv(EnvConfig(memory="predicted"), data_root=fixture_root),
@@ -271,10 +271,10 @@ def test_gold_policy_through_the_real_environment(fixture_root):
 
 
 def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, fixture_root):
-    from mtsql.agent.env import SqlAgentEnv
-    from mtsql.agent.tools import TOOL_SCHEMAS
-    from mtsql.config import EnvConfig
-    from mtsql.data import load_turns
+    from mtsql.base.config import EnvConfig
+    from mtsql.core.agent.env import SqlAgentEnv
+    from mtsql.core.agent.tools import TOOL_SCHEMAS
+    from mtsql.core.data import load_turns
 
     turns = load_turns("cosql", "dev", root=fixture_root, with_hardness=False)[:2]
     records = RolloutEngine(lambda: SqlAgentEnv(EnvConfig(max_messages=2), data_root=fixture_root),
@@ -297,7 +297,7 @@ def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, f
 def one_at_a_time(backend, chat, params, make_env, turns, n, seed):
     """The plainest loop with the engine's contract: each dialogue (predicted memory) and sample in
     turn, one message per backend call, seeds from (seed, key, message index)."""
-    from mtsql.agent.tools import MemoryEntry
+    from mtsql.core.agent.tools import MemoryEntry
 
     records = {}
     dialogues: dict[str, list[Turn]] = {}
@@ -335,9 +335,9 @@ def same_parts(prompt, ids, mask, generations, trajectory):
 
 @pytest.mark.parametrize("model", ["tiny", "scripted"])
 def test_pipelined_engine_gives_the_tokens_of_a_one_at_a_time_loop(model, tiny_backend, tiny_tokenizer, fixture_root):
-    from mtsql.agent.env import SqlAgentEnv
-    from mtsql.config import EnvConfig
-    from mtsql.data import load_turns
+    from mtsql.base.config import EnvConfig
+    from mtsql.core.agent.env import SqlAgentEnv
+    from mtsql.core.data import load_turns
 
     turns = [t for t in load_turns("cosql", "dev", root=fixture_root, with_hardness=False) if t.turn_index < 2][:6]
     backend = tiny_backend if model == "tiny" else ScriptedBackend(tiny_tokenizer)  # scripted: real SQL runs

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from mtsql import pipeline
-from mtsql.artifacts import ArtifactKey
-from mtsql.config import load_config
-from mtsql.errors import UsageError
-from mtsql.trajectories import ScoredRow, read_rows, write_rows
+from mtsql.app import pipeline
+from mtsql.base.artifacts import ArtifactKey
+from mtsql.base.config import load_config
+from mtsql.base.errors import UsageError
+from mtsql.core.trajectories import ScoredRow, read_rows, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
 # two rows of real trajectories.jsonl files, written by mtsql before the row was a dataclass: a

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.pipeline import run_pipeline
+from mtsql.app.pipeline import run_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 

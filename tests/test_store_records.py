@@ -6,7 +6,7 @@ import stat
 import pytest
 import yaml
 
-from mtsql.artifacts import ArtifactKey, StageInterrupted, Store
+from mtsql.base.artifacts import ArtifactKey, StageInterrupted, Store
 
 
 def test_recorded_paths_name_the_final_folder_not_the_partial_one(tmp_path):
@@ -52,7 +52,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, monkeypatch):
     reports it first (tests/test_bad_input_faults.py sends a real SIGINT)."""
     from typer.testing import CliRunner
 
-    from mtsql import cli
+    from mtsql.app import cli
 
     def interrupted(folder):
         raise StageInterrupted("sft-r1", tmp_path / "abc.partial")

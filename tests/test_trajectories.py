@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.paths import FIXTURE_DATA
-from mtsql.trajectories import ScoredRow, read_rows, vote
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.trajectories import ScoredRow, read_rows, vote
 
 GOLD = "SELECT count(*) FROM singer"  # 6 on the fixture's concert_singer
 RIGHT = ["SELECT count(*) FROM singer", "SELECT COUNT(singer_id) FROM singer", "select count(name) from singer"]
@@ -51,7 +51,7 @@ def test_with_nothing_executable_the_first_sample_is_returned(sqls):
 
 
 def test_behaviour_of_one_rl_step_on_hand_made_episodes():
-    from mtsql.trajectories import episode_behaviour, step_behaviour
+    from mtsql.core.trajectories import episode_behaviour, step_behaviour
 
     def step(action, tool=None, verdict=None):
         return {"action": action, "tool": tool, "verdict": verdict}

@@ -1,5 +1,5 @@
 """`python -m mtsql` is the `mtsql` command."""
 
-from mtsql.cli import main
+from mtsql.app.cli import main
 
 main()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.agent.env import SqlAgentEnv
-from mtsql.config import EnvConfig, SqlConfig
-from mtsql.data import load_turns
-from mtsql.data.records import Turn
-from mtsql.paths import FIXTURE_DATA
+from mtsql.base.config import EnvConfig, SqlConfig
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.data import load_turns
+from mtsql.core.data.records import Turn
 
 
 @pytest.fixture(scope="session")

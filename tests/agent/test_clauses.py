@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtsql.sql.clauses import breakdown, clause_f1, clause_items, clause_spans, render_breakdown
+from mtsql.core.sql.clauses import breakdown, clause_f1, clause_items, clause_spans, render_breakdown
 
 JOIN = ("SELECT T1.name, count(*) FROM singer AS T1 JOIN concert AS T2 ON T1.id = T2.singer_id "
         "WHERE T2.year BETWEEN 2014 AND 2015 OR T1.age ! = 3 GROUP BY T1.id ORDER BY count(*) DESC LIMIT 1")

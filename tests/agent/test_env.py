@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from mtsql.agent import prompts
-from mtsql.agent.env import Trajectory
-from mtsql.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
-from mtsql.agent.tools import MemoryEntry
-from mtsql.config import SqlConfig
-from mtsql.paths import FIXTURE_DATA, database_path
+from mtsql.base.config import SqlConfig
+from mtsql.base.paths import FIXTURE_DATA, database_path
+from mtsql.core.agent import prompts
+from mtsql.core.agent.env import Trajectory
+from mtsql.core.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
+from mtsql.core.agent.tools import MemoryEntry
 
 from ..episodes import ReplayPolicy, run_episode
 from .conftest import find

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import make_policy
-from mtsql.data import load_turns
-from mtsql.rewards import compute_rewards
-from mtsql.sql import score_turn
+from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.policies import make_policy
+from mtsql.core.data import load_turns
+from mtsql.core.rewards import compute_rewards
+from mtsql.core.sql import score_turn
 
 from ..episodes import run_episode
 

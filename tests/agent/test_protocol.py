@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtsql.agent.protocol import PROTOCOL_ARGUMENTS, PROTOCOLS, Action, parse_action
-from mtsql.agent.tools import tool_schemas
+from mtsql.core.agent.protocol import PROTOCOL_ARGUMENTS, PROTOCOLS, Action, parse_action
+from mtsql.core.agent.tools import tool_schemas
 
 TOOL_ARGUMENTS = PROTOCOL_ARGUMENTS["mtsql"]
 

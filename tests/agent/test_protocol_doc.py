@@ -6,11 +6,11 @@ import json
 import re
 from pathlib import Path
 
-from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import GoldWithCorrectionPolicy
-from mtsql.agent.tools import TOOL_SCHEMAS
-from mtsql.paths import FIXTURE_DATA
-from mtsql.rewards import compute_rewards
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.policies import GoldWithCorrectionPolicy
+from mtsql.core.agent.tools import TOOL_SCHEMAS
+from mtsql.core.rewards import compute_rewards
 
 from ..episodes import run_episode
 from .conftest import find

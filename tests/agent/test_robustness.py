@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtsql.agent.env import SqlAgentEnv, Trajectory
-from mtsql.agent.policies import GoldWithCorrectionPolicy
-from mtsql.config import EnvConfig, SqlConfig
-from mtsql.data import load_turns
-from mtsql.paths import FIXTURE_DATA
-from mtsql.rewards import KEYS, compute_rewards
+from mtsql.base.config import EnvConfig, SqlConfig
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.env import SqlAgentEnv, Trajectory
+from mtsql.core.agent.policies import GoldWithCorrectionPolicy
+from mtsql.core.data import load_turns
+from mtsql.core.rewards import KEYS, compute_rewards
 
 from ..episodes import ReplayPolicy, run_episode
 

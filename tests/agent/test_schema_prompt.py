@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from mtsql.agent.schema_prompt import load_tables, render_schema
-from mtsql.errors import UsageError
-from mtsql.paths import FIXTURE_DATA
+from mtsql.base.errors import UsageError
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.schema_prompt import load_tables, render_schema
 
 
 def test_concert_singer_has_keys_and_values():

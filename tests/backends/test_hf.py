@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
-from mtsql.backends import hf, make_backend
-from mtsql.backends.base import Generation, SamplingParams
-from mtsql.backends.hf import HFBackend, _PrefixCache
-from mtsql.chat_format import ChatFormat
-from mtsql.errors import UsageError
+from mtsql.base.errors import UsageError
+from mtsql.core.chat_format import ChatFormat
+from mtsql.engines.backends import hf, make_backend
+from mtsql.engines.backends.base import Generation, SamplingParams
+from mtsql.engines.backends.hf import HFBackend, _PrefixCache
 
 QUESTIONS = ["Hi.", "How many singers are there in the database?", "List all concerts held in 2014, newest first.",
              "x"]
@@ -154,7 +154,7 @@ def test_sampling_depends_on_the_seed_not_the_batch(tiny_backend, prompts):
 def test_top_p_keeps_only_the_likeliest_ids(tiny_backend, prompts):
     import torch
 
-    from mtsql.backends.hf import _top_p
+    from mtsql.engines.backends.hf import _top_p
 
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     assert torch.allclose(_top_p(probs, 0.7), torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
@@ -318,7 +318,7 @@ def test_grouped_attention_equals_sdpa_under_padding(tiny_qwen3, tiny_backend):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from mtsql.backends.hf import GROUPED_SDPA
+    from mtsql.engines.backends.hf import GROUPED_SDPA
 
     reference = AutoModelForCausalLM.from_pretrained(tiny_qwen3, attn_implementation="sdpa")
     assert tiny_backend.model.config._attn_implementation == GROUPED_SDPA
@@ -355,7 +355,7 @@ def test_batched_prefill_gives_the_row_by_row_results(tiny_backend, prompts, cha
 
 
 def test_a_call_larger_than_free_memory_runs_in_parts_with_the_same_results(tiny_backend, prompts, monkeypatch):
-    from mtsql.backends import hf
+    from mtsql.engines.backends import hf
 
     params = SamplingParams(temperature=1.0, max_new_tokens=5)
     whole = tiny_backend.generate(prompts, params, seeds=[1, 2, 3, 4])
@@ -372,7 +372,7 @@ def test_a_call_larger_than_free_memory_runs_in_parts_with_the_same_results(tiny
 
 
 def test_memory_arithmetic(tiny_backend):
-    from mtsql.backends.hf import MAX_BATCH_ROWS, _MemoryModel, rows_that_fit
+    from mtsql.engines.backends.hf import MAX_BATCH_ROWS, _MemoryModel, rows_that_fit
 
     config = tiny_backend.model.config
     memory = _MemoryModel.of(tiny_backend.model)
@@ -387,7 +387,7 @@ def test_memory_arithmetic(tiny_backend):
 def test_dtype_auto_is_float32_on_cpu_and_bfloat16_on_cuda():
     import torch
 
-    from mtsql.backends.hf import resolve_dtype
+    from mtsql.engines.backends.hf import resolve_dtype
 
     assert resolve_dtype("auto", "cpu") is torch.float32
     assert resolve_dtype("auto", "cuda") is torch.bfloat16 and resolve_dtype("auto", "cuda:1") is torch.bfloat16
@@ -397,7 +397,7 @@ def test_dtype_auto_is_float32_on_cpu_and_bfloat16_on_cuda():
 
 
 def test_stop_strings_are_checked_only_after_ids_that_can_end_them(tiny_backend, prompts):
-    from mtsql.backends.hf import _StopCriteria
+    from mtsql.engines.backends.hf import _StopCriteria
 
     tokenizer = tiny_backend.tokenizer
     stop = ("</answer_sql>",)

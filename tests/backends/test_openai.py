@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mtsql.backends.base import SamplingParams
-from mtsql.backends.openai import OpenAIBackend
-from mtsql.errors import StageFailed, UsageError
+from mtsql.base.errors import StageFailed, UsageError
+from mtsql.engines.backends.base import SamplingParams
+from mtsql.engines.backends.openai import OpenAIBackend
 
 
 class Server:
@@ -233,9 +233,9 @@ class OneMessageEnv:
 
 
 def test_the_rollout_engine_sends_every_ready_conversation_at_once(serve, client, tiny_tokenizer):
-    from mtsql.chat_format import ChatFormat
-    from mtsql.data.records import Turn
-    from mtsql.rollout import RolloutEngine
+    from mtsql.core.chat_format import ChatFormat
+    from mtsql.core.data.records import Turn
+    from mtsql.engines.rollout import RolloutEngine
 
     def reply(body):
         time.sleep(0.2)

@@ -14,15 +14,15 @@ import httpx
 import pytest
 import torch
 
-from mtsql.backends import engine_identity, make_backend
-from mtsql.backends.base import SamplingParams
-from mtsql.backends.hf import HFBackend
-from mtsql.backends.openai import OpenAIBackend
-from mtsql.backends.vllm import UNVERIFIED, VLLMBackend, server_spec
-from mtsql.backends.vllm_server import SERVED_NAME, signal_group
-from mtsql.chat_format import ChatFormat
-from mtsql.config import load_config
-from mtsql.errors import UsageError
+from mtsql.base.config import load_config
+from mtsql.base.errors import UsageError
+from mtsql.core.chat_format import ChatFormat
+from mtsql.engines.backends import engine_identity, make_backend
+from mtsql.engines.backends.base import SamplingParams
+from mtsql.engines.backends.hf import HFBackend
+from mtsql.engines.backends.openai import OpenAIBackend
+from mtsql.engines.backends.vllm import UNVERIFIED, VLLMBackend, server_spec
+from mtsql.engines.backends.vllm_server import SERVED_NAME, signal_group
 
 TOOL_STOP = ("</tool_call>", "</answer_sql>")
 
@@ -139,7 +139,7 @@ def test_reload_serves_new_weights_as_a_fresh_model_would(tiny_qwen3, vllm_pytho
 
 KEEP_SERVING = """
 import sys, time
-from mtsql.backends.vllm import VLLMBackend
+from mtsql.engines.backends.vllm import VLLMBackend
 backend = VLLMBackend(sys.argv[1], python=sys.argv[2], dtype="float32", kv_cache_gib=1)
 print("PGID", backend.server.process.pid, flush=True)
 time.sleep(600)
@@ -190,7 +190,7 @@ def test_no_vllm_is_a_usage_error_with_the_fix(tmp_path):
 
 @pytest.mark.parametrize(("fast_bf16", "cpu_dtype"), [(True, "bfloat16"), (False, "float32")])
 def test_auto_dtype_is_bfloat16_where_the_cpu_multiplies_it_natively(monkeypatch, fast_bf16, cpu_dtype):
-    monkeypatch.setattr("mtsql.backends.vllm.cpu_has_fast_bf16", lambda: fast_bf16)
+    monkeypatch.setattr("mtsql.engines.backends.vllm.cpu_has_fast_bf16", lambda: fast_bf16)
     assert server_spec(Path("m"), python=sys.executable).dtype == cpu_dtype
     assert server_spec(Path("m"), python=sys.executable, device="cuda").dtype == "bfloat16"
     assert server_spec(Path("m"), python=sys.executable, dtype="float32").dtype == "float32"

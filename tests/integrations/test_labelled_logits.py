@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
-from mtsql.integrations.llamafactory.labelled_logits import IGNORE_INDEX, LabelledLogits, keep_labelled
+from mtsql.engines.llamafactory.labelled_logits import IGNORE_INDEX, LabelledLogits, keep_labelled
 
 
 def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:

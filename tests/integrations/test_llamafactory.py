@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtsql.agent.tools import TOOL_SCHEMAS
-from mtsql.config import SftConfig, load_config
-from mtsql.errors import StageFailed, UsageError
-from mtsql.integrations.llamafactory import (
+from mtsql.base.config import SftConfig, load_config
+from mtsql.base.errors import StageFailed, UsageError
+from mtsql.core.agent.tools import TOOL_SCHEMAS
+from mtsql.engines.llamafactory import (
     encode_dataset,
     export_sharegpt,
     plan_sft,
@@ -24,8 +24,8 @@ from mtsql.integrations.llamafactory import (
     train_command,
     train_config,
 )
-from mtsql.integrations.llamafactory.launch import LABELLED_LOGITS_ENTRY
-from mtsql.integrations.llamafactory.process import (
+from mtsql.engines.llamafactory.launch import LABELLED_LOGITS_ENTRY
+from mtsql.engines.llamafactory.process import (
     TrainWatcher,
     check_model_dir,
     read_train_result,
@@ -72,7 +72,7 @@ def spans(ids: list[int], labels: list[int], trained: bool) -> list[list[int]]:
 
 @pytest.fixture(scope="session")
 def tiny_qwen3() -> Path:
-    from mtsql.models.registry import make_tiny
+    from mtsql.engines.models.registry import make_tiny
 
     return make_tiny("qwen3")
 
@@ -134,11 +134,11 @@ def test_llamafactory_trains_every_assistant_token_and_no_prompt_token(tmp_path,
 
 def test_real_env_trajectories_export_verbatim(tmp_path, tiny_qwen3, tokenizer):
     """Gold-with-correction episodes of the real environment: nothing dropped, nothing re-rendered."""
-    from mtsql.agent.env import SqlAgentEnv
-    from mtsql.agent.policies import make_policy
-    from mtsql.config import EnvConfig
-    from mtsql.data import load_turns
-    from mtsql.paths import FIXTURE_DATA
+    from mtsql.base.config import EnvConfig
+    from mtsql.base.paths import FIXTURE_DATA
+    from mtsql.core.agent.env import SqlAgentEnv
+    from mtsql.core.agent.policies import make_policy
+    from mtsql.core.data import load_turns
 
     from ..episodes import run_episode
 

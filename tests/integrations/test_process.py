@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from mtsql.errors import StageFailed
-from mtsql.integrations.process import Command, OutputLines, error_line, run_logged
+from mtsql.base.errors import StageFailed
+from mtsql.engines.process import Command, OutputLines, error_line, run_logged
 
 TRACEBACK = """\
 [INFO|2026-11-21] loading

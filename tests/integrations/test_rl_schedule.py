@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from mtsql import pipeline
-from mtsql.config import RlConfig, load_config
-from mtsql.errors import UsageError
-from mtsql.files import read_jsonl
-from mtsql.integrations.rl_schedule import best_step, stage_steps, validation_due
-from mtsql.integrations.verl.launch import StageData, build_stage_plan, compose_train_config
-from mtsql.report import build_report
+from mtsql.app import pipeline
+from mtsql.app.report import build_report
+from mtsql.base.config import RlConfig, load_config
+from mtsql.base.errors import UsageError
+from mtsql.base.files import read_jsonl
+from mtsql.engines.rl_schedule import best_step, stage_steps, validation_due
+from mtsql.engines.verl.launch import StageData, build_stage_plan, compose_train_config
 from mtsql.stages.rl import _verl_curve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,9 +80,9 @@ def test_verl_curve_reads_the_validation_reward_of_each_dataset(tmp_path):
 
 def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, monkeypatch):
     import torch
-
     from mtsql.integrations import rl_schedule
-    from mtsql.local_grpo import trainer, update
+
+    from mtsql.engines.local_grpo import trainer, update
 
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [
         f"runs_dir={tmp_path / 'runs'}", "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",

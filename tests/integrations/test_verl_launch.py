@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtsql.config import load_config
-from mtsql.errors import StageFailed, UsageError
-from mtsql.integrations.process import Command
-from mtsql.integrations.verl.dataset import AGENT_NAME
-from mtsql.integrations.verl.launch import (
+from mtsql.base.config import load_config
+from mtsql.base.errors import StageFailed, UsageError
+from mtsql.engines.process import Command
+from mtsql.engines.verl.dataset import AGENT_NAME
+from mtsql.engines.verl.launch import (
     AGENT_LOOP_TARGET,
     PINNED,
     StageData,
@@ -70,7 +70,7 @@ def test_every_override_is_a_verl_key_with_the_intended_value(composed):
     assert config.trainer.rollout_data_dir.endswith("stage-0/rollouts"), "each step's samples, for the behaviour curves"
     assert config.trainer.logger == ["console", "file"] and config.trainer.experiment_name == "paper-stage-0"
     reward = config.reward.custom_reward_function
-    assert (reward.path, reward.name) == ("pkg://mtsql.integrations.verl.reward", "compute_score")
+    assert (reward.path, reward.name) == ("pkg://mtsql.engines.verl.reward", "compute_score")
     assert reward.reward_kwargs.reward.family == "process" and reward.reward_kwargs.reward.clause_f1 == 0.8
     assert reward.reward_kwargs.sql.timeout_s == 5.0 and reward.reward_kwargs.data_root == str(DATA_ROOT)
     assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH.endswith("stage-0/verl_metrics.1.jsonl")
@@ -132,7 +132,7 @@ def test_a_misspelt_or_inconsistent_override_is_rejected_before_launch(composed)
 def test_the_reward_function_verl_loads_is_mtsql_compute_score(composed):
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    from mtsql.integrations.verl.reward import compute_score
+    from mtsql.engines.verl.reward import compute_score
 
     _, config = composed
     fn = get_custom_reward_fn(config)
@@ -307,7 +307,7 @@ def test_trainable_layers_is_refused_for_verl(tmp_path):
 
 
 def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
-    from mtsql.integrations.verl.launch import ROLLOUTS_DIR
+    from mtsql.engines.verl.launch import ROLLOUTS_DIR
     from mtsql.stages.rl import _verl_curve
 
     write_attempt(tmp_path, range(1, 3), 0.0)

@@ -8,19 +8,19 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from mtsql.agent.env import SqlAgentEnv
-from mtsql.agent.policies import GoldPolicy
-from mtsql.config import EnvConfig
-from mtsql.data import load_turns
-from mtsql.errors import UsageError
-from mtsql.integrations.verl.reward import (
+from mtsql.base.config import EnvConfig
+from mtsql.base.errors import UsageError
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.policies import GoldPolicy
+from mtsql.core.data import load_turns
+from mtsql.engines.verl.reward import (
     OK_KEY,
     RESPONSE_TOKENS_KEY,
     SCORE_KEYS,
     TRAJECTORY_KEY,
     compute_score,
 )
-from mtsql.paths import FIXTURE_DATA
 
 from ..episodes import run_episode
 
@@ -63,7 +63,7 @@ def test_family_and_weights_come_from_reward_kwargs_even_as_hydra_dictconfig(gol
 ])
 def test_no_readable_trajectory_scores_zero_with_the_same_keys_and_a_warning(extra_info, gold_rows, caplog):
     turn, _ = gold_rows[0]
-    with caplog.at_level(logging.WARNING, logger="mtsql.integrations.verl.reward"):
+    with caplog.at_level(logging.WARNING, logger="mtsql.engines.verl.reward"):
         out = score(turn, extra_info)
     assert tuple(out) == SCORE_KEYS and set(out.values()) == {0.0}
     assert "scoring 0" in caplog.text
@@ -79,7 +79,7 @@ def test_a_typo_in_reward_kwargs_is_an_error_not_a_silent_default(gold_rows):
 
 
 def test_the_episode_behaviour_rides_along_for_the_step_dump(gold_rows, tmp_path):
-    from mtsql.integrations.verl.launch import ROLLOUTS_DIR, step_behaviour_of
+    from mtsql.engines.verl.launch import ROLLOUTS_DIR, step_behaviour_of
 
     (first, first_info), (later, later_info) = gold_rows
     a, b = score(first, first_info), score(later, later_info)

@@ -16,18 +16,18 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mtsql.agent.env import SqlAgentEnv, Trajectory
-from mtsql.agent.policies import GoldPolicy
-from mtsql.agent.tools import MemoryEntry
-from mtsql.chat_format import ChatFormat, render
-from mtsql.config import load_config
-from mtsql.data import load_turns
-from mtsql.errors import UsageError
-from mtsql.integrations.verl.agent_loop import STOP_KEY
-from mtsql.integrations.verl.dataset import AGENT_NAME, episode_tools, memory_of, turn_of, write_rl_parquet
-from mtsql.integrations.verl.launch import StageData, build_stage_plan, compose_train_config
-from mtsql.integrations.verl.reward import RESPONSE_TOKENS_KEY, SCORE_KEYS, TRAJECTORY_KEY
-from mtsql.paths import FIXTURE_DATA
+from mtsql.base.config import load_config
+from mtsql.base.errors import UsageError
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.agent.env import SqlAgentEnv, Trajectory
+from mtsql.core.agent.policies import GoldPolicy
+from mtsql.core.agent.tools import MemoryEntry
+from mtsql.core.chat_format import ChatFormat, render
+from mtsql.core.data import load_turns
+from mtsql.engines.verl.agent_loop import STOP_KEY
+from mtsql.engines.verl.dataset import AGENT_NAME, episode_tools, memory_of, turn_of, write_rl_parquet
+from mtsql.engines.verl.launch import StageData, build_stage_plan, compose_train_config
+from mtsql.engines.verl.reward import RESPONSE_TOKENS_KEY, SCORE_KEYS, TRAJECTORY_KEY
 
 from ..episodes import run_episode
 
@@ -38,7 +38,7 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty":
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from mtsql.models.registry import resolve_model
+    from mtsql.engines.models.registry import resolve_model
 
     os.environ.setdefault("MTSQL_HOME", str(tmp_path_factory.getbasetemp() / "home"))
     return str(resolve_model("tiny-qwen3"))
@@ -390,7 +390,7 @@ def test_plans_merge_command_turns_an_fsdp_checkpoint_into_the_next_stages_model
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mtsql.integrations.process import run_logged
+    from mtsql.engines.process import run_logged
 
     data = tmp_path / "stage-0.parquet"
     plan = build_stage_plan(load_config(None, ["rl.steps_per_stage=1", "rl.batch_size=1", "rl.mini_batch_size=1"]),

@@ -6,9 +6,9 @@ import copy
 import pytest
 import torch
 
-from mtsql.config import RlConfig
-from mtsql.errors import UsageError
-from mtsql.local_grpo.update import (
+from mtsql.base.config import RlConfig
+from mtsql.base.errors import UsageError
+from mtsql.engines.local_grpo.update import (
     Episode,
     GrpoSettings,
     episode_advantages,
@@ -19,7 +19,7 @@ from mtsql.local_grpo.update import (
     response_logprobs,
     signal_share,
 )
-from mtsql.local_grpo.weights import trainable, with_lora
+from mtsql.engines.local_grpo.weights import trainable, with_lora
 
 
 @pytest.fixture(scope="module")

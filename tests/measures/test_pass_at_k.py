@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.measures.pass_at_k import ks_for, pass_at_k, pass_at_k_table
-from mtsql.trajectories import ScoredRow, read_rows
+from mtsql.core.measures.pass_at_k import ks_for, pass_at_k, pass_at_k_table
+from mtsql.core.trajectories import ScoredRow, read_rows
 
 
 def scored(**fields) -> ScoredRow:

@@ -1,6 +1,6 @@
 """Error propagation on two-turn dialogues counted by hand."""
 
-from mtsql.measures.propagation import propagation
+from mtsql.core.measures.propagation import propagation
 
 
 def item(interaction, turn, ex):

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.measures.cost import cost_per_turn, trajectory_cost
-from mtsql.measures.vacuous import is_vacuous, non_empty_gold_ex
-from mtsql.paths import FIXTURE_DATA, database_path
-from mtsql.trajectories import ScoredRow, read_rows
+from mtsql.base.paths import FIXTURE_DATA, database_path
+from mtsql.core.measures.cost import cost_per_turn, trajectory_cost
+from mtsql.core.measures.vacuous import is_vacuous, non_empty_gold_ex
+from mtsql.core.trajectories import ScoredRow, read_rows
 
 PETS = database_path("pets_1", FIXTURE_DATA)
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.measures.verdicts import verdict_calibration
-from mtsql.trajectories import ScoredRow, read_rows
+from mtsql.core.measures.verdicts import verdict_calibration
+from mtsql.core.trajectories import ScoredRow, read_rows
 
 
 def scored(**fields) -> ScoredRow:
@@ -68,11 +68,11 @@ def test_nothing_to_divide_is_none():
 def test_scripted_self_corrections_are_calibrated_and_followed():
     """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the gold,
     says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and acted on."""
-    from mtsql.agent.env import SqlAgentEnv
-    from mtsql.agent.policies import GoldWithCorrectionPolicy
-    from mtsql.config import Config, ConfigView, EnvConfig
-    from mtsql.data import load_turns
-    from mtsql.paths import FIXTURE_DATA
+    from mtsql.base.config import Config, ConfigView, EnvConfig
+    from mtsql.base.paths import FIXTURE_DATA
+    from mtsql.core.agent.env import SqlAgentEnv
+    from mtsql.core.agent.policies import GoldWithCorrectionPolicy
+    from mtsql.core.data import load_turns
     from mtsql.stages.evaluate import judge
 
     from ..episodes import run_episode

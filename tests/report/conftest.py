@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.agent.env import Step, Trajectory
-from mtsql.artifacts import ArtifactKey, Store
-from mtsql.data.records import Turn
-from mtsql.measures.pass_at_k import pass_at_k_table
-from mtsql.measures.propagation import propagation
-from mtsql.measures.vacuous import non_empty_gold_ex
-from mtsql.measures.verdicts import verdict_calibration
-from mtsql.sql.metrics import summarize
-from mtsql.trajectories import ScoredRow, write_rows
+from mtsql.base.artifacts import ArtifactKey, Store
+from mtsql.core.agent.env import Step, Trajectory
+from mtsql.core.data.records import Turn
+from mtsql.core.measures.pass_at_k import pass_at_k_table
+from mtsql.core.measures.propagation import propagation
+from mtsql.core.measures.vacuous import non_empty_gold_ex
+from mtsql.core.measures.verdicts import verdict_calibration
+from mtsql.core.sql.metrics import summarize
+from mtsql.core.trajectories import ScoredRow, write_rows
 
 TOKEN_ID = 9999991  # a token id that must never show up in rendered text
 GOLD = "SELECT count(*) FROM singer"

@@ -1,8 +1,8 @@
 """The protocol rates the report states: memory checks and queries changed after a verdict."""
 
-from mtsql.agent.env import Step
-from mtsql.report.behaviour import behaviour, verdict_changes
-from mtsql.report.stats import Rate
+from mtsql.app.report.behaviour import behaviour, verdict_changes
+from mtsql.app.report.stats import Rate
+from mtsql.core.agent.env import Step
 
 
 def exec_step(i, sql, verdict):

@@ -1,4 +1,4 @@
-from mtsql.report.published import published_section
+from mtsql.app.report.published import published_section
 
 
 def test_the_papers_numbers_follow_the_datasets_the_run_evaluates():

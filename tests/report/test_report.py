@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.errors import UsageError
-from mtsql.report import build_report
+from mtsql.app.report import build_report
+from mtsql.base.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 PLOTS = ("ex_by_hardness", "ex_by_turn", "rl_curves", "rl_behaviour", "ex_by_max_messages", "ex_by_vote_n")
@@ -87,7 +87,7 @@ def test_training_sections(report):
 
 
 def test_provenance_and_paper_are_separate(report):
-    from mtsql.artifacts import code_version, hardware
+    from mtsql.base.artifacts import code_version, hardware
 
     _, text = report
     provenance = section(text, "Provenance")
@@ -121,8 +121,8 @@ def test_plots_exist_are_pngs_and_are_linked(report):
 
 
 def test_breakdown_tells_zero_from_no_items():
-    from mtsql.report.plots import breakdown_figure
-    from mtsql.report.stats import Rate
+    from mtsql.app.report.plots import breakdown_figure
+    from mtsql.app.report.stats import Rate
 
     fig = breakdown_figure({"cosql": {"base": {"easy": Rate(0, 5), "medium": Rate(2, 4)}}}, ("easy", "medium", "hard"),
                            "hardness")
@@ -172,9 +172,9 @@ def test_notebook_runs_on_the_run(shared_run):
 
 
 def test_rounds_without_held_out_check_or_training(run_folder):
-    from mtsql.artifacts import ArtifactKey, Store
-    from mtsql.report.runs import latest_artifacts
-    from mtsql.report.training import sft_rounds_section
+    from mtsql.app.report.runs import latest_artifacts
+    from mtsql.app.report.training import sft_rounds_section
+    from mtsql.base.artifacts import ArtifactKey, Store
 
     store = Store(run_folder)
     store.run(ArtifactKey("sample", 2), {"r": 2}, {}, lambda ctx: {"policy": "model", "count": 3, "items": 3})
@@ -186,8 +186,8 @@ def test_rounds_without_held_out_check_or_training(run_folder):
 
 
 def test_rl_figure_with_what_verl_logs():
-    from mtsql.report.plots import rl_figure
-    from mtsql.report.training import CURVES
+    from mtsql.app.report.plots import rl_figure
+    from mtsql.app.report.training import CURVES
 
     rows = [{"stage": 1, "step": s, "reward_mean": 0.1 * s, "response_length": 50.0} for s in (1, 2)]
     fig = rl_figure({"stage 1 (easy)": rows, "stage 2 (medium)": rows[:1]}, CURVES)
@@ -198,7 +198,7 @@ def test_rl_figure_with_what_verl_logs():
 
 
 def test_examples_prefer_telling_cases():
-    from mtsql.report.evaluation import pick_examples
+    from mtsql.app.report.evaluation import pick_examples
 
     def row(uid, execution, valid, steps=()):
         return {"uid": uid, "execution": execution, "trajectory": {"protocol_valid": valid, "steps": list(steps)}}
@@ -215,7 +215,7 @@ def test_examples_prefer_telling_cases():
 
 
 def test_headline_is_the_plain_label_not_a_newer_variant(shared_run):
-    from mtsql.report.runs import evaluations, headline, latest_artifacts
+    from mtsql.app.report.runs import evaluations, headline, latest_artifacts
 
     heads = headline(evaluations(latest_artifacts(shared_run)))
     assert {phase: art.label for phase, art in heads.items()} == {"base": "eval-base", "sft": "eval-sft", "rl": "eval-rl"}
@@ -253,9 +253,9 @@ def test_vacuous_memory_propagation_and_cost_sections(report):
 
 
 def test_curves_against_max_messages_and_vote_n(shared_run):
-    from mtsql.report.measures import max_messages_rates, vote_rates
-    from mtsql.report.runs import evaluations, latest_artifacts
-    from mtsql.report.stats import Rate
+    from mtsql.app.report.measures import max_messages_rates, vote_rates
+    from mtsql.app.report.runs import evaluations, latest_artifacts
+    from mtsql.app.report.stats import Rate
 
     evals = evaluations(latest_artifacts(shared_run))
     assert max_messages_rates(evals)["cosql"] == {"SFT, gold memory": {1: Rate(4, 40), 2: Rate(10, 40), 4: Rate(16, 40)}}

@@ -3,9 +3,9 @@
 import pytest
 from typer.testing import CliRunner
 
-from mtsql.cli import app
-from mtsql.errors import UsageError
-from mtsql.trajectory_text import find_trajectory, render_trajectory
+from mtsql.app.cli import app
+from mtsql.app.trajectory_text import find_trajectory, render_trajectory
+from mtsql.base.errors import UsageError
 
 
 def test_default_is_the_first_item_of_the_first_dataset(shared_run):

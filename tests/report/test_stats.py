@@ -2,7 +2,7 @@
 
 import pytest
 
-from mtsql.report.stats import Rate, rate_of, wilson
+from mtsql.app.report.stats import Rate, rate_of, wilson
 
 
 def test_wilson_matches_scipy():

@@ -3,9 +3,9 @@
 import pytest
 from rich.console import Console
 
-from mtsql.artifacts import ArtifactKey, Store
-from mtsql.errors import StageFailed
-from mtsql.status import pipeline_order, status_rows, status_table
+from mtsql.app.status import pipeline_order, status_rows, status_table
+from mtsql.base.artifacts import ArtifactKey, Store
+from mtsql.base.errors import StageFailed
 
 
 def test_keys_sort_in_pipeline_order():
@@ -62,7 +62,7 @@ def test_table_fits_100_columns(run_folder):
 def test_cli_status_lists_the_run(run_folder):
     from typer.testing import CliRunner
 
-    from mtsql.cli import app
+    from mtsql.app.cli import app
 
     result = CliRunner().invoke(app, ["status", str(run_folder)], env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
@@ -75,7 +75,7 @@ def test_cli_status_lists_the_run(run_folder):
 
 
 def test_a_single_rl_step_reads_as_one():
-    from mtsql.status import summary
+    from mtsql.app.status import summary
 
     one = {"stage": "rl", "metrics": {"steps": 1, "reward_first": 0.5, "reward_last": 0.5}}
     assert summary(one) == "1 step, reward 0.5"
@@ -92,8 +92,8 @@ def test_partial_says_running_or_how_it_stopped(run_folder):
 
     import pytest
 
-    from mtsql.errors import StageFailed
-    from mtsql.files import write_json
+    from mtsql.base.errors import StageFailed
+    from mtsql.base.files import write_json
 
     store = Store(run_folder)
 
@@ -116,7 +116,7 @@ def test_partial_says_running_or_how_it_stopped(run_folder):
 
 
 def test_a_damaged_manifest_is_named_and_the_rest_shown(run_folder):
-    from mtsql.report import build_report
+    from mtsql.app.report import build_report
 
     damaged = run_folder / "curriculum" / "latest" / "manifest.json"
     damaged.write_text('{"stage": "curriculum", ')
@@ -129,7 +129,7 @@ def test_a_damaged_manifest_is_named_and_the_rest_shown(run_folder):
     assert "## " in text  # the rest of the report is there
     from typer.testing import CliRunner
 
-    from mtsql.cli import app
+    from mtsql.app.cli import app
 
     verified = CliRunner().invoke(app, ["data", "verify", str(run_folder)])
     assert type(verified.exception).__name__ == "UsageError"  # exit 2 through main()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.sql.schema import load_schema
-from mtsql.sql.scoring import DataSources
+from mtsql.core.sql.schema import load_schema
+from mtsql.core.sql.scoring import DataSources
 
 SCHOOL_SQL = """
 CREATE TABLE dept (id INTEGER PRIMARY KEY, name TEXT);

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from mtsql import evaluate_files as command
-from mtsql.data import load_turns
-from mtsql.errors import UsageError
-from mtsql.evaluate_files import evaluate_files, score_pairs, write_outputs
-from mtsql.paths import FIXTURE_DATA
-from mtsql.sql import clear_caches, evaluation
-from mtsql.sql.evaluation import EvaluateOptions
+from mtsql.app import evaluate_command as command
+from mtsql.base.errors import UsageError
+from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core.data import load_turns
+from mtsql.core.evaluation_files import evaluate_files, render, score_pairs, write_outputs
+from mtsql.core.sql import clear_caches, evaluation
+from mtsql.core.sql.evaluation import EvaluateOptions
 
 GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)
 
@@ -92,7 +92,7 @@ def test_allow_mismatch_says_how_many_extra_predictions_it_did_not_score(gold, t
     lines = gold_as_predictions(gold) + ["SELECT 1", "SELECT 2"]  # two turns more in the last interaction
     result = evaluate_files("sparc", predictions(tmp_path, lines), gold_path=gold, allow_mismatch=True)
     console = Console(record=True, width=200)
-    command.render(result.summary, console)
+    render(result.summary, console)
     assert result.summary["extra_predictions"] == 2 and len(result.items) == 8
     assert "2 prediction line(s) had no gold turn and were not scored" in console.export_text()
 
@@ -291,7 +291,7 @@ def test_rendered_tables_fit_100_columns_and_explain_joint_all(tmp_path):
     lines = [line.split("\t")[0].rstrip("\n") for line in GOLD_LINES]
     result = evaluate_files("sparc", predictions(tmp_path, lines))
     console = Console(width=100, record=True, color_system=None)
-    command.render(result.summary, console)
+    render(result.summary, console)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "joint_all: interactions with every turn right" in text

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.sql.errors import OfficialCrash
-from mtsql.sql.exact_match import exact_match, rebuild
-from mtsql.sql.parser import empty_sql, parse_sql
-from mtsql.sql.schema import foreign_key_map
+from mtsql.core.sql.errors import OfficialCrash
+from mtsql.core.sql.exact_match import exact_match, rebuild
+from mtsql.core.sql.parser import empty_sql, parse_sql
+from mtsql.core.sql.schema import foreign_key_map
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtsql.sql.errors import OfficialCrash
-from mtsql.sql.exec_match import _remove_distinct_tokens, remove_distinct, results_equal
-from mtsql.sql.scoring import MAX_PREDICTION_CHARS, DataSources, score
+from mtsql.core.sql.errors import OfficialCrash
+from mtsql.core.sql.exec_match import _remove_distinct_tokens, remove_distinct, results_equal
+from mtsql.core.sql.scoring import MAX_PREDICTION_CHARS, DataSources, score
 
 
 @pytest.mark.parametrize("gold, pred, order_matters, expected", [

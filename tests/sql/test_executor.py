@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtsql.sql import executor
-from mtsql.sql.executor import ERROR_CLASSES, execute, execute_cached
+from mtsql.core.sql import executor
+from mtsql.core.sql.executor import ERROR_CLASSES, execute, execute_cached
 
 
 def sha256(path) -> str:

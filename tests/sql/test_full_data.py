@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from mtsql.evaluate_files import evaluate_files
-from mtsql.sql import clear_caches
-from mtsql.sql.evaluation import EvaluateOptions
-from mtsql.sql.official_format import read_interactions
+from mtsql.core.evaluation_files import evaluate_files
+from mtsql.core.sql import clear_caches
+from mtsql.core.sql.evaluation import EvaluateOptions
+from mtsql.core.sql.official_format import read_interactions
 
 pytestmark = pytest.mark.data
 

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from mtsql.sql import clear_caches, gold_cache
-from mtsql.sql.executor import ExecResult
-from mtsql.sql.scoring import DataSources, score
+from mtsql.core.sql import clear_caches, gold_cache
+from mtsql.core.sql.executor import ExecResult
+from mtsql.core.sql.scoring import DataSources, score
 
 GOLD = ["SELECT name FROM student WHERE age > 20", "SELECT count(*) FROM dept", "SELECT name FROM student ORDER BY age"]
 PRED = ["SELECT name FROM student WHERE age > 21", "SELECT count(*) FROM likes", "SELECT name FROM student"]
@@ -89,7 +89,7 @@ def test_any_damaged_file_is_recomputed_with_a_warning(sources, gold_work, conte
     path = gold_cache.cache_file("school", (sources.db_dir,))
     path.write_bytes(content)
     gold_work.clear()
-    with caplog.at_level("WARNING", logger="mtsql.sql.gold_cache"):
+    with caplog.at_level("WARNING", logger="mtsql.core.sql.gold_cache"):
         assert scores(sources) == first
     assert len(gold_work) == 6  # computed again, not served from the damaged file
     assert f"gold cache {path} is damaged" in caplog.text

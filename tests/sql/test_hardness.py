@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.sql.hardness import component1, component2, count_others, hardness
-from mtsql.sql.parser import parse_sql
+from mtsql.core.sql.hardness import component1, component2, count_others, hardness
+from mtsql.core.sql.parser import parse_sql
 
 
 @pytest.mark.parametrize("sql, comp1, comp2, others, level", [

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from mtsql.sql.metrics import summarize, turn_bucket
+from mtsql.core.sql.metrics import summarize, turn_bucket
 
 
 def item(interaction, turn, exact, execution, hardness="easy", error=None):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.errors import UsageError
-from mtsql.sql.official_format import prediction_line, read_interactions, replace_value_placeholder
+from mtsql.base.errors import UsageError
+from mtsql.core.sql.official_format import prediction_line, read_interactions, replace_value_placeholder
 
 
 def test_interactions_split_on_lines_blank_after_strip(tmp_path):

@@ -1,11 +1,11 @@
-"""The official parser's structured dict and each of its quirks (listed in mtsql.sql.parser's docstring)."""
+"""The official parser's structured dict and each of its quirks (listed in mtsql.core.sql.parser's docstring)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mtsql.sql.errors import SqlParseError
-from mtsql.sql.parser import parse_sql
+from mtsql.core.sql.errors import SqlParseError
+from mtsql.core.sql.parser import parse_sql
 
 
 def parse(sql, schema, **kw):

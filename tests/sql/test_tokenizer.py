@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.sql.errors import SqlParseError
-from mtsql.sql.tokenizer import tokenize
+from mtsql.core.sql.errors import SqlParseError
+from mtsql.core.sql.tokenizer import tokenize
 
 
 def test_lower_cases_and_keeps_literals_whole_with_double_quotes():

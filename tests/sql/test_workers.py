@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from mtsql.errors import UsageError
-from mtsql.sql.workers import GroupWorkers
+from mtsql.base.errors import UsageError
+from mtsql.core.sql.workers import GroupWorkers
 
 
 def squares(share: dict, offset: int):

@@ -3,11 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.config import CurriculumConfig, load_config
-from mtsql.data.records import Turn
-from mtsql.errors import UsageError
+from mtsql.base.config import CurriculumConfig, load_config
+from mtsql.base.errors import UsageError
+from mtsql.core.data.records import Turn
+from mtsql.core.trajectories import ScoredRow, read_rows
 from mtsql.stages.curriculum import partition, pass_rates, size_table
-from mtsql.trajectories import ScoredRow, read_rows
 
 
 def scored(**fields) -> ScoredRow:

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtsql.backends.vllm import UNVERIFIED
-from mtsql.backends.vllm_server import SERVED_NAME, signal_group
-from mtsql.config import load_config
-from mtsql.files import read_jsonl
-from mtsql.runner import run_stage
+from mtsql.app.runner import run_stage
+from mtsql.base.config import load_config
+from mtsql.base.files import read_jsonl
+from mtsql.engines.backends.vllm import UNVERIFIED
+from mtsql.engines.backends.vllm_server import SERVED_NAME, signal_group
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -37,7 +37,7 @@ def by_key(artifact, dataset: str) -> dict[str, dict]:
 @pytest.fixture
 def started(monkeypatch):
     """The process groups of the vLLM servers started during the test."""
-    from mtsql.backends.vllm_server import ManagedServer
+    from mtsql.engines.backends.vllm_server import ManagedServer
 
     groups, real_start = [], ManagedServer.start
 
@@ -120,10 +120,10 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
 def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3, vllm_python, monkeypatch,
                                                             started):
     """rl.rollout_backend: vllm: step 2 samples from a server restarted on step 1's updated weights."""
-    from mtsql.backends.vllm import VLLMBackend
-    from mtsql.data.records import read_turns
-    from mtsql.local_grpo.trainer import train_stage
-    from mtsql.runner import view_for
+    from mtsql.app.runner import view_for
+    from mtsql.core.data.records import read_turns
+    from mtsql.engines.backends.vllm import VLLMBackend
+    from mtsql.engines.local_grpo.trainer import train_stage
 
     served = []
     real_reload = VLLMBackend.reload

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.config import RejectConfig, load_config
-from mtsql.errors import UsageError
+from mtsql.base.config import RejectConfig, load_config
+from mtsql.base.errors import UsageError
+from mtsql.core.trajectories import ScoredRow, is_correct, read_rows
 from mtsql.stages.reject import diverse, select
-from mtsql.trajectories import ScoredRow, is_correct, read_rows
 
 
 def scored(**fields) -> ScoredRow:

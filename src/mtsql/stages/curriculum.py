@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mtsql.artifacts import Artifact, StageContext
-from mtsql.config import ConfigView, CurriculumConfig
-from mtsql.data import train_pool
-from mtsql.data.records import Turn
-from mtsql.errors import UsageError
-from mtsql.files import write_jsonl
-from mtsql.slices import CURRICULUM_LABELS
-from mtsql.sql.metrics import turn_bucket
-from mtsql.trajectories import ScoredRow, is_correct, read_rows
+from mtsql.base.artifacts import Artifact, StageContext
+from mtsql.base.config import ConfigView, CurriculumConfig
+from mtsql.base.errors import UsageError
+from mtsql.base.files import write_jsonl
+from mtsql.base.slices import CURRICULUM_LABELS
+from mtsql.core.data import train_pool
+from mtsql.core.data.records import Turn
+from mtsql.core.sql.metrics import turn_bucket
+from mtsql.core.trajectories import ScoredRow, is_correct, read_rows
 
 SECTIONS = ("data", "curriculum")
 INPUTS = {"sample": None}

@@ -16,7 +16,7 @@ Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajector
 voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the samples in
 ``<dataset>/samples/``); the stage metrics hold, per dataset, EX / EM (question and interaction), the
 breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
-self-correction) and the measures of ``mtsql.measures``: ``verdict_calibration``, ``pass_at_k``,
+self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``pass_at_k``,
 ``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the
 settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``.
 
@@ -36,23 +36,23 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mtsql import backends
-from mtsql.artifacts import Artifact, StageContext
-from mtsql.config import ConfigView
-from mtsql.data import eval_turns
-from mtsql.errors import UsageError
-from mtsql.evaluate_files import render, score_pairs, write_outputs
-from mtsql.measures.cost import cost_per_turn
-from mtsql.measures.pass_at_k import pass_at_k_table
-from mtsql.measures.propagation import propagation
-from mtsql.measures.vacuous import is_vacuous, non_empty_gold_ex
-from mtsql.measures.verdicts import verdict_calibration
-from mtsql.models.registry import stage_model
-from mtsql.paths import database_path
-from mtsql.rollout import SERVER_LOG, RolloutEngine
-from mtsql.sql import score_turn
-from mtsql.sql.evaluation import EvaluateOptions
-from mtsql.trajectories import ScoredRow, scorer, summarize_trajectories, vote, write_rows
+from mtsql.base.artifacts import Artifact, StageContext
+from mtsql.base.config import ConfigView
+from mtsql.base.errors import UsageError
+from mtsql.base.paths import database_path
+from mtsql.core.data import eval_turns
+from mtsql.core.evaluation_files import render, score_pairs, write_outputs
+from mtsql.core.measures.cost import cost_per_turn
+from mtsql.core.measures.pass_at_k import pass_at_k_table
+from mtsql.core.measures.propagation import propagation
+from mtsql.core.measures.vacuous import is_vacuous, non_empty_gold_ex
+from mtsql.core.measures.verdicts import verdict_calibration
+from mtsql.core.sql import score_turn
+from mtsql.core.sql.evaluation import EvaluateOptions
+from mtsql.core.trajectories import ScoredRow, scorer, summarize_trajectories, vote, write_rows
+from mtsql.engines import backends
+from mtsql.engines.models.registry import stage_model
+from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
 INPUTS = {"model": None}

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mtsql.artifacts import Artifact, StageContext
-from mtsql.config import ConfigView, RejectConfig
-from mtsql.errors import UsageError
-from mtsql.files import write_jsonl
-from mtsql.sql.metrics import turn_bucket
-from mtsql.trajectories import ScoredRow, is_correct, read_rows, write_rows
+from mtsql.base.artifacts import Artifact, StageContext
+from mtsql.base.config import ConfigView, RejectConfig
+from mtsql.base.errors import UsageError
+from mtsql.base.files import write_jsonl
+from mtsql.core.sql.metrics import turn_bucket
+from mtsql.core.trajectories import ScoredRow, is_correct, read_rows, write_rows
 
 SECTIONS = ("reject",)
 INPUTS = {"sample": "sample"}

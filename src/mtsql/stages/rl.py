@@ -23,16 +23,17 @@ import re
 import shutil
 from pathlib import Path
 
-from mtsql import backends
-from mtsql.artifacts import MODEL_DIR, Artifact, StageContext
-from mtsql.chat_format import ChatFormat
-from mtsql.config import ConfigView
-from mtsql.data.records import Turn, read_turns
-from mtsql.errors import UsageError
-from mtsql.integrations.process import run_logged
-from mtsql.integrations.rl_schedule import best_step, epochs_note, stage_steps, validation_turns
-from mtsql.integrations.verl.dataset import write_rl_parquet
-from mtsql.integrations.verl.launch import (
+from mtsql.base.artifacts import MODEL_DIR, Artifact, StageContext
+from mtsql.base.config import ConfigView
+from mtsql.base.errors import UsageError
+from mtsql.core.chat_format import ChatFormat
+from mtsql.core.data.records import Turn, read_turns
+from mtsql.engines import backends
+from mtsql.engines.models.registry import stage_model
+from mtsql.engines.process import run_logged
+from mtsql.engines.rl_schedule import best_step, epochs_note, stage_steps, validation_turns
+from mtsql.engines.verl.dataset import write_rl_parquet
+from mtsql.engines.verl.launch import (
     ROLLOUTS_DIR,
     StageData,
     build_stage_plan,
@@ -43,7 +44,6 @@ from mtsql.integrations.verl.launch import (
     run_stage_plan,
     step_behaviour_of,
 )
-from mtsql.models.registry import stage_model
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
 INPUTS = {"curriculum": "curriculum", "model": None}
@@ -78,7 +78,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
     base = stage_model(cfg.model.name, model)
     if cfg.rl.engine == "local":
-        from mtsql.local_grpo.trainer import train_stage  # torch and verl's core_algos: load on use
+        from mtsql.engines.local_grpo.trainer import train_stage  # torch and verl's core_algos: load on use
 
         return {"engine": "local", "items": len(turns),
                 **train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",

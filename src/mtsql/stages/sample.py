@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import shutil
 
-from mtsql import backends
-from mtsql.artifacts import Artifact, StageContext
-from mtsql.config import ConfigView
-from mtsql.data import train_pool
-from mtsql.data.records import read_turns
-from mtsql.errors import UsageError
-from mtsql.models.registry import stage_model
-from mtsql.rollout import SERVER_LOG, RolloutEngine
-from mtsql.trajectories import scorer, summarize_trajectories, write_rows
+from mtsql.base.artifacts import Artifact, StageContext
+from mtsql.base.config import ConfigView
+from mtsql.base.errors import UsageError
+from mtsql.core.data import train_pool
+from mtsql.core.data.records import read_turns
+from mtsql.core.trajectories import scorer, summarize_trajectories, write_rows
+from mtsql.engines import backends
+from mtsql.engines.models.registry import stage_model
+from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
 INPUTS = {"model": None, "pool": None}

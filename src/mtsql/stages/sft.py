@@ -18,17 +18,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtsql import backends
-from mtsql.agent.tools import env_tools
-from mtsql.artifacts import Artifact, StageContext
-from mtsql.config import ConfigView
-from mtsql.data import eval_turns
-from mtsql.data.records import Turn
-from mtsql.errors import StageFailed
-from mtsql.integrations.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
-from mtsql.models.registry import stage_model
-from mtsql.rollout import SERVER_LOG, RolloutEngine
-from mtsql.trajectories import read_rows, scorer, summarize_trajectories
+from mtsql.base.artifacts import Artifact, StageContext
+from mtsql.base.config import ConfigView
+from mtsql.base.errors import StageFailed
+from mtsql.core.agent.tools import env_tools
+from mtsql.core.data import eval_turns
+from mtsql.core.data.records import Turn
+from mtsql.core.trajectories import read_rows, scorer, summarize_trajectories
+from mtsql.engines import backends
+from mtsql.engines.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
+from mtsql.engines.models.registry import stage_model
+from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
 INPUTS = {"reject": "reject", "model": None}

@@ -1,0 +1,271 @@
+"""Chaining stages: self-taught SFT rounds, curriculum RL, evaluation, and `mtsql run PIPELINE`.
+
+Each function here decides *which* artifacts feed *which* stage; the stages themselves are the
+modules of ``runner.STAGES``, run through ``runner.run_stage`` (fingerprinted, skipped when done,
+planned by ``--dry-run``). In a dry run a stage that would run yields a ``Pending`` placeholder and
+the plan goes on: later stages show ``<from LABEL>`` where they would read its outputs, and an
+unknown outcome (how many trajectories a round keeps, which curriculum stages are empty) is
+assumed to let every later step run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mtsql.app.report import build_report
+from mtsql.app.runner import STAGES, Pending, latest_input, run_stage, store_for
+from mtsql.base.artifacts import Artifact, ArtifactKey
+from mtsql.base.config import Config, build, load_config, replace
+from mtsql.base.errors import UsageError
+from mtsql.base.files import read_text
+from mtsql.base.paths import data_dir
+from mtsql.core.data import per_dataset_groups
+from mtsql.core.data.records import read_turns
+from mtsql.stages.rl import pick_engine
+
+console = Console(stderr=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-taught warm-start SFT
+
+
+def sample(cfg: Config, *, key: ArtifactKey | None = None, label: str | None = None, policy: str | None = None,
+           model=None, pool=None, force=False, dry_run=False) -> Artifact | Pending:
+    """Roll out ``policy`` (default ``sample.policy``); a model policy samples ``model`` (None: base).
+    ``key`` / ``label``: as ``run_stage`` takes them."""
+    if policy is not None:
+        cfg = replace(cfg, sample={"policy": policy})
+    inputs = {"model": model if cfg.sample.policy == "model" else None, "pool": pool}
+    return run_stage("sample", cfg, key=key, label=label, inputs=inputs, force=force, dry_run=dry_run)
+
+
+def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=False) -> Artifact | Pending | None:
+    """Round k samples the pool with round k-1's model (round 1: ``sft.first_round_policy``),
+    keeps correct diverse trajectories, and fine-tunes round k-1's model on them. Items the model
+    solved leave the pool (a scripted policy solves nothing by itself: the pool stays); once none is
+    left, no round follows. A round with nothing kept trains nothing and the previous model carries over."""
+    model = pool = None
+    summary = []
+    for k in range(1, (rounds or cfg.sft.rounds) + 1):
+        if isinstance(pool, Artifact) and pool.metrics.get("unsolved") == 0:
+            console.print(f"[yellow]round {k - 1} solved every item of its pool: no round {k}[/]")
+            break
+        policy = cfg.sft.first_round_policy if k == 1 else "model"
+        sampled = sample(cfg, key=ArtifactKey("sample", k), policy=policy, model=model, pool=pool, force=force,
+                         dry_run=dry_run)
+        kept = run_stage("reject", cfg, key=ArtifactKey("reject", k), inputs={"sample": sampled}, force=force,
+                         dry_run=dry_run)
+        if policy == "model":
+            pool = kept
+        if isinstance(kept, Artifact) and kept.metrics.get("kept", 0) == 0:
+            console.print(f"[yellow]round {k}: no correct trajectory kept; the previous model carries over[/]")
+            summary.append({"round": k, **_round_row(kept, None)})
+            continue
+        model = run_stage("sft", cfg, key=ArtifactKey("sft", k), inputs={"reject": kept, "model": model},
+                          force=force, dry_run=dry_run)
+        summary.append({"round": k, **_round_row(kept, model)})
+    if not dry_run:
+        _print_rounds(summary)
+    return model
+
+
+def _round_row(kept: Artifact, trained: Artifact | Pending | None) -> dict:
+    m = kept.metrics
+    t = trained.metrics if trained is not None else {}
+    return {"pool": m.get("items"), "solved": m.get("solved"), "kept": m.get("kept"),
+            "train_loss": t.get("train_loss"), "heldout_ex": t.get("heldout", {}).get("ex"),
+            "heldout_em": t.get("heldout", {}).get("em")}
+
+
+def _print_rounds(rows: list[dict]) -> None:
+    if not rows:
+        return
+    table = Table(title="self-taught SFT rounds")
+    for column in rows[0]:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*("" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()))
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# Curriculum RL
+
+
+def curriculum(cfg: Config, *, model=None, force=False, dry_run=False) -> Artifact | Pending:
+    """Stages of the RL pool; with ``curriculum.by=pass_rate`` or ``drop_solved``, the SFT model is sampled first."""
+    probe = None
+    if cfg.curriculum.by == "pass_rate" or (cfg.curriculum.drop_solved and model is not None):
+        probe = sample(replace(cfg, sample={"n": max(cfg.sample.n, 2)}), key=ArtifactKey("sample", variant="pool"),
+                       policy="model", model=model, force=force, dry_run=dry_run)
+    return run_stage("curriculum", cfg, inputs={"sample": probe}, force=force, dry_run=dry_run)
+
+
+def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, force=False,
+       dry_run=False) -> Artifact | Pending | None:
+    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model;
+    returns the last one (None when every stage was empty: nothing was trained)."""
+    cfg = replace(cfg, rl={"engine": pick_engine(engine or cfg.rl.engine)})
+    trained = None
+    for k in range(1, len(cfg.curriculum.stages) + 1):
+        if isinstance(curriculum_art, Artifact) and not read_turns(curriculum_art.path / f"stage-{k}.jsonl"):
+            console.print(f"[yellow]curriculum stage {k} is empty: skipped[/]")
+            continue
+        key = ArtifactKey("rl", k)
+        done = run_stage("rl", cfg, key=key, inputs={"curriculum": curriculum_art, "model": model},
+                         params={"stage": k}, force=force, dry_run=dry_run)
+        if done.metrics.get("steps_without_signal"):
+            console.print(f"[yellow]{key.label}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
+                          "steps had equal rewards in every group, so no policy gradient (raise rl.n, or "
+                          "lower rl.temperature if every sample fails the protocol)[/]")
+        model = trained = done
+    return trained
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation and whole pipelines
+
+
+def evaluate(cfg: Config, *, label: str | None = None, model=None, force=False, dry_run=False) -> Artifact | Pending:
+    """Score a model (greedy, or voting) on every eval dataset with the official metrics, as the artifact
+    ``eval-<the model's label>`` (``label``: another name); its key records which model it scores."""
+    key = ArtifactKey.evaluation(model.key if model is not None else None, name=label)
+    return run_stage("evaluate", cfg, key=key, inputs={"model": model}, force=force, dry_run=dry_run)
+
+
+MODEL_REFS = ("base", "sft", "rl", "latest")  # latest: the newest trained model so far
+COMPOSITE_STEPS = ("sft-iterate", "rl", "report")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of a pipeline file: a stage, which model it uses, and config overrides."""
+
+    stage: str
+    label: str | None = None
+    model: str = "latest"
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+
+def load_pipeline(path: Path) -> Pipeline:
+    try:
+        raw = yaml.safe_load(read_text(Path(path))) or {}
+    except OSError as exc:
+        raise UsageError(f"cannot read pipeline {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: invalid YAML ({exc})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list) or not raw["steps"]:
+        raise UsageError(f"{path}: a pipeline is a mapping with a 'steps' list of one or more steps")
+    unknown = set(raw) - {"steps"}
+    if unknown:
+        raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a pipeline has only 'steps'")
+    pipeline = Pipeline(tuple(build(Step, s, source=str(path), prefix=f"steps[{i}].") for i, s in enumerate(raw["steps"])))
+    for i, step in enumerate(pipeline.steps):
+        if step.stage not in (*COMPOSITE_STEPS, *STAGES):
+            raise UsageError(f"{path}: steps[{i}].stage '{step.stage}' is not one of "
+                             f"{', '.join((*COMPOSITE_STEPS, *STAGES))}")
+        if step.model not in MODEL_REFS:
+            raise UsageError(f"{path}: steps[{i}].model must be one of {', '.join(MODEL_REFS)}")
+    return pipeline
+
+
+TRAINS = {"sft-iterate": "sft", "rl": "rl"}  # the pipeline steps that train a model, and its kind
+
+
+def _check_model_refs(pipeline: Pipeline, path: Path, cfg: Config) -> None:
+    """Before anything runs: every evaluation of ``sft`` or ``rl`` follows a step that trains that
+    model, or the run already has one."""
+    store = store_for(cfg)
+    have = {kind for kind in TRAINS.values() if store.latest_of(kind) is not None}
+    for i, step in enumerate(pipeline.steps):
+        if step.stage == "evaluate" and step.model in TRAINS.values() and step.model not in have:
+            _missing_model(f"{path}: steps[{i}] (evaluate)", step.model, cfg)
+        have.add(TRAINS.get(step.stage, "base"))
+
+
+def _missing_model(where: str, ref: str, cfg: Config):
+    trainer = "an sft-iterate step" if ref == "sft" else "curriculum and rl steps"
+    raise UsageError(f"{where} uses model '{ref}', but no step before it trains one and run '{cfg.run}' has none: "
+                     f"add {trainer} before it, or use model: base")
+
+
+def _model(models: dict, ref: str, cfg: Config, where: str, *, required: bool = False):
+    """The model a step uses: the one an earlier step of this pipeline trained, else (for ``sft`` and
+    ``rl``) the run's latest, as the stage commands pick it. A curriculum or RL step without an SFT
+    model starts from the base model, as ``mtsql rl`` does; an evaluation of ``sft`` or ``rl`` must
+    find that model, so that its label never names a model it did not score."""
+    if models[ref] is not None or ref not in ("sft", "rl"):
+        return models[ref]
+    store = store_for(cfg)
+    if store.latest_of(ref) is not None:
+        return store.model(ref)
+    return _missing_model(where, ref, cfg) if required else None
+
+
+def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, force=False, dry_run=False) -> None:
+    """Run every step in order; finished stages are cache hits. Prints where the report is.
+
+    ``sft-iterate`` runs the SFT rounds, ``curriculum`` (with the SFT model) and ``rl`` the curriculum
+    RL stages, ``evaluate`` a model picked by the step's ``model``, ``report`` builds the report; any
+    other stage of ``runner.STAGES`` runs on the latest artifacts of its ``INPUTS``' default labels
+    (the ones this pipeline made first). With ``data.per_dataset`` and more than one group of
+    ``data.per_dataset_groups``, the whole pipeline runs once per group, as run ``<run>-<train dataset>``."""
+    pipeline = load_pipeline(path)
+    base_cfg = load_config(config_path, overrides)
+    groups = per_dataset_groups(base_cfg.data, data_dir(base_cfg.data.root)) if base_cfg.data.per_dataset else []
+    if len(groups) < 2:
+        _run_steps(pipeline, path, config_path, overrides, force=force, dry_run=dry_run)
+        return
+    for train, evals in groups:
+        group = [f"run={base_cfg.run}-{train}", f"data.train_dataset={train}",
+                 f"data.eval_datasets=[{', '.join(evals)}]", "data.per_dataset=false"]
+        console.print(f"[bold]{train}[/]: a model trained on {train}, scored on {', '.join(evals)}")
+        _run_steps(pipeline, path, config_path, [*overrides, *group], force=force, dry_run=dry_run)
+
+
+def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrides: list[str], *, force: bool,
+               dry_run: bool) -> None:
+    base_cfg = load_config(config_path, overrides)
+    _check_model_refs(pipeline, path, base_cfg)
+    models: dict[str, object] = dict.fromkeys(MODEL_REFS)
+    made: dict[str, object] = {}
+    what = f"with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else "")
+    console.print(f"[bold]{escape(str(path))}[/] {escape(what)}", soft_wrap=True)
+    for i, step in enumerate(pipeline.steps):
+        cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
+        where = f"{path}: steps[{i}] ({step.stage})"
+        if step.stage == "sft-iterate":
+            models["sft"] = models["latest"] = sft_iterate(cfg, force=force, dry_run=dry_run)
+        elif step.stage == "curriculum":
+            made["curriculum"] = curriculum(cfg, model=_model(models, "sft", cfg, where), force=force,
+                                            dry_run=dry_run)
+        elif step.stage == "rl":
+            if "curriculum" not in made:
+                raise UsageError(f"{path}: an rl step needs a curriculum step before it")
+            models["rl"] = models["latest"] = rl(cfg, curriculum_art=made["curriculum"],
+                                                 model=_model(models, "sft", cfg, where), force=force, dry_run=dry_run)
+        elif step.stage == "evaluate":
+            evaluate(cfg, label=step.label or f"eval-{step.model}", model=_model(models, step.model, cfg, where,
+                                                                               required=True),
+                     force=force, dry_run=dry_run)
+        elif step.stage == "report":
+            if not dry_run:
+                console.print(f"[bold green]report:[/] {escape(str(build_report(store_for(cfg).root)))}")
+        else:
+            store = store_for(cfg)
+            inputs = {name: made.get(default) or latest_input(store, default, dry_run=dry_run)
+                      for name, default in STAGES[step.stage].INPUTS.items() if default is not None}
+            made[step.label or step.stage] = run_stage(step.stage, cfg, label=step.label, inputs=inputs, force=force,
+                                                       dry_run=dry_run)

@@ -1,0 +1,82 @@
+"""Assemble the report: sections in reading order, plots next to the text that discusses them.
+
+Writes ``<run>/report/report.md`` and ``<run>/report/plots/*.png``, replaced as a whole: it is
+built in ``<run>/.report.tmp`` and renamed into place, so a reader never sees half a report.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from mtsql.app.report import evaluation, measures, plots, training
+from mtsql.app.report.provenance import provenance_section
+from mtsql.app.report.published import published_section
+from mtsql.app.report.runs import evaluations, headline, run_artifacts
+from mtsql.core.sql.hardness import HARDNESS_LEVELS
+from mtsql.core.sql.metrics import TURN_BUCKETS
+
+log = logging.getLogger(__name__)
+
+
+def build_report(run: Path, out: Path | None = None) -> Path:
+    """Build the report of ``run`` into ``out`` (default ``<run>/report``, replaced whole); returns the
+    path of report.md. Only ``out`` and a sibling temporary folder are written: a run on a read-only
+    disk can be reported elsewhere."""
+    run = Path(run)
+    damaged: list[str] = []
+    arts = run_artifacts(run, damaged)
+    for problem in damaged:
+        log.warning("left out of the report: %s", problem)
+    evals = evaluations(arts)
+    heads = headline(evals)
+    out = Path(out) if out is not None else run / "report"
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "plots").mkdir(parents=True)
+    model = next((a.metrics["model_name"] for a in evals.values() if a.metrics.get("model_name")), None)
+    lines = [f"# mtsql report: {run.name}", "",
+             f"Model {model or '(no evaluation)'}; {len(arts)} artifacts. Every rate is given in % with its 95 % "
+             "Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval of "
+             "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds 0, "
+             "the run does not show a difference.", ""]
+    if damaged:
+        lines += ["Left out, as their manifest is damaged:", "", *(f"* {problem}" for problem in damaged), ""]
+    lines += evaluation.summary_section(heads)
+    lines += evaluation.evaluation_table(evals)
+    if heads:
+        lines += ["EX by hardness and by turn position, for the headline evaluation of each phase "
+                  f"({', '.join(a.label for a in heads.values())}):", ""]
+        for key, buckets, what in (("by_hardness", HARDNESS_LEVELS, "hardness"), ("by_turn", TURN_BUCKETS, "turn")):
+            rates = evaluation.breakdown_rates(heads, key)
+            if not rates:  # single-turn datasets have no turn buckets
+                continue
+            figure = plots.breakdown_figure(rates, buckets, what)
+            path = plots.save(figure, tmp / "plots" / f"ex_{key}.png")
+            lines += [f"![EX by {what}](plots/{path.name})", ""]
+    lines += evaluation.behaviour_section(evals)
+    lines += measures.pass_at_k_section(evals)
+    lines += measures.calibration_section(evals)
+    lines += measures.vacuous_section(evals)
+    lines += measures.memory_section(evals, heads)
+    cost_plots = [plots.save(plots.curve_figure(rates, what), tmp / "plots" / f"ex_by_{name}.png").name
+                  for name, what, rates in (("max_messages", "env.max_messages", measures.max_messages_rates(evals)),
+                                            ("vote_n", "vote n (1: greedy)", measures.vote_rates(evals))) if rates]
+    lines += measures.cost_section(evals, cost_plots)
+    lines += evaluation.example_section(evals, run.name)
+    lines += training.sft_rounds_section(arts)
+    lines += training.curriculum_section(arts)
+    stages = training.rl_stages(arts)
+    curve = plots.save(plots.rl_figure(stages, training.CURVES), tmp / "plots" / "rl_curves.png").name if stages else None
+    logged = any(key in row for rows in stages.values() for row in rows for key in training.BEHAVIOUR)
+    behaviour = (plots.save(plots.rl_figure(stages, training.BEHAVIOUR), tmp / "plots" / "rl_behaviour.png").name
+                 if logged else None)
+    lines += training.rl_section(arts, curve, behaviour)
+    lines += provenance_section(arts)
+    lines += published_section({name for a in evals.values() for name in a.metrics.get("datasets", {})},
+                               {label: a.metrics for label, a in evals.items()})
+    (tmp / "report.md").write_text("\n".join(lines))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out / "report.md"

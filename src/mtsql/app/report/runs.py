@@ -1,0 +1,122 @@
+"""What the report reads from a run folder: the newest artifact of each label and their files.
+
+Evaluations are the artifacts of the evaluate stage whose key names what they scored (its variant:
+every evaluation ``mtsql evaluate`` and pipelines make; an older one labelled ``eval-*``); the phase of
+one (base, sft, rl) is the kind of model it scored. The *headline* evaluation of a phase is its
+long-horizon evaluation with gold memory (the paper's protocol) labelled ``eval-<phase>``, else the
+newest such one; the others (short mode, predicted memory, fewer messages, voting) are variants.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mtsql.app.report.stats import Rate
+from mtsql.base.artifacts import PHASES, Artifact, ArtifactKey, Store
+from mtsql.base.errors import UsageError
+from mtsql.base.files import read_json, read_jsonl
+
+PHASE_NAMES = {"base": "base", "sft": "SFT", "rl": "RL"}
+
+
+def latest_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
+    """The newest complete artifact of each label (what ``latest`` points to); with a ``damaged``
+    list, artifacts whose manifest is damaged are left out and named there."""
+    found: dict[str, Artifact] = {}
+    for artifact in Store(run).artifacts(damaged):
+        found[artifact.label] = artifact  # artifacts() is oldest first
+    return found
+
+
+def run_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
+    """``latest_artifacts`` of a run folder that must exist and hold a complete artifact: anything else
+    is a ``UsageError`` naming the folder, rather than empty tables."""
+    if not Path(run).is_dir():
+        raise UsageError(f"no run folder {Path(run).resolve()}")
+    arts = latest_artifacts(run, damaged)
+    if not arts:
+        raise UsageError(f"{Path(run).resolve()}: no complete artifacts to report on")
+    return arts
+
+
+def phase_of(art: Artifact) -> str | None:
+    """The kind of model (base, sft, rl) an evaluation scored; None for other artifacts."""
+    return art.key.phase
+
+
+def eval_order(art: Artifact) -> tuple[int, str]:
+    phase = phase_of(art)
+    return (PHASES.index(phase) if phase else len(PHASES), art.label)
+
+
+def evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
+    """The evaluation artifacts, base → sft → rl, then by label."""
+    found = sorted((art for art in arts.values() if art.key.stage == "evaluate" and art.key.variant), key=eval_order)
+    return {art.label: art for art in found}
+
+
+def is_long_horizon(art: Artifact) -> bool:
+    return art.metrics.get("mode") == "long"
+
+
+def headline(evals: dict[str, Artifact]) -> dict[str, Artifact]:
+    """One evaluation per phase: the long-horizon one with gold memory labelled ``eval-<phase>``, else the
+    newest (a run with no long-horizon evaluation, such as a single-turn one, compares its short-mode
+    evaluations)."""
+    chosen: dict[str, tuple[tuple[bool, str], Artifact]] = {}
+    long_run = any(is_long_horizon(art) for art in evals.values())
+    for label, art in evals.items():
+        phase = phase_of(art)
+        if phase and is_long_horizon(art) == long_run and art.metrics.get("memory") == "gold":
+            rank = (label == ArtifactKey("evaluate", variant=phase).label, art.manifest.get("created_at", ""))
+            if phase not in chosen or rank > chosen[phase][0]:
+                chosen[phase] = (rank, art)
+    return {phase: chosen[phase][1] for phase in PHASES if phase in chosen}
+
+
+def datasets(art: Artifact) -> list[str]:
+    return list(art.metrics.get("datasets", {}))
+
+
+def official_summary(art: Artifact, dataset: str) -> dict:
+    """The official scorer's summary of one evaluated dataset (``<dataset>/summary.json``)."""
+    path = art.path / dataset / "summary.json"
+    if not path.exists():
+        raise UsageError(f"{path}: missing; the evaluation artifact is incomplete (rerun it with --force)")
+    return read_json(path)
+
+
+def decodings(art: Artifact, dataset: str) -> list[tuple[str, dict]]:
+    """(decoding, official summary) of one evaluated dataset: with voting, greedy decoding first
+    (``<dataset>/greedy/summary.json``), then the vote."""
+    voted = art.metrics.get("decoding", "greedy")
+    greedy = art.path / dataset / "greedy" / "summary.json"
+    return ([("greedy", read_json(greedy))] if greedy.exists() else []) + [(voted, official_summary(art, dataset))]
+
+
+def tally_rate(tally: dict) -> Rate:
+    """A rate from one cell of the official summary: correct of the scored turns."""
+    return Rate(tally["correct"], tally["scored"])
+
+
+def stage_config(art: Artifact) -> dict:
+    """The config a stage ran with (``config.yaml`` in its folder)."""
+    path = art.path / "config.yaml"
+    if not path.exists():
+        return {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def numbered(arts: dict[str, Artifact], stage: str) -> dict[int, Artifact]:
+    """The rounds of ``stage`` (SFT rounds of sample, reject, sft; curriculum stages of rl), by round."""
+    found = {art.key.round: art for art in arts.values()
+             if art.key.stage == stage and art.key.round is not None and art.key.variant is None}
+    return dict(sorted(found.items()))
+
+
+def rl_steps(art: Artifact) -> list[dict]:
+    """The per-step metrics an RL stage logged (``metrics.jsonl``), empty when it logged none."""
+    path = art.path / "metrics.jsonl"
+    return read_jsonl(path) if path.exists() else []

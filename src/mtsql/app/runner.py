@@ -1,0 +1,170 @@
+"""The table of stages, and running one stage through the artifact store.
+
+A stage is a module in ``mtsql.stages`` with:
+
+* ``SECTIONS``: the config sections it reads. It gets a ``ConfigView`` that raises on any other
+  section, and its fingerprint covers the ``result`` settings of exactly these (with ``data``, the
+  content of the data folder too), so what a stage reads and what decides whether it reruns are the
+  same thing; ``operational`` settings (batch sizes, ports, timeouts, loggers) rerun nothing;
+* optionally ``hashed(cfg) -> dict``: a narrower ``cfg.hashed()``, for a stage that reads less of its
+  ``SECTIONS`` with this config (SFT without its held-out check) or sets some settings itself (the
+  sampling temperature of RL and of greedy evaluation);
+* ``INPUTS``: ``{name: default label or None}``, the artifacts it reads (None: optional);
+* ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
+* optionally ``plan(cfg, out, **inputs, **params) -> str``: the external commands and files it
+  would run and write, for ``--dry-run``;
+* optionally ``check(cfg, **inputs, **params)``: raises ``UsageError`` for inputs it cannot work on
+  (in a dry run too, where an input may still be ``Pending``), before anything is written;
+* optionally ``engine_identity(cfg) -> dict``: what generates its tokens beyond the config (the
+  vLLM version and server settings), which the fingerprint covers too and config.yaml shows.
+
+The fingerprint also covers ``params`` (per-call settings such as a curriculum stage number), the
+input fingerprints and the digest of the code the stage module runs (``provenance.code_digest``).
+In a dry run a stage that would run returns a ``Pending`` placeholder, so the rest of the plan
+can be shown with ``<from LABEL>`` in place of outputs that do not exist yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from rich.console import Console
+from rich.markup import escape
+
+from mtsql.base.artifacts import Artifact, ArtifactKey, Store, fingerprint
+from mtsql.base.config import Config, ConfigView
+from mtsql.base.errors import UsageError
+from mtsql.base.files import check_folder
+from mtsql.base.paths import folder_name
+from mtsql.base.provenance import code_digest
+from mtsql.core.data import data_root
+from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
+
+STAGES: dict[str, ModuleType] = {
+    "sample": sample,
+    "reject": reject,
+    "sft": sft,
+    "curriculum": curriculum,
+    "rl": rl,
+    "evaluate": evaluate,
+}
+
+console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A stage that a dry run would run: what later steps would read from it does not exist yet."""
+
+    label: str
+    fingerprint: str | None  # None while one of its own inputs is pending
+    metrics: dict = field(default_factory=dict)
+    key: ArtifactKey | None = None  # None: an input known only by the label a command was given
+
+    @property
+    def path(self) -> Path:
+        return Path(f"<from {self.label}>")
+
+
+def latest_input(store: Store, label: str, *, dry_run: bool = False) -> Artifact | Pending:
+    """The input a stage reads: the latest complete artifact labelled ``label``; in a dry run, when
+    there is none yet, a placeholder (an earlier step of the plan makes it); else a ``UsageError``
+    saying how to see what the run holds."""
+    artifact = store.latest(label)
+    if artifact is not None:
+        return artifact
+    return Pending(label, None) if dry_run else store.require(label)
+
+
+def runs_root(cfg: Config) -> Path:
+    """``runs_dir`` (it need not exist yet); a file on its path is a ``UsageError``."""
+    return check_folder(Path(cfg.runs_dir), f"runs_dir={cfg.runs_dir}", "set runs_dir= to a folder for the runs")
+
+
+def store_for(cfg: Config) -> Store:
+    return Store(runs_root(cfg).resolve() / folder_name(cfg.run, "run"))
+
+
+def view_for(name: str, cfg: Config) -> ConfigView:
+    """The config as stage ``name`` sees it (its ``SECTIONS`` only)."""
+    return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_root(cfg.data))
+
+
+def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: str | None = None,
+              inputs: dict | None = None, params: dict | None = None, force: bool = False,
+              dry_run: bool = False) -> Artifact | Pending:
+    """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact.
+
+    ``key``: what the artifact is (default: the stage's plain key); ``label``: a label given by hand
+    (``--label``), which names the artifact instead of the derived one."""
+    if name not in STAGES:
+        raise UsageError(f"unknown stage '{name}': stages are {', '.join(STAGES)}")
+    if key is not None and (label is not None or key.stage != name):
+        raise ValueError(f"stage '{name}': give a key of this stage or a label, not {key} and {label!r}")
+    key = ArtifactKey(name, name=label) if key is None else key
+    module, label = STAGES[name], folder_name(key.label, "label")
+    inputs = {key: value for key, value in (inputs or {}).items() if value is not None}
+    params = params or {}
+    missing = [key for key, default in module.INPUTS.items() if default is not None and key not in inputs]
+    if missing:
+        raise UsageError(f"stage '{name}' needs input(s) {', '.join(missing)}")
+    view = view_for(name, cfg)
+    if hasattr(module, "check"):
+        module.check(view, **inputs, **params)
+    config = fingerprinted(module, view, params, dry_run=dry_run)
+    code = code_digest(module.__name__)
+    store = store_for(cfg)
+    if dry_run:
+        return _plan(key, module, view, store, config, inputs, params, code, force)
+    artifact, cached = store.run(key, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
+                                 code=code, force=force, unhashed=view.unhashed())
+    if cached:
+        same = "" if artifact.label == label else f" (the same work as {artifact.label})"
+        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
+                      f"{escape(str(artifact.path))}")
+    else:
+        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
+                      f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")
+    return artifact
+
+
+def fingerprinted(module: ModuleType, view: ConfigView, params: dict, *, dry_run: bool = False) -> dict:
+    """The config a stage's fingerprint covers (and its config.yaml shows): its hashed settings
+    (``hashed``, else ``view.hashed()``), ``params`` and, if it generates tokens, its engine."""
+    config = {**(module.hashed(view) if hasattr(module, "hashed") else view.hashed()), "params": params}
+    engine = _engine_identity(module, view, dry_run)
+    if engine:
+        config["engine"] = engine  # what generates its tokens, beyond the config (a vLLM version, ...)
+    return config
+
+
+def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dict:
+    """The stage's generation engine (``engine_identity``). A dry run on a machine without that engine
+    (planning a GPU run from a CPU one) still plans, with the engine's version marked unknown."""
+    if not hasattr(module, "engine_identity"):
+        return {}
+    try:
+        return module.engine_identity(view)
+    except UsageError:
+        if not dry_run:
+            raise
+        return {"engine": view.sample.backend, "version": "not installed here"}
+
+
+def _plan(key, module, view, store, config, inputs, params, code, force) -> Artifact | Pending:
+    label = key.label
+    waiting = [a.label for a in inputs.values() if isinstance(a, Pending)]
+    fp = None if waiting else fingerprint(key.stage, config, inputs, code)
+    done = store.find(label, fp) if fp and not force else None
+    if done is not None:
+        console.print(f"  {label:<18} {fp[:12]}  cached", markup=False, highlight=False)
+        return done
+    after = f" (after {', '.join(waiting)})" if waiting else ""
+    console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", markup=False, highlight=False)
+    if hasattr(module, "plan"):
+        out = store.folder(label, fp) if fp else store.root / label / "<fingerprint>"
+        console.print(module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False,
+                      soft_wrap=True)
+    return Pending(label, fp, key=key)

@@ -1,0 +1,478 @@
+"""Versioned, content-addressed stage artifacts (DVC-style: fingerprint + manifest + skip when done).
+
+Layout::
+
+    runs/<run>/<label>/<fp12>/   manifest.json  config.yaml  log.txt  metrics.json  <outputs>
+    runs/<run>/<label>/latest -> <fp12>
+
+What an artifact is, is its ``ArtifactKey`` (stage, round, variant), recorded in the manifest; the
+folder's ``label`` is derived from it (``sample-r2``, ``rl-c1``, ``eval-sft``) and never parsed back.
+The fingerprint hashes the stage name, the config it reads, the fingerprints of its inputs and the
+digest of the code it runs; the label is not part of it, so the same work asked for under a new label
+is served from the store (the new label's ``latest`` points at the existing folder).
+
+A stage works in ``<fp12>.partial/`` (kept across a crash so that stages can resume from their own
+shards) and becomes complete only when ``manifest.json`` is written, last, and the folder is renamed
+into place. Files the stage wrote that name the ``.partial`` folder (a training YAML, a recorded
+command) are rewritten to name the final folder first, so everything an artifact records stays valid.
+No manifest, not done. Each attempt (its start, wall time and how it ended; a failure's error line also
+goes to ``log.txt``) is kept in ``attempts.json`` while the folder is partial, then in the manifest's
+``attempts``, whose total is its ``duration_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtsql.base.errors import StageFailed, UsageError
+from mtsql.base.files import read_json, write_json, write_text
+from mtsql.base.provenance import code_version, hardware, package_versions
+
+SCHEMA_VERSION = 3  # 3: the manifest records its ArtifactKey ("key")
+MANIFEST = "manifest.json"
+MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
+PARTIAL = ".partial"
+ATTEMPTS = "attempts.json"  # in a .partial folder: the attempts so far (the manifest keeps them once complete)
+REWRITE_LIMIT = 256 * 2**20  # files this large are weights or data, never a record of a path
+
+
+ROUND_MARKS = {"rl": "c"}  # the letter before a round number in a label: rl-c2 (a curriculum stage); else sample-r2
+PHASES = ("base", "sft", "rl")  # the kinds of model an evaluation scores
+
+
+@dataclass(frozen=True)
+class ArtifactKey:
+    """What an artifact is: the stage that made it, its round, its variant. Its ``label`` (the folder name)
+    is derived from it, so that the store, ``mtsql status`` and the report read what an artifact is from
+    its manifest instead of from its name.
+
+    ``round``: the self-taught SFT round of a sample, reject or sft artifact (``sft-r2``), the curriculum
+    stage of an rl one (``rl-c2``), or the round of the model an evaluation scores (``eval-sft-r2``).
+    ``variant``: for an evaluation, the kind of model it scores (base, sft or rl); else a name beside the
+    stage (``sample-pool``: the RL pool's probe). ``name``: a label given by hand (``--label``, a
+    pipeline step's ``label``), kept as given; None when it is the derived one."""
+
+    stage: str
+    round: int | None = None
+    variant: str | None = None
+    name: str | None = None
+
+    def __post_init__(self):
+        if self.name is not None and self.name == self._derived():
+            object.__setattr__(self, "name", None)  # one key for one artifact, however its label was asked for
+
+    @property
+    def label(self) -> str:
+        return self.name or self._derived()
+
+    def _derived(self) -> str:
+        if self.stage == "evaluate":
+            return f"eval-{ArtifactKey(self.variant, self.round).label}" if self.variant else self.stage
+        parts = [self.stage, *([self.variant] if self.variant else [])]
+        if self.round is not None:
+            parts.append(f"{ROUND_MARKS.get(self.stage, 'r')}{self.round}")
+        return "-".join(parts)
+
+    @classmethod
+    def evaluation(cls, model: ArtifactKey | None, name: str | None = None) -> ArtifactKey:
+        """The key of an evaluation of ``model`` (the key of a trained model; None: the base model),
+        labelled ``eval-<the model's label>`` unless ``name`` is given."""
+        if model is None:
+            return cls("evaluate", variant="base", name=name)
+        return cls("evaluate", model.round, model.stage, name or f"eval-{model.label}")
+
+    @property
+    def phase(self) -> str | None:
+        """The kind of model an evaluation scores (base, sft, rl); None for other artifacts."""
+        return self.variant if self.stage == "evaluate" and self.variant in PHASES else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def key_of(manifest: dict) -> ArtifactKey:
+    """The key a manifest records. A manifest written before keys has its stage and round; its label is
+    kept as the key's name, and an evaluation labelled ``eval-<word>...`` gets that word as its variant
+    (its phase when it is base, sft or rl): the only place a label is read, for those older artifacts."""
+    if "key" in manifest:
+        return ArtifactKey(**manifest["key"])
+    label, stage = manifest["label"], manifest["stage"]
+    word = label.removeprefix("eval-").split("-")[0] if stage == "evaluate" and label.startswith("eval-") else None
+    return ArtifactKey(stage, manifest.get("round"), word or None, name=label)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A complete stage output folder and its manifest."""
+
+    path: Path
+    manifest: dict
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest["fingerprint"]
+
+    @property
+    def label(self) -> str:
+        return self.manifest["label"]
+
+    @property
+    def key(self) -> ArtifactKey:
+        return key_of(self.manifest)
+
+    @property
+    def metrics(self) -> dict:
+        return self.manifest.get("metrics", {})
+
+    def records(self, name: str) -> int | None:
+        """How many records output ``name`` (a .jsonl file) held when the stage wrote it; None if no such output."""
+        return next((entry.get("records") for entry in self.manifest.get("outputs", []) if entry["path"] == name), None)
+
+    def ref(self) -> dict:
+        return {"label": self.label, "fingerprint": self.fingerprint, "path": str(self.path)}
+
+
+@dataclass
+class StageContext:
+    """What a stage function gets: where to write, its inputs, a log file."""
+
+    label: str
+    out: Path
+    inputs: dict[str, Artifact]
+    log_path: Path
+    extra_manifest: dict = field(default_factory=dict)
+
+    def log(self, line: str) -> None:
+        with self.log_path.open("a") as handle:
+            handle.write(line.rstrip("\n") + "\n")
+
+
+class StageInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a stage ran: its ``.partial`` folder is kept for the next run to resume."""
+
+    def __init__(self, label: str, partial: Path):
+        super().__init__(label)
+        self.label, self.partial = label, partial
+
+
+def fingerprint(stage: str, config: dict, inputs: dict[str, Artifact] | dict[str, str], code: str = "") -> str:
+    """sha256 over the stage name, the config it reads, the input fingerprints and its code digest."""
+    fps = {k: (v.fingerprint if isinstance(v, Artifact) else v) for k, v in sorted(inputs.items())}
+    blob = json.dumps({"stage": stage, "config": config, "inputs": fps, "code": code}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of a complete artifact, or None; a damaged one is a clear error."""
+    path = folder / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: damaged manifest ({exc}); delete that folder or rerun with --force") from None
+    for key in ("stage", "label", "fingerprint", "outputs"):
+        if key not in manifest:
+            raise UsageError(f"{path}: manifest lacks '{key}' (edited by hand?); delete that folder or rerun with --force")
+    return manifest
+
+
+class Store:
+    """The artifacts of one run: ``<runs_dir>/<run>/``."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+
+    def folder(self, label: str, fp: str) -> Path:
+        return self.root / label / fp[:12]
+
+    def find(self, label: str, fp: str) -> Artifact | None:
+        """The complete artifact with fingerprint ``fp``: under ``label``, else under any label."""
+        for folder in (self.folder(label, fp), *sorted(self.root.glob(f"*/{fp[:12]}"))):
+            manifest = read_manifest(folder)
+            if manifest is None:
+                continue
+            if manifest["fingerprint"] != fp:
+                raise UsageError(f"{folder / MANIFEST}: fingerprint does not match its folder (edited by hand?); "
+                                 "delete that folder or rerun with --force")
+            return Artifact(folder.resolve(), manifest)
+        return None
+
+    def latest(self, label: str) -> Artifact | None:
+        link = self.root / label / "latest"
+        if not link.exists():
+            return None
+        manifest = read_manifest(link.resolve())
+        return Artifact(link.resolve(), manifest) if manifest else None
+
+    def latest_of(self, stage: str) -> Artifact | None:
+        """This run's last round or curriculum stage of ``stage`` (``sft-r2``, ``rl-c3``; of the artifacts
+        its labels' ``latest`` links point to; one without a round counts as round 0), the newest of them
+        on a tie; None when it has none."""
+        found = []
+        for link in self.root.glob("*/latest") if self.root.exists() else ():
+            manifest = read_manifest(link.resolve()) if link.exists() else None
+            if manifest is not None and key_of(manifest).stage == stage:
+                found.append(Artifact(link.resolve(), manifest))
+        return max(found, key=lambda a: (a.key.round or 0, a.manifest.get("created_at", "")), default=None)
+
+    def require(self, label: str) -> Artifact:
+        """The latest complete artifact of ``label``, or a UsageError saying how to see what exists."""
+        artifact = self.latest(label)
+        if artifact is None:
+            raise UsageError(f"run '{self.root.name}' has no complete '{label}' artifact (see `mtsql status {self.root.name}`)")
+        return artifact
+
+    def model(self, ref: str | None, *, auto: tuple[str, ...] = ("rl", "sft")) -> Artifact | None:
+        """A ``--model`` reference: ``base`` (None); ``sft`` / ``rl``: this run's last round or
+        stage; an artifact label such as ``sft-r2``; ``auto`` (or None): the first kind of ``auto``
+        this run has, else base. RL starts from ``auto=("sft",)``, so a rerun never starts from its
+        own output."""
+        if ref in (None, "auto"):
+            ref = next((kind for kind in auto if self.latest_of(kind) is not None), "base")
+        if ref == "base":
+            return None
+        if ref in ("sft", "rl"):
+            artifact = self.latest_of(ref)
+            if artifact is None:
+                command = "sft-iterate" if ref == "sft" else "rl"
+                raise UsageError(f"run '{self.root.name}' has no {ref} model yet; run `mtsql {command}` first")
+        else:
+            artifact = self.require(ref)
+        if not (artifact.path / MODEL_DIR).is_dir():
+            raise UsageError(f"'{ref}' of run '{self.root.name}' is not a model artifact (no {MODEL_DIR}/ folder)")
+        return artifact
+
+    def artifacts(self, damaged: list[str] | None = None) -> list[Artifact]:
+        """Every complete artifact of the run (each folder once), oldest first. A damaged manifest is
+        an error, or, given a ``damaged`` list, left out with its one-line problem added to the list."""
+        found = []
+        if self.root.exists():
+            for manifest_path in self.root.glob(f"*/*/{MANIFEST}"):
+                if manifest_path.parent.name == "latest":
+                    continue
+                try:
+                    manifest = read_manifest(manifest_path.parent)
+                except UsageError as exc:
+                    if damaged is None:
+                        raise
+                    damaged.append(str(exc))
+                    continue
+                found.append(Artifact(manifest_path.parent, manifest))
+        return sorted(found, key=lambda a: a.manifest.get("created_at", ""))
+
+    def run(self, key: ArtifactKey, config: dict, inputs: dict[str, Artifact],
+            work: Callable[[StageContext], dict], *, code: str = "", force: bool = False,
+            unhashed: dict | None = None) -> tuple[Artifact, bool]:
+        """Run ``work`` for the artifact ``key`` unless a complete artifact with the same fingerprint exists.
+
+        Returns (artifact, cached). ``work`` writes into ``ctx.out`` and returns its metrics.
+        ``config.yaml`` shows ``config`` (what the fingerprint covers) and, under ``not_hashed``,
+        ``unhashed`` (settings that were used but cannot change the results: batch sizes, ports, paths).
+        """
+        stage, label = key.stage, key.label
+        fp = fingerprint(stage, config, inputs, code)
+        if not force and (done := self.find(label, fp)):
+            self._point_latest(label, done.path)
+            return done, True
+        final = self.folder(label, fp)
+        partial = final.with_name(final.name + PARTIAL)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(final.with_name(final.name + ".lock")):
+            if force and partial.exists():
+                shutil.rmtree(partial)
+            resumed = partial.exists()
+            partial.mkdir(exist_ok=True)
+            ctx = StageContext(label, partial, inputs, partial / "log.txt")
+            attempts = _Attempts(partial / ATTEMPTS, key)
+            ctx.log(f"=== {label}: attempt started {attempts.start()}"
+                    + (" (resuming the .partial folder)" if resumed else ""))
+            shown = {**config, "not_hashed": unhashed} if unhashed else config
+            write_text(partial / "config.yaml", yaml.safe_dump(shown, sort_keys=False))
+            try:
+                metrics = work(ctx)
+            except KeyboardInterrupt:
+                attempts.stopped("interrupted", ctx, "=== interrupted")
+                raise StageInterrupted(label, partial) from None
+            except Exception as exc:
+                attempts.stopped(f"failed: {type(exc).__name__}", ctx, f"=== failed: {type(exc).__name__}: {exc}")
+                if isinstance(exc, UsageError) and not resumed and _holds_no_work(partial):
+                    shutil.rmtree(partial)  # bad input found before any work: nothing to resume
+                raise
+            if not isinstance(metrics, dict):
+                raise StageFailed(f"stage {label} returned {type(metrics).__name__}, not a metrics dict")
+            write_json(partial / "metrics.json", metrics)
+            _point_paths_at(partial, final)
+            history = attempts.end("complete")
+            (partial / ATTEMPTS).unlink()
+            manifest = {
+                "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": key.round,
+                "key": key.to_dict(),
+                "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)), "attempts": history,
+                "code": {**code_version(), "digest": code},
+                "packages": package_versions(), "hardware": hardware(),
+                "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
+                "inputs": {name: art.ref() for name, art in inputs.items()},
+                "outputs": describe_outputs(partial), "argv": sys.argv, "metrics": metrics, **ctx.extra_manifest,
+            }
+            write_json(partial / MANIFEST, manifest)  # last: from here on the folder is complete
+            if final.exists():
+                trash = final.with_name(final.name + ".old")
+                shutil.rmtree(trash, ignore_errors=True)
+                final.rename(trash)
+                shutil.rmtree(trash)
+            partial.rename(final)
+        self._point_latest(label, final)
+        return Artifact(final, manifest), False
+
+    def _point_latest(self, label: str, folder: Path) -> None:
+        link = self.root / label / "latest"
+        if link.exists() and link.resolve() == folder.resolve():
+            return  # already there: a cached stage of a read-only run writes nothing
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f".latest.{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        target = folder.name if folder.parent == link.parent else os.path.relpath(folder, link.parent)
+        tmp.symlink_to(target)
+        os.replace(tmp, link)
+
+
+class _Attempts:
+    """The attempts at one artifact, kept in its ``.partial`` folder while it is built and moved into
+    the manifest when it completes: each one's start, wall time and outcome. An attempt killed
+    outright (kill -9, a power cut) keeps the outcome ``running`` and no duration. The file also holds
+    the artifact's key, so that ``mtsql status`` knows what a partial folder is."""
+
+    def __init__(self, path: Path, key: ArtifactKey):
+        self.path, self.key = path, key
+        self.history: list[dict] = read_attempts(path)[1] if path.exists() else []
+        self.started = 0.0
+
+    def start(self) -> str:
+        self.started = time.time()
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.history.append({"started_at": now, "duration_s": None, "outcome": "running"})
+        self._write()
+        return now
+
+    def end(self, outcome: str) -> list[dict]:
+        """Every attempt, this one with its wall time and ``outcome`` (what the manifest keeps)."""
+        self.history[-1].update(duration_s=round_(time.time() - self.started), outcome=outcome)
+        return self.history
+
+    def stopped(self, outcome: str, ctx: StageContext, line: str) -> None:
+        """Record an attempt that did not complete, and ``line`` in the stage's log. Best effort: a
+        full disk must not hide the error that stopped it."""
+        self.end(outcome)
+        with contextlib.suppress(OSError):
+            ctx.log(line)
+            self._write()
+
+    def _write(self) -> None:
+        write_json(self.path, {"key": self.key.to_dict(), "attempts": self.history})
+
+
+def read_attempts(path: Path) -> tuple[ArtifactKey | None, list[dict]]:
+    """The key and attempts an ``attempts.json`` holds (an older mtsql wrote the attempts alone)."""
+    data = read_json(path)
+    if isinstance(data, list):
+        return None, data
+    return ArtifactKey(**data["key"]), data["attempts"]
+
+
+def _holds_no_work(partial: Path) -> bool:
+    """Whether a ``.partial`` folder holds only what ``Store.run`` itself writes before the stage runs."""
+    return {p.name for p in partial.iterdir()} <= {"config.yaml", "log.txt", ATTEMPTS}
+
+
+def _point_paths_at(partial: Path, final: Path) -> None:
+    """Rewrite the text files of ``partial`` that name it so that they name ``final`` instead."""
+    old, new = str(partial).encode(), str(final).encode()
+    for path in partial.rglob("*"):
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > REWRITE_LIMIT:
+            continue
+        data = path.read_bytes()
+        if old in data and b"\0" not in data[:8192]:
+            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+            tmp.write_bytes(data.replace(old, new))
+            shutil.copymode(path, tmp)
+            os.replace(tmp, path)
+
+
+def verify(artifact: Artifact) -> list[str]:
+    """Problems found when checking an artifact's files against its manifest, and the metrics the
+    manifest shows (``mtsql status``) against the hashed ``metrics.json`` (empty: intact)."""
+    problems = []
+    metrics_file = artifact.path / "metrics.json"
+    if metrics_file.is_file() and _canonical(json.loads(metrics_file.read_text())) != _canonical(artifact.metrics):
+        problems.append(f"{artifact.path / MANIFEST}: its metrics differ from metrics.json (edited since the stage "
+                        "wrote them)")
+    for entry in artifact.manifest["outputs"]:
+        path = artifact.path / entry["path"]
+        if not path.exists():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != entry["size"]:
+            problems.append(f"{path}: size changed since the stage wrote it")
+        elif "sha256" not in entry:
+            problems.append(f"{path}: recorded by size only (an artifact of an older mtsql); size unchanged")
+        elif sha256_file(path) != entry["sha256"]:
+            problems.append(f"{path}: content changed since the stage wrote it")
+    return problems
+
+
+def _canonical(data) -> str:
+    return json.dumps(data, sort_keys=True)
+
+
+def describe_outputs(folder: Path) -> list[dict]:
+    """Every file with its size and sha256 (streamed; checkpoints too), and the records of .jsonl files."""
+    out = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        entry: dict[str, Any] = {"path": str(path.relative_to(folder)), "size": path.stat().st_size,
+                                 "sha256": sha256_file(path)}
+        if path.suffix == ".jsonl":
+            with path.open("rb") as handle:
+                entry["records"] = sum(1 for line in handle if line.strip())
+        out.append(entry)
+    return out
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def round_(x: float) -> float:
+    return float(f"{x:.3f}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StageFailed(f"{path.parent}: another mtsql process is running this stage; wait for it") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,158 @@
+"""Datasets: SParC, CoSQL and Spider turns from a data folder of the shared layout.
+
+    turns = load_turns("cosql", "dev")            # official dev.json, gold-file order
+    turns = load_turns("cosql", "train", limit=50)  # official train.json, else the raw dialogues
+    turns = load_turns("spider", "dev")           # every question an interaction of one turn
+
+``limit`` keeps the first N interactions (whole dialogues, never a cut one).
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import replace
+from pathlib import Path
+
+from mtsql.base.config import DataConfig, Dataset, Split
+from mtsql.base.errors import UsageError
+from mtsql.base.paths import FIXTURE_DATA, data_dir, database_path
+from mtsql.core.data.cosql_raw import load_raw_dialogues
+from mtsql.core.data.official import load_official
+from mtsql.core.data.records import Turn
+from mtsql.core.data.spider import load_spider
+from mtsql.core.sql import hardness_of
+
+DATASETS = typing.get_args(Dataset)
+SINGLE_TURN_DATASETS = ("spider",)  # no dialogues: no interaction match, no turn buckets
+SPLITS = typing.get_args(Split)
+RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
+
+__all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
+           "gold_file", "load_turns", "split_file", "tables_file", "train_pool"]
+
+
+def _check(dataset: str, split: str) -> None:
+    if dataset not in DATASETS:
+        raise UsageError(f"unknown dataset '{dataset}': choose one of {', '.join(DATASETS)}")
+    if split not in SPLITS:
+        raise UsageError(f"unknown split '{split}': choose one of {', '.join(SPLITS)}")
+
+
+def data_root(cfg: DataConfig) -> Path:
+    """The data folder a config reads (``data.root``, else $MTSQL_DATA, else the packaged fixture): it
+    must exist, and with ``data.require_full`` it must not be the fixture."""
+    root = data_dir(cfg.root)
+    if not root.is_dir():
+        raise UsageError(f"data folder {root} does not exist: point data.root (or MTSQL_DATA) at the folder "
+                         "that holds sparc/, cosql/ and database/")
+    if cfg.require_full and root == FIXTURE_DATA:
+        raise UsageError("data.require_full is set: this profile's numbers need the full data, but neither data.root "
+                         "nor MTSQL_DATA is set, so the packaged fixture subset would be used; set MTSQL_DATA to "
+                         "the data folder, or data.require_full=false to try the profile on the fixture")
+    return root
+
+
+def dataset_file(dataset: str, split: str, root: Path | None = None) -> Path:
+    """The file a split is read from: ``<root>/<dataset>/<split>.json``, or CoSQL's raw train dialogues."""
+    _check(dataset, split)
+    root = root or data_dir()
+    official = root / dataset / f"{split}.json"
+    if official.exists() or not (dataset == "cosql" and split == "train"):
+        return official
+    return root / RAW_COSQL_TRAIN
+
+
+def has_split(dataset: str, split: str, root: Path | None = None) -> bool:
+    return dataset_file(dataset, split, root).exists()
+
+
+def per_dataset_groups(cfg: DataConfig, root: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """(train dataset, the eval datasets its model is scored on) for ``data.per_dataset``: one group per
+    eval dataset with a ``train_split``, each scored on itself; the others join ``train_dataset``'s."""
+    own = [name for name in cfg.eval_datasets if name != cfg.train_dataset and has_split(name, cfg.train_split, root)]
+    rest = tuple(name for name in cfg.eval_datasets if name not in own)
+    return [*([(cfg.train_dataset, rest)] if rest else []), *((name, (name,)) for name in own)]
+def split_file(dataset: str, split: str, root: Path) -> Path:
+    """The file of a split (:func:`dataset_file`), which must exist."""
+    path = dataset_file(dataset, split, root)
+    if not path.exists():
+        hint = "only CoSQL has a raw train split here" if split == "train" else f"is {root} the data folder?"
+        raise UsageError(f"{path}: no official {dataset} {path.name} in this data folder ({hint}); put one at that path")
+    return path
+
+
+def gold_file(dataset: str, root: Path | None = None) -> Path:
+    _check(dataset, "dev")
+    return (root or data_dir()) / dataset / "dev_gold.txt"
+
+
+def tables_file(dataset: str, root: Path | None = None) -> Path:
+    _check(dataset, "dev")
+    return (root or data_dir()) / dataset / "tables.json"
+
+
+def dev_db_ids(dataset: str, root: Path | None = None) -> set[str]:
+    path = (root or data_dir()) / dataset / "dev_db_ids.txt"
+    return set(path.read_text().split()) if path.exists() else set()
+
+
+def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int | None = None,
+               with_hardness: bool = True) -> list[Turn]:
+    """Every turn of a split in file order, as uniform records (hardness from the parsed gold)."""
+    root = root or data_dir()
+    path = split_file(dataset, split, root)
+    if path.name == RAW_COSQL_TRAIN.name:
+        turns = load_raw_dialogues(path, exclude_dbs=dev_db_ids(dataset, root), split=split)
+    else:
+        turns = load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split)
+    if limit is not None:
+        turns = [t for t in turns if t.interaction_index < limit]
+    if with_hardness:
+        turns = _with_hardness(turns, root)
+    return turns
+
+
+def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> list[Turn]:
+    """The training turns of a config that can be rewarded: their database exists and their gold parses
+    (a gold the official parser rejects has no hardness and can never score exact match). With
+    ``train_flatten`` each turn is a one-turn interaction of its own (single-turn training data).
+    Without hardness (a quick look), golds are not parsed, so none is left out for failing to."""
+    turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit,
+                       with_hardness=with_hardness)
+    if cfg.train_flatten:
+        turns = [t.alone() for t in turns]
+    return [t for t in turns if (t.hardness is not None or not with_hardness)
+            and database_path(t.db_id, root).exists()]
+
+
+def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool = True) -> list[Turn]:
+    """The evaluation slice of ``dataset``: ``eval_limit`` interactions of ``eval_split`` (all
+    without a limit), the first ones or, with ``eval_pick: spread``, those of :func:`spread_pick`."""
+    if cfg.eval_limit is None or cfg.eval_pick == "first":
+        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=with_hardness)
+    turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
+    chosen = [t for t in turns if t.interaction_index in spread_pick(turns, cfg.eval_limit, root)]
+    return _with_hardness(chosen, root) if with_hardness else chosen
+
+
+def spread_pick(turns: list[Turn], limit: int, root: Path) -> set[int]:
+    """``limit`` interaction indices taken in turn from each database that has a database file (in
+    the order databases first appear; each database's interactions in file order), so that a small
+    slice covers many databases rather than the first one or two of the file, and every turn can be
+    scored for execution."""
+    by_db: dict[str, list[int]] = {}
+    for turn in turns:
+        indices = by_db.setdefault(turn.db_id, [])
+        if not indices or indices[-1] != turn.interaction_index:
+            indices.append(turn.interaction_index)
+    queues = [indices for db_id, indices in by_db.items() if database_path(db_id, root).exists()]
+    chosen: set[int] = set()
+    for rank in range(max(map(len, queues), default=0)):
+        for indices in queues:
+            if rank < len(indices) and len(chosen) < limit:
+                chosen.add(indices[rank])
+    return chosen
+
+
+def _with_hardness(turns: list[Turn], root: Path) -> list[Turn]:
+    return [replace(t, hardness=hardness_of(t.gold_sql, t.db_id, data_root=root)) for t in turns]

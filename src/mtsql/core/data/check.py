@@ -1,0 +1,62 @@
+"""`mtsql data check`: counts, missing databases, gold queries that fail to execute, and gold queries
+whose result is empty or all NULL (vacuous: any prediction returning nothing matches them)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from mtsql.base.paths import data_dir, database_path
+from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns
+from mtsql.core.measures.vacuous import is_vacuous
+from mtsql.core.sql.executor import execute_cached
+
+SPACED_OPERATORS = (("! =", "!="), ("> =", ">="), ("< =", "<="))
+
+
+def join_spaced_operators(sql: str) -> str:
+    """Join `! =`, `> =`, `< =` (27 dev golds have them) as the test-suite evaluator does."""
+    for spaced, joined in SPACED_OPERATORS:
+        sql = sql.replace(spaced, joined)
+    return sql
+
+
+def check_split(dataset: str, split: str, root: Path | None = None, *, progress=None) -> dict:
+    """Report on one split: interactions and turns (questions for a single-turn dataset), databases,
+    missing DBs, failing gold SQL, and gold SQL with an empty or all-NULL result (``gold_vacuous``)."""
+    root = root or data_dir()
+    turns = load_turns(dataset, split, root=root, with_hardness=False)
+    single = dataset in SINGLE_TURN_DATASETS
+    unit = "questions" if single else "turns"
+    dbs = sorted({t.db_id for t in turns})
+    missing = [db for db in dbs if not database_path(db, root).exists()]
+    failing_raw, failing_joined, vacuous = [], [], []
+    executable = [t for t in turns if t.db_id not in missing]
+    for turn in progress(executable) if progress else executable:
+        db = database_path(turn.db_id, root)
+        if not execute_cached(db, turn.gold_sql).ok:
+            failing_raw.append(turn)
+            result = execute_cached(db, join_spaced_operators(turn.gold_sql))
+            if not result.ok:
+                failing_joined.append((turn, result))
+        if is_vacuous(db, join_spaced_operators(turn.gold_sql)):
+            vacuous.append(turn)
+    report = {"dataset": dataset, "split": split, "root": str(root), "unit": unit}
+    if not single:
+        report["interactions"] = len({t.interaction_id for t in turns})
+    report.update({
+        unit: len(turns), "databases": len(dbs),
+        "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
+        f"{unit}_without_database": sum(t.db_id in missing for t in turns),
+        "gold_fail_as_written": len(failing_raw),
+        "gold_vacuous": len(vacuous),
+        "gold_fail_after_joining_operators": [
+            {"interaction": t.interaction_index, "turn": t.turn_index, "db_id": t.db_id,
+             "where": f"question {t.interaction_index}" if single else
+                      f"interaction {t.interaction_index} turn {t.turn_index}",
+             "error": r.error_class, "message": r.error_message} for t, r in failing_joined
+        ],
+    })
+    if not single:
+        report["turns_per_interaction"] = dict(sorted(Counter(Counter(t.interaction_id for t in turns).values()).items()))
+    return report

@@ -1,0 +1,50 @@
+"""Generation backends behind one interface (``base.Backend``): token ids in, token ids out.
+
+    backend = make_backend("hf", model_path, dtype="float32", device="cpu")
+
+``BACKENDS`` names the module and class of each; a backend's module is imported only when it is
+made. ``engine_identity`` is what a generating stage's fingerprint records of its engine beyond the
+config: for the ``vllm`` backend, the vLLM version and the server settings that change tokens.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from mtsql.base.errors import UsageError
+from mtsql.engines.backends.base import Backend
+
+BACKENDS = {
+    "hf": ("mtsql.engines.backends.hf", "HFBackend"),  # transformers, CPU or one GPU
+    "vllm": ("mtsql.engines.backends.vllm", "VLLMBackend"),  # a vLLM server mtsql starts (or one you run)
+    "openai": ("mtsql.engines.backends.openai", "OpenAIBackend"),  # any OpenAI-compatible server
+}
+
+
+def make_backend(kind: str, model: str | Path, **options) -> Backend:
+    """A backend by name (``BACKENDS``); ``options`` go to its constructor."""
+    if kind not in BACKENDS:
+        raise UsageError(f"unknown backend '{kind}': choose {', '.join(BACKENDS)}")
+    module, name = BACKENDS[kind]
+    return getattr(importlib.import_module(module), name)(model, **options)
+
+
+def server_options(cfg) -> dict:
+    """The managed vLLM server's settings in a config (sections ``model``, ``sample``, ``seed``)."""
+    sample = cfg.sample
+    return {"dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "python": sample.vllm_python,
+            "kv_cache_gib": sample.vllm_kv_cache_gib, "eager": sample.vllm_eager, "extra_args": sample.vllm_args}
+
+
+def engine_identity(cfg) -> dict:
+    """What generated a stage's tokens, beyond its config: {} for hf and openai (the config says it
+    all, or nothing can be known); for vllm, the managed server's version and token-changing
+    settings, or a user-run server's URL with a note that it cannot be verified."""
+    if cfg.sample.backend != "vllm":
+        return {}
+    from mtsql.engines.backends.vllm import server_spec, user_server_identity
+
+    if cfg.sample.vllm_base_url:
+        return user_server_identity(cfg.sample.vllm_base_url, cfg.sample.vllm_model)
+    return server_spec("<model>", **server_options(cfg)).identity()

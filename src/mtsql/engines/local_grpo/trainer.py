@@ -1,0 +1,138 @@
+"""The local GRPO engine's training loop (CPU or one GPU, no Ray): rollouts with the model being
+trained, rewards, one GRPO update (:mod:`mtsql.engines.local_grpo.update`) per step, validation and saving."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+from mtsql.base.errors import UsageError
+from mtsql.base.progress import progress_bar
+from mtsql.core.trajectories import episode_behaviour, scorer, step_behaviour
+from mtsql.engines.backends import make_backend, server_options
+from mtsql.engines.backends.hf import HFBackend, resolve_dtype
+from mtsql.engines.backends.vllm import VLLMBackend
+from mtsql.engines.local_grpo.update import Episode, fit_lengths, grpo_settings, grpo_update, signal_share
+from mtsql.engines.local_grpo.weights import save_model, trainable
+from mtsql.engines.rl_schedule import LocalValidation, stage_steps
+from mtsql.engines.rollout import SERVER_LOG, RolloutEngine, derive_seed
+
+
+def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: int = 1) -> dict:
+    """GRPO on ``turns`` for ``stage_steps`` steps (``rl.steps_per_stage``, or ``rl.epochs_per_stage``
+    epochs) from ``base_model``; saves ``out_dir/model``: the last step's weights, or with
+    ``rl.val_pick: best`` those of the best step validated every ``rl.val_every`` steps (``rl_schedule``).
+
+    Each step draws ``rl.batch_size`` questions (a seeded shuffle, cycling), samples ``rl.n``
+    trajectories of each with the current weights at ``rl.temperature``, scores them with the
+    configured reward family and applies one GRPO update (``rl.mini_batch_size`` questions per
+    optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). Within a step, the backend's
+    prefix cache spares recomputing each conversation's earlier messages; every update clears it.
+    One JSON line per step goes to ``metrics_path``, which starts empty (this engine keeps no
+    checkpoint: a rerun starts again at step 1); a progress bar shows the step and its mean reward.
+    """
+
+    torch.manual_seed(cfg.seed)
+    dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # auto trains in float32, not bfloat16
+    backend, model = rollout_backend(cfg, base_model, dtype, Path(out_dir) / SERVER_LOG)
+    try:
+        return _train(cfg, turns, backend, model, out_dir=Path(out_dir), metrics_path=metrics_path, stage=stage)
+    finally:
+        if isinstance(backend, VLLMBackend):
+            backend.close()
+
+
+def rollout_backend(cfg, base_model: str, dtype: str, log_path: Path):
+    """The backend that rolls out and the model that trains (``rl.rollout_backend``): one HF model
+    for both, or a managed vLLM server beside a trainable HF copy of the same weights."""
+    if cfg.rl.rollout_backend == "hf":
+        backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device)
+        backend.model = trainable(backend.model, cfg.rl)
+        return backend, backend.model
+    if cfg.rl.lora_rank:
+        raise UsageError("rl.rollout_backend=vllm trains full weights or the last rl.trainable_layers layers; "
+                         "with rl.lora_rank set rl.rollout_backend=hf")
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=resolve_dtype(dtype, cfg.model.device))
+    model = trainable(model.to(cfg.model.device).eval(), cfg.rl)
+    backend = make_backend("vllm", base_model, log_path=log_path, **server_options(cfg),
+                           gpu_memory_utilization=cfg.rl.gpu_memory_utilization)  # CUDA: beside the trained model
+    return backend, model
+
+
+def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: int) -> dict:
+    ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
+    pad_id = backend.tokenizer.pad_token_id
+    pad_id = min(backend.end_of_turn_ids) if pad_id is None else pad_id
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.rl.lr, weight_decay=0.0)
+    root = cfg.data_root
+    engine = RolloutEngine.from_config(cfg, data_root=root, policy="model", temperature=cfg.rl.temperature,
+                                       backend=backend)
+    settings = grpo_settings(cfg.rl)
+    steps = stage_steps(cfg.rl, len(turns))
+    validation = LocalValidation(cfg, backend, stage=stage, last_step=steps) if cfg.rl.val_every else None
+    order: list = []
+    rng = random.Random(derive_seed(cfg.seed, "rl", stage))
+    history = []
+    Path(metrics_path).write_text("")
+    columns = (TextColumn(f"rl stage {stage}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn())
+    with progress_bar(*columns) as progress:
+        task = progress.add_task("rl", total=steps, reward="-")
+        for step in range(1, steps + 1):
+            started = time.perf_counter()
+            if len(order) < cfg.rl.batch_size:
+                order += rng.sample(turns, len(turns))
+            batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
+            rows = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False,
+                              score=scorer(cfg, root))
+            episodes, over = fit_lengths(
+                [Episode(r.uid, r.prompt_ids, r.response_ids, r.response_mask, r.reward["score"])
+                 for r in rows if r.response_ids], max_prompt_len=cfg.rl.max_prompt_len,
+                max_response_len=cfg.rl.max_response_len)
+            stats = grpo_update(model, optimizer, episodes, settings, pad_id=pad_id, ref_model=ref_model)
+            if step < steps or validation:  # the next rollouts (or the validation) sample the updated weights
+                refresh(backend, model, out_dir / "rollout-weights")
+            rewards = [r.reward["score"] for r in rows]
+            line = {
+                "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
+                **step_behaviour([episode_behaviour(r.trajectory) for r in rows], [r.response_tokens for r in rows]),
+                "ex": float(np.mean([r.execution or 0 for r in rows])), "em": float(np.mean([r.exact or 0 for r in rows])),
+                "protocol_valid": float(np.mean([r.protocol_valid for r in rows])),
+                "groups_with_signal": signal_share(episodes), "episodes_trained": len(episodes), **over,
+                **stats, "wall_s": round(time.perf_counter() - started, 2),
+            }
+            if validation:
+                line |= validation.after_step(step, model)
+            history.append(line)
+            with open(metrics_path, "a") as handle:
+                handle.write(json.dumps(line) + "\n")
+            progress.update(task, completed=step, reward=f"{line['reward_mean']:.3f}")
+    picked = validation.finish(model) if validation else steps
+    save_model(model, backend.tokenizer, out_dir / "model")
+    shutil.rmtree(out_dir / "rollout-weights", ignore_errors=True)
+    first, last = history[0], history[-1]
+    return {"steps": len(history), "reward_first": first["reward_mean"], "reward_last": last["reward_mean"],
+            "ex_last": last["ex"], "response_length_last": last["response_length"],
+            "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history), "picked_step": picked,
+            "val_reward_picked": history[picked - 1].get("val_reward_mean")}
+
+
+def refresh(backend, model, folder: Path) -> None:
+    """Make ``backend`` sample from ``model``'s current weights: the HF backend shares the model and
+    drops its kept keys/values; a vLLM server restarts on the weights saved to ``folder``."""
+    if isinstance(backend, HFBackend):
+        backend.clear_prefix_cache()  # its keys/values were computed with the weights before this update
+        return
+    save_model(model, backend.tokenizer, folder)
+    backend.reload(folder)

