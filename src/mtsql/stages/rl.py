@@ -11,7 +11,7 @@ training artifact; none: the base model); config sections ``data``, ``sql``, ``e
 must be resolved (``verl`` or ``local``, see ``pick_engine``) before the stage runs.
 Writes: ``model/``, ``metrics.jsonl`` (one line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
 
-``rl.epochs_per_stage`` and ``rl.val_every`` / ``rl.val_pick`` (``integrations.rl_schedule``) set how
+``rl.epochs_per_stage`` and ``rl.val_every`` / ``rl.val_pick`` (``engines.rl_schedule``) set how
 long a stage trains and which step's model it keeps; verl validates on ``data/val.parquet`` (the dev
 turns) and, to keep the best step, merges that step's checkpoint instead of the last one.
 """
