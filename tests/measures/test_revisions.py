@@ -27,6 +27,7 @@ def judge(row, sql):
 
 ROWS = [
     row(1, exec_step(0, W, "no_pass"), exec_step(1, G, "pass"), answer(2, G)),         # wrong -> right
+    row(1, memory_step(0, W, "no_pass"), answer(1, G)),                                # wrong -> right, after memory
     row(0, exec_step(0, G, "no_pass"), answer(1, W)),                                  # right -> wrong
     row(0, exec_step(0, W, "no_pass"), exec_step(1, W2, "no_pass"), answer(2, W2)),    # wrong -> wrong, then no change
     row(1, exec_step(0, G, "no_pass"), answer(1, "select a from t;")),                 # no_pass, the same query again
@@ -40,10 +41,10 @@ ROWS = [
 
 def test_revisions_are_classed_by_the_ex_before_and_after():
     counts = revisions(ROWS, judge)
-    assert counts["no_pass"] == 8
-    assert counts["revised"] == 5
+    assert counts["no_pass"] == 9
+    assert counts["revised"] == 6
     assert (counts["wrong_to_right"], counts["right_to_wrong"], counts["stayed_wrong"], counts["stayed_right"],
-            counts["unscored"]) == (1, 1, 1, 0, 2)
+            counts["unscored"]) == (2, 1, 1, 0, 2)
 
 
 def test_execution_errors_ran_after_and_resolved():
