@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -45,6 +46,7 @@ SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
 PARTIAL = ".partial"
+CHAIN_SUFFIX = {"sft": "r", "rl": "c"}  # sft-r<k> (self-taught rounds) and rl-c<k> (curriculum stages)
 ATTEMPTS = "attempts.json"  # in a .partial folder: the attempts so far (the manifest keeps them once complete)
 REWRITE_LIMIT = 256 * 2**20  # files this large are weights or data, never a record of a path
 
@@ -167,11 +169,11 @@ class Store:
         own output."""
         labels = sorted(self.labels(), key=_label_order)
         if ref in (None, "auto"):
-            ref = next((kind for kind in auto if any(name.startswith(f"{kind}-") for name in labels)), "base")
+            ref = next((kind for kind in auto if _chain(labels, kind)), "base")
         if ref == "base":
             return None
         if ref in ("sft", "rl"):
-            matching = [name for name in labels if name.startswith(f"{ref}-")]
+            matching = _chain(labels, ref)
             if not matching:
                 command = "sft-iterate" if ref == "sft" else "rl"
                 raise UsageError(f"run '{self.root.name}' has no {ref} model yet; run `mtsql {command}` first")
@@ -306,6 +308,12 @@ class _Attempts:
 def _holds_no_work(partial: Path) -> bool:
     """Whether a ``.partial`` folder holds only what ``Store.run`` itself writes before the stage runs."""
     return {p.name for p in partial.iterdir()} <= {"config.yaml", "log.txt", ATTEMPTS}
+
+
+def _chain(labels: list[str], kind: str) -> list[str]:
+    """The labels of the main chain of ``kind`` (``sft-r<k>``, ``rl-c<k>``) among ``labels``, in their
+    order: a pipeline variant's (``sft-short-r1``, ``rl-outcome-c1``) is never this run's sft or rl model."""
+    return [name for name in labels if re.fullmatch(rf"{kind}-{CHAIN_SUFFIX[kind]}\d+", name)]
 
 
 def _label_order(label: str) -> tuple[str, int]:
