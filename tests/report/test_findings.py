@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
@@ -13,7 +14,7 @@ from mtsql.artifacts import Store
 from mtsql.data.records import Turn
 from mtsql.files import write_jsonl
 from mtsql.report import build_report
-from mtsql.report.findings import CONTRADICTED, NOT_SHOWN, SUPPORTED, findings, findings_section
+from mtsql.report.findings import CONTRADICTED, NOT_SHOWN, SUPPORTED, evals_pace, findings, findings_section
 from mtsql.report.runs import latest_artifacts
 from mtsql.report.self_correction import is_verified, self_correction_section
 from mtsql.report.self_taught import kept_rows, kept_section
@@ -51,6 +52,7 @@ def trajectory(verified: bool, execution: int) -> dict:
 def evaluation(store: Store, label: str, right, *, mode: str = "long", revisions: dict | None = None,
                rows: list[dict] | None = None) -> None:
     def work(ctx):
+        time.sleep(0.002)  # a wall time the manifest's 3 decimals keep (the report's pace reads it)
         (ctx.out / "cosql").mkdir()
         (ctx.out / "cosql" / "summary.json").write_text(json.dumps(summary(right)))
         write_jsonl(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
@@ -149,6 +151,15 @@ def test_section_and_closing_note_in_the_report(run):
     assert "| Warm-start SFT improves on the base model | cosql |" in section
     assert "+30.0 [" in section and SUPPORTED in section and CONTRADICTED in section
     assert "would clear 0 with about" in section and "A self-taught round improves on the round before (cosql)" in section
+    assert "s per evaluated turn" in section
+
+
+def test_pace_is_wall_time_over_evaluated_turns(run):
+    arts = latest_artifacts(run)
+    evals = [art for label, art in arts.items() if label.startswith("eval-")]
+    assert len(evals) == 6
+    assert evals_pace(arts) == pytest.approx(sum(a.manifest["duration_s"] for a in evals) / 600)
+    assert evals_pace({}) is None
 
 
 def test_verified_means_run_and_judged_pass_before_answering():

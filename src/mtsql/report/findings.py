@@ -182,14 +182,22 @@ def findings_section(arts: dict[str, Artifact]) -> list[str]:
              "which the same rates would clear 0.", "",
              *table(["finding", "slice", "measured", "difference (points)", "verdict", "n needed"], body,
                     numeric_from=3)]
-    return lines + _closing(rows)
+    return lines + _closing(rows, evals_pace(arts))
 
 
 def _points(difference: tuple[float, float, float] | None) -> str | None:
     return None if difference is None else "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * x for x in difference))
 
 
-def _closing(rows: list[Finding]) -> list[str]:
+def evals_pace(arts: dict[str, Artifact]) -> float | None:
+    """Seconds per evaluated turn over every evaluation of the run (wall time, server starts included)."""
+    evals = [art for label, art in arts.items() if label.startswith("eval-")]
+    turns = sum(block.get("turns", 0) for art in evals for block in art.metrics.get("datasets", {}).values())
+    seconds = sum(art.manifest.get("duration_s") or 0.0 for art in evals)
+    return seconds / turns if turns and seconds else None
+
+
+def _closing(rows: list[Finding], pace: float | None) -> list[str]:
     counts = {v: sum(row.verdict == v for row in rows) for v in (SUPPORTED, NOT_SHOWN, CONTRADICTED)}
     lines = [f"Rows: {counts[SUPPORTED]} supported, {counts[NOT_SHOWN]} not shown at this scale, "
              f"{counts[CONTRADICTED]} contradicted, {len(rows) - sum(counts.values())} without a comparison.", ""]
@@ -205,4 +213,7 @@ def _closing(rows: list[Finding]) -> list[str]:
     if flat:
         lines.append(f"* Rows not shown that measured no difference in the paper's direction: {flat}; no budget "
                      "follows from them.")
+    if trends and pace:
+        lines.append(f"* At this run's pace ({pace:.2f} s per evaluated turn, all its evaluations together, on "
+                     "its machine), an evaluation of N turns takes about N x that.")
     return [*lines, ""]
