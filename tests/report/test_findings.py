@@ -67,10 +67,11 @@ def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
             "with_error": with_error, "ran_after": with_error, "resolved": resolved}
 
 
-def build(root, *, outcome: bool = True):
+def build(root, *, outcome: bool = True, round1: bool = True):
     store = Store(root)
     evaluation(store, "eval-base", lambda i, t: False)
-    evaluation(store, "eval-sft-r1", lambda i, t: t == 0 and i < 20)            # 20/100, all on turn 1
+    if round1:
+        evaluation(store, "eval-sft-r1", lambda i, t: t == 0 and i < 20)        # 20/100, all on turn 1
     evaluation(store, "eval-sft", lambda i, t: t == 0 and i < 20 or t == 1 and i < 10,  # 30/100
                revisions=revisions(0, 0, 20, 15))
     evaluation(store, "eval-sft-short", lambda i, t: t == 1 and i < 20, mode="short")  # 20/100, all on turn 2
@@ -137,6 +138,19 @@ def test_missing_evaluations_are_named(tmp_path):
     assert row.verdict == "missing: eval-rl-outcome" and row.difference is None
     lines = "\n".join(findings_section(latest_artifacts(run)))
     assert "missing: eval-rl-outcome" in lines and "## Paper findings" in lines
+
+
+def test_a_round_two_that_kept_nothing_is_named_as_such(tmp_path):
+    """eval-sft-r1 is then the same work as eval-sft (served under that label), not a missing evaluation."""
+    run = build(tmp_path / "no-round-2", round1=False)
+    (row,) = rows_of(run, "A self-taught round").values()
+    assert row.verdict == "missing: eval-sft-r1", "without reject-r2, nothing says why"
+    Store(run).run("reject", "reject-r2", {"r": 2}, {}, lambda ctx: {"items": 4, "kept": 0})
+    (row,) = rows_of(run, "A self-taught round").values()
+    assert row.verdict == "round 2 kept 0 trajectories and trained no model: eval-sft scores the round-1 model"
+    Store(run).run("sft", "sft-r2", {"r": 2}, {}, lambda ctx: {"examples": 3})
+    (row,) = rows_of(run, "A self-taught round").values()
+    assert row.verdict == "missing: eval-sft-r1", "a round 2 that trained a model needs its own evaluation"
 
 
 def test_a_run_without_the_method_evaluations_has_no_section(tmp_path):
