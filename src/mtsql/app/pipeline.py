@@ -10,6 +10,7 @@ assumed to let every later step run.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from mtsql.app.report import build_report
 from mtsql.app.runner import STAGES, Pending, latest_input, run_stage, store_for
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.base.config import Config, build, load_config, replace
-from mtsql.base.errors import UsageError
+from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_text
 from mtsql.base.paths import data_dir
 from mtsql.core.data import per_dataset_groups
@@ -46,11 +47,14 @@ def sample(cfg: Config, *, key: ArtifactKey | None = None, label: str | None = N
     return run_stage("sample", cfg, key=key, label=label, inputs=inputs, force=force, dry_run=dry_run)
 
 
-def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=False) -> Artifact | Pending | None:
+def sft_iterate(cfg: Config, rounds: int | None = None, *, variant: str | None = None, trained: dict | None = None,
+                force=False, dry_run=False) -> Artifact | Pending | None:
     """Round k samples the pool with round k-1's model (round 1: ``sft.first_round_policy``),
     keeps correct diverse trajectories, and fine-tunes round k-1's model on them. Items the model
     solved leave the pool (a scripted policy solves nothing by itself: the pool stays); once none is
-    left, no round follows. A round with nothing kept trains nothing and the previous model carries over."""
+    left, no round follows. A round with nothing kept trains nothing and the previous model carries over.
+    A ``variant`` (a pipeline step's label) names its own labels (``sample-<variant>-r1``, ...); ``trained``,
+    when given, receives each round's model by label (``{"sft-r1": ...}``)."""
     model = pool = None
     summary = []
     for k in range(1, (rounds or cfg.sft.rounds) + 1):
@@ -58,18 +62,20 @@ def sft_iterate(cfg: Config, rounds: int | None = None, *, force=False, dry_run=
             console.print(f"[yellow]round {k - 1} solved every item of its pool: no round {k}[/]")
             break
         policy = cfg.sft.first_round_policy if k == 1 else "model"
-        sampled = sample(cfg, key=ArtifactKey("sample", k), policy=policy, model=model, pool=pool, force=force,
-                         dry_run=dry_run)
-        kept = run_stage("reject", cfg, key=ArtifactKey("reject", k), inputs={"sample": sampled}, force=force,
-                         dry_run=dry_run)
+        sampled = sample(cfg, key=ArtifactKey("sample", k, variant), policy=policy, model=model, pool=pool,
+                         force=force, dry_run=dry_run)
+        kept = run_stage("reject", cfg, key=ArtifactKey("reject", k, variant), inputs={"sample": sampled},
+                         force=force, dry_run=dry_run)
         if policy == "model":
             pool = kept
         if isinstance(kept, Artifact) and kept.metrics.get("kept", 0) == 0:
             console.print(f"[yellow]round {k}: no correct trajectory kept; the previous model carries over[/]")
             summary.append({"round": k, **_round_row(kept, None)})
             continue
-        model = run_stage("sft", cfg, key=ArtifactKey("sft", k), inputs={"reject": kept, "model": model},
+        model = run_stage("sft", cfg, key=ArtifactKey("sft", k, variant), inputs={"reject": kept, "model": model},
                           force=force, dry_run=dry_run)
+        if trained is not None:
+            trained[model.label] = model
         summary.append({"round": k, **_round_row(kept, model)})
     if not dry_run:
         _print_rounds(summary)
@@ -108,17 +114,18 @@ def curriculum(cfg: Config, *, model=None, force=False, dry_run=False) -> Artifa
     return run_stage("curriculum", cfg, inputs={"sample": probe}, force=force, dry_run=dry_run)
 
 
-def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, force=False,
-       dry_run=False) -> Artifact | Pending | None:
-    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...), each from the previous one's model;
-    returns the last one (None when every stage was empty: nothing was trained)."""
+def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, variant: str | None = None,
+       force=False, dry_run=False) -> Artifact | Pending | None:
+    """One RL artifact per curriculum stage (``rl-c1``, ``rl-c2``, ...; a ``variant``'s ``rl-<variant>-c1``,
+    ...), each from the previous one's model; returns the last one (None when every stage was empty:
+    nothing was trained)."""
     cfg = replace(cfg, rl={"engine": pick_engine(engine or cfg.rl.engine)})
     trained = None
     for k in range(1, len(cfg.curriculum.stages) + 1):
         if isinstance(curriculum_art, Artifact) and not read_turns(curriculum_art.path / f"stage-{k}.jsonl"):
             console.print(f"[yellow]curriculum stage {k} is empty: skipped[/]")
             continue
-        key = ArtifactKey("rl", k)
+        key = ArtifactKey("rl", k, variant)
         done = run_stage("rl", cfg, key=key, inputs={"curriculum": curriculum_art, "model": model},
                          params={"stage": k}, force=force, dry_run=dry_run)
         if done.metrics.get("steps_without_signal"):
@@ -146,7 +153,13 @@ COMPOSITE_STEPS = ("sft-iterate", "rl", "report")
 
 @dataclass(frozen=True)
 class Step:
-    """One line of a pipeline file: a stage, which model it uses, and config overrides."""
+    """One line of a pipeline file: a stage, which model it uses, and config overrides.
+
+    ``model``: ``base``, ``sft``, ``rl``, ``latest``, one round's model of an earlier ``sft-iterate`` step
+    (``sft-r1``), or a variant's model. ``label``: the artifact's label; on an ``sft-iterate`` or ``rl``
+    step, a variant name (a word) that gives its artifacts labels of their own (``sft-<label>-r1``,
+    ``rl-<label>-c1``) and its model the reference ``sft-<label>`` / ``rl-<label>``. A variant does not
+    replace the pipeline's ``sft``, ``rl`` or ``latest`` model (an RL variant starts from ``sft``, as ``rl`` does)."""
 
     stage: str
     label: str | None = None
@@ -172,16 +185,32 @@ def load_pipeline(path: Path) -> Pipeline:
     if unknown:
         raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a pipeline has only 'steps'")
     pipeline = Pipeline(tuple(build(Step, s, source=str(path), prefix=f"steps[{i}].") for i, s in enumerate(raw["steps"])))
+    variants: list[str] = []  # the models of the variant steps so far
+    rounds = False  # an sft-iterate step (not a variant) came before: its rounds' models may be named
     for i, step in enumerate(pipeline.steps):
         if step.stage not in (*COMPOSITE_STEPS, *STAGES):
             raise UsageError(f"{path}: steps[{i}].stage '{step.stage}' is not one of "
                              f"{', '.join((*COMPOSITE_STEPS, *STAGES))}")
-        if step.model not in MODEL_REFS:
-            raise UsageError(f"{path}: steps[{i}].model must be one of {', '.join(MODEL_REFS)}")
+        if step.model not in (*MODEL_REFS, *variants) and not (rounds and ROUND_REF.fullmatch(step.model)):
+            raise UsageError(f"{path}: steps[{i}].model must be one of {', '.join((*MODEL_REFS, *variants))}"
+                             + (", sft-r<k>" if rounds else "") + " (a round's or a variant's model after the "
+                             "step that trains it)")
+        rounds = rounds or (step.stage == "sft-iterate" and step.label is None)
+        if step.stage in TRAINS and step.label is not None:
+            if not VARIANT.fullmatch(step.label):
+                raise UsageError(f"{path}: steps[{i}].label '{step.label}' of a {step.stage} step names a variant: "
+                                 "one word of lower-case letters and digits, such as short or outcome")
+            ref = f"{TRAINS[step.stage]}-{step.label}"
+            if ref in variants:
+                raise UsageError(f"{path}: steps[{i}]: a second {step.stage} step labelled '{step.label}'; "
+                                 "give each variant its own label")
+            variants.append(ref)
     return pipeline
 
 
 TRAINS = {"sft-iterate": "sft", "rl": "rl"}  # the pipeline steps that train a model, and its kind
+ROUND_REF = re.compile(r"sft-r[1-9][0-9]*")  # one self-taught round's model
+VARIANT = re.compile(r"[a-z][a-z0-9]*")  # a variant label: one word, so sft-<variant>-r1 reads back unambiguously
 
 
 def _check_model_refs(pipeline: Pipeline, path: Path, cfg: Config) -> None:
@@ -192,7 +221,8 @@ def _check_model_refs(pipeline: Pipeline, path: Path, cfg: Config) -> None:
     for i, step in enumerate(pipeline.steps):
         if step.stage == "evaluate" and step.model in TRAINS.values() and step.model not in have:
             _missing_model(f"{path}: steps[{i}] (evaluate)", step.model, cfg)
-        have.add(TRAINS.get(step.stage, "base"))
+        if step.label is None or step.stage not in TRAINS:  # a variant does not make the pipeline's sft or rl model
+            have.add(TRAINS.get(step.stage, "base"))
 
 
 def _missing_model(where: str, ref: str, cfg: Config):
@@ -206,6 +236,11 @@ def _model(models: dict, ref: str, cfg: Config, where: str, *, required: bool = 
     ``rl``) the run's latest, as the stage commands pick it. A curriculum or RL step without an SFT
     model starts from the base model, as ``mtsql rl`` does; an evaluation of ``sft`` or ``rl`` must
     find that model, so that its label never names a model it did not score."""
+    if ref not in MODEL_REFS:  # a round's or a variant's model, trained by an earlier step of this pipeline
+        if models.get(ref) is None and required:
+            raise StageFailed(f"{where}: no earlier step trained model '{ref}' (its round did not run or kept no "
+                              "trajectory, or its curriculum stages were empty), so there is no model to use")
+        return models.get(ref)
     if models[ref] is not None or ref not in ("sft", "rl"):
         return models[ref]
     store = store_for(cfg)
@@ -214,13 +249,21 @@ def _model(models: dict, ref: str, cfg: Config, where: str, *, required: bool = 
     return _missing_model(where, ref, cfg) if required else None
 
 
+def _keep_model(models: dict, kind: str, variant: str | None, trained) -> None:
+    """Record what a training step made: the pipeline's ``kind`` and ``latest`` model, or a variant's."""
+    if variant:
+        models[f"{kind}-{variant}"] = trained
+    else:
+        models[kind] = models["latest"] = trained
+
+
 def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, force=False, dry_run=False) -> None:
     """Run every step in order; finished stages are cache hits. Prints where the report is.
 
     ``sft-iterate`` runs the SFT rounds, ``curriculum`` (with the SFT model) and ``rl`` the curriculum
-    RL stages, ``evaluate`` a model picked by the step's ``model``, ``report`` builds the report; any
-    other stage of ``runner.STAGES`` runs on the latest artifacts of its ``INPUTS``' default labels
-    (the ones this pipeline made first). With ``data.per_dataset`` and more than one group of
+    RL stages (a labelled one: a variant, see ``Step``), ``evaluate`` a model picked by the step's
+    ``model``, ``report`` builds the report; any other stage of ``runner.STAGES`` runs on the latest
+    artifacts of its ``INPUTS``' default labels (the ones this pipeline made first). With ``data.per_dataset`` and more than one group of
     ``data.per_dataset_groups``, the whole pipeline runs once per group, as run ``<run>-<train dataset>``."""
     pipeline = load_pipeline(path)
     base_cfg = load_config(config_path, overrides)
@@ -247,21 +290,29 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrid
         cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
         where = f"{path}: steps[{i}] ({step.stage})"
         if step.stage == "sft-iterate":
-            models["sft"] = models["latest"] = sft_iterate(cfg, force=force, dry_run=dry_run)
+            rounds: dict = {}
+            trained = sft_iterate(cfg, variant=step.label, trained=rounds, force=force, dry_run=dry_run)
+            _keep_model(models, "sft", step.label, trained)
+            if step.label is None:
+                models.update(rounds)
         elif step.stage == "curriculum":
             made["curriculum"] = curriculum(cfg, model=_model(models, "sft", cfg, where), force=force,
                                             dry_run=dry_run)
         elif step.stage == "rl":
             if "curriculum" not in made:
                 raise UsageError(f"{path}: an rl step needs a curriculum step before it")
-            models["rl"] = models["latest"] = rl(cfg, curriculum_art=made["curriculum"],
-                                                 model=_model(models, "sft", cfg, where), force=force, dry_run=dry_run)
+            trained = rl(cfg, curriculum_art=made["curriculum"], model=_model(models, "sft", cfg, where),
+                         variant=step.label, force=force, dry_run=dry_run)
+            _keep_model(models, "rl", step.label, trained)
         elif step.stage == "evaluate":
             evaluate(cfg, label=step.label or f"eval-{step.model}", model=_model(models, step.model, cfg, where,
                                                                                required=True),
                      force=force, dry_run=dry_run)
         elif step.stage == "report":
-            if not dry_run:
+            if dry_run:
+                console.print(f"  {'report':<18} {'':12}  will be built: {store_for(cfg).root / 'report' / 'report.md'}",
+                              markup=False, highlight=False, soft_wrap=True)
+            else:
                 console.print(f"[bold green]report:[/] {escape(str(build_report(store_for(cfg).root)))}")
         else:
             store = store_for(cfg)

@@ -221,12 +221,14 @@ class Store:
 
     def latest_of(self, stage: str) -> Artifact | None:
         """This run's last round or curriculum stage of ``stage`` (``sft-r2``, ``rl-c3``; of the artifacts
-        its labels' ``latest`` links point to; one without a round counts as round 0), the newest of them
-        on a tie; None when it has none."""
+        its labels' ``latest`` links point to; one without a round counts as round 0; not a pipeline
+        variant's), the newest of them on a tie; None when it has none."""
         found = []
         for link in self.root.glob("*/latest") if self.root.exists() else ():
             manifest = read_manifest(link.resolve()) if link.exists() else None
-            if manifest is not None and key_of(manifest).stage == stage:
+            key = key_of(manifest) if manifest is not None else None
+            if key is not None and key.stage == stage and key.variant is None:  # a pipeline variant's
+                # (sft-short-r1, rl-outcome-c1) is never this run's sft or rl model
                 found.append(Artifact(link.resolve(), manifest))
         return max(found, key=lambda a: (a.key.round or 0, a.manifest.get("created_at", "")), default=None)
 

@@ -16,7 +16,7 @@ Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajector
 voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the samples in
 ``<dataset>/samples/``); the stage metrics hold, per dataset, EX / EM (question and interaction), the
 breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
-self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``pass_at_k``,
+self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``, ``pass_at_k``,
 ``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the
 settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``.
 
@@ -45,6 +45,7 @@ from mtsql.core.evaluation_files import render, score_pairs, write_outputs
 from mtsql.core.measures.cost import cost_per_turn
 from mtsql.core.measures.pass_at_k import pass_at_k_table
 from mtsql.core.measures.propagation import propagation
+from mtsql.core.measures.revisions import revisions
 from mtsql.core.measures.vacuous import is_vacuous, non_empty_gold_ex
 from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.sql import score_turn
@@ -218,7 +219,7 @@ def _split(rows: list[ScoredRow], by_dataset: dict[str, list]) -> dict[str, list
 def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: list[ScoredRow], folder: Path,
            wall_s: float) -> dict:
     """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
-    The measures beside the official figures: verdict calibration and cost over every trajectory (``rows``),
+    The measures beside the official figures: verdict calibration, revisions and cost over every trajectory (``rows``),
     error propagation and EX without vacuous golds over the official items."""
     evaluation = score_pairs([(t, row.final_sql or "") for t, row in zip(turns, chosen, strict=True)],
                              data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
@@ -226,12 +227,13 @@ def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: lis
     write_outputs(folder, evaluation)
     write_rows(folder / "trajectories.jsonl", rows)
     render(evaluation.summary, Console(stderr=True))
-    block = dataset_block(evaluation.summary, chosen, verdict_calibration(rows, judge(cfg)))
+    ex_of = judge(cfg)
+    block = dataset_block(evaluation.summary, chosen, verdict_calibration(rows, ex_of))
     vacuous = {(t.interaction_index, t.turn_index) for t in turns
                if is_vacuous(database_path(t.db_id, cfg.data_root), t.gold_sql, cfg.sql.timeout_s)}
     left_out = {entry["interaction_index"] for entry in evaluation.summary["execution"]["left_out"]}
     return block | {"ex_non_empty_gold": non_empty_gold_ex(evaluation.items, vacuous, left_out),
-                    "propagation": propagation(evaluation.items),
+                    "propagation": propagation(evaluation.items), "revisions": revisions(rows, ex_of),
                     "cost": cost_per_turn(rows, len(turns), wall_s)}
 
 

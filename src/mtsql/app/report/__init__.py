@@ -4,8 +4,10 @@
 
 Modules: ``runs`` (what is read from the run folder), ``stats`` (rates with Wilson intervals),
 ``evaluation``, ``measures`` (pass@k, calibration, vacuous golds, memory, cost), ``training``,
-``provenance`` (the sections), ``behaviour`` (protocol rates from trajectories), ``plots`` and
-``markdown``; ``build`` puts them together.
+``provenance`` (the sections), ``behaviour`` (protocol rates from trajectories), ``findings`` (the paper's
+findings against the method experiment's evaluations), ``self_correction`` (revisions and execution
+errors), ``self_taught`` (kept trajectories by writer), ``plots`` and ``markdown``; ``build`` puts them
+together.
 """
 
 from mtsql.app.report.build import build_report

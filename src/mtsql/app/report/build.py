@@ -11,9 +11,12 @@ import shutil
 from pathlib import Path
 
 from mtsql.app.report import evaluation, measures, plots, training
+from mtsql.app.report.findings import findings_section
 from mtsql.app.report.provenance import provenance_section
 from mtsql.app.report.published import published_section
 from mtsql.app.report.runs import evaluations, headline, run_artifacts
+from mtsql.app.report.self_correction import self_correction_section
+from mtsql.app.report.self_taught import kept_section
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import TURN_BUCKETS
 
@@ -55,7 +58,9 @@ def build_report(run: Path, out: Path | None = None) -> Path:
             figure = plots.breakdown_figure(rates, buckets, what)
             path = plots.save(figure, tmp / "plots" / f"ex_{key}.png")
             lines += [f"![EX by {what}](plots/{path.name})", ""]
+    lines += findings_section(arts)
     lines += evaluation.behaviour_section(evals)
+    lines += self_correction_section(evals)
     lines += measures.pass_at_k_section(evals)
     lines += measures.calibration_section(evals)
     lines += measures.vacuous_section(evals)
@@ -66,6 +71,7 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     lines += measures.cost_section(evals, cost_plots)
     lines += evaluation.example_section(evals, run.name)
     lines += training.sft_rounds_section(arts)
+    lines += kept_section(arts)
     lines += training.curriculum_section(arts)
     stages = training.rl_stages(arts)
     curve = plots.save(plots.rl_figure(stages, training.CURVES), tmp / "plots" / "rl_curves.png").name if stages else None

@@ -1,0 +1,54 @@
+"""Self-correction and recovery from execution errors, counted from an evaluation's trajectories.
+
+*Revisions*: every tool result the agent judged ``no_pass`` (an ``exec_sql`` result, or a memory
+check about the latest executed query) whose next proposed query (its next ``exec_sql`` argument or
+its answer) differs from the judged one, compared as ``verdicts.normal_sql`` does. Each revision is
+classed by the EX (against the turn's gold) of the judged query and of the revision: ``wrong_to_right``,
+``right_to_wrong``, ``stayed_right``, ``stayed_wrong``, or ``unscored`` when either cannot be scored.
+``no_pass`` counts every such verdict, revised or not.
+
+*Execution errors*: ``with_error`` counts the trajectories in which an ``exec_sql`` call failed;
+``ran_after`` those in which a later ``exec_sql`` ran (a result, empty or not); ``resolved`` those
+whose final answer is right (EX 1) all the same: the agent got past the failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mtsql.core.measures.verdicts import judged_sql, next_proposal, normal_sql, proposed_sql
+
+OUTCOMES = ("wrong_to_right", "right_to_wrong", "stayed_right", "stayed_wrong", "unscored")
+
+
+def revisions(rows: list[dict], judge: Callable[[dict, str], int | None]) -> dict:
+    """``{"no_pass", "revised", <OUTCOMES>, "with_error", "ran_after", "resolved"}`` over scored rows;
+    ``judge(row, sql)`` is the EX (1, 0 or None) of ``sql`` against ``row``'s gold."""
+    out = dict.fromkeys(("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved"), 0)
+    for row in rows:
+        steps = row["trajectory"]["steps"]
+        for i, step in enumerate(steps):
+            judged = judged_sql(step) if step["action"] == "tool_call" else None
+            if step.get("verdict") != "no_pass" or not judged:
+                continue
+            out["no_pass"] += 1
+            following = next_proposal(steps, i)
+            if following is None or normal_sql(proposed_sql(following)) == normal_sql(judged):
+                continue
+            out["revised"] += 1
+            out[_outcome(judge(row, judged), judge(row, proposed_sql(following)))] += 1
+        executed = [s for s in steps if s["action"] == "tool_call" and s.get("tool") == "exec_sql"]
+        failed = next((k for k, s in enumerate(executed) if s.get("result_kind") == "error"), None)
+        if failed is not None:
+            out["with_error"] += 1
+            out["ran_after"] += any(s.get("result_kind") in ("ok", "empty") for s in executed[failed + 1:])
+            out["resolved"] += row.get("execution") == 1
+    return out
+
+
+def _outcome(before: int | None, after: int | None) -> str:
+    if before is None or after is None:
+        return "unscored"
+    if before == after:
+        return "stayed_right" if after == 1 else "stayed_wrong"
+    return "wrong_to_right" if after == 1 else "right_to_wrong"
