@@ -100,23 +100,23 @@ def test_sft_iterate_variant_labels_and_round_models(tmp_path, monkeypatch):
     assert last.label == "sft-short-r2" and list(trained) == ["sft-short-r1", "sft-short-r2"]
 
 
-def fake_model(store, label: str) -> None:
-    folder = store.root / label / "abc"
+def fake_model(store, key: ArtifactKey) -> None:
+    folder = store.root / key.label / "abc"
     (folder / "model").mkdir(parents=True)
     (folder.parent / "latest").symlink_to("abc")
-    (folder / "manifest.json").write_text(json.dumps({"stage": label.split("-")[0], "label": label,
-                                                      "fingerprint": "abc", "outputs": []}))
+    (folder / "manifest.json").write_text(json.dumps({"stage": key.stage, "label": key.label, "key": key.to_dict(),
+                                                      "round": key.round, "fingerprint": "abc", "outputs": []}))
 
 
 def test_the_runs_sft_and_rl_models_are_never_a_variants(tmp_path):
     store = store_for(load_config(PROFILE, [f"runs_dir={tmp_path / 'runs'}"]))
-    for label in ("sft-short-r1", "rl-outcome-c3"):
-        fake_model(store, label)
+    for key in (ArtifactKey("sft", 1, "short"), ArtifactKey("rl", 3, "outcome")):
+        fake_model(store, key)
     with pytest.raises(UsageError, match="no sft model yet"):
         store.model("sft")
     assert store.model("auto") is None, "a variant alone is no model of the run"
-    for label in ("sft-r1", "sft-r2", "rl-c1"):
-        fake_model(store, label)
+    for key in (ArtifactKey("sft", 1), ArtifactKey("sft", 2), ArtifactKey("rl", 1)):
+        fake_model(store, key)
     assert (store.model("sft").label, store.model("rl").label, store.model("auto").label) == ("sft-r2", "rl-c1", "rl-c1")
 
 

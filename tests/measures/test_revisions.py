@@ -1,6 +1,12 @@
 """Revisions after no_pass and recovery from execution errors, on trajectories counted by hand."""
 
+from dataclasses import replace
+from pathlib import Path
+
 from mtsql.core.measures.revisions import revisions
+from mtsql.core.trajectories import read_rows
+
+REAL_ROW = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
 
 G, W, W2, X = "SELECT a FROM t", "SELECT b FROM t", "SELECT c FROM t", "SELECT broken"
 
@@ -18,7 +24,8 @@ def answer(i, sql):
 
 
 def row(execution, *steps):
-    return {"execution": execution, "trajectory": {"steps": list(steps)}}
+    """A real scored row whose answer scored ``execution`` and whose trajectory took ``steps``."""
+    return replace(REAL_ROW, execution=execution, trajectory={**REAL_ROW.trajectory, "steps": list(steps)})
 
 
 def judge(row, sql):

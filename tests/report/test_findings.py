@@ -22,7 +22,7 @@ from mtsql.app.report.runs import latest_artifacts
 from mtsql.app.report.self_correction import is_verified, self_correction_section
 from mtsql.app.report.self_taught import kept_rows, kept_section
 from mtsql.app.report.stats import Rate
-from mtsql.base.artifacts import Store
+from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.base.files import write_jsonl
 from mtsql.core.agent.env import Step, Trajectory
 from mtsql.core.data.records import Turn
@@ -49,7 +49,7 @@ def trajectory(verified: bool, execution: int) -> dict:
                   sql=ran, observation="Result: 1", result_kind="ok", verdict="pass"),
              Step(index=1, text=f"<answer_sql>{answer}</answer_sql>", action="answer", sql=answer, exec_verdict="pass")]
     traj = Trajectory(uid=turn.uid, dataset="cosql", db_id="db", question="question", mode="long", memory_source="gold",
-                      max_turns=4, thinking=False, memory=[], messages=[{"role": "system", "content": "S"},
+                      max_messages=4, thinking=False, memory=[], messages=[{"role": "system", "content": "S"},
                                                                         {"role": "user", "content": "question"}],
                       steps=steps, final_sql=answer, finish_reason="answer", protocol_valid=True)
     return {"uid": turn.uid, "sample": 0, "turn": turn.to_dict(), "trajectory": traj.to_dict(),
@@ -65,7 +65,7 @@ def evaluation(store: Store, label: str, right, *, mode: str = "long", revisions
         write_jsonl(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
         block = {"turns": 100} | ({"revisions": revisions} if revisions else {})
         return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "datasets": {"cosql": block}}
-    store.run("evaluate", label, {"label": label}, {}, work)
+    store.run(ArtifactKey("evaluate", variant=label.split("-")[1], name=label), {"label": label}, {}, work)
 
 
 def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
@@ -152,10 +152,10 @@ def test_a_round_two_that_kept_nothing_is_named_as_such(tmp_path):
     run = build(tmp_path / "no-round-2", round1=False)
     (row,) = rows_of(run, "A self-taught round").values()
     assert row.verdict == "missing: eval-sft-r1", "without reject-r2, nothing says why"
-    Store(run).run("reject", "reject-r2", {"r": 2}, {}, lambda ctx: {"items": 4, "kept": 0})
+    Store(run).run(ArtifactKey("reject", 2), {"r": 2}, {}, lambda ctx: {"items": 4, "kept": 0})
     (row,) = rows_of(run, "A self-taught round").values()
     assert row.verdict == "round 2 kept 0 trajectories and trained no model: eval-sft scores the round-1 model"
-    Store(run).run("sft", "sft-r2", {"r": 2}, {}, lambda ctx: {"examples": 3})
+    Store(run).run(ArtifactKey("sft", 2), {"r": 2}, {}, lambda ctx: {"examples": 3})
     (row,) = rows_of(run, "A self-taught round").values()
     assert row.verdict == "missing: eval-sft-r1", "a round 2 that trained a model needs its own evaluation"
 
@@ -216,12 +216,12 @@ def test_kept_trajectories_by_writer(tmp_path):
             return {"items": 4, "solved": 3, "sampled": 8, "kept": len(rows)}
         return work
 
-    s1, _ = store.run("sample", "sample-r1", {"r": 1}, {}, sampled("gold_with_correction", "smollm2-135m"))
-    store.run("reject", "reject-r1", {"r": 1}, {"sample": s1}, kept([kept_row(False)] * 3))
-    s2, _ = store.run("sample", "sample-r2", {"r": 2}, {}, sampled("model", "sft-r1"))
-    store.run("reject", "reject-r2", {"r": 2}, {"sample": s2}, kept([kept_row(True)] * 2))
-    short, _ = store.run("sample", "sample-short-r1", {"r": 3}, {}, sampled("gold", "smollm2-135m"))
-    store.run("reject", "reject-short-r1", {"r": 3}, {"sample": short}, kept([kept_row(False)]))
+    s1, _ = store.run(ArtifactKey("sample", 1), {"r": 1}, {}, sampled("gold_with_correction", "smollm2-135m"))
+    store.run(ArtifactKey("reject", 1), {"r": 1}, {"sample": s1}, kept([kept_row(False)] * 3))
+    s2, _ = store.run(ArtifactKey("sample", 2), {"r": 2}, {}, sampled("model", "sft-r1"))
+    store.run(ArtifactKey("reject", 2), {"r": 2}, {"sample": s2}, kept([kept_row(True)] * 2))
+    short, _ = store.run(ArtifactKey("sample", 1, "short"), {"r": 3}, {}, sampled("gold", "smollm2-135m"))
+    store.run(ArtifactKey("reject", 1, "short"), {"r": 3}, {"sample": short}, kept([kept_row(False)]))
     rows = kept_rows(latest_artifacts(store.root))
     assert [(r["label"], r["sampled_by"], r["by_scripted"], r["by_model"]) for r in rows] == [
         ("reject-r1", "gold_with_correction", 3, 0), ("reject-r2", "sft-r1", 0, 2), ("reject-short-r1", "gold", 1, 0)]

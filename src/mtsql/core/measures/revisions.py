@@ -17,16 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mtsql.core.measures.verdicts import judged_sql, next_proposal, normal_sql, proposed_sql
+from mtsql.core.trajectories import ScoredRow
 
 OUTCOMES = ("wrong_to_right", "right_to_wrong", "stayed_right", "stayed_wrong", "unscored")
 
 
-def revisions(rows: list[dict], judge: Callable[[dict, str], int | None]) -> dict:
+def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | None]) -> dict:
     """``{"no_pass", "revised", <OUTCOMES>, "with_error", "ran_after", "resolved"}`` over scored rows;
     ``judge(row, sql)`` is the EX (1, 0 or None) of ``sql`` against ``row``'s gold."""
     out = dict.fromkeys(("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved"), 0)
     for row in rows:
-        steps = row["trajectory"]["steps"]
+        steps = row.trajectory["steps"]
         for i, step in enumerate(steps):
             judged = judged_sql(step) if step["action"] == "tool_call" else None
             if step.get("verdict") != "no_pass" or not judged:
@@ -42,7 +43,7 @@ def revisions(rows: list[dict], judge: Callable[[dict, str], int | None]) -> dic
         if failed is not None:
             out["with_error"] += 1
             out["ran_after"] += any(s.get("result_kind") in ("ok", "empty") for s in executed[failed + 1:])
-            out["resolved"] += row.get("execution") == 1
+            out["resolved"] += row.execution == 1
     return out
 
 
