@@ -1,5 +1,6 @@
 """What decides whether a stage reruns: the config sections it reads, the seed, its inputs and its code."""
 
+import json
 import os
 import shutil
 
@@ -202,3 +203,16 @@ def test_a_changed_byte_in_a_large_file_is_caught(tmp_path):
         handle.seek(40 * 2**20)
         handle.write(b"\2")
     assert any("content changed" in p for p in verify(art))
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]"])
+def test_a_damaged_digest_cache_is_said_and_rebuilt(tmp_path, monkeypatch, capsys, damage):
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
+    root = tmp_path / "data"
+    shutil.copytree(FIXTURE_DATA / "cosql", root)
+    first = provenance.data_digest(root)
+    cache = tmp_path / "home" / "cache" / "data-files.json"
+    cache.write_text(damage)
+    assert provenance.data_digest(root) == first
+    assert f"data digest cache {cache}" in capsys.readouterr().err
+    assert isinstance(json.loads(cache.read_text()), dict), "the cache is written anew"

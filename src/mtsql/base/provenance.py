@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -137,13 +138,20 @@ def _data_files(root: Path) -> list[Path]:
 
 
 def _read_digest_cache(path: Path) -> dict[str, list]:
-    """The cached file digests; an unreadable or damaged cache is an empty one (a cache never decides a
-    digest: a missing entry is computed again)."""
+    """The cached file digests; an unreadable or damaged cache is said on stderr and read as an empty one
+    (a cache never decides a digest: a missing entry is computed again, and the cache rewritten)."""
+    if not path.exists():
+        return {}
     try:
         cache = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        cache = exc
+    if not isinstance(cache, dict):
+        problem = cache if isinstance(cache, Exception) else f"holds a {type(cache).__name__}, not a mapping"
+        print(f"note: data digest cache {path}: {problem}; the data folder's files are hashed again",
+              file=sys.stderr)
         return {}
-    return cache if isinstance(cache, dict) else {}
+    return cache
 
 
 def code_version() -> dict:
