@@ -80,8 +80,8 @@ def test_verl_curve_reads_the_validation_reward_of_each_dataset(tmp_path):
 
 def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, monkeypatch):
     import torch
-    from mtsql.integrations import rl_schedule
 
+    from mtsql.engines import rl_schedule
     from mtsql.engines.local_grpo import trainer, update
 
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [
