@@ -165,7 +165,7 @@ def test_a_changed_source_line_changes_the_fingerprint_of_the_stages_that_run_it
     before = {name: provenance.code_digest(STAGES[name].__name__) for name in ("sample", "reject")}
     copy = tmp_path / "mtsql"
     shutil.copytree(provenance.PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("fixtures", "__pycache__"))
-    hf = copy / "backends" / "hf.py"
+    hf = copy / "engines" / "backends" / "hf.py"
     hf.write_text(hf.read_text() + "\nCHANGED = 1\n")
     monkeypatch.setattr(provenance, "PACKAGE_ROOT", copy)
     provenance.code_closure.cache_clear()
