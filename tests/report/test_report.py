@@ -185,6 +185,30 @@ def test_rounds_without_held_out_check_or_training(run_folder):
     assert "| 3 | – | – | – | – | 2 | – | – | – | – |" in lines
 
 
+def test_every_rl_chain_has_its_curves_and_step_rows(run_folder):
+    """The method experiment trains two chains from one start (process and outcome reward): the GRPO
+    section shows both, each under its own heading with its own plots, and their steps in one table."""
+    import json
+
+    from mtsql.base.artifacts import ArtifactKey, Store
+
+    def outcome(ctx):
+        (ctx.out / "metrics.jsonl").write_text(json.dumps({"stage": 1, "step": 1, "reward_mean": 0.125,
+                                                           "reward_std": 0.1, "response_length": 70}) + "\n")
+        return {"steps": 1}
+
+    Store(run_folder).run(ArtifactKey("rl", 1, "outcome"), {"rl": {"batch_size": 2, "n": 4},
+                                                            "reward": {"family": "outcome"}}, {}, outcome)
+    path = build_report(run_folder)
+    grpo = section(path.read_text(), "Curriculum GRPO")
+    assert "### rl\n" in grpo and "### rl-outcome (outcome reward)" in grpo
+    assert "![GRPO curves, rl-outcome](plots/rl-outcome_curves.png)" in grpo
+    assert (path.parent / "plots" / "rl-outcome_curves.png").stat().st_size > 0
+    assert not (path.parent / "plots" / "rl-outcome_behaviour.png").exists()  # this chain logged no behaviour
+    assert [line.split("|")[1] for line in grpo.splitlines() if line.startswith("| rl-")] == \
+        [" rl-c1 "] * 3 + [" rl-c2 "] * 2 + [" rl-outcome-c1 "]
+
+
 def test_rl_figure_with_what_verl_logs():
     from mtsql.app.report.plots import rl_figure
     from mtsql.app.report.training import CURVES

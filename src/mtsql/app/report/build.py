@@ -14,9 +14,10 @@ from mtsql.app.report import evaluation, measures, plots, training
 from mtsql.app.report.findings import findings_section
 from mtsql.app.report.provenance import provenance_section
 from mtsql.app.report.published import published_section
-from mtsql.app.report.runs import evaluations, headline, run_artifacts
+from mtsql.app.report.runs import evaluations, headline, run_artifacts, variants
 from mtsql.app.report.self_correction import self_correction_section
 from mtsql.app.report.self_taught import kept_section
+from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import TURN_BUCKETS
 
@@ -73,12 +74,8 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     lines += training.sft_rounds_section(arts)
     lines += kept_section(arts)
     lines += training.curriculum_section(arts)
-    stages = training.rl_stages(arts)
-    curve = plots.save(plots.rl_figure(stages, training.CURVES), tmp / "plots" / "rl_curves.png").name if stages else None
-    logged = any(key in row for rows in stages.values() for row in rows for key in training.BEHAVIOUR)
-    behaviour = (plots.save(plots.rl_figure(stages, training.BEHAVIOUR), tmp / "plots" / "rl_behaviour.png").name
-                 if logged else None)
-    lines += training.rl_section(arts, curve, behaviour)
+    lines += training.rl_section(arts, {variant: _rl_plots(arts, variant, tmp / "plots")
+                                        for variant in variants(arts, "rl")})
     lines += provenance_section(arts)
     lines += published_section({name for a in evals.values() for name in a.metrics.get("datasets", {})},
                                {label: a.metrics for label, a in evals.items()})
@@ -86,3 +83,17 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out / "report.md"
+
+
+def _rl_plots(arts: dict[str, Artifact], variant: str | None, folder: Path) -> tuple[str | None, str | None]:
+    """The GRPO curves and (where the engine logged it) the behaviour plot of one RL chain: file names
+    under ``folder`` (``rl_curves.png``, ``rl-outcome_curves.png``), None where there is nothing to draw."""
+    stages = training.rl_stages(arts, variant)
+    if not stages:
+        return None, None
+    name = ArtifactKey("rl", variant=variant).label
+    curve = plots.save(plots.rl_figure(stages, training.CURVES), folder / f"{name}_curves.png").name
+    logged = any(key in row for rows in stages.values() for row in rows for key in training.BEHAVIOUR)
+    behaviour = plots.save(plots.rl_figure(stages, training.BEHAVIOUR), folder / f"{name}_behaviour.png").name \
+        if logged else None
+    return curve, behaviour

@@ -109,11 +109,18 @@ def stage_config(art: Artifact) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def numbered(arts: dict[str, Artifact], stage: str) -> dict[int, Artifact]:
-    """The rounds of ``stage`` (SFT rounds of sample, reject, sft; curriculum stages of rl), by round."""
+def numbered(arts: dict[str, Artifact], stage: str, variant: str | None = None) -> dict[int, Artifact]:
+    """The rounds of ``stage`` (SFT rounds of sample, reject, sft; curriculum stages of rl), by round, of
+    one variant (None: the main chain; ``outcome``: the ``rl-outcome-c*`` stages)."""
     found = {art.key.round: art for art in arts.values()
-             if art.key.stage == stage and art.key.round is not None and art.key.variant is None}
+             if art.key.stage == stage and art.key.round is not None and art.key.variant == variant}
     return dict(sorted(found.items()))
+
+
+def variants(arts: dict[str, Artifact], stage: str) -> list[str | None]:
+    """The variants that have rounds of ``stage``, the main chain (None) first, then by name."""
+    found = {art.key.variant for art in arts.values() if art.key.stage == stage and art.key.round is not None}
+    return sorted(found, key=lambda variant: (variant is not None, variant or ""))
 
 
 def rl_steps(art: Artifact) -> list[dict]:

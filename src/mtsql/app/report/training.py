@@ -5,7 +5,7 @@ from __future__ import annotations
 from mtsql.app.report.markdown import number, table
 from mtsql.app.report.runs import numbered, rl_steps, stage_config
 from mtsql.app.report.stats import Rate
-from mtsql.base.artifacts import Artifact
+from mtsql.base.artifacts import Artifact, ArtifactKey
 
 STEP_ROWS = 12  # at most this many step rows per curriculum stage; the rest stay in metrics.jsonl
 STEP_COLUMNS = {"reward_mean": "reward mean", "reward_std": "reward std", "pg_loss": "pg_loss", "kl": "kl",
@@ -69,11 +69,12 @@ def curriculum_section(arts: dict[str, Artifact]) -> list[str]:
             *table(["stage", cfg.get("by", "labels"), *columns], rows, numeric_from=2)]
 
 
-def rl_stages(arts: dict[str, Artifact]) -> dict[str, list[dict]]:
-    """``{'stage k (labels)': step rows}`` of every RL stage that logged steps, in curriculum order."""
+def rl_stages(arts: dict[str, Artifact], variant: str | None = None) -> dict[str, list[dict]]:
+    """``{'stage k (labels)': step rows}`` of every RL stage of ``variant`` that logged steps, in curriculum
+    order."""
     groups = stage_config(arts["curriculum"]).get("curriculum", {}).get("stages", []) if "curriculum" in arts else []
     out = {}
-    for k, art in numbered(arts, "rl").items():
+    for k, art in numbered(arts, "rl", variant).items():
         steps = rl_steps(art)
         if steps:
             names = ", ".join(groups[k - 1]) if k - 1 < len(groups) else ""
@@ -81,46 +82,56 @@ def rl_stages(arts: dict[str, Artifact]) -> dict[str, list[dict]]:
     return out
 
 
-def rl_section(arts: dict[str, Artifact], plot: str | None, behaviour_plot: str | None = None) -> list[str]:
-    """The GRPO curves, the agent's behaviour per step and a table of the logged step metrics."""
-    stages = numbered(arts, "rl")
-    if not stages:
+def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | None, str | None]]) -> list[str]:
+    """The GRPO curves, the agent's behaviour per step and a table of the logged step metrics, for each RL
+    variant (``figures``: variant -> (curve plot, behaviour plot), the main chain first)."""
+    chains = {variant: numbered(arts, "rl", variant) for variant in figures}
+    chains = {variant: stages for variant, stages in chains.items() if stages}
+    if not chains:
         return []
-    rows = []
-    for art in stages.values():
-        rl_cfg = stage_config(art).get("rl", {})
-        groups = rl_cfg.get("batch_size", 0)
-        samples = groups * rl_cfg.get("n", 0)
-        steps = rl_steps(art)
-        for row in thin(steps, STEP_ROWS):
-            signal = share(row.get("groups_with_signal"), groups)
-            ex = share(row.get("ex"), samples)
-            rows.append([art.label, row.get("step"), *(number(row.get(key)) for key in STEP_COLUMNS),
-                         signal.cell() if signal else None, ex.cell() if ex else None])
     lines = ["## Curriculum GRPO", "",
              "One curve per curriculum stage; steps are numbered on through the stages, and each stage starts "
              "from the previous stage's model. A group is the samples of one question; it has *signal* when "
              "their rewards differ (equal rewards give no policy gradient). EX here is over the step's "
              "training samples.", ""]
-    if plot:
-        lines += [f"![GRPO curves](plots/{plot})", ""]
-    if behaviour_plot:
-        lines += ["How the agent behaves over the steps, over each step's training samples (`trajectories.step_behaviour`): "
-                  "tool and memory calls per turn, the share of turns with a self-correction (a query revised after "
-                  "its no_pass verdict), the share of assistant messages that could not be parsed, and messages per "
-                  "turn. A collapse of tool calls shows here.", "", f"![Agent behaviour per GRPO step](plots/{behaviour_plot})", ""]
-    thinned = any(len(rl_steps(art)) > STEP_ROWS for art in stages.values())
-    if thinned:
+    if any(behaviour for _, behaviour in figures.values()):
+        lines += ["The behaviour plots follow the agent over the steps, over each step's training samples "
+                  "(`trajectories.step_behaviour`): tool and memory calls per turn, the share of turns with a "
+                  "self-correction (a query revised after its no_pass verdict), the share of assistant messages "
+                  "that could not be parsed, and messages per turn. A collapse of tool calls shows there.", ""]
+    rows = []
+    for variant, stages in chains.items():
+        plot, behaviour_plot = figures[variant]
+        family = stage_config(next(iter(stages.values()))).get("reward", {}).get("family")
+        if len(chains) > 1:
+            lines += [f"### {ArtifactKey('rl', variant=variant).label}" + (f" ({family} reward)" if family else ""), ""]
+        if plot:
+            lines += [f"![GRPO curves, {ArtifactKey('rl', variant=variant).label}](plots/{plot})", ""]
+        if behaviour_plot:
+            lines += [f"![Agent behaviour per GRPO step, {ArtifactKey('rl', variant=variant).label}](plots/{behaviour_plot})", ""]
+        for art in stages.values():
+            rl_cfg = stage_config(art).get("rl", {})
+            groups = rl_cfg.get("batch_size", 0)
+            samples = groups * rl_cfg.get("n", 0)
+            for row in thin(rl_steps(art), STEP_ROWS):
+                signal = share(row.get("groups_with_signal"), groups)
+                ex = share(row.get("ex"), samples)
+                rows.append([art.label, row.get("step"), *(number(row.get(key)) for key in STEP_COLUMNS),
+                             signal.cell() if signal else None, ex.cell() if ex else None])
+    every = [art for stages in chains.values() for art in stages.values()]
+    if any(len(rl_steps(art)) > STEP_ROWS for art in every):
         lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
                   "`metrics.jsonl`.", ""]
+    if len(chains) > 1:
+        lines += ["### Steps of every chain", ""]
     return lines + table(["stage", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows) + \
-        _validation_lines(stages)
+        _validation_lines(every)
 
 
-def _validation_lines(stages: dict[int, Artifact]) -> list[str]:
+def _validation_lines(stages: list[Artifact]) -> list[str]:
     """The dev validations of each stage (``rl.val_every``) and the step whose model the stage kept."""
     lines = []
-    for art in stages.values():
+    for art in stages:
         validated = [row for row in rl_steps(art) if row.get("val_reward_mean") is not None]
         if validated:
             shown = "; ".join(f"step {row['step']}: reward {row['val_reward_mean']:.3f}"
