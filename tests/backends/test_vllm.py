@@ -87,6 +87,26 @@ def test_sampling_depends_on_the_seed_only(tiny_server):
     assert [g.token_ids for g in first] != [g.token_ids for g in other]
 
 
+def test_seeded_sampling_of_prompts_longer_than_one_prefill_batch(tiny_server):
+    """Round-2 sampling sends many seeded requests of ~1,500 tokens at once. Where vLLM splits a prompt
+    over steps (chunked prefill: 2,048 tokens a step), it rewinds the request's random generator, which
+    a CPU generator cannot do: the engine died ("CPU Generator does not use offset"). On CPU the server
+    prefills every prompt whole, so each of these requests is answered."""
+    def schema(db: int) -> str:  # a prompt of its own: no prefix cached from another one
+        return " ".join(f"table t{db}_{i} has columns c{i}_a, c{i}_b and c{i}_c." for i in range(90))
+
+    chat = ChatFormat(tiny_server.tokenizer)
+    prompts = [chat.prompt_ids([{"role": "system", "content": schema(db)},
+                                {"role": "user", "content": "How many rows does the first table have?"}])
+               for db in range(6)]
+    assert min(len(p) for p in prompts) > 1000 and sum(len(p) for p in prompts) > 2 * 2048
+    params = SamplingParams(temperature=0.7, max_new_tokens=4)
+    done = tiny_server.generate(prompts, params, seeds=list(range(6)))
+    assert [len(g.token_ids) for g in done] == [4] * 6
+    again = tiny_server.generate(prompts[::-1], params, seeds=list(range(6))[::-1])
+    assert [g.token_ids for g in done] == [g.token_ids for g in again[::-1]]
+
+
 def test_the_openai_backend_works_against_the_real_server(tiny_server, tiny_qwen3):
     client = OpenAIBackend(tiny_qwen3, tiny_server.base_url, served_model=SERVED_NAME, concurrency=4)
     try:
@@ -173,6 +193,7 @@ def test_engine_identity_names_what_changes_tokens(vllm_python):
     identity = engine_identity(cfg)
     assert identity["engine"] == "vllm-server" and identity["version"].startswith("vllm")
     assert identity["dtype"] == "float32" and identity["eager"] is True
+    assert identity["chunked_prefill"] is False  # a CPU server prefills prompts whole (seeded sampling)
     assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}",
                                               "model.dtype=bfloat16"])) != identity
     assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}",

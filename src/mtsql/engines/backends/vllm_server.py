@@ -109,7 +109,17 @@ class ServerSpec:
             cmd.append("--enforce-eager")
         if self.device != "cpu":
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if not self.chunked_prefill:
+            cmd.append("--no-enable-chunked-prefill")
         return cmd + list(self.extra_args)
+
+    @property
+    def chunked_prefill(self) -> bool:
+        """Whether vLLM may split a prompt's prefill over steps. Not on CPU: a split rewinds the seeded
+        request's random generator, which CPU generators cannot do, and the engine dies ("CPU Generator
+        does not use offset", vLLM 0.32, as soon as seeded sampling sends more prompt tokens at once than
+        one step takes). Unsplit, vLLM takes a step as large as the longest prompt."""
+        return self.device != "cpu"
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -127,7 +137,8 @@ class ServerSpec:
     def identity(self) -> dict:
         """The settings that change the tokens, for the stage fingerprint (not ports, cache sizes, paths)."""
         return {"engine": "vllm-server", "version": vllm_version(self.python), "dtype": self.dtype,
-                "device": self.device, "eager": self.eager, "args": list(self.extra_args)}
+                "device": self.device, "eager": self.eager, "chunked_prefill": self.chunked_prefill,
+                "args": list(self.extra_args)}
 
 
 class ManagedServer:
