@@ -91,8 +91,9 @@ class VLLMBackend(OpenAIBackend):
         try:
             return super()._complete(prompt, params, seed)
         except StageFailed:
-            if self.server is not None and not self.server.running():
-                raise StageFailed(f"the vLLM server stopped while generating: {self.server.last_error()}") from None
+            cause = self.server.failure() if self.server is not None else None
+            if cause:
+                raise StageFailed(f"the vLLM server stopped while generating: {cause}") from None
             raise
 
     def reload(self, folder: str | Path) -> None:

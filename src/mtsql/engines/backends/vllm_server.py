@@ -203,6 +203,19 @@ class ManagedServer:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def failure(self, wait_s: float = 20.0) -> str | None:
+        """Why the server no longer answers (its last logged cause), None while it serves. A server whose
+        engine died says so at once, though its API process takes seconds to exit; any other one is given
+        ``wait_s`` to exit (a client error can come before the process is gone)."""
+        died = self.log_path is not None and self.log_path.exists() and \
+            "EngineDeadError" in self.log_path.read_text(errors="replace")
+        if not died and self.process is not None:
+            try:
+                self.process.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                return None
+        return self.last_error()
+
     def last_error(self) -> str:
         """The last exception line of the server log that names a cause (or where to look)."""
         if not (self.log_path and self.log_path.exists()):
