@@ -107,6 +107,8 @@ def test_gains_and_losses_get_their_verdicts(run):
     shown = rows_of(run, "Warm-start SFT")["cosql"]
     assert shown.difference[0] == pytest.approx(0.30) and shown.difference[1] > 0
     assert "eval-sft 30.0" in shown.measured and "eval-base 0.0" in shown.measured
+    first = rows_of(run, "Round 1 of warm-start SFT")["cosql"]  # the last round's gain is not the only one
+    assert first.verdict == SUPPORTED and "eval-sft-r1 20.0" in first.measured and "eval-base 0.0" in first.measured
 
 
 def test_long_against_short_per_turn_and_hardness(run):
@@ -150,6 +152,7 @@ def test_missing_evaluations_are_named(tmp_path):
 def test_a_round_two_that_kept_nothing_is_named_as_such(tmp_path):
     """eval-sft-r1 is then the same work as eval-sft (served under that label), not a missing evaluation."""
     run = build(tmp_path / "no-round-2", round1=False)
+    assert not rows_of(run, "Round 1 of"), "no round-1 evaluation: eval-sft is the one warm-start row"
     (row,) = rows_of(run, "A self-taught round").values()
     assert row.verdict == "missing: eval-sft-r1", "without reject-r2, nothing says why"
     Store(run).run(ArtifactKey("reject", 2), {"r": 2}, {}, lambda ctx: {"items": 4, "kept": 0})

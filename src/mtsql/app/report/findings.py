@@ -167,8 +167,10 @@ def findings(arts: dict[str, Artifact]) -> list[Finding]:
     """Every row of the section, in the order of the paper's findings."""
     evals = {label: art for label, art in arts.items() if label.startswith("eval-")}
     long = EVALS["sft_r1"] if EVALS["sft_r1"] in evals else EVALS["sft"]
+    first_round = _pair("Round 1 of warm-start SFT improves on the base model", EVALS["sft_r1"], EVALS["base"],
+                        evals) if EVALS["sft_r1"] in evals else []  # a one-round run: eval-sft is round 1
     return [*_pair("Warm-start SFT improves on the base model", EVALS["sft"], EVALS["base"], evals),
-            *_round_two(arts, evals),
+            *first_round, *_round_two(arts, evals),
             *_pair("RL improves on warm-start SFT", EVALS["rl"], EVALS["sft"], evals),
             *_pair("Long horizon beats short horizon on EX", long, EVALS["short"], evals, buckets=True),
             *_pair("The process reward beats the outcome reward", EVALS["rl"], EVALS["outcome"], evals),
