@@ -69,6 +69,29 @@ def test_correction_is_reproducible_per_turn(make_env, sparc_turns):
     assert other.final_sql == turn.gold_sql
 
 
+def test_correction_share_mixes_direct_and_corrected_episodes(make_env, sparc_turns):
+    """sample.correction_share: the share of episodes that first run a wrong variant; the rest run the gold
+    at once and judge it pass. At 1.0 (the default) the episodes are those of before, draw for draw."""
+    turn = find(sparc_turns, "sparc-dev-0001/2")
+    gold = runnable(turn.gold_sql)
+
+    def first_sqls(share: float) -> list[str]:
+        policy = make_policy("gold_with_correction", data_root=FIXTURE_DATA, correction_share=share)
+        return [run_episode(make_env(), policy, turn, rng=random.Random(seed)).to_dict()["steps"][0]["sql"]
+                for seed in range(40)]
+
+    every, half, none = first_sqls(1.0), first_sqls(0.5), first_sqls(0.0)
+    assert gold not in every and set(none) == {gold}
+    assert 10 <= half.count(gold) <= 30, half.count(gold)
+    plain = GoldWithCorrectionPolicy(data_root=FIXTURE_DATA)
+    assert every == [run_episode(make_env(), plain, turn, rng=random.Random(seed)).to_dict()["steps"][0]["sql"]
+                     for seed in range(40)]
+    direct = run_episode(make_env(), make_policy("gold_with_correction", data_root=FIXTURE_DATA,
+                                                 correction_share=0.0), turn)
+    verdicts = [step["exec_verdict"] for step in direct.to_dict()["steps"] if step["exec_verdict"]]
+    assert direct.final_sql == turn.gold_sql and verdicts == ["pass"]
+
+
 def test_replay_reproduces_a_recorded_episode(make_env, sparc_turns):
     turn = find(sparc_turns, "sparc-dev-0001/1")
     recorded = run_episode(make_env(), GoldWithCorrectionPolicy(data_root=FIXTURE_DATA), turn)

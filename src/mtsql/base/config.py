@@ -168,6 +168,9 @@ class SampleConfig:
     """Trajectory sampling (rollout)."""
 
     policy: Policy = result("model")
+    correction_share: Share = result(1.0)  # gold_with_correction: the share of trajectories that first run a wrong
+                                           # variant; the others run the gold at once. 1.0 (every one) taught the
+                                           # method run's model to rewrite every first query (README)
     backend: Literal["hf", "vllm", "openai"] = result("hf")
     n: AtLeast1 = result(1)
     temperature: NonNegative = result(0.7)  # 0: greedy

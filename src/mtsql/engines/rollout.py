@@ -173,8 +173,8 @@ class RolloutEngine:
 
         common = {"memory": cfg.env.memory, "batch_size": cfg.sample.batch_size}
         if policy in SCRIPTED:
-            return cls(make_env, policy=make_policy(policy, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=data_root),
-                       **common)
+            return cls(make_env, policy=make_policy(policy, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=data_root,
+                                                    correction_share=cfg.sample.correction_share), **common)
         if policy != "model":
             raise UsageError(f"sample.policy: unknown '{policy}'; choose model, {', '.join(SCRIPTED)}")
         owned = backend is None

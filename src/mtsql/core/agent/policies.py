@@ -45,13 +45,13 @@ def runnable(sql: str) -> str:
 
 
 def make_policy(name: str, *, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConfig = SqlConfig(),
-                data_root: Path | None = None) -> Policy:
+                data_root: Path | None = None, correction_share: float = 1.0) -> Policy:
     """A scripted policy by name: ``gold`` or ``gold_with_correction``."""
     if name == "gold":
         return GoldPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol)
     if name == "gold_with_correction":
         return GoldWithCorrectionPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol,
-                                        sql_cfg=sql_cfg, data_root=data_root)
+                                        sql_cfg=sql_cfg, data_root=data_root, correction_share=correction_share)
     raise ValueError(f"unknown scripted policy {name!r}: choose one of {', '.join(SCRIPTED)}")
 
 
@@ -118,14 +118,19 @@ class GoldWithCorrectionPolicy(GoldPolicy):
 
     With probability ``error_share`` the variant is one that fails to execute (a wrong table or
     column name), otherwise one that runs and gives a wrong result, when the gold has both kinds.
+    With probability 1 - ``correction_share`` (``sample.correction_share``) an episode runs the gold at
+    once, as ``GoldPolicy``: data where every first query is judged no_pass teach a model to judge
+    every first query so.
     """
 
     def __init__(self, *, mode: str = "long", thinking: bool = True, protocol: str = "mtsql",
-                 sql_cfg: SqlConfig = SqlConfig(), data_root: Path | None = None, error_share: float = 0.3) -> None:
+                 sql_cfg: SqlConfig = SqlConfig(), data_root: Path | None = None, error_share: float = 0.3,
+                 correction_share: float = 1.0) -> None:
         super().__init__(mode=mode, thinking=thinking, protocol=protocol)
         self.sql_cfg = sql_cfg
         self.data_root = data_dir(data_root)
         self.error_share = error_share
+        self.correction_share = correction_share
 
     def variants(self, turn: Turn) -> list[Variant]:
         """The wrong variants of the gold whose execution differs from the gold's (an error counts)."""
@@ -137,7 +142,8 @@ class GoldWithCorrectionPolicy(GoldPolicy):
                 if _differs(gold, self._execute(db_path, v.sql), ordered)]
 
     def _first(self, turn: Turn, rng: random.Random) -> str:
-        candidates = self.variants(turn)
+        direct = self.correction_share < 1.0 and rng.random() >= self.correction_share  # no draw at 1.0: the
+        candidates = [] if direct else self.variants(turn)                              # same episodes as before
         if not candidates:
             return self._run(turn, runnable(turn.gold_sql))
         db_path = database_path(turn.db_id, self.data_root)
