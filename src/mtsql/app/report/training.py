@@ -99,40 +99,42 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
                   "(`trajectories.step_behaviour`): tool and memory calls per turn, the share of turns with a "
                   "self-correction (a query revised after its no_pass verdict), the share of assistant messages "
                   "that could not be parsed, and messages per turn. A collapse of tool calls shows there.", ""]
+    steps = {art.label: rl_steps(art) for stages in chains.values() for art in stages.values()}
     rows = []
     for variant, stages in chains.items():
         plot, behaviour_plot = figures[variant]
+        name = ArtifactKey("rl", variant=variant).label
         family = stage_config(next(iter(stages.values()))).get("reward", {}).get("family")
         if len(chains) > 1:
-            lines += [f"### {ArtifactKey('rl', variant=variant).label}" + (f" ({family} reward)" if family else ""), ""]
+            lines += [f"### {name}" + (f" ({family} reward)" if family else ""), ""]
         if plot:
-            lines += [f"![GRPO curves, {ArtifactKey('rl', variant=variant).label}](plots/{plot})", ""]
+            lines += [f"![GRPO curves, {name}](plots/{plot})", ""]
         if behaviour_plot:
-            lines += [f"![Agent behaviour per GRPO step, {ArtifactKey('rl', variant=variant).label}](plots/{behaviour_plot})", ""]
+            lines += [f"![Agent behaviour per GRPO step, {name}](plots/{behaviour_plot})", ""]
         for art in stages.values():
             rl_cfg = stage_config(art).get("rl", {})
             groups = rl_cfg.get("batch_size", 0)
             samples = groups * rl_cfg.get("n", 0)
-            for row in thin(rl_steps(art), STEP_ROWS):
+            for row in thin(steps[art.label], STEP_ROWS):
                 signal = share(row.get("groups_with_signal"), groups)
                 ex = share(row.get("ex"), samples)
                 rows.append([art.label, row.get("step"), *(number(row.get(key)) for key in STEP_COLUMNS),
                              signal.cell() if signal else None, ex.cell() if ex else None])
-    every = [art for stages in chains.values() for art in stages.values()]
-    if any(len(rl_steps(art)) > STEP_ROWS for art in every):
+    if any(len(logged) > STEP_ROWS for logged in steps.values()):
         lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
                   "`metrics.jsonl`.", ""]
     if len(chains) > 1:
         lines += ["### Steps of every chain", ""]
     return lines + table(["stage", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows) + \
-        _validation_lines(every)
+        _validation_lines(steps, chains)
 
 
-def _validation_lines(stages: list[Artifact]) -> list[str]:
-    """The dev validations of each stage (``rl.val_every``) and the step whose model the stage kept."""
+def _validation_lines(steps: dict[str, list[dict]], chains: dict[str | None, dict[int, Artifact]]) -> list[str]:
+    """The dev validations of each stage (``rl.val_every``; ``steps``: its logged rows by label) and the
+    step whose model the stage kept."""
     lines = []
-    for art in stages:
-        validated = [row for row in rl_steps(art) if row.get("val_reward_mean") is not None]
+    for art in (art for stages in chains.values() for art in stages.values()):
+        validated = [row for row in steps[art.label] if row.get("val_reward_mean") is not None]
         if validated:
             shown = "; ".join(f"step {row['step']}: reward {row['val_reward_mean']:.3f}"
                               + (f", EX {100 * row['val_ex']:.1f} %" if row.get("val_ex") is not None else "")

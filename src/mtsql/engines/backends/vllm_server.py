@@ -200,9 +200,6 @@ class ManagedServer:
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return False
 
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def failure(self, wait_s: float = 20.0) -> str | None:
         """Why the server no longer answers (its last logged cause), None while it serves. A server whose
         engine died says so at once, though its API process takes seconds to exit; any other one is given
