@@ -38,6 +38,7 @@ from mtsql.engines.verl.launch import (
     StageData,
     build_stage_plan,
     checkpoint_dir,
+    has_cuda,
     merge_command,
     read_metrics,
     render_plan,
@@ -96,7 +97,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     picked = best_step(curve) if cfg.rl.val_pick == "best" else None
     if picked is not None and picked != steps:
         merge = merge_command(checkpoint_dir(stage_dir, picked), stage_dir / f"merged-step-{picked}",
-                              name=f"{stage_data.name} merge step {picked}", cwd=stage_dir)
+                              name=f"{stage_data.name} merge step {picked}", cwd=stage_dir, python=commands[0].argv[0])
         run_logged(merge, ctx.log_path)
         shutil.move(str(merge.produces["merged_model"]), ctx.out / MODEL_DIR)
     else:
@@ -147,10 +148,11 @@ def _verl_plan(cfg: ConfigView, *, base_model: str, out: Path, stage: int, rows:
     stage_data = StageData(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
                            val_file=_val_file(out) if cfg.rl.val_every else None)
     return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
-                            data_root=cfg.data_root), stage_data
+                            data_root=cfg.data_root, cpu=not has_cuda()), stage_data
 
 
-VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean"}
+VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean", "pg_loss": "actor/pg_loss",
+             "kl": "actor/kl_loss", "grad_norm": "actor/grad_norm"}
 VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
 
 
@@ -158,7 +160,7 @@ def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
     """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike),
     with the agent's behaviour from each step's samples (its response length in model tokens, as the
     local engine counts it, replacing verl's); ``val_reward_mean``: the mean over datasets of the greedy
-    validation reward, on validated steps."""
+    validation reward, on validated steps; ``verl``: every metric verl logged for the step, by its name."""
     curve = []
     for row in read_metrics(stage_dir):
         line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()},
@@ -166,5 +168,6 @@ def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
         validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
         if validated:
             line["val_reward_mean"] = sum(validated) / len(validated)
+        line["verl"] = {key: value for key, value in row.items() if key != "step"}
         curve.append(line)
     return curve

@@ -67,7 +67,7 @@ def _zero(*args, **kwargs) -> int:
 
 # the torch.cuda-style calls verl makes on its device module, answered for the CPU
 DEVICE = SimpleNamespace(
-    is_available=lambda: True, device_count=lambda: 1, current_device=lambda: 0, set_device=_nothing,
+    is_available=lambda: True, device_count=lambda: 1, current_device=lambda: PLATFORM, set_device=_nothing,
     get_device_name=lambda *args: "cpu", synchronize=_nothing, empty_cache=_nothing, ipc_collect=_nothing,
     set_per_process_memory_fraction=_nothing, mem_get_info=lambda *args: _free_memory(),
     memory_allocated=_zero, memory_reserved=_zero, max_memory_allocated=_zero, max_memory_reserved=_zero,
@@ -93,8 +93,8 @@ def _platform_class():
         def is_platform_available(self, use_smi_check=False) -> bool:
             return not torch.cuda.is_available()
 
-        def current_device(self) -> int:
-            return 0
+        def current_device(self) -> str:
+            return PLATFORM  # verl moves tensors to ``get_device_id()``: an index would mean an accelerator
 
         def device_count(self) -> int:
             return 1
