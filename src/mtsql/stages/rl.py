@@ -1,4 +1,4 @@
-"""`mtsql rl`: multi-turn GRPO on one curriculum stage, with verl (GPUs, Ray) or the local engine.
+"""`mtsql rl`: multi-turn GRPO on one curriculum stage, with verl (Ray; GPUs, or the CPUs) or the local engine.
 
 Both engines sample with the shared agent environment, score with the configured reward family
 (``reward.family``) and leave the trained model in ``model/``. The local engine (CPU or one GPU,
