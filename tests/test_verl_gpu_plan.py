@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from mtsql.app import pipeline
-from mtsql.stages import rl
+from mtsql.engines.verl import stage
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "paper-qwen3-4b.dry-run.txt"
@@ -27,5 +27,5 @@ def test_the_paper_dry_run_on_a_cuda_machine_prints_the_commands_it_printed_befo
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("MTSQL_DATA", raising=False)
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(rl, "has_cuda", lambda: True)
+    monkeypatch.setattr(stage, "has_cuda", lambda: True)
     assert paper_dry_run(tmp_path / "runs", tmp_path / "home", capsys) == GOLDEN.read_text()
