@@ -273,18 +273,40 @@ def test_read_only_run_can_be_read(tmp_path):
 
 # -- 10. Ctrl-C -------------------------------------------------------------------------------------------
 
+# The real CLI in a process of its own, whose gold policy holds its first message (writing ``marker``) until
+# Ctrl-C or 120 s: the signal is sent while the rollout runs, however fast the machine.
+HELD_IN_THE_ROLLOUT = """
+import sys, threading
+from pathlib import Path
+from mtsql.app.cli import main
+from mtsql.core.agent.policies import GoldPolicy
+
+marker, real = Path(sys.argv.pop(1)), GoldPolicy.__call__
+
+def held(self, *args):
+    if not marker.exists():
+        marker.write_text("in the rollout\\n")
+        threading.Event().wait(120)  # Ctrl-C raises KeyboardInterrupt here
+    return real(self, *args)
+
+GoldPolicy.__call__ = held
+sys.argv[0] = "mtsql"
+main()
+"""
+
+
 def test_ctrl_c_names_the_partial_folder(tmp_path):
     """A real SIGINT while a stage runs: exit 130 and the promised line (Typer used to swallow it)."""
-    runs = tmp_path / "runs"
+    runs, marker = tmp_path / "runs", tmp_path / "in-rollout"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "MTSQL_HOME": str(tmp_path / "home")}
-    process = subprocess.Popen([sys.executable, "-m", "mtsql", "sample", "--policy", "gold", f"runs_dir={runs}",
-                                "run=r"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen([sys.executable, "-c", HELD_IN_THE_ROLLOUT, str(marker), "sample", "--policy", "gold",
+                                f"runs_dir={runs}", "run=r"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not list(runs.glob("r/sample/*.partial/log.txt")) and time.monotonic() < deadline:
+    while not marker.exists() and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
-    time.sleep(0.5)  # into the rollout
+    assert marker.exists(), "the stage never reached its rollout"
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     partial = next(runs.glob("r/sample/*.partial"))
