@@ -13,6 +13,11 @@ from mtsql.base.paths import FIXTURE_DATA
 
 REPO = Path(__file__).resolve().parents[1]
 
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24: a rich Console made when mtsql is imported
+# would keep that size for good, where tests/inprocess.py gives each command the COLUMNS it asks for.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_tokenizer", "tiny_backend", "smollm2", "model_dir"}
 VLLM_FIXTURES = {"vllm_python", "tiny_server"}
