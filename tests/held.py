@@ -7,7 +7,7 @@
 
 The first call of ``module:Class.method`` runs, writes ``marker`` and then waits (up to ``HOLD_S``) before
 returning: a signal sent once the marker exists reaches the stage at that point, however fast the
-machine is. Only the test's process patches anything; the command itself is the one users run.
+machine is. Apart from that one wrapped call, the command is the one users run (``mtsql.app.cli.main``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
 The command goes through ``mtsql.app.cli.main`` (the console script's entry, so errors become one line
 and an exit code as users see them) in folder ``cwd``, with ``os.environ`` replaced by ``env`` alone, the
 SQL caches of this process emptied first, stdout and stderr (logging included) captured, and an exception
-that would end a real process written as its traceback with exit code 1. Tests about signals, the exit of a
+that would end a real process written as its traceback with exit code 1. What is written to the file
+descriptors themselves (C libraries, child processes) is not captured. Tests about signals, the exit of a
 real process or its environment (PYTHONPATH, mounts) keep a subprocess.
 """
 
