@@ -1,12 +1,12 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mtsql.base import artifacts
 from mtsql.base.artifacts import ArtifactKey, Store
+
+from .inprocess import mtsql_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -15,8 +15,7 @@ COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evalu
 
 
 def mtsql(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src"), **(env or {})})
+    return mtsql_in_process(args, cwd=cwd, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", **(env or {})})
 
 
 def test_help_lists_every_command():
@@ -68,8 +67,7 @@ def test_data_check_unknown_dataset():
 
 @pytest.mark.parametrize("command", ["evaluate", "rl", "sample", "reject", "run"])
 def test_help_fits_100_columns(command):
-    result = subprocess.run([sys.executable, "-m", "mtsql", command, "--help"], capture_output=True, text=True,
-                            env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
+    result = mtsql_in_process([command, "--help"], env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
     assert result.returncode == 0 and "Usage" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,8 @@ from mtsql.core.data import load_turns
 from mtsql.core.evaluation_files import evaluate_files, render, score_pairs, write_outputs
 from mtsql.core.sql import clear_caches, evaluation
 from mtsql.core.sql.evaluation import EvaluateOptions
+
+from ..inprocess import mtsql_in_process
 
 GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)
 
@@ -105,10 +104,9 @@ def test_the_config_data_root_gives_the_gold_of_evaluate_pred(tmp_path):
     (root / "sparc" / "tables.json").symlink_to(FIXTURE_DATA / "sparc" / "tables.json")
     (root / "database").symlink_to(FIXTURE_DATA / "database", target_is_directory=True)
     pred = predictions(tmp_path, gold_as_predictions(root / "sparc" / "dev_gold.txt"))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path),
-           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
-                           "--out", str(tmp_path / "out"), f"data.root={root}"], capture_output=True, text=True, env=env)
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
+    done = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", str(tmp_path / "out"),
+                             f"data.root={root}"], env=env)
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["gold_file"] == str(root / "sparc" / "dev_gold.txt") and summary["turns"] == 3
@@ -151,15 +149,13 @@ def test_score_pairs_equals_scoring_the_written_file(tmp_path):
 
 def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
     pred = predictions(tmp_path, gold_as_predictions(gold))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path),
-           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's mtsql, not the installed one
-    ok = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
-                         "--gold", str(gold), "--out", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
+    ok = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--gold", str(gold),
+                           "--out", str(tmp_path / "cli")], env=env)
     assert ok.returncode == 0, ok.stderr
     assert "joint_all" in ok.stdout and (tmp_path / "cli" / "summary.json").exists()
-    bad = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
-                          "--out", str(tmp_path / "x"), "--exec-semantics", "nope"], capture_output=True, text=True,
-                         env=env)
+    bad = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", str(tmp_path / "x"),
+                            "--exec-semantics", "nope"], env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "testsuite" in bad.stderr
 
 
