@@ -95,6 +95,17 @@ def test_correction_share_comes_from_failure_share(make_env, train_turns):
     assert 0.3 * len(train_turns) <= corrected(0.5) <= 0.7 * len(train_turns)
 
 
+def test_with_the_items_known_the_share_is_exact(make_env, train_turns):
+    """Given every uid of the run, round(failure_share x items) items are corrected, whatever the draws."""
+    uids = [t.uid for t in train_turns]
+    policy = make_policy("gold_grounded", env_cfg=ENV, data_root=FIXTURE_DATA, failure_share=0.586, items=uids)
+    assert len(policy.chosen) == round(0.586 * len(uids)) == 23
+    corrected = {turn.uid for seed, turn in enumerate(train_turns)
+                 if exec_steps(run_episode(make_env(thinking=True), policy, turn,
+                                           rng=random.Random(seed)))[0].verdict == "no_pass"}
+    assert corrected == policy.chosen
+
+
 def test_an_empty_result_where_the_gold_has_rows_is_a_failure():
     db = database_path("concert_singer", FIXTURE_DATA)
     rows, empty = (run_sql(db, sql, SqlConfig(), 1) for sql in ("SELECT name FROM singer",

@@ -71,7 +71,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, po
     model_path = stage_model(cfg.model.name, model) if policy == "model" else None
     shards = ctx.out / "rollout"
     with RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy=policy, model=model_path,
-                                   log_path=ctx.out / SERVER_LOG,
+                                   log_path=ctx.out / SERVER_LOG, items=[t.uid for t in turns],
                                    attempts=first_attempts(read_rows(attempts.path / "trajectories.jsonl"))
                                    if policy == "own_mistakes" else None) as engine:
         rows = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards,

@@ -27,11 +27,12 @@ the configured ``env.protocol`` (under ``release`` the memory call carries the q
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mtsql.base.config import EnvConfig, SqlConfig
@@ -61,13 +62,15 @@ def runnable(sql: str) -> str:
 
 def make_policy(name: str, *, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConfig = SqlConfig(),
                 data_root: Path | None = None, correction_share: float = 1.0,
-                failure_share: float = MEASURED_FAILURE_SHARE, attempts: dict[str, str] | None = None) -> Policy:
+                failure_share: float = MEASURED_FAILURE_SHARE, attempts: dict[str, str] | None = None,
+                items: Sequence[str] | None = None) -> Policy:
     """A scripted policy by name (``SCRIPTED``); ``own_mistakes`` needs ``attempts`` (uid -> the model's
-    first message)."""
+    first message); ``items``: every uid the run samples, which lets ``gold_grounded`` correct exactly
+    ``failure_share`` of them instead of drawing per episode."""
     common = {"mode": env_cfg.mode, "thinking": env_cfg.thinking, "protocol": env_cfg.protocol, "sql_cfg": sql_cfg,
               "data_root": data_root}
     if name == "gold_grounded":
-        return GroundedPolicy(**common, failure_share=failure_share)
+        return GroundedPolicy(**common, failure_share=failure_share, items=items)
     if name == "own_mistakes":
         if attempts is None:
             raise ValueError("own_mistakes needs the model's first attempts (the sample stage's attempts input)")
@@ -221,11 +224,18 @@ def _result_line(observation: str) -> str:
 
 
 class GroundedPolicy(GoldWithCorrectionPolicy):
-    """A correction only after a failure the observation reveals; see the module docstring."""
+    """A correction only after a failure the observation reveals; see the module docstring.
 
-    def __init__(self, *, failure_share: float = MEASURED_FAILURE_SHARE, **kwargs) -> None:
+    With ``items`` (every uid sampled), exactly round(``failure_share`` x their number) items get a failing
+    first query, picked by a hash of their uid (the same in every sample of an item); without, each episode
+    draws with probability ``failure_share``."""
+
+    def __init__(self, *, failure_share: float = MEASURED_FAILURE_SHARE, items: Sequence[str] | None = None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.failure_share = failure_share
+        ranked = sorted(dict.fromkeys(items or ()), key=lambda uid: hashlib.sha256(uid.encode()).hexdigest())
+        self.chosen = None if items is None else set(ranked[:round(failure_share * len(ranked))])
 
     def variants(self, turn: Turn) -> list[Variant]:
         """The variants of the gold whose result shows the failure (``observed_failure``)."""
@@ -236,7 +246,8 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
         return [v for v in found if observed_failure(self._run_sql(db_path, v.sql), self._run_sql(db_path, gold_sql))]
 
     def _first(self, turn: Turn, rng: random.Random) -> str:
-        failing = self.variants(turn) if rng.random() < self.failure_share else []
+        fails = turn.uid in self.chosen if self.chosen is not None else rng.random() < self.failure_share
+        failing = self.variants(turn) if fails else []
         return self._run(turn, rng.choice(failing).sql if failing else runnable(turn.gold_sql))
 
     def _next(self, last: Action, observation: str, turn: Turn) -> str:
