@@ -108,3 +108,17 @@ def test_an_own_mistakes_round_keeps_the_attempts_that_failed_and_replaces_the_p
         else:
             assert first["sql"] != tried[r.uid]["sql"] and first["verdict"] == "pass"
     assert {tried[r.uid]["result_kind"] for r in rows} == {"error", "ok"}
+
+
+def test_verl_agent_loop_gets_the_error_hint_with_the_env_section(tmp_path):
+    """verl's agent loop builds its SqlAgentEnv from the env section mtsql writes: the switch travels with it."""
+    import yaml
+
+    from mtsql.base.config import EnvConfig
+    from mtsql.engines.verl.launch import agent_loop_yaml
+    from mtsql.engines.verl.reward import config_section
+
+    cfg = load_config(CONFIG, ["env.error_hint=true"])
+    (entry,) = yaml.safe_load(agent_loop_yaml(cfg, tmp_path))
+    assert config_section(EnvConfig, entry["env"], source="test", prefix="env") == cfg.env
+    assert cfg.env.error_hint
