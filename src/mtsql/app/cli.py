@@ -110,15 +110,20 @@ def _print_table(title: str, artifact) -> None:
 
 @app.command()
 def sample(config: ConfigOpt = None, overrides: Overrides = None,
-           policy: Annotated[str | None, typer.Option(help="model, gold or gold_with_correction (default: sample.policy).")] = None,
+           policy: Annotated[str | None, typer.Option(help="model, gold, gold_with_correction, gold_grounded or "
+                                                      "own_mistakes (default: sample.policy).")] = None,
            dataset: Annotated[str | None, typer.Option(help="Dataset to sample (default: data.train_dataset).")] = None,
            split: Annotated[str | None, typer.Option(help="train (the training pool) or dev.")] = None,
+           attempts: Annotated[str | None, typer.Option(help="own_mistakes: label of a sample artifact of the model "
+                                                        "whose first queries to keep.")] = None,
            model: ModelOpt = "auto", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
     cfg = _cfg(config, [*(overrides or []), *([f"data.train_dataset={dataset}"] if dataset else []),
                         *([f"data.train_split={split}"] if split else []),
                         *([f"sample.policy={policy}"] if policy else [])])
-    pipeline.sample(cfg, label=label, model=store_for(cfg).model(model), force=force, dry_run=dry_run)
+    store = store_for(cfg)
+    pipeline.sample(cfg, label=label, model=store.model(model), force=force, dry_run=dry_run,
+                    attempts=latest_input(store, attempts, dry_run=dry_run) if attempts else None)
 
 
 @app.command()
