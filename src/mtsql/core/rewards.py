@@ -24,7 +24,7 @@
 
   A term with no query to average over is 0.
 * empty results: with ``empty_match_credit: false``, a final SQL that matches a gold whose result is
-  empty (no rows, or only NULLs; ``measures.vacuous``) while returning nothing itself scores EX 0,
+  empty (no rows, or only NULLs; ``sql.vacuous``) while returning nothing itself scores EX 0,
   and sqlr1 gives it neither the result nor the length term: an ``[] == []`` match earns no credit.
 * format: 1 when the trajectory followed the protocol (``Trajectory.protocol_valid``), else 0.
 * sqlr1 (SQL-R1): format ±1 (protocol-valid and answered); if the format holds, execution ±2 (the
@@ -42,7 +42,6 @@ from pathlib import Path
 from mtsql.base.config import RewardConfig, SqlConfig
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent.env import Trajectory
-from mtsql.core.measures.vacuous import is_vacuous
 from mtsql.core.sql import gold_cache, score_turn
 from mtsql.core.sql.clauses import clause_f1
 from mtsql.core.sql.errors import SqlParseError
@@ -50,6 +49,7 @@ from mtsql.core.sql.executor import execute_cached
 from mtsql.core.sql.parser import parse_sql
 from mtsql.core.sql.schema import load_schema
 from mtsql.core.sql.scoring import DataSources
+from mtsql.core.sql.vacuous import is_vacuous
 
 FAMILIES = ("process", "outcome", "sqlr1")
 EXEC_VERIFY_TABLE = {
