@@ -4,8 +4,9 @@
 
 Runs the scripted gold-with-correction policy (a wrong query, its real result, no_pass, then the gold)
 on every fixture dev turn of sparc and cosql, then times ``compute_rewards`` on each trajectory under
-each family. Pass 1 meets cold in-process caches (gold parses, gold results of scoring); later passes
-are warm, as in training, where a group of rollouts shares one gold. Prints the median and mean
+each family, in the order given. The first family's first pass meets cold in-process caches (gold
+parses, gold results of scoring); later passes, and every pass of the families after it, are warm,
+as in training, where a group of rollouts shares one gold. Prints the median and mean
 milliseconds per trajectory of the first pass and of the warm passes, and the load average before and
 after (the figures are only comparable at a similar load).
 """
