@@ -59,7 +59,8 @@ def mtsql_in_process(args: Sequence[str], *, cwd: Path | None = None,
                      env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``mtsql *args``; the result has a subprocess's ``returncode``, ``stdout`` and ``stderr``."""
     from mtsql.app.cli import main
-    from mtsql.core.sql import clear_caches
+
+    from .caches import clear_caches
 
     env = dict(env or {})
     out, err = io.StringIO(), io.StringIO()

@@ -14,9 +14,10 @@ from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.data import load_turns
 from mtsql.core.evaluation_files import evaluate_files, render, score_pairs, write_outputs
-from mtsql.core.sql import clear_caches, evaluation
+from mtsql.core.sql import evaluation
 from mtsql.core.sql.evaluation import EvaluateOptions
 
+from ..caches import clear_caches
 from ..inprocess import mtsql_in_process
 
 GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)

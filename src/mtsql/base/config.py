@@ -151,7 +151,7 @@ class RewardConfig:
                                                           # per-clause 0/1 average of the Spider parse over the
                                                           # tool calls' SQL
     empty_match_credit: bool = result(True)  # false: a prediction matching a gold with an empty (or all-NULL)
-                                             # result earns no EX / result credit (measures.vacuous)
+                                             # result earns no EX / result credit (sql.vacuous)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.core.agent import prompts
 from mtsql.core.sql.clauses import render_breakdown
 from mtsql.core.sql.errors import SqlParseError
-from mtsql.core.sql.executor import ExecResult, execute_cached
+from mtsql.core.sql.executor import ExecResult, execute_cached, result_kind
 from mtsql.core.sql.parser import parse_sql
 from mtsql.core.sql.schema import load_schema
 
@@ -130,14 +130,6 @@ def run_sql(db_path: Path, sql: str, sql_cfg: SqlConfig, result_chars: int) -> S
     return SqlRun(kind=result_kind(result), error_class=None if result.ok else result.error_class,
                   row_count=len(result.rows) if result.ok else None,
                   text=render_result(result, result_chars), elapsed_s=result.elapsed_s)
-
-
-def result_kind(result: ExecResult) -> str:
-    if not result.ok:
-        return "error"
-    if all(value is None for row in result.rows for value in row):
-        return "empty"
-    return "ok"
 
 
 def render_result(result: ExecResult, max_chars: int) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns
-from mtsql.core.measures.vacuous import is_vacuous
 from mtsql.core.sql.executor import execute_cached
+from mtsql.core.sql.vacuous import is_vacuous
 
 SPACED_OPERATORS = (("! =", "!="), ("> =", ">="), ("< =", "<="))
 
