@@ -26,6 +26,7 @@ from mtsql.app.trajectory_text import find_trajectory, render_trajectory
 from mtsql.base.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
 from mtsql.base.config import Config, load_config, replace, to_dict
 from mtsql.base.errors import MtsqlError, UsageError
+from mtsql.base.paths import user_path
 from mtsql.base.progress import track
 from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.core.data import data_root
@@ -99,7 +100,7 @@ def _run_folder(run: str | None, config: Path | None, overrides: list[str] | Non
     folder, or a name under the profile's ``runs_dir``), else the profile's ``run``."""
     run, overrides = _split_run(run, overrides)
     cfg = _cfg(config, overrides)
-    return run_folder(run or cfg.run, Path(cfg.runs_dir))
+    return run_folder(run or cfg.run, user_path(cfg.runs_dir))
 
 
 def _print_table(title: str, artifact) -> None:
@@ -197,7 +198,8 @@ def evaluate(
         raise UsageError("evaluate --pred needs --dataset and --out")
     options = EvaluateOptions.from_config(cfg.sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics,
                                           workers=workers, gold_cache=gold_cache)
-    run_evaluate(dataset, pred, out, console=console, data_root=data_root(cfg.data), gold_path=gold, db_dir=db_dir,
+    run_evaluate(dataset, pred, out, console=console, runs_dir=runs_root(cfg), data_root=data_root(cfg.data),
+                 gold_path=gold, db_dir=db_dir,
                  tables_path=tables, options=options, allow_mismatch=allow_mismatch)
 
 
@@ -299,6 +301,7 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
                if unfinished else "not a run folder? A run holds <label>/<fingerprint>/manifest.json")
         raise UsageError(f"{folder}: no complete artifact to verify ({why})")
     problems += [p for artifact in artifacts for p in verify(artifact)]
+    problems += Store(folder).link_problems()
     for problem in problems:
         err_console.print(problem, markup=False, highlight=False, soft_wrap=True)
     if problems:

@@ -83,6 +83,15 @@ def model_folder(name: str) -> Path:
     raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
 
 
+def local_model_folder(name: str) -> Path | None:
+    """The folder of ``name`` when it is a model folder of the user's (not an alias mtsql builds, not a
+    Hub download, whose content its name fixes); None otherwise."""
+    if name in _PULLABLE or name in _MAKEABLE or is_hub_id(name):
+        return None
+    path = Path(name).expanduser()
+    return path.resolve() if path.is_dir() else None
+
+
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
