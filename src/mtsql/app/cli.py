@@ -6,6 +6,7 @@ import errno
 import inspect
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -38,23 +39,42 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-INTERRUPTED = 130  # the exit code of Ctrl-C (128 + SIGINT)
+INTERRUPTED = 130  # the exit code of Ctrl-C (128 + SIGINT); SIGTERM's is 143
+_stopped_by = [signal.SIGINT]  # the signal that interrupted the command
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM (``kill``, a batch system's time limit) stops a command as Ctrl-C does: the stage records
+    the attempt as interrupted and keeps its ``.partial`` folder, and one line says so."""
+    _stopped_by[0] = signal.Signals(signum)
+    raise KeyboardInterrupt
+
+
+def _interrupted_code() -> int:
+    return 128 + _stopped_by[0]
+
+
+def _how() -> str:
+    return "interrupted" if _stopped_by[0] == signal.SIGINT else f"stopped by {_stopped_by[0].name}"
 
 
 class InterruptibleGroup(TyperGroup):
-    """The top command group: Ctrl-C says what it left behind before exiting 130 (Typer itself turns
-    ``KeyboardInterrupt`` into a silent exit 130 before ``main`` could see it)."""
+    """The top command group: Ctrl-C (or SIGTERM) says what it left behind before exiting 130 (143)
+    (Typer itself turns ``KeyboardInterrupt`` into a silent exit 130 before ``main`` could see it)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except StageInterrupted as exc:
-            err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
+            how = _how()
+            err_console.print(f"{how}: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
                               highlight=False, soft_wrap=True)
-            raise typer.Exit(INTERRUPTED) from None
+            raise typer.Exit(_interrupted_code()) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
-            raise typer.Exit(INTERRUPTED) from None
+            how = _how()
+            err_console.print(f"{how}: finished stages are kept; rerun the same command to resume", markup=False,
+                              highlight=False)
+            raise typer.Exit(_interrupted_code()) from None
 
 
 app = typer.Typer(
@@ -173,9 +193,9 @@ def evaluate(
     pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, a blank line "
                                               "between interactions (none for spider).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
-    gold: Annotated[Path | None, typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
+    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
-    tables: Annotated[Path | None, typer.Option(help="tables.json (default: <data>/<dataset>/tables.json).")] = None,
+    tables: Annotated[Path | None, typer.Option(help="tables.json (default: the one in <data>/<dataset>).")] = None,
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
     exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
@@ -384,15 +404,16 @@ def main() -> None:
     logging.basicConfig(level=level, format="%(message)s")
     # transformers draws its own bars for loading and writing weights; mtsql's bars say what is happening
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except SystemExit as exc:
-        if exc.code == INTERRUPTED:
+        if exc.code in (INTERRUPTED, 128 + signal.SIGTERM):
             # Ctrl-C, already reported. Leave now: under `python -m`, the interpreter's shutdown would
             # still see the KeyboardInterrupt and end the process by SIGINT instead of exit code 130.
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(INTERRUPTED)
+            os._exit(exc.code)
         raise
     except MtsqlError as exc:
         if os.environ.get("MTSQL_DEBUG") == "1":

@@ -31,8 +31,9 @@ def check_outside_runs(out_dir: Path, runs_dir: Path | None) -> None:
     that holds a manifest, or a stage's ``.partial`` folder), through symlinks such as ``latest`` too.
     A run's folders are written by its stages only, so a score written there would pass for theirs."""
     where = Path(out_dir).expanduser().resolve()
-    inside = (runs_dir is not None and where.is_relative_to(Path(runs_dir).expanduser().resolve())) or any((folder / MANIFEST).is_file() or folder.name.endswith(PARTIAL)
-                                               for folder in (where, *where.parents))
+    in_artifact = any((folder / MANIFEST).is_file() or folder.name.endswith(PARTIAL)
+                      for folder in (where, *where.parents))
+    inside = in_artifact or (runs_dir is not None and where.is_relative_to(Path(runs_dir).expanduser().resolve()))
     if inside:
         raise UsageError(f"--out {out_dir} is inside a run folder ({where}); a run's folders are written by its "
                          f"stages only: give --out a folder outside runs_dir ({runs_dir})")

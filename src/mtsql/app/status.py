@@ -19,8 +19,17 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from mtsql.base.artifacts import (ATTEMPTS, PARTIAL, Artifact, ArtifactKey, Store, key_of, read_attempts, read_manifest,
-                                  verify)
+from mtsql.base.artifacts import (
+    ATTEMPTS,
+    PARTIAL,
+    Artifact,
+    ArtifactKey,
+    Store,
+    key_of,
+    read_attempts,
+    read_manifest,
+    verify,
+)
 from mtsql.base.errors import UsageError
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial

@@ -322,7 +322,7 @@ class Store:
         for path in (final.parent, final, partial, lock, final.with_name(final.name + ".old")):
             _not_a_symlink(path)
         check_inputs(inputs)
-        made = [folder for folder in (self.root, final.parent) if not folder.exists()]
+        made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()][::-1]
         had_lock = lock.exists()
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -507,7 +507,7 @@ def verify(artifact: Artifact, *, cached: bool = False) -> list[str]:
     shas = (sha for _, sha in cached_sha256([path for path, _ in to_hash])) if cached else \
         (sha256_file(path) for path, _ in to_hash)
     problems += [f"{path}: content changed since the stage wrote it"
-                 for (path, want), sha in zip(to_hash, shas) if sha != want]
+                 for (path, want), sha in zip(to_hash, shas, strict=True) if sha != want]
     extra = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
                    if (p.is_file() or p.is_symlink()) and p.name != MANIFEST and str(p.relative_to(folder)) not in recorded)
     if extra:

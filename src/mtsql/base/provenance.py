@@ -107,7 +107,7 @@ def data_digest(root: Path) -> str:
     root = Path(root).resolve()
     files = _data_files(root)
     digest = hashlib.sha256()
-    for path, (size, sha) in zip(files, cached_sha256(files, forget_under=root)):
+    for path, (size, sha) in zip(files, cached_sha256(files, forget_under=root), strict=True):
         digest.update(f"{path.relative_to(root).as_posix()}\0{size}\0{sha}\n".encode())
     return digest.hexdigest()
 

@@ -170,6 +170,11 @@ def _ensure(alias: str, build: Callable[[Path], dict], force: bool) -> Path:
     """The alias's folder, built (or rebuilt, when ``RECIPES`` has changed since) if needed."""
     dest = model_dir(alias)
     if dest.exists() and not force and _recipe_of(dest) == RECIPES.get(alias, 1):
+        missing = missing_model_files(dest)
+        if missing:
+            how = f"mtsql models make-tiny {alias.removeprefix('tiny-')}" if alias in _MAKEABLE else f"mtsql models pull {alias}"
+            raise UsageError(f"model folder {dest}: file missing: {', '.join(missing)} (deleted?); rebuild it with "
+                             f"`{how} --force`")
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias}.", dir=dest.parent))
