@@ -119,8 +119,10 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
     store = store_for(cfg)
     if dry_run:
         return _plan(key, module, view, store, config, inputs, params, code, force)
+    local = _local_model(module, view)
+    unhashed = {**view.unhashed(), **({"model_folder": str(local)} if local else {})}
     artifact, cached = store.run(key, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
-                                 code=code, force=force, unhashed=view.unhashed())
+                                 code=code, force=force, unhashed=unhashed)
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
@@ -135,13 +137,20 @@ def fingerprinted(module: ModuleType, view: ConfigView, params: dict, *, dry_run
     """The config a stage's fingerprint covers (and its config.yaml shows): its hashed settings
     (``hashed``, else ``view.hashed()``), ``params`` and, if it generates tokens, its engine."""
     config = {**(module.hashed(view) if hasattr(module, "hashed") else view.hashed()), "params": params}
-    local = local_model_folder(view.model.name) if "model" in module.SECTIONS else None
-    if local is not None:  # a model folder of the user's: what it holds, not where it is
+    local = _local_model(module, view)
+    if local is not None:  # a model folder of the user's: what it holds, not where it is (as for the data)
         config["model_digest"] = data_digest(local)
+        if isinstance(config.get("model"), dict) and "name" in config["model"]:
+            config["model"] = {**config["model"], "name": "<a local folder: model_digest>"}
     engine = _engine_identity(module, view, dry_run)
     if engine:
         config["engine"] = engine  # what generates its tokens, beyond the config (a vLLM version, ...)
     return config
+
+
+def _local_model(module: ModuleType, view: ConfigView) -> Path | None:
+    """The model folder of the user's a stage loads (``model.name`` a folder, not an alias or Hub id)."""
+    return local_model_folder(view.model.name) if "model" in module.SECTIONS else None
 
 
 def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dict:

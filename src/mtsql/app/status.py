@@ -72,7 +72,7 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
         entries = [p for p in stage_dir.iterdir() if p.is_dir() and ARTIFACT_FOLDER.match(p.name)]
         link = stage_dir / "latest"
         try:
-            latest = Store(folder).inside(link) if link.is_symlink() or link.exists() else None
+            latest = Store(folder).inside(link) if link.is_symlink() else None
         except UsageError as exc:  # a link the store did not make: name it, show the rest
             latest = None
             found.append(((pipeline_order(None, stage_dir.name), 2), "",

@@ -222,23 +222,27 @@ class Store:
         if not link.is_symlink() and not link.exists():
             return None
         target = self.inside(link)
-        manifest = read_manifest(target)
+        manifest = read_manifest(target) if target else None
         return Artifact(target, manifest) if manifest else None
 
-    def inside(self, link: Path) -> Path:
-        """Where a ``latest`` link of this run leads: an artifact folder of this run, or a UsageError."""
+    def inside(self, link: Path) -> Path | None:
+        """Where a ``latest`` link of this run leads: an artifact folder of this run (None: one that was
+        deleted, so the stage runs again), or a UsageError for a link that leads out of the run."""
         target = link.resolve()
-        if not target.is_relative_to(self.root) or target.parent.parent != self.root:
+        if target.parent.parent != self.root or (target.exists() and not target.is_dir()):
             raise UsageError(f"{link} leads to {target}, not to an artifact folder of run {self.root}; the store "
                              "never makes such a link: delete it and rerun the stage")
-        if not target.is_dir():
-            raise UsageError(f"{link} leads to {target}, which does not exist; delete that link and rerun the stage")
-        return target
+        return target if target.exists() else None
+
+    def latest_links(self) -> list[Path]:
+        """Every ``<label>/latest`` link of the run, those that lead nowhere included (``glob`` skips them)."""
+        folders = sorted(p for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
+        return [folder / "latest" for folder in folders if (folder / "latest").is_symlink()]
 
     def link_problems(self) -> list[str]:
         """What is wrong with the run's ``latest`` links (each must lead to an artifact folder of the run)."""
         problems = []
-        for link in sorted(self.root.glob("*/latest")):
+        for link in self.latest_links():
             try:
                 self.inside(link)
             except UsageError as exc:
@@ -250,8 +254,9 @@ class Store:
         its labels' ``latest`` links point to; one without a round counts as round 0; not a pipeline
         variant's), the newest of them on a tie; None when it has none."""
         found = []
-        for link in self.root.glob("*/latest") if self.root.exists() else ():
-            manifest = read_manifest(self.inside(link))
+        for link in self.latest_links():
+            target = self.inside(link)
+            manifest = read_manifest(target) if target else None
             key = key_of(manifest) if manifest is not None else None
             if key is not None and key.stage == stage and key.variant is None:  # a pipeline variant's
                 # (sft-short-r1, rl-outcome-c1) is never this run's sft or rl model
@@ -321,6 +326,8 @@ class Store:
         partial, lock = final.with_name(final.name + PARTIAL), final.with_name(final.name + ".lock")
         for path in (final.parent, final, partial, lock, final.with_name(final.name + ".old")):
             _not_a_symlink(path)
+        if partial.exists():
+            _no_link_out(partial)  # a link made by hand: the next attempt would write through it
         check_inputs(inputs)
         made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()][::-1]
         had_lock = lock.exists()
@@ -349,8 +356,6 @@ class Store:
         if force and partial.exists():
             shutil.rmtree(partial)
         resumed = partial.exists()
-        if resumed:
-            _no_link_out(partial)
         partial.mkdir(exist_ok=True)
         ctx = StageContext(label, partial, inputs, partial / "log.txt")
         attempts = _Attempts(partial / ATTEMPTS, key)
