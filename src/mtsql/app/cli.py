@@ -41,11 +41,17 @@ err_console = Console(stderr=True)
 
 INTERRUPTED = 130  # the exit code of Ctrl-C (128 + SIGINT); SIGTERM's is 143
 _stopped_by = [signal.SIGINT]  # the signal that interrupted the command
+_MAIN_PID = os.getpid()
 
 
 def _terminate(signum, frame) -> None:
     """SIGTERM (``kill``, a batch system's time limit) stops a command as Ctrl-C does: the stage records
-    the attempt as interrupted and keeps its ``.partial`` folder, and one line says so."""
+    the attempt as interrupted and keeps its ``.partial`` folder, and one line says so. A forked worker
+    (a scoring pool's) that inherited this handler ends as SIGTERM ends it by default."""
+    if os.getpid() != _MAIN_PID:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     _stopped_by[0] = signal.Signals(signum)
     raise KeyboardInterrupt
 
