@@ -563,3 +563,30 @@ def test_l27_help_keeps_every_word_at_80_columns():
     for path in _commands(typer.main.get_command(cli.app)):
         shown = runner.invoke(cli.app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"}).output
         assert "…" not in shown, (path, shown)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Beyond the issue's list (found while fixing it)
+
+
+def test_x1_a_label_of_another_stage_is_refused(run, run_cli):
+    """`reject --label sample` would make the sample label's latest a reject artifact, which the next
+    `reject` would then read as its sample."""
+    before = snapshot(run)
+    refused(run_cli("reject", *RUNS, "--label", "sample"), 2, "label 'sample' is taken by a sample artifact",
+            "another label")
+    assert snapshot(run) == before
+
+
+def test_x2_a_lock_that_is_a_folder_and_a_manifest_that_is_a_symlink(here, run, run_cli):
+    artifact = sample_folder(run)
+    lock = artifact.with_name(artifact.name + ".lock")
+    lock.unlink(missing_ok=True)
+    lock.mkdir()
+    refused(run_cli("sample", *RUNS, *GOLD_POLICY, "--force"), 2, str(lock), "not a file")
+    lock.rmdir()
+    manifest = artifact / "manifest.json"
+    shutil.copy(manifest, here / "manifest.json")
+    manifest.unlink()
+    manifest.symlink_to(here / "manifest.json")
+    verify_problems(run_cli("data", "verify", "tiny", "runs_dir=runs"), str(manifest), "symlink")

@@ -328,6 +328,12 @@ class Store:
             _not_a_symlink(path)
         if partial.exists():
             _no_link_out(partial)  # a link made by hand: the next attempt would write through it
+        if lock.exists() and not lock.is_file():
+            raise UsageError(f"{lock} is not a file (the store's lock for this stage): delete it and rerun the stage")
+        current = self.latest(label)
+        if current is not None and current.key.stage != stage:
+            raise UsageError(f"label '{label}' is taken by a {current.key.stage} artifact ({current.path}); give this "
+                             f"{stage} stage another label")
         check_inputs(inputs)
         made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()][::-1]
         had_lock = lock.exists()
@@ -484,7 +490,8 @@ def verify(artifact: Artifact, *, cached: bool = False) -> list[str]:
     folder = artifact.path
     if folder.is_symlink():
         return [f"{folder}: a symlink to {folder.resolve()}; the store never makes one"]
-    problems = []
+    problems = [f"{folder / MANIFEST}: a symlink to {(folder / MANIFEST).resolve()}; the store never makes one"] \
+        if (folder / MANIFEST).is_symlink() else []
     metrics_file = folder / "metrics.json"
     if metrics_file.is_file() and not metrics_file.is_symlink():
         try:
