@@ -136,7 +136,11 @@ def cached_sha256(files: list[Path], *, forget_under: Path | None = None) -> lis
         if forget_under is not None:  # entries of files no longer in this folder go
             inside, present = f"{forget_under}{os.sep}", {str(path) for path in files}
             cache = {key: value for key, value in cache.items() if key in present or not key.startswith(inside)}
-        write_json(cache_path, cache)
+        try:
+            write_json(cache_path, cache)
+        except OSError as exc:  # a read-only MTSQL_HOME: the digests stand, only the next check is slower
+            print(f"note: data digest cache {cache_path} not written ({exc.strerror}); files are hashed again "
+                  "next time", file=sys.stderr)
     return found
 
 
