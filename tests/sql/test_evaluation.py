@@ -122,7 +122,8 @@ def test_hostile_predictions_score_zero_and_leave_the_database_alone(gold, tmp_p
                "SELECT count(*) FROM " + ", ".join(f"pets p{i}" for i in range(25))]
     path = tmp_path / "pred.txt"
     body = "\n".join(hostile[:3]) + "\n\n" + "\n".join(hostile[3:6]) + "\n\n"
-    path.write_bytes(body.encode() + b"SELECT '\xff\xfe'\n" + hostile[6].encode() + b"\n")
+    # odd characters, but UTF-8: a file that is not UTF-8 is refused whole (tests/test_bad_input_store.py)
+    path.write_bytes(body.encode() + "SELECT '\ufffe\u202e'\n".encode() + hostile[6].encode() + b"\n")
     result = evaluate_files("sparc", path, gold_path=gold, options=EvaluateOptions(timeout_s=0.5))
     assert [i["exec_match"] for i in result.items] == [0] * 8
     assert [i["exact_match"] for i in result.items] == [0] * 8

@@ -47,7 +47,7 @@ def build_report(run: Path, out: Path | None = None) -> Path:
              "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds 0, "
              "the run does not show a difference.", ""]
     if damaged:
-        lines += ["Left out, as their manifest is damaged:", "", *(f"* {problem}" for problem in damaged), ""]
+        lines += ["Left out, as their manifest is damaged or their files do not verify:", "", *(f"* {problem}" for problem in damaged), ""]
     lines += evaluation.summary_section(heads)
     lines += evaluation.evaluation_table(evals)
     if heads:

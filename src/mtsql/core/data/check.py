@@ -29,7 +29,7 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
     single = dataset in SINGLE_TURN_DATASETS
     unit = "questions" if single else "turns"
     dbs = sorted({t.db_id for t in turns})
-    missing = [db for db in dbs if not database_path(db, root).exists()]
+    missing = [db for db in dbs if not database_path(db, root).is_file()]
     failing_raw, failing_joined, vacuous = [], [], []
     executable = [t for t in turns if t.db_id not in missing]
     for turn in progress(executable) if progress else executable:
