@@ -46,11 +46,14 @@ from rich.table import Table  # noqa: E402
 from mtsql.base.paths import data_dir  # noqa: E402
 from mtsql.core.data import tables_file  # noqa: E402
 from mtsql.core.evaluation_files import evaluate_files  # noqa: E402
-from mtsql.core.sql import clear_caches, evaluation  # noqa: E402
+from mtsql.core.sql import evaluation  # noqa: E402
 from mtsql.core.sql.evaluation import EvaluateOptions  # noqa: E402
 from mtsql.core.sql.official_format import read_interactions  # noqa: E402
 from mtsql.core.sql.tokenizer import tokenize  # noqa: E402
 from mtsql.core.sql.workers import GroupWorkers, available_cores  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from caches import clear_caches  # noqa: E402  (test-only: forgets the SQL layer's in-process caches)
 
 
 class RecordedWorkers(GroupWorkers):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -10,6 +12,11 @@ import pytest
 from mtsql.base.paths import FIXTURE_DATA
 
 REPO = Path(__file__).resolve().parents[1]
+
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24: a rich Console made when mtsql is imported
+# would keep that size for good, where tests/inprocess.py gives each command the COLUMNS it asks for.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_tokenizer", "tiny_backend", "smollm2", "model_dir"}
@@ -59,11 +66,22 @@ def models_home():
     patch.undo()
 
 
+@contextlib.contextmanager
+def building(models_home: Path):
+    """One process at a time builds or pulls into ``models_home`` (pytest-xdist runs several): another one
+    finishing the same build meanwhile would replace the folder under the first one's tests."""
+    models_home.mkdir(parents=True, exist_ok=True)
+    with open(models_home / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_qwen3(models_home) -> Path:
     from mtsql.engines.models import registry
 
-    return registry.make_tiny("qwen3")
+    with building(models_home):
+        return registry.make_tiny("qwen3")
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +102,8 @@ def tiny_backend(tiny_qwen3):
 def smollm2(models_home) -> Path:
     from mtsql.engines.models import registry
 
-    return registry.pull("smollm2-135m")
+    with building(models_home):
+        return registry.pull("smollm2-135m")
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,6 @@ table gets its own test function that calls :func:`assert_refused` for each of i
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,8 @@ import pytest
 
 from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.base.paths import FIXTURE_DATA
+
+from .inprocess import mtsql_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "configs" / "profiles"
@@ -57,11 +58,9 @@ def override(command: str, setting: str, *words: str, blamed: bool = True) -> Ca
 
 
 def mtsql(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m mtsql`` from this checkout's sources, as a user runs it (wide, no TTY)."""
-    base = {"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONPATH": str(REPO / "src"),
-            "MTSQL_HOME": str(MODELS_HOME), "HOME": str(cwd)}
-    return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**base, **(env or {})}, timeout=120)
+    """``mtsql`` as a user runs it (wide, no TTY), in this process (tests/inprocess.py)."""
+    base = {"PATH": "/usr/bin:/bin", "COLUMNS": "200", "MTSQL_HOME": str(MODELS_HOME), "HOME": str(cwd)}
+    return mtsql_in_process(args, cwd=cwd, env={**base, **(env or {})})
 
 
 def files_under(folder: Path) -> dict[str, tuple[int, int]]:

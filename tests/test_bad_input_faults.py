@@ -1,6 +1,6 @@
 """Bad input and faults (issue 29, items 7-10): one line on stderr, the right exit code, nothing written.
 
-Each row of ``CASES`` is one command run as ``python -m mtsql`` in a fresh folder: its name, a setup
+Each row of ``CASES`` is one command run as ``mtsql`` (in this process) in a fresh folder: its name, a setup
 that writes the inputs it needs (``None``: none), the arguments (``{tmp}`` is that folder, ``{data}`` a
 copy of the packaged fixture made by the setup, ``{tiny}`` the tiny profile), the exit code and words
 stderr must hold. Every row also checks that stderr is a single ``error:`` line without a traceback and
@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +27,18 @@ import pytest
 import mtsql
 from mtsql.base.paths import FIXTURE_DATA
 
+from .held import held_command, wait_for
+from .inprocess import mtsql_in_process
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 SRC = Path(mtsql.__file__).resolve().parents[1]  # the code under test, also in the subprocesses
 
 
-def mtsql_run(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    base = {"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONPATH": str(SRC), "MTSQL_HOME": str(cwd / "home")}
-    return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**base, **(env or {})}, timeout=timeout)
+def mtsql_run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``mtsql *args`` in folder ``cwd`` with a home of its own there (in this process: tests/inprocess.py)."""
+    base = {"PATH": "/usr/bin:/bin", "COLUMNS": "200", "MTSQL_HOME": str(cwd / "home")}
+    return mtsql_in_process(args, cwd=cwd, env={**base, **(env or {})})
 
 
 # -- setups: each writes the inputs of a case into the case's folder -----------------------------------
@@ -274,17 +276,15 @@ def test_read_only_run_can_be_read(tmp_path):
 # -- 10. Ctrl-C -------------------------------------------------------------------------------------------
 
 def test_ctrl_c_names_the_partial_folder(tmp_path):
-    """A real SIGINT while a stage runs: exit 130 and the promised line (Typer used to swallow it)."""
-    runs = tmp_path / "runs"
+    """A real SIGINT while a stage runs (held in its rollout, so that it cannot finish first): exit 130
+    and the promised line (Typer used to swallow it)."""
+    runs, marker = tmp_path / "runs", tmp_path / "in-rollout"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "MTSQL_HOME": str(tmp_path / "home")}
-    process = subprocess.Popen([sys.executable, "-m", "mtsql", "sample", "--policy", "gold", f"runs_dir={runs}",
-                                "run=r"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    command = held_command(marker, "mtsql.core.agent.policies:GoldPolicy.__call__", "sample", "--policy", "gold",
+                           f"runs_dir={runs}", "run=r")
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    deadline = time.monotonic() + 120
-    while not list(runs.glob("r/sample/*.partial/log.txt")) and time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.05)
-    time.sleep(0.5)  # into the rollout
+    wait_for(marker, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     partial = next(runs.glob("r/sample/*.partial"))

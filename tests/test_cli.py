@@ -1,12 +1,12 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mtsql.base import artifacts
 from mtsql.base.artifacts import ArtifactKey, Store
+
+from .inprocess import mtsql_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -15,8 +15,7 @@ COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evalu
 
 
 def mtsql(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True, cwd=cwd,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src"), **(env or {})})
+    return mtsql_in_process(args, cwd=cwd, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", **(env or {})})
 
 
 def test_help_lists_every_command():
@@ -68,21 +67,22 @@ def test_data_check_unknown_dataset():
 
 @pytest.mark.parametrize("command", ["evaluate", "rl", "sample", "reject", "run"])
 def test_help_fits_100_columns(command):
-    result = subprocess.run([sys.executable, "-m", "mtsql", command, "--help"], capture_output=True, text=True,
-                            env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
+    result = mtsql_in_process([command, "--help"], env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
     assert result.returncode == 0 and "Usage" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
 
 
 def test_verify_catches_metrics_edited_in_the_manifest(tmp_path):
-    """`status` shows the manifest's metrics: an edit there is a difference from the hashed metrics.json."""
+    """An edit of the manifest's metrics is a difference from the hashed metrics.json: `status` says the
+    artifact is edited instead of showing them (issue 39)."""
     store = Store(tmp_path / "runs" / "r1")
     done, _ = store.run(ArtifactKey("evaluate", variant="base"), {}, {}, lambda ctx: {"mode": "long", "datasets": {"cosql": {"ex": 0.1}}})
     assert mtsql("data", "verify", "r1", cwd=tmp_path).returncode == 0
     manifest = json.loads((done.path / "manifest.json").read_text())
     manifest["metrics"]["datasets"]["cosql"]["ex"] = 0.9
     (done.path / "manifest.json").write_text(json.dumps(manifest))
-    assert "EX 90.0%" in mtsql("status", "r1", cwd=tmp_path).stdout
+    shown = mtsql("status", "r1", cwd=tmp_path).stdout
+    assert "edited" in shown and "EX 90.0%" not in shown, shown
     result = mtsql("data", "verify", "r1", cwd=tmp_path)
     assert result.returncode == 2 and "its metrics differ from metrics.json" in result.stderr, result.stderr
     assert "all artifacts intact" not in result.stdout

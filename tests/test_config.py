@@ -87,11 +87,10 @@ def test_a_bad_choice_in_a_file_names_that_file_even_through_base(tmp_path):
 
 
 def test_a_bad_choice_on_the_command_line_exits_2_before_anything_is_written(tmp_path):
-    import subprocess
-    import sys
+    from .inprocess import mtsql_in_process
 
-    result = subprocess.run([sys.executable, "-m", "mtsql", "sample", "--config", str(REPO / "configs/profiles/tiny.yaml"),
-                             "env.mode=lng", f"runs_dir={tmp_path / 'runs'}"], capture_output=True, text=True)
+    result = mtsql_in_process(["sample", "--config", str(REPO / "configs/profiles/tiny.yaml"), "env.mode=lng",
+                               f"runs_dir={tmp_path / 'runs'}"], env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "override 'env.mode=lng': 'env.mode' must be one of long, short" in result.stderr
     assert not (tmp_path / "runs").exists()

@@ -2,8 +2,6 @@
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,15 +9,16 @@ import pytest
 from mtsql.app import pipeline
 from mtsql.base.config import load_config
 
+from .inprocess import mtsql_in_process
+
 REPO = Path(__file__).resolve().parents[1]
 PAPER = ["paper-qwen3-4b", "paper-qwen3-1.7b"]
 ON_THE_FIXTURE = ("data.require_full=false",)  # the paper profiles refuse the fixture; a plan is shown anyway
 
 
 def mtsql(*args):
-    return subprocess.run([sys.executable, "-m", "mtsql", *args], capture_output=True, text=True,
-                          env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src"),
-                               **{k: v for k, v in os.environ.items() if k == "MTSQL_DATA"}})
+    return mtsql_in_process(args, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin",
+                                       **{k: v for k, v in os.environ.items() if k == "MTSQL_DATA"}})
 
 
 @pytest.mark.parametrize("profile", PAPER)

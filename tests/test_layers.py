@@ -1,7 +1,8 @@
 """The import graph points one way, down the layer folders of src/mtsql (docs/architecture.md):
 base (config, errors, files, the artifact store) < core (data, sql, agent, rewards, scored rows) <
 engines (backends, rollout, trainers, verl, LLaMA-Factory, models) < stages < app (cli, pipeline,
-runner, status, report). Stages do not import each other (they meet through artifacts)."""
+runner, status, report). Stages do not import each other (they meet through artifacts). Inside core
+the order is ``CORE_ORDER``."""
 
 import ast
 from pathlib import Path
@@ -10,6 +11,8 @@ import mtsql
 
 ROOT = Path(mtsql.__file__).parent
 LAYERS = ("base", "core", "engines", "stages", "app")
+CORE_ORDER = ("sql", "data", "agent", "rewards", "trajectories", "measures", "chat_format", "episode_tokens",
+              "evaluation_files")  # the folders and modules of core/, lowest first
 
 
 def modules() -> dict[str, Path]:
@@ -68,4 +71,23 @@ def test_the_sql_layer_reads_no_config_or_data_and_the_config_no_sql():
     wrong = {name: below(name, ("mtsql.base.config", "mtsql.core.data")) for name in modules()
              if name == "mtsql.core.sql" or name.startswith("mtsql.core.sql.")}
     wrong["mtsql.base.config"] = below("mtsql.base.config", ("mtsql.core.sql",))
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def core_rank(name: str) -> int:
+    """The rank in ``CORE_ORDER`` of a module inside core (the folder or module it lies in); -1 for
+    ``mtsql.core`` itself, which defines nothing."""
+    parts = name.split(".")
+    return CORE_ORDER.index(parts[2]) if len(parts) > 2 else -1
+
+
+def test_core_has_no_folder_or_module_outside_its_order():
+    units = {name.split(".")[2] for name in modules() if name.startswith("mtsql.core.")}
+    assert sorted(units - set(CORE_ORDER)) == []
+
+
+def test_no_import_inside_core_runs_up_its_order():
+    core = {name: path for name, path in modules().items() if name.startswith("mtsql.core.")}
+    wrong = {name: sorted(i for i in imports(path) if i.startswith("mtsql.core.") and core_rank(i) > core_rank(name))
+             for name, path in core.items()}
     assert {k: v for k, v in wrong.items() if v} == {}

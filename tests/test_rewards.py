@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from mtsql.base.config import EnvConfig, RewardConfig
 from mtsql.base.paths import FIXTURE_DATA
+from mtsql.core import rewards as rewards_module
 from mtsql.core.agent.env import SqlAgentEnv
 from mtsql.core.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
 from mtsql.core.data import load_turns
-from mtsql.core.rewards import EXEC_VERIFY_TABLE, KEYS, compute_rewards
+from mtsql.core.rewards import EXEC_VERIFY_TABLE, compute_rewards, reward_keys
 from mtsql.core.sql.clauses import clause_f1
 
 from .episodes import ReplayPolicy, run_episode
@@ -39,8 +42,12 @@ def episode(turns, uid, texts, **env):
 
 def rewards(traj, gold, cfg=RewardConfig(), **kw):
     out = compute_rewards(traj, gold, cfg, data_root=FIXTURE_DATA, **kw)
-    assert tuple(out) == KEYS and all(isinstance(v, float) for v in out.values())
+    assert tuple(out) == reward_keys(cfg) and all(isinstance(v, float) for v in out.values())
     return out
+
+
+def sqlr1(traj, gold, **kw):
+    return rewards(traj, gold, RewardConfig(family="sqlr1"), **kw)
 
 
 @pytest.mark.parametrize(("sql", "kind"), [(ERROR, "error"), (EMPTY, "empty"), (OK, "ok")])
@@ -96,21 +103,24 @@ def test_clause_scores_by_hand(turns):
     traj = episode(turns, "sparc-dev-0000/2", texts)
     f1 = rewards(traj, LATER_GOLD, RewardConfig(clause_score="f1"))
     release = rewards(traj, LATER_GOLD, RewardConfig(clause_score="release"))
-    assert f1["clause_f1"] == release["clause_f1"] == pytest.approx((0.4 + 0.8 + 4 / 7 + 1.0) / 4)  # answer in
-    assert f1["clause_exact"] == release["clause_exact"] == pytest.approx((0 + 2 / 3 + 1 / 2) / 3)  # answer out
-    assert f1["process"] - release["process"] == pytest.approx(0.8 * (f1["clause_f1"] - f1["clause_exact"]))
+    assert f1["clause_f1"] == pytest.approx((0.4 + 0.8 + 4 / 7 + 1.0) / 4)  # answer in
+    assert release["clause_exact"] == pytest.approx((0 + 2 / 3 + 1 / 2) / 3)  # answer out
+    assert "clause_exact" not in f1 and "clause_f1" not in release  # only the clause score the config picks
+    assert f1["score"] - release["score"] == pytest.approx(0.8 * (f1["clause_f1"] - release["clause_exact"]))
 
 
-@pytest.mark.parametrize(("clause_score", "memory_score"), [("f1", 4 / 7), ("release", 1 / 2)])
+@pytest.mark.parametrize(("clause_score", "term", "clause", "memory_score"), [
+    ("f1", "clause_f1", (0.8 + 1 + 1) / 3, 4 / 7),  # exec arguments and the answer
+    ("release", "clause_exact", (2 / 3 + 1 + 1 / 2) / 3, 1 / 2),  # the memory call's copy is the third
+])
 def test_release_protocol_memory_copies_count_in_the_clause_score_and_are_what_coherence_checks(
-        turns, clause_score, memory_score):
+        turns, clause_score, term, clause, memory_score):
     texts = [RELEASE_EXEC.format("", PARTIAL), RELEASE_EXEC.format(NO_PASS, LATER_GOLD),
              RELEASE_MEMORY.format(PASS, ORDERED), ANSWER.format(M_NO_PASS, LATER_GOLD)]
     traj = episode(turns, "sparc-dev-0000/2", texts, protocol="release")
     assert traj.steps[2].checked_sql == ORDERED
     out = rewards(traj, LATER_GOLD, RewardConfig(clause_score=clause_score))
-    assert out["clause_exact"] == pytest.approx((2 / 3 + 1 + 1 / 2) / 3)  # the memory call's copy is the third
-    assert out["clause_f1"] == pytest.approx((0.8 + 1 + 1) / 3)  # exec arguments and the answer
+    assert out[term] == pytest.approx(clause)
     assert out["coherence"] == pytest.approx(1 - memory_score)  # no_pass on the memory call's own query
 
 
@@ -126,8 +136,10 @@ def test_gold_policy_scores_the_maximum(turns):
     first = rewards(run_episode(env, GoldPolicy(), turns["sparc-dev-0000/0"]), FIRST_GOLD)
     later = rewards(run_episode(env, GoldPolicy(), turns["sparc-dev-0000/2"]), LATER_GOLD)
     assert (first["ex"], first["em"], first["exec_verify"], first["coherence"], first["clause_f1"]) == (1, 1, 1, 0, 1)
-    assert first["process"] == pytest.approx(2.9) and first["score"] == first["process"]
-    assert later["process"] == pytest.approx(3.0) and later["outcome"] == 2.0 and later["format"] == 1.0
+    assert first["score"] == pytest.approx(2.9)
+    assert later["score"] == pytest.approx(3.0) and later["format"] == 1.0
+    later_traj = run_episode(env, GoldPolicy(), turns["sparc-dev-0000/2"])
+    assert rewards(later_traj, LATER_GOLD, RewardConfig(family="outcome"))["score"] == 2.0
 
 
 def test_gold_with_correction_rewards_follow_the_recorded_steps(turns):
@@ -147,28 +159,28 @@ def test_sqlr1_values(turns):
     gold = episode(turns, "sparc-dev-0000/0", [EXEC.format("", FIRST_GOLD), ANSWER.format(PASS, FIRST_GOLD)])
     answer_text = f"{PASS}<answer_sql>{FIRST_GOLD}</answer_sql>"
     ratio = len(FIRST_GOLD) / len(answer_text)
-    out = rewards(gold, FIRST_GOLD, RewardConfig(family="sqlr1"), response_tokens=1024)
+    out = sqlr1(gold, FIRST_GOLD, response_tokens=1024)
     assert (out["sqlr1_format"], out["sqlr1_execution"], out["sqlr1_result"]) == (1.0, 2.0, 3.0)
     assert out["sqlr1_length"] == pytest.approx(0.25 + ratio) and out["score"] == pytest.approx(6.25 + ratio)
-    assert rewards(gold, FIRST_GOLD, response_tokens=10_000)["sqlr1_length"] == pytest.approx(0.5 + ratio)
+    assert sqlr1(gold, FIRST_GOLD, response_tokens=10_000)["sqlr1_length"] == pytest.approx(0.5 + ratio)
     words = sum(len(m["content"].split()) for m in gold.messages if m["role"] == "assistant")
-    assert rewards(gold, FIRST_GOLD)["sqlr1_length"] == pytest.approx(0.5 * words / 2048 + ratio)
+    assert sqlr1(gold, FIRST_GOLD)["sqlr1_length"] == pytest.approx(0.5 * words / 2048 + ratio)
 
     wrong = episode(turns, "sparc-dev-0000/0", [EXEC.format("", OK), ANSWER.format(PASS, OK)])
-    assert rewards(wrong, FIRST_GOLD)["sqlr1"] == 1.0 + 2.0 - 3.0
+    assert sqlr1(wrong, FIRST_GOLD)["score"] == 1.0 + 2.0 - 3.0
     failing = episode(turns, "sparc-dev-0000/0", [EXEC.format("", ERROR), ANSWER.format(PASS, ERROR)])
-    assert rewards(failing, FIRST_GOLD)["sqlr1"] == 1.0 - 2.0
+    assert sqlr1(failing, FIRST_GOLD)["score"] == 1.0 - 2.0
     no_think = episode(turns, "sparc-dev-0000/0", [EXEC.format("", FIRST_GOLD).replace(THINK, ""),
                                                    ANSWER.format(PASS, FIRST_GOLD)])
     out = rewards(no_think, FIRST_GOLD)
-    assert (out["sqlr1"], out["format"], out["ex"]) == (-1.0, 0.0, 1.0)
+    assert (sqlr1(no_think, FIRST_GOLD)["score"], out["format"], out["ex"]) == (-1.0, 0.0, 1.0)
 
 
 def test_short_mode_sqlr1_is_one_think_then_one_answer(turns):
     traj = run_episode(SqlAgentEnv(EnvConfig(mode="short"), data_root=FIXTURE_DATA), GoldPolicy(mode="short"),
                        turns["sparc-dev-0000/0"])
     out = rewards(traj, FIRST_GOLD)
-    assert (out["sqlr1_format"], out["sqlr1_execution"], out["sqlr1_result"]) == (1.0, 2.0, 3.0)
+    assert tuple(sqlr1(traj, FIRST_GOLD)[k] for k in ("sqlr1_format", "sqlr1_execution", "sqlr1_result")) == (1, 2, 3)
     assert (out["exec_verify"], out["coherence"], out["clause_f1"]) == (0.0, 0.0, 1.0)
 
 
@@ -178,7 +190,8 @@ def test_no_answer_scores_zero_and_answers_are_never_read_from_observations(turn
     assert "<answer_sql>SELECT * FROM pets</answer_sql>" in traj.messages[3]["content"]
     assert traj.final_sql is None
     out = rewards(traj, FIRST_GOLD)
-    assert (out["ex"], out["em"], out["ex_scored"], out["format"], out["sqlr1"]) == (0.0, 0.0, 1.0, 0.0, -1.0)
+    assert (out["ex"], out["em"], out["ex_scored"], out["format"]) == (0.0, 0.0, 1.0, 0.0)
+    assert sqlr1(traj, FIRST_GOLD)["score"] == -1.0
 
 
 def test_unscorable_golds_count_zero_and_say_so(turns):
@@ -187,7 +200,7 @@ def test_unscorable_golds_count_zero_and_say_so(turns):
         out = rewards(run_episode(env, GoldPolicy(), turns[uid]), turns[uid].gold_sql)
         assert (out["ex"], out["ex_scored"], out["em"], out["em_scored"]) == (0.0, 0.0, 1.0, 1.0)
     wta = next(t for t in turns.values() if t.db_id == "wta_1")
-    out = rewards(run_episode(env, GoldPolicy(), wta), wta.gold_sql)
+    out = sqlr1(run_episode(env, GoldPolicy(), wta), wta.gold_sql)
     assert (out["ex_scored"], out["em"], out["sqlr1_execution"]) == (0.0, 1.0, -2.0)
 
 
@@ -195,7 +208,7 @@ def test_families_and_weights(turns):
     traj = episode(turns, "sparc-dev-0000/2", [EXEC.format("", PARTIAL), MEMORY.format(PASS),
                                                 ANSWER.format(M_PASS, LATER_GOLD)])
     base = rewards(traj, LATER_GOLD)
-    assert base["process"] == pytest.approx(2.0 + 0.1 * 1.0 + 0.1 * 0.8 + 0.8 * 0.9)
+    assert base["score"] == pytest.approx(2.0 + 0.1 * 1.0 + 0.1 * 0.8 + 0.8 * 0.9)
     assert rewards(traj, LATER_GOLD, RewardConfig(family="outcome"))["score"] == 2.0
     heavy = rewards(traj, LATER_GOLD, RewardConfig(ex=2.0, em=0.0, exec_verify=1.0, coherence=0.0, clause_f1=0.0,
                                                    format=0.5))
@@ -210,7 +223,58 @@ def test_an_empty_prediction_matching_an_empty_gold_can_earn_no_credit(turns):
     credited = rewards(traj, empty_gold, RewardConfig(family="sqlr1"))
     assert (credited["ex"], credited["sqlr1_result"]) == (1.0, 3.0), "by default [] == [] is a match"
     refused = rewards(traj, empty_gold, RewardConfig(family="sqlr1", empty_match_credit=False))
-    assert (refused["ex"], refused["outcome"], refused["sqlr1_result"], refused["sqlr1_length"]) == (0.0, 0.0, 0.0, 0.0)
-    assert refused["sqlr1"] == 1.0 + 2.0, "format and execution only: no result credit, and no penalty either"
+    assert (refused["ex"], refused["sqlr1_result"], refused["sqlr1_length"]) == (0.0, 0.0, 0.0)
+    assert rewards(traj, empty_gold, RewardConfig(family="outcome", empty_match_credit=False))["score"] == 0.0
+    assert refused["score"] == 1.0 + 2.0, "format and execution only: no result credit, and no penalty either"
     right = episode(turns, "sparc-dev-0000/0", [EXEC.format("", FIRST_GOLD), ANSWER.format(PASS, FIRST_GOLD)])
     assert rewards(right, FIRST_GOLD, RewardConfig(empty_match_credit=False))["ex"] == 1.0, "non-empty golds keep it"
+
+
+def _refuse(name):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{name} is not a term of this family")
+    return refuse
+
+
+OTHER_FAMILIES_TERMS = {  # the functions of the rewards module each family must not call
+    "outcome": ("sqlr1_terms", "exec_verify_reward", "coherence_reward", "clause_f1_reward", "clause_exact_reward",
+                "release_clause_score", "clause_f1"),
+    "sqlr1": ("format_reward", "exec_verify_reward", "coherence_reward", "clause_f1_reward", "clause_exact_reward",
+              "release_clause_score", "clause_f1"),
+    "process": ("sqlr1_terms",),
+}
+
+
+@pytest.mark.parametrize("family", sorted(OTHER_FAMILIES_TERMS))
+def test_a_family_computes_only_its_own_terms(turns, monkeypatch, family):
+    texts = [EXEC.format("", PARTIAL), MEMORY.format(PASS), ANSWER.format(M_PASS, LATER_GOLD)]
+    traj = episode(turns, "sparc-dev-0000/2", texts)
+    expected = rewards(traj, LATER_GOLD, RewardConfig(family=family))
+    for name in OTHER_FAMILIES_TERMS[family]:
+        monkeypatch.setattr(rewards_module, name, _refuse(name))
+    assert rewards(traj, LATER_GOLD, RewardConfig(family=family)) == expected
+
+
+@pytest.mark.parametrize(("clause_score", "unused"), [("f1", ("clause_exact_reward", "release_clause_score")),
+                                                      ("release", ("clause_f1_reward", "clause_f1"))])
+def test_process_computes_only_the_clause_score_it_is_configured_for(turns, monkeypatch, clause_score, unused):
+    texts = [EXEC.format("", PARTIAL), MEMORY.format(PASS), ANSWER.format(M_PASS, LATER_GOLD)]
+    traj = episode(turns, "sparc-dev-0000/2", texts)
+    cfg = RewardConfig(clause_score=clause_score)
+    expected = rewards(traj, LATER_GOLD, cfg)
+    for name in unused:
+        monkeypatch.setattr(rewards_module, name, _refuse(name))
+    assert rewards(traj, LATER_GOLD, cfg) == expected
+
+
+def test_a_new_family_is_one_registry_entry(turns, monkeypatch):
+    traj = episode(turns, "sparc-dev-0000/0", [EXEC.format("", OK), ANSWER.format(PASS, FIRST_GOLD)])
+    monkeypatch.setitem(rewards_module.FAMILIES, "answered",
+                        rewards_module.Family(lambda s: {"answered": 1.0, "score": 2 * s.ex},
+                                              lambda cfg: ("answered",)))
+    out = rewards(traj, FIRST_GOLD, RewardConfig(family="answered"))
+    assert out == {"score": 2.0, "ex": 1.0, "em": 1.0, "ex_scored": 1.0, "em_scored": 1.0, "answered": 1.0}
+
+
+def test_the_config_offers_exactly_the_registered_families():
+    assert set(typing.get_args(typing.get_type_hints(RewardConfig)["family"])) == set(rewards_module.FAMILIES)

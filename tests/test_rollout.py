@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -359,14 +358,14 @@ def test_pipelined_engine_gives_the_tokens_of_a_one_at_a_time_loop(model, tiny_b
 
 
 class BlockingEnv(FakeEnv):
-    """The first step of turn b/0 holds its worker until the backend is called again (or 5 s pass)."""
+    """The first step of turn b/0 holds its worker until the backend is called again (or 120 s pass)."""
 
     release = None
     overlapped = None
 
     def step(self, text):
         if self.turn.uid == "b/0" and BlockingEnv.overlapped is None:
-            BlockingEnv.overlapped = BlockingEnv.release.wait(timeout=5)
+            BlockingEnv.overlapped = BlockingEnv.release.wait(timeout=120)
         return super().step(text)
 
 
@@ -429,23 +428,28 @@ def test_scoring_runs_on_the_workers_for_new_and_resumed_records(tiny_tokenizer,
 
 
 class SchedulingBackend(ScriptedBackend):
-    """As a vLLM server: every ready conversation is submitted alone, at once, and comes back on its own."""
+    """As a vLLM server: every ready conversation is submitted alone, at once, and comes back on its own.
+    Nothing comes back until ``hold`` requests are in flight (or 120 s pass): the engine must send them
+    all without waiting for an answer."""
 
     schedules_requests = True
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, hold: int = 4):
         super().__init__(tokenizer)
         self.pool = ThreadPoolExecutor(16)
         self.lock = threading.Lock()
         self.in_flight = self.most_in_flight = 0
+        self.hold, self.full = hold, threading.Event()
 
     def submit(self, prompt, params, seed):
         with self.lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            if self.in_flight >= self.hold:
+                self.full.set()
 
         def work():
-            time.sleep(0.05)  # long enough for every ready conversation to be submitted meanwhile
+            self.full.wait(timeout=120)
             with self.lock:
                 self.in_flight -= 1
                 return self.generate([prompt], params, [seed])[0]

@@ -92,7 +92,7 @@ def test_hand_made_release_trajectory_is_executed_and_scored(sparc_turns):
     assert out["coherence"] == pytest.approx(1 / 2)  # pass on the memory call's query, which scores 2/4
     assert out["exec_verify"] == pytest.approx((0 + 1) / 2)  # ok/no_pass 0, ok/pass 1
     assert (out["ex"], out["em"]) == (1.0, 1.0)
-    assert out["process"] == pytest.approx(2 + 0.1 * 0.5 + 0.1 * 0.5 + 0.8 * (2 / 3 + 1 + 1 / 2) / 3)
+    assert out["score"] == pytest.approx(2 + 0.1 * 0.5 + 0.1 * 0.5 + 0.8 * (2 / 3 + 1 + 1 / 2) / 3)
 
     mtsql = run_episode(SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA), ReplayPolicy(RELEASE_TEXTS), turn)
     assert [step.action for step in mtsql.steps] == ["invalid"] * 3 + ["answer"] and not mtsql.protocol_valid

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtsql.base.config import EnvConfig, SqlConfig
+from mtsql.base.config import EnvConfig, RewardConfig, SqlConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv, Trajectory
 from mtsql.core.agent.policies import GoldWithCorrectionPolicy
 from mtsql.core.data import load_turns
-from mtsql.core.rewards import KEYS, compute_rewards
+from mtsql.core.rewards import FAMILIES, compute_rewards, reward_keys
 
 from ..episodes import ReplayPolicy, run_episode
 
@@ -49,8 +49,10 @@ def check_episode(texts: list[str], mode: str = "long") -> Trajectory:
     assert traj.finish_reason in ("answer", "max_messages", "invalid")
     assert traj.num_messages <= env.max_messages
     assert Trajectory.from_dict(json.loads(json.dumps(traj.to_dict()))) == traj
-    out = compute_rewards(traj, LATER.gold_sql, data_root=FIXTURE_DATA, sql_cfg=SQL_CFG)
-    assert tuple(out) == KEYS and all(math.isfinite(v) for v in out.values())
+    for family in FAMILIES:
+        cfg = RewardConfig(family=family)
+        out = compute_rewards(traj, LATER.gold_sql, cfg, data_root=FIXTURE_DATA, sql_cfg=SQL_CFG)
+        assert tuple(out) == reward_keys(cfg) and all(math.isfinite(v) for v in out.values())
     return traj
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -158,12 +157,24 @@ def test_transient_errors_are_retried(serve, client):
     assert out[0].token_ids == [562] and len(calls) == 3
 
 
-def test_concurrency_is_limited(serve, client):
+def answer_once_in_flight(count: int):
+    """A reply that holds every request until ``count`` have arrived (or 120 s pass), then answers them
+    all: only a client that sends ``count`` at once gets answers without the wait."""
+    full, lock, arrived = threading.Event(), threading.Lock(), []
+
     def reply(body):
-        time.sleep(0.2)
+        with lock:
+            arrived.append(body)
+            if len(arrived) >= count:
+                full.set()
+        full.wait(timeout=120)
         return 200, {"choices": [{"text": "a", "token_ids": [64], "finish_reason": "length"}]}
 
-    server = serve(reply)
+    return reply
+
+
+def test_concurrency_is_limited(serve, client):
+    server = serve(answer_once_in_flight(2))
     client(server.url, concurrency=2).generate([[i] for i in range(1, 7)], SamplingParams(max_new_tokens=1))
     assert server.max_in_flight == 2 and len(server.requests) == 6
 
@@ -202,9 +213,13 @@ def test_server_gone_after_start_is_one_clear_error(serve, client):
 
 
 def test_slow_server_times_out(serve, client):
-    server = serve(lambda body: (time.sleep(1.0), (200, {}))[1])
-    with pytest.raises(StageFailed, match="ReadTimeout"):
-        client(server.url, timeout_s=0.2, max_retries=0).generate([[1]], SamplingParams())
+    answered = threading.Event()  # set once the client gave up: the server answers only then
+    server = serve(lambda body: (answered.wait(timeout=120), (200, {}))[1])
+    try:
+        with pytest.raises(StageFailed, match="ReadTimeout"):
+            client(server.url, timeout_s=0.2, max_retries=0).generate([[1]], SamplingParams())
+    finally:
+        answered.set()
 
 
 @pytest.mark.parametrize("status, payload, message", [
@@ -237,11 +252,7 @@ def test_the_rollout_engine_sends_every_ready_conversation_at_once(serve, client
     from mtsql.core.data.records import Turn
     from mtsql.engines.rollout import RolloutEngine
 
-    def reply(body):
-        time.sleep(0.2)
-        return 200, {"choices": [{"text": "a", "token_ids": [64], "finish_reason": "length"}]}
-
-    server = serve(reply)
+    server = serve(answer_once_in_flight(4))
     turns = [Turn(dataset="cosql", split="dev", interaction_id=f"d{i}", interaction_index=0, turn_index=0, db_id="db",
                   question=f"q{i}?", gold_sql="SELECT 1", previous_questions=(), previous_sql=()) for i in range(8)]
     backend = client(server.url, concurrency=8)

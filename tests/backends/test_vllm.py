@@ -188,29 +188,38 @@ def test_a_server_that_cannot_start_is_one_line_with_its_log(tmp_path, vllm_pyth
     assert type(caught.value).__name__ == "StageFailed"
 
 
+class ApiProcess:
+    """A server's API process as ``ManagedServer.failure`` sees it: one that keeps running, or one that
+    exits once waited for; every wait is recorded."""
+
+    def __init__(self, exits: bool):
+        self.exits, self.waits = exits, []
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        if not self.exits:
+            raise subprocess.TimeoutExpired("vllm", timeout)
+        return 1
+
+
 def test_a_dead_engine_is_named_before_its_server_exits(tmp_path):
     """When vLLM's engine dies its API server takes seconds to exit, and the client's retries end first:
-    the error names the engine's cause, not a refused connection; a live server with no such cause is
-    not blamed."""
+    the error names the engine's cause without waiting for the process, not a refused connection; a live
+    server with no such cause is not blamed."""
     from mtsql.engines.backends.vllm_server import ManagedServer, ServerSpec
 
     log = tmp_path / "server.log"
     server = ManagedServer(ServerSpec("m", sys.executable), log)
-    server.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        log.write_text("INFO started\n")
-        assert server.failure(wait_s=0.2) is None
-        log.write_text("ERROR [core.py:1512] RuntimeError: CPU Generator does not use offset\n"
-                       "ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue\n")
-        started = time.monotonic()
-        assert "RuntimeError: CPU Generator does not use offset" in server.failure(wait_s=30)
-        assert time.monotonic() - started < 5
-    finally:
-        server.process.kill()
-        server.process.wait()
+    server.process = running = ApiProcess(exits=False)
+    log.write_text("INFO started\n")
+    assert server.failure(wait_s=0.2) is None and running.waits == [0.2]
+    log.write_text("ERROR [core.py:1512] RuntimeError: CPU Generator does not use offset\n"
+                   "ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue\n")
+    assert "RuntimeError: CPU Generator does not use offset" in server.failure(wait_s=30)
+    assert running.waits == [0.2], "a dead engine is named at once, not after waiting for its API process"
     log.write_text("ERROR ValueError: no model\n")
-    server.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])  # shutting down
-    assert "ValueError: no model" in server.failure(wait_s=30)
+    server.process = exiting = ApiProcess(exits=True)  # shutting down
+    assert "ValueError: no model" in server.failure(wait_s=30) and exiting.waits == [30]
 
 
 def test_engine_identity_names_what_changes_tokens(vllm_python):

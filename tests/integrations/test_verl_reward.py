@@ -8,7 +8,7 @@ import logging
 import pytest
 from omegaconf import OmegaConf
 
-from mtsql.base.config import EnvConfig
+from mtsql.base.config import EnvConfig, RewardConfig
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv
@@ -17,12 +17,14 @@ from mtsql.core.data import load_turns
 from mtsql.engines.verl.reward import (
     OK_KEY,
     RESPONSE_TOKENS_KEY,
-    SCORE_KEYS,
     TRAJECTORY_KEY,
     compute_score,
+    score_keys,
 )
 
 from ..episodes import run_episode
+
+SCORE_KEYS = score_keys(RewardConfig())  # the default family, process
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,9 @@ def test_gold_trajectories_get_the_full_process_reward(gold_rows):
 
 def test_family_and_weights_come_from_reward_kwargs_even_as_hydra_dictconfig(gold_rows):
     turn, info = gold_rows[0]
-    assert score(turn, info, reward={"family": "outcome"})["score"] == 2.0
+    outcome = score(turn, info, reward={"family": "outcome"})
+    assert outcome["score"] == 2.0 and tuple(outcome) == score_keys(RewardConfig(family="outcome"))
+    assert tuple(score(turn, None, reward={"family": "outcome"})) == tuple(outcome)  # same keys unscored
     assert score(turn, info, reward=OmegaConf.create({"family": "outcome", "em": 0.5}))["score"] == 1.5
     sqlr1 = score(turn, info, reward={"family": "sqlr1"})
     assert (sqlr1["sqlr1_format"], sqlr1["sqlr1_execution"], sqlr1["sqlr1_result"]) == (1, 2, 3)

@@ -27,7 +27,7 @@ from mtsql.core.data import load_turns
 from mtsql.engines.verl.agent_loop import STOP_KEY
 from mtsql.engines.verl.dataset import AGENT_NAME, episode_tools, memory_of, turn_of, write_rl_parquet
 from mtsql.engines.verl.launch import StageData, build_stage_plan, compose_train_config
-from mtsql.engines.verl.reward import RESPONSE_TOKENS_KEY, SCORE_KEYS, TRAJECTORY_KEY
+from mtsql.engines.verl.reward import RESPONSE_TOKENS_KEY, TRAJECTORY_KEY, score_keys
 
 from ..episodes import run_episode
 
@@ -344,13 +344,13 @@ def test_rewards_through_verls_naive_reward_manager(stage, rows, tokenizer, cfg,
     for row in rows:
         out = run(make_loop(config, ReplayServer(cfg, turns, tokenizer), tokenizer), row)
         result = get_event_loop().run_until_complete(manager.run_single(naive_reward_input(out, row)))
-        assert tuple(result["reward_extra_info"]) == SCORE_KEYS
+        assert tuple(result["reward_extra_info"]) == score_keys(cfg.reward)
         scores.append(result["reward_score"])
     assert scores == pytest.approx([2.9, 3.0])  # EX + EM + 0.1 verify (+ 0.1 coherence on the later turn) + 0.8 F1
     out = run(make_loop(config, ReplayServer(cfg, turns, tokenizer), tokenizer), rows[0])
     out.extra_fields.pop(TRAJECTORY_KEY)  # e.g. a row that verl's own single-turn loop ran
     result = get_event_loop().run_until_complete(manager.run_single(naive_reward_input(out, rows[0])))
-    assert result["reward_score"] == 0.0 and tuple(result["reward_extra_info"]) == SCORE_KEYS
+    assert result["reward_score"] == 0.0 and tuple(result["reward_extra_info"]) == score_keys(cfg.reward)
 
 
 @pytest.mark.slow
@@ -374,7 +374,7 @@ def test_verls_agent_loop_worker_runs_the_registered_loop_and_streams_rewards(st
     response_length = config.actor_rollout_ref.rollout.response_length
     assert out.batch["responses"].shape == (2, response_length)
     assert out.batch["rm_scores"].sum(-1).tolist() == pytest.approx([2.9, 3.0])
-    assert set(SCORE_KEYS) <= set(out.meta_info["reward_extra_keys"])
+    assert set(score_keys(cfg.reward)) <= set(out.meta_info["reward_extra_keys"])
     lengths = out.batch["attention_mask"][:, -response_length:].sum(-1)
     for i in range(2):
         mask = out.batch["response_mask"][i]

@@ -3,7 +3,7 @@
 from dataclasses import replace
 from pathlib import Path
 
-from mtsql.core.measures.revisions import revisions
+from mtsql.core.measures.revisions import is_recovery, revisions
 from mtsql.core.trajectories import read_rows
 
 REAL_ROW = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
@@ -57,6 +57,13 @@ def test_revisions_are_classed_by_the_ex_before_and_after():
 def test_execution_errors_ran_after_and_resolved():
     counts = revisions(ROWS, judge)
     assert (counts["with_error"], counts["ran_after"], counts["resolved"]) == (3, 2, 1)
+
+
+def test_a_recovery_is_a_failed_query_then_one_that_ran_and_a_right_answer():
+    assert revisions(ROWS, judge)["recovered"] == 1
+    assert [is_recovery(r.trajectory, r.execution) for r in ROWS[6:9]] == [True, False, False]
+    resolved_without_running = row(1, exec_step(0, X, "no_pass", kind="error"), answer(1, G))
+    assert not is_recovery(resolved_without_running.trajectory, 1), "right all the same, but nothing ran after"
 
 
 def test_no_trajectory_counts_nothing():

@@ -7,7 +7,8 @@ import pytest
 
 from mtsql.base.paths import FIXTURE_DATA, database_path
 from mtsql.core.measures.cost import cost_per_turn, trajectory_cost
-from mtsql.core.measures.vacuous import is_vacuous, non_empty_gold_ex
+from mtsql.core.measures.vacuous import non_empty_gold_ex
+from mtsql.core.sql.vacuous import is_vacuous
 from mtsql.core.trajectories import ScoredRow, read_rows
 
 PETS = database_path("pets_1", FIXTURE_DATA)

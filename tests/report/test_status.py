@@ -125,7 +125,7 @@ def test_a_damaged_manifest_is_named_and_the_rest_shown(run_folder):
     assert str(damaged.resolve()) in _row(run_folder, "curriculum")[5]
     assert {"eval-base", "sft-r1", "rl-c2", "eval-rl"} <= {r[0] for r in rows}
     text = build_report(run_folder).read_text()
-    assert "Left out, as their manifest is damaged:" in text and str(damaged.resolve()) in text
+    assert "Left out, as their manifest is damaged or their files do not verify:" in text and str(damaged.resolve()) in text
     assert "## " in text  # the rest of the report is there
     from typer.testing import CliRunner
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +14,11 @@ from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.data import load_turns
 from mtsql.core.evaluation_files import evaluate_files, render, score_pairs, write_outputs
-from mtsql.core.sql import clear_caches, evaluation
+from mtsql.core.sql import evaluation
 from mtsql.core.sql.evaluation import EvaluateOptions
+
+from ..caches import clear_caches
+from ..inprocess import mtsql_in_process
 
 GOLD_LINES = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines(keepends=True)
 
@@ -105,10 +105,9 @@ def test_the_config_data_root_gives_the_gold_of_evaluate_pred(tmp_path):
     (root / "sparc" / "tables.json").symlink_to(FIXTURE_DATA / "sparc" / "tables.json")
     (root / "database").symlink_to(FIXTURE_DATA / "database", target_is_directory=True)
     pred = predictions(tmp_path, gold_as_predictions(root / "sparc" / "dev_gold.txt"))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path),
-           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
-                           "--out", str(tmp_path / "out"), f"data.root={root}"], capture_output=True, text=True, env=env)
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
+    done = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", str(tmp_path / "out"),
+                             f"data.root={root}"], env=env)
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["gold_file"] == str(root / "sparc" / "dev_gold.txt") and summary["turns"] == 3
@@ -123,7 +122,8 @@ def test_hostile_predictions_score_zero_and_leave_the_database_alone(gold, tmp_p
                "SELECT count(*) FROM " + ", ".join(f"pets p{i}" for i in range(25))]
     path = tmp_path / "pred.txt"
     body = "\n".join(hostile[:3]) + "\n\n" + "\n".join(hostile[3:6]) + "\n\n"
-    path.write_bytes(body.encode() + b"SELECT '\xff\xfe'\n" + hostile[6].encode() + b"\n")
+    # odd characters, but UTF-8: a file that is not UTF-8 is refused whole (tests/test_bad_input_store.py)
+    path.write_bytes(body.encode() + "SELECT '\ufffe\u202e'\n".encode() + hostile[6].encode() + b"\n")
     result = evaluate_files("sparc", path, gold_path=gold, options=EvaluateOptions(timeout_s=0.5))
     assert [i["exec_match"] for i in result.items] == [0] * 8
     assert [i["exact_match"] for i in result.items] == [0] * 8
@@ -151,15 +151,13 @@ def test_score_pairs_equals_scoring_the_written_file(tmp_path):
 
 def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
     pred = predictions(tmp_path, gold_as_predictions(gold))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path),
-           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # this checkout's mtsql, not the installed one
-    ok = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
-                         "--gold", str(gold), "--out", str(tmp_path / "cli")], capture_output=True, text=True, env=env)
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
+    ok = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--gold", str(gold),
+                           "--out", str(tmp_path / "cli")], env=env)
     assert ok.returncode == 0, ok.stderr
     assert "joint_all" in ok.stdout and (tmp_path / "cli" / "summary.json").exists()
-    bad = subprocess.run([sys.executable, "-m", "mtsql", "evaluate", "--dataset", "sparc", "--pred", str(pred),
-                          "--out", str(tmp_path / "x"), "--exec-semantics", "nope"], capture_output=True, text=True,
-                         env=env)
+    bad = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", str(tmp_path / "x"),
+                            "--exec-semantics", "nope"], env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "testsuite" in bad.stderr
 
 

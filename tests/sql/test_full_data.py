@@ -7,9 +7,10 @@ import re
 import pytest
 
 from mtsql.core.evaluation_files import evaluate_files
-from mtsql.core.sql import clear_caches
 from mtsql.core.sql.evaluation import EvaluateOptions
 from mtsql.core.sql.official_format import read_interactions
+
+from ..caches import clear_caches
 
 pytestmark = pytest.mark.data
 

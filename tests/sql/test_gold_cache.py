@@ -8,9 +8,11 @@ import shutil
 
 import pytest
 
-from mtsql.core.sql import clear_caches, gold_cache
+from mtsql.core.sql import gold_cache
 from mtsql.core.sql.executor import ExecResult
 from mtsql.core.sql.scoring import DataSources, score
+
+from ..caches import clear_caches
 
 GOLD = ["SELECT name FROM student WHERE age > 20", "SELECT count(*) FROM dept", "SELECT name FROM student ORDER BY age"]
 PRED = ["SELECT name FROM student WHERE age > 21", "SELECT count(*) FROM likes", "SELECT name FROM student"]

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
+import multiprocessing
 import os
-import time
 
 import pytest
 
@@ -9,16 +9,17 @@ from mtsql.base.errors import UsageError
 from mtsql.core.sql.workers import GroupWorkers
 
 
-def squares(share: dict, offset: int):
+def squares(share: dict, offset: int, meet: multiprocessing.Barrier):
     for key, items in share.items():
-        time.sleep(0.5)  # long enough for the other process to take the next group meanwhile
+        meet.wait(timeout=120)  # each group waits for one on the other process: one process cannot take all
         for index, value in items:
             yield index, (key, value * value + offset, os.getpid())
 
 
 def test_results_of_every_group_come_back_from_several_processes():
     groups = {key: [(10 * k + i, i) for i in range(3)] for k, key in enumerate("abcd")}
-    with GroupWorkers(squares, groups, (1,), workers=2) as pool:
+    meet = multiprocessing.get_context("fork").Barrier(2)
+    with GroupWorkers(squares, groups, (1, meet), workers=2) as pool:
         results = dict(pool.results())
         assert len(pool.cpu_seconds) == 2 and all(seconds >= 0 for seconds in pool.cpu_seconds)
     assert sorted(results) == sorted(index for items in groups.values() for index, _ in items)

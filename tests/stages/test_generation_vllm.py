@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,8 @@ from mtsql.base.config import load_config
 from mtsql.base.files import read_jsonl
 from mtsql.engines.backends.vllm import UNVERIFIED
 from mtsql.engines.backends.vllm_server import SERVED_NAME, signal_group
+
+from ..held import held_command, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -99,9 +99,13 @@ def test_sample_through_a_user_run_server_records_that_it_cannot_be_verified(tmp
 
 
 def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_python):
-    args = [sys.executable, "-m", "mtsql", "evaluate", "--config", str(TINY), "--model", "base",
-            f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=16",
-            "sample.max_new_tokens=96", f"sample.vllm_python={vllm_python}", "sample.vllm_kv_cache_gib=1"]
+    """Ctrl-C while a request is with the server (the stage is held right after sending its first one, so
+    the evaluation cannot end first): exit 130, no server left, the partial folder kept."""
+    marker = tmp_path / "sent"
+    args = held_command(marker, "mtsql.engines.backends.vllm:VLLMBackend.submit",
+                        "evaluate", "--config", str(TINY), "--model", "base",
+                        f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=16",
+                        "sample.max_new_tokens=96", f"sample.vllm_python={vllm_python}", "sample.vllm_kv_cache_gib=1")
     child = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                              env={**os.environ, "COLUMNS": "200"})
     pgid = None
@@ -111,7 +115,7 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
         if "ready after" in line:
             break
     assert pgid is not None, "the stage did not start a vLLM server"
-    time.sleep(2)
+    wait_for(marker, child)
     child.send_signal(signal.SIGINT)
     rest = child.stderr.read()
     assert child.wait(60) == 130, rest

@@ -6,7 +6,7 @@ import pytest
 from mtsql.base.config import RejectConfig, load_config
 from mtsql.base.errors import UsageError
 from mtsql.core.trajectories import ScoredRow, is_correct, read_rows
-from mtsql.stages.reject import diverse, select
+from mtsql.stages.reject import diverse, recovery, select
 
 
 def scored(**fields) -> ScoredRow:
@@ -64,3 +64,31 @@ def test_unsolved_items_go_to_the_pool_and_table_buckets():
 def test_unknown_requirement_is_refused_when_the_config_loads():
     with pytest.raises(UsageError, match="'reject.require' must be one of ex, em; got 'bleu'"):
         load_config(None, ["reject.require=[ex, bleu]"])
+
+
+def recovered_row(uid, sample, *, tokens, by_model=True):
+    """A right trajectory whose first exec_sql failed and whose second ran (a recovery when the model wrote it)."""
+    steps = [{"index": 0, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT x", "result_kind": "error",
+              "verdict": "no_pass"},
+             {"index": 1, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT a FROM t", "result_kind": "ok",
+              "verdict": "pass"},
+             {"index": 2, "action": "answer", "sql": "SELECT a FROM t", "verdict": None}]
+    base = row(uid, sample, hardness="easy", tokens=tokens, actions=("exec_sql", "exec_sql", "answer"))
+    return replace(base, trajectory={**base.trajectory, "steps": steps}, response_ids=[1, 2] if by_model else None)
+
+
+def test_the_models_own_recovery_is_kept_where_the_shortest_choice_left_it_out():
+    """keep_easy keeps the shortest; the model's recovery, longer, is kept as well (keep_recoveries)."""
+    rows = [replace(row("e", 0, hardness="easy", tokens=10), response_ids=[1]), recovered_row("e", 1, tokens=50),
+            recovered_row("e", 2, tokens=40)]
+    assert recovery(rows[1]) and not recovery(rows[0])
+    kept, _, table = select(rows, RejectConfig(keep_easy=1))
+    assert [r.sample for r in kept] == [0, 2] and table["all"]["kept"] == 2
+    kept, _, _ = select(rows, RejectConfig(keep_easy=1, keep_recoveries=False))
+    assert [r.sample for r in kept] == [0]
+
+
+def test_scripted_corrections_are_not_recoveries():
+    rows = [row("e", 0, hardness="easy", tokens=10), recovered_row("e", 1, tokens=50, by_model=False)]
+    kept, _, _ = select(rows, RejectConfig(keep_easy=1))
+    assert [r.sample for r in kept] == [0]

@@ -6,6 +6,7 @@ import errno
 import inspect
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,7 @@ from mtsql.app.trajectory_text import find_trajectory, render_trajectory
 from mtsql.base.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
 from mtsql.base.config import Config, load_config, replace, to_dict
 from mtsql.base.errors import MtsqlError, UsageError
+from mtsql.base.paths import user_path
 from mtsql.base.progress import track
 from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.core.data import data_root
@@ -37,23 +39,48 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-INTERRUPTED = 130  # the exit code of Ctrl-C (128 + SIGINT)
+INTERRUPTED = 130  # the exit code of Ctrl-C (128 + SIGINT); SIGTERM's is 143
+_stopped_by = [signal.SIGINT]  # the signal that interrupted the command
+_MAIN_PID = os.getpid()
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM (``kill``, a batch system's time limit) stops a command as Ctrl-C does: the stage records
+    the attempt as interrupted and keeps its ``.partial`` folder, and one line says so. A forked worker
+    (a scoring pool's) that inherited this handler ends as SIGTERM ends it by default."""
+    if os.getpid() != _MAIN_PID:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _stopped_by[0] = signal.Signals(signum)
+    raise KeyboardInterrupt
+
+
+def _interrupted_code() -> int:
+    return 128 + _stopped_by[0]
+
+
+def _how() -> str:
+    return "interrupted" if _stopped_by[0] == signal.SIGINT else f"stopped by {_stopped_by[0].name}"
 
 
 class InterruptibleGroup(TyperGroup):
-    """The top command group: Ctrl-C says what it left behind before exiting 130 (Typer itself turns
-    ``KeyboardInterrupt`` into a silent exit 130 before ``main`` could see it)."""
+    """The top command group: Ctrl-C (or SIGTERM) says what it left behind before exiting 130 (143)
+    (Typer itself turns ``KeyboardInterrupt`` into a silent exit 130 before ``main`` could see it)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except StageInterrupted as exc:
-            err_console.print(f"interrupted: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
+            how = _how()
+            err_console.print(f"{how}: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
                               highlight=False, soft_wrap=True)
-            raise typer.Exit(INTERRUPTED) from None
+            raise typer.Exit(_interrupted_code()) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted: finished stages are kept; rerun the same command to resume")
-            raise typer.Exit(INTERRUPTED) from None
+            how = _how()
+            err_console.print(f"{how}: finished stages are kept; rerun the same command to resume", markup=False,
+                              highlight=False)
+            raise typer.Exit(_interrupted_code()) from None
 
 
 app = typer.Typer(
@@ -99,7 +126,7 @@ def _run_folder(run: str | None, config: Path | None, overrides: list[str] | Non
     folder, or a name under the profile's ``runs_dir``), else the profile's ``run``."""
     run, overrides = _split_run(run, overrides)
     cfg = _cfg(config, overrides)
-    return run_folder(run or cfg.run, Path(cfg.runs_dir))
+    return run_folder(run or cfg.run, user_path(cfg.runs_dir))
 
 
 def _print_table(title: str, artifact) -> None:
@@ -110,15 +137,20 @@ def _print_table(title: str, artifact) -> None:
 
 @app.command()
 def sample(config: ConfigOpt = None, overrides: Overrides = None,
-           policy: Annotated[str | None, typer.Option(help="model, gold or gold_with_correction (default: sample.policy).")] = None,
+           policy: Annotated[str | None, typer.Option(help="model, gold, gold_with_correction, gold_grounded or "
+                                                      "own_mistakes (default: sample.policy).")] = None,
            dataset: Annotated[str | None, typer.Option(help="Dataset to sample (default: data.train_dataset).")] = None,
            split: Annotated[str | None, typer.Option(help="train (the training pool) or dev.")] = None,
+           attempts: Annotated[str | None, typer.Option(help="own_mistakes: label of a sample artifact of the model "
+                                                        "whose first queries to keep.")] = None,
            model: ModelOpt = "auto", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
     cfg = _cfg(config, [*(overrides or []), *([f"data.train_dataset={dataset}"] if dataset else []),
                         *([f"data.train_split={split}"] if split else []),
                         *([f"sample.policy={policy}"] if policy else [])])
-    pipeline.sample(cfg, label=label, model=store_for(cfg).model(model), force=force, dry_run=dry_run)
+    store = store_for(cfg)
+    pipeline.sample(cfg, label=label, model=store.model(model), force=force, dry_run=dry_run,
+                    attempts=latest_input(store, attempts, dry_run=dry_run) if attempts else None)
 
 
 @app.command()
@@ -172,9 +204,9 @@ def evaluate(
     pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, a blank line "
                                               "between interactions (none for spider).")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
-    gold: Annotated[Path | None, typer.Option(help="Gold file (default: <data>/<dataset>/dev_gold.txt).")] = None,
+    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
-    tables: Annotated[Path | None, typer.Option(help="tables.json (default: <data>/<dataset>/tables.json).")] = None,
+    tables: Annotated[Path | None, typer.Option(help="tables.json (default: the one in <data>/<dataset>).")] = None,
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
     exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
@@ -197,7 +229,8 @@ def evaluate(
         raise UsageError("evaluate --pred needs --dataset and --out")
     options = EvaluateOptions.from_config(cfg.sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics,
                                           workers=workers, gold_cache=gold_cache)
-    run_evaluate(dataset, pred, out, console=console, data_root=data_root(cfg.data), gold_path=gold, db_dir=db_dir,
+    run_evaluate(dataset, pred, out, console=console, runs_dir=runs_root(cfg), data_root=data_root(cfg.data),
+                 gold_path=gold, db_dir=db_dir,
                  tables_path=tables, options=options, allow_mismatch=allow_mismatch)
 
 
@@ -299,6 +332,7 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
                if unfinished else "not a run folder? A run holds <label>/<fingerprint>/manifest.json")
         raise UsageError(f"{folder}: no complete artifact to verify ({why})")
     problems += [p for artifact in artifacts for p in verify(artifact)]
+    problems += Store(folder).link_problems()
     for problem in problems:
         err_console.print(problem, markup=False, highlight=False, soft_wrap=True)
     if problems:
@@ -381,15 +415,16 @@ def main() -> None:
     logging.basicConfig(level=level, format="%(message)s")
     # transformers draws its own bars for loading and writing weights; mtsql's bars say what is happening
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except SystemExit as exc:
-        if exc.code == INTERRUPTED:
+        if exc.code in (INTERRUPTED, 128 + signal.SIGTERM):
             # Ctrl-C, already reported. Leave now: under `python -m`, the interpreter's shutdown would
             # still see the KeyboardInterrupt and end the process by SIGINT instead of exit code 130.
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(INTERRUPTED)
+            os._exit(exc.code)
         raise
     except MtsqlError as exc:
         if os.environ.get("MTSQL_DEBUG") == "1":

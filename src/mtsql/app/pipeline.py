@@ -38,23 +38,26 @@ console = Console(stderr=True)
 
 
 def sample(cfg: Config, *, key: ArtifactKey | None = None, label: str | None = None, policy: str | None = None,
-           model=None, pool=None, force=False, dry_run=False) -> Artifact | Pending:
-    """Roll out ``policy`` (default ``sample.policy``); a model policy samples ``model`` (None: base).
-    ``key`` / ``label``: as ``run_stage`` takes them."""
+           model=None, pool=None, attempts=None, force=False, dry_run=False) -> Artifact | Pending:
+    """Roll out ``policy`` (default ``sample.policy``); a model policy samples ``model`` (None: base),
+    ``own_mistakes`` keeps the first queries of the sample artifact ``attempts``. ``key`` / ``label``: as
+    ``run_stage`` takes them."""
     if policy is not None:
         cfg = replace(cfg, sample={"policy": policy})
-    inputs = {"model": model if cfg.sample.policy == "model" else None, "pool": pool}
+    inputs = {"model": model if cfg.sample.policy == "model" else None, "pool": pool,
+              "attempts": attempts if cfg.sample.policy == "own_mistakes" else None}
     return run_stage("sample", cfg, key=key, label=label, inputs=inputs, force=force, dry_run=dry_run)
 
 
 def sft_iterate(cfg: Config, rounds: int | None = None, *, variant: str | None = None, trained: dict | None = None,
-                force=False, dry_run=False) -> Artifact | Pending | None:
+                attempts=None, force=False, dry_run=False) -> Artifact | Pending | None:
     """Round k samples the pool with round k-1's model (round 1: ``sft.first_round_policy``),
     keeps correct diverse trajectories, and fine-tunes round k-1's model on them. Items the model
     solved leave the pool (a scripted policy solves nothing by itself: the pool stays); once none is
     left, no round follows. A round with nothing kept trains nothing and the previous model carries over.
     A ``variant`` (a pipeline step's label) names its own labels (``sample-<variant>-r1``, ...); ``trained``,
-    when given, receives each round's model by label (``{"sft-r1": ...}``)."""
+    when given, receives each round's model by label (``{"sft-r1": ...}``); ``attempts``: the sample artifact
+    whose first queries an ``own_mistakes`` first round keeps (``sample_attempts``)."""
     model = pool = None
     summary = []
     for k in range(1, (rounds or cfg.sft.rounds) + 1):
@@ -63,7 +66,7 @@ def sft_iterate(cfg: Config, rounds: int | None = None, *, variant: str | None =
             break
         policy = cfg.sft.first_round_policy if k == 1 else "model"
         sampled = sample(cfg, key=ArtifactKey("sample", k, variant), policy=policy, model=model, pool=pool,
-                         force=force, dry_run=dry_run)
+                         attempts=attempts, force=force, dry_run=dry_run)
         kept = run_stage("reject", cfg, key=ArtifactKey("reject", k, variant), inputs={"sample": sampled},
                          force=force, dry_run=dry_run)
         if policy == "model":
@@ -80,6 +83,14 @@ def sft_iterate(cfg: Config, rounds: int | None = None, *, variant: str | None =
     if not dry_run:
         _print_rounds(summary)
     return model
+
+
+def sample_attempts(cfg: Config, model, *, variant: str | None, force=False, dry_run=False) -> Artifact | Pending:
+    """``model``'s own first queries on the training items for an ``own_mistakes`` round: one greedy sample
+    each (as an evaluation decodes), as ``sample-attempts-<variant>``."""
+    greedy = replace(cfg, sample={"n": 1, "temperature": 0.0})
+    return sample(greedy, key=ArtifactKey("sample", variant="-".join(filter(None, ("attempts", variant)))),
+                  policy="model", model=model, force=force, dry_run=dry_run)
 
 
 def _round_row(kept: Artifact, trained: Artifact | Pending | None) -> dict:
@@ -159,12 +170,15 @@ class Step:
     (``sft-r1``), or a variant's model. ``label``: the artifact's label; on an ``sft-iterate`` or ``rl``
     step, a variant name (a word) that gives its artifacts labels of their own (``sft-<label>-r1``,
     ``rl-<label>-c1``) and its model the reference ``sft-<label>`` / ``rl-<label>``. A variant does not
-    replace the pipeline's ``sft``, ``rl`` or ``latest`` model (an RL variant starts from ``sft``, as ``rl`` does)."""
+    replace the pipeline's ``sft``, ``rl`` or ``latest`` model (an RL variant starts from ``sft``, as ``rl`` does).
+    ``attempts`` (``sft-iterate`` only): the model whose own first queries on the training items an
+    ``own_mistakes`` first round keeps; the step samples them first (``sample_attempts``)."""
 
     stage: str
     label: str | None = None
     model: str = "latest"
     overrides: tuple[str, ...] = ()
+    attempts: str | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +209,9 @@ def load_pipeline(path: Path) -> Pipeline:
             raise UsageError(f"{path}: steps[{i}].model must be one of {', '.join((*MODEL_REFS, *variants))}"
                              + (", sft-r<k>" if rounds else "") + " (a round's or a variant's model after the "
                              "step that trains it)")
+        if step.attempts is not None and (step.stage != "sft-iterate" or step.attempts not in (*MODEL_REFS, *variants)):
+            raise UsageError(f"{path}: steps[{i}].attempts names the model whose first queries an sft-iterate step "
+                             f"keeps: one of {', '.join((*MODEL_REFS, *variants))}, on an sft-iterate step")
         rounds = rounds or (step.stage == "sft-iterate" and step.label is None)
         if step.stage in TRAINS and step.label is not None:
             if not VARIANT.fullmatch(step.label):
@@ -291,7 +308,10 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrid
         where = f"{path}: steps[{i}] ({step.stage})"
         if step.stage == "sft-iterate":
             rounds: dict = {}
-            trained = sft_iterate(cfg, variant=step.label, trained=rounds, force=force, dry_run=dry_run)
+            attempts = sample_attempts(cfg, _model(models, step.attempts, cfg, where, required=True),
+                                       variant=step.label, force=force, dry_run=dry_run) if step.attempts else None
+            trained = sft_iterate(cfg, variant=step.label, trained=rounds, attempts=attempts, force=force,
+                                  dry_run=dry_run)
             _keep_model(models, "sft", step.label, trained)
             if step.label is None:
                 models.update(rounds)

@@ -37,9 +37,10 @@ from mtsql.base.artifacts import Artifact, ArtifactKey, Store, fingerprint
 from mtsql.base.config import Config, ConfigView
 from mtsql.base.errors import UsageError
 from mtsql.base.files import check_folder
-from mtsql.base.paths import folder_name
-from mtsql.base.provenance import code_digest
+from mtsql.base.paths import folder_name, label_name, user_path
+from mtsql.base.provenance import code_digest, data_digest
 from mtsql.core.data import data_root
+from mtsql.engines.models.registry import local_model_folder
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
 
 STAGES: dict[str, ModuleType] = {
@@ -80,7 +81,7 @@ def latest_input(store: Store, label: str, *, dry_run: bool = False) -> Artifact
 
 def runs_root(cfg: Config) -> Path:
     """``runs_dir`` (it need not exist yet); a file on its path is a ``UsageError``."""
-    return check_folder(Path(cfg.runs_dir), f"runs_dir={cfg.runs_dir}", "set runs_dir= to a folder for the runs")
+    return check_folder(user_path(cfg.runs_dir), f"runs_dir={cfg.runs_dir}", "set runs_dir= to a folder for the runs")
 
 
 def store_for(cfg: Config) -> Store:
@@ -104,7 +105,7 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
     if key is not None and (label is not None or key.stage != name):
         raise ValueError(f"stage '{name}': give a key of this stage or a label, not {key} and {label!r}")
     key = ArtifactKey(name, name=label) if key is None else key
-    module, label = STAGES[name], folder_name(key.label, "label")
+    module, label = STAGES[name], label_name(key.label)
     inputs = {key: value for key, value in (inputs or {}).items() if value is not None}
     params = params or {}
     missing = [key for key, default in module.INPUTS.items() if default is not None and key not in inputs]
@@ -118,8 +119,10 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
     store = store_for(cfg)
     if dry_run:
         return _plan(key, module, view, store, config, inputs, params, code, force)
+    local = _local_model(module, view)
+    unhashed = {**view.unhashed(), **({"model_folder": str(local)} if local else {})}
     artifact, cached = store.run(key, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
-                                 code=code, force=force, unhashed=view.unhashed())
+                                 code=code, force=force, unhashed=unhashed)
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
@@ -134,10 +137,20 @@ def fingerprinted(module: ModuleType, view: ConfigView, params: dict, *, dry_run
     """The config a stage's fingerprint covers (and its config.yaml shows): its hashed settings
     (``hashed``, else ``view.hashed()``), ``params`` and, if it generates tokens, its engine."""
     config = {**(module.hashed(view) if hasattr(module, "hashed") else view.hashed()), "params": params}
+    local = _local_model(module, view)
+    if local is not None:  # a model folder of the user's: what it holds, not where it is (as for the data)
+        config["model_digest"] = data_digest(local)
+        if isinstance(config.get("model"), dict) and "name" in config["model"]:
+            config["model"] = {**config["model"], "name": "<a local folder: model_digest>"}
     engine = _engine_identity(module, view, dry_run)
     if engine:
         config["engine"] = engine  # what generates its tokens, beyond the config (a vLLM version, ...)
     return config
+
+
+def _local_model(module: ModuleType, view: ConfigView) -> Path | None:
+    """The model folder of the user's a stage loads (``model.name`` a folder, not an alias or Hub id)."""
+    return local_model_folder(view.model.name) if "model" in module.SECTIONS else None
 
 
 def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dict:

@@ -2,7 +2,9 @@
 
 One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial``: ``running`` while a process
 holds the stage's lock, else ``partial`` with how its last attempt ended; a damaged manifest is a row
-that names it, not an error for the whole run): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
+that names it, not an error for the whole run; an artifact whose files do not verify against its
+manifest, checked with cached hashes, is ``edited``, and a ``latest`` link that leads out of the run
+or nowhere a ``bad link`` row): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
 then the evaluations (base → sft → rl), as the artifacts' keys (``ArtifactKey``) say. Other folders of
 a run (``report/``) are not stages.
 """
@@ -17,7 +19,17 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from mtsql.base.artifacts import ATTEMPTS, PARTIAL, ArtifactKey, key_of, read_attempts, read_manifest
+from mtsql.base.artifacts import (
+    ATTEMPTS,
+    PARTIAL,
+    Artifact,
+    ArtifactKey,
+    Store,
+    key_of,
+    read_attempts,
+    read_manifest,
+    verify,
+)
 from mtsql.base.errors import UsageError
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
@@ -26,7 +38,7 @@ ROUND_STAGES = ("sample", "reject", "sft")
 
 def run_folder(run: str, runs_dir: Path) -> Path:
     """A run name under ``runs_dir`` or a path to a run folder; it must exist."""
-    for candidate in (Path(run), runs_dir / run):
+    for candidate in (Path(run).expanduser(), runs_dir / run):
         if candidate.is_dir():
             return candidate
     raise UsageError(f"no run '{run}' (looked for {run} and {runs_dir / run}); `mtsql status` lists runs")
@@ -59,7 +71,12 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
     for stage_dir in (p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
         entries = [p for p in stage_dir.iterdir() if p.is_dir() and ARTIFACT_FOLDER.match(p.name)]
         link = stage_dir / "latest"
-        latest = link.resolve() if link.exists() else None
+        try:
+            latest = Store(folder).inside(link) if link.is_symlink() else None
+        except UsageError as exc:  # a link the store did not make: name it, show the rest
+            latest = None
+            found.append(((pipeline_order(None, stage_dir.name), 2), "",
+                          (stage_dir.name, "bad link", "", "", "", str(exc))))
         manifests, unreadable = {}, []
         for entry in entries:  # none: not a stage folder (the report, a user's notes)
             try:
@@ -80,9 +97,13 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
                 continue
             is_latest = entry.resolve() == latest
             created = manifest.get("created_at", "")
+            problems = verify(Artifact(entry, manifest), cached=True)
+            state = "edited" if problems else "latest" if is_latest else "older"
+            what = f"does not verify (see `mtsql data verify`): {problems[0]}" if problems \
+                else summary(manifest)
             found.append(((pipeline_order(key_of(manifest)), 0 if is_latest else 1), created,
-                          (manifest["label"], "latest" if is_latest else "older", manifest["fingerprint"][:12],
-                           created[5:16].replace("T", " "), duration(manifest.get("duration_s")), summary(manifest))))
+                          (manifest["label"], state, manifest["fingerprint"][:12],
+                           created[5:16].replace("T", " "), duration(manifest.get("duration_s")), what)))
     found.sort(key=lambda item: item[1], reverse=True)
     found.sort(key=lambda item: item[0])
     return [row for _, _, row in found]

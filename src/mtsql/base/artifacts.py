@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import json
@@ -40,7 +41,8 @@ import yaml
 
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_json, write_json, write_text
-from mtsql.base.provenance import code_version, hardware, package_versions
+from mtsql.base.paths import label_name
+from mtsql.base.provenance import cached_sha256, code_version, hardware, package_versions
 
 SCHEMA_VERSION = 3  # 3: the manifest records its ArtifactKey ("key")
 MANIFEST = "manifest.json"
@@ -203,6 +205,7 @@ class Store:
     def find(self, label: str, fp: str) -> Artifact | None:
         """The complete artifact with fingerprint ``fp``: under ``label``, else under any label."""
         for folder in (self.folder(label, fp), *sorted(self.root.glob(f"*/{fp[:12]}"))):
+            _not_a_symlink(folder)
             manifest = read_manifest(folder)
             if manifest is None:
                 continue
@@ -213,19 +216,47 @@ class Store:
         return None
 
     def latest(self, label: str) -> Artifact | None:
-        link = self.root / label / "latest"
-        if not link.exists():
+        """The artifact ``label``'s ``latest`` link points to (None: no such link, or an unfinished one).
+        A label is a name, never a path; a link that leads outside the run, or nowhere, is an error."""
+        link = self.root / label_name(label) / "latest"
+        if not link.is_symlink() and not link.exists():
             return None
-        manifest = read_manifest(link.resolve())
-        return Artifact(link.resolve(), manifest) if manifest else None
+        target = self.inside(link)
+        manifest = read_manifest(target) if target else None
+        return Artifact(target, manifest) if manifest else None
+
+    def inside(self, link: Path) -> Path | None:
+        """Where a ``latest`` link of this run leads: an artifact folder of this run (None: one that was
+        deleted, so the stage runs again), or a UsageError for a link that leads out of the run."""
+        target = link.resolve()
+        if target.parent.parent != self.root or (target.exists() and not target.is_dir()):
+            raise UsageError(f"{link} leads to {target}, not to an artifact folder of run {self.root}; the store "
+                             "never makes such a link: delete it and rerun the stage")
+        return target if target.exists() else None
+
+    def latest_links(self) -> list[Path]:
+        """Every ``<label>/latest`` link of the run, those that lead nowhere included (``glob`` skips them)."""
+        folders = sorted(p for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
+        return [folder / "latest" for folder in folders if (folder / "latest").is_symlink()]
+
+    def link_problems(self) -> list[str]:
+        """What is wrong with the run's ``latest`` links (each must lead to an artifact folder of the run)."""
+        problems = []
+        for link in self.latest_links():
+            try:
+                self.inside(link)
+            except UsageError as exc:
+                problems.append(str(exc))
+        return problems
 
     def latest_of(self, stage: str) -> Artifact | None:
         """This run's last round or curriculum stage of ``stage`` (``sft-r2``, ``rl-c3``; of the artifacts
         its labels' ``latest`` links point to; one without a round counts as round 0; not a pipeline
         variant's), the newest of them on a tie; None when it has none."""
         found = []
-        for link in self.root.glob("*/latest") if self.root.exists() else ():
-            manifest = read_manifest(link.resolve()) if link.exists() else None
+        for link in self.latest_links():
+            target = self.inside(link)
+            manifest = read_manifest(target) if target else None
             key = key_of(manifest) if manifest is not None else None
             if key is not None and key.stage == stage and key.variant is None:  # a pipeline variant's
                 # (sft-short-r1, rl-outcome-c1) is never this run's sft or rl model
@@ -286,59 +317,92 @@ class Store:
         ``config.yaml`` shows ``config`` (what the fingerprint covers) and, under ``not_hashed``,
         ``unhashed`` (settings that were used but cannot change the results: batch sizes, ports, paths).
         """
-        stage, label = key.stage, key.label
+        stage, label = key.stage, label_name(key.label)
         fp = fingerprint(stage, config, inputs, code)
         if not force and (done := self.find(label, fp)):
             self._point_latest(label, done.path)
             return done, True
         final = self.folder(label, fp)
-        partial = final.with_name(final.name + PARTIAL)
+        partial, lock = final.with_name(final.name + PARTIAL), final.with_name(final.name + ".lock")
+        for path in (final.parent, final, partial, lock, final.with_name(final.name + ".old")):
+            _not_a_symlink(path)
+        if partial.exists():
+            _no_link_out(partial)  # a link made by hand: the next attempt would write through it
+        if lock.exists() and not lock.is_file():
+            raise UsageError(f"{lock} is not a file (the store's lock for this stage): delete it and rerun the stage")
+        current = self.latest(label)
+        if current is not None and current.key.stage != stage:
+            raise UsageError(f"label '{label}' is taken by a {current.key.stage} artifact ({current.path}); give this "
+                             f"{stage} stage another label")
+        check_inputs(inputs)
+        made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()][::-1]
+        had_lock = lock.exists()
         final.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(final.with_name(final.name + ".lock")):
-            if force and partial.exists():
-                shutil.rmtree(partial)
-            resumed = partial.exists()
-            partial.mkdir(exist_ok=True)
-            ctx = StageContext(label, partial, inputs, partial / "log.txt")
-            attempts = _Attempts(partial / ATTEMPTS, key)
-            ctx.log(f"=== {label}: attempt started {attempts.start()}"
-                    + (" (resuming the .partial folder)" if resumed else ""))
-            shown = {**config, "not_hashed": unhashed} if unhashed else config
-            write_text(partial / "config.yaml", yaml.safe_dump(shown, sort_keys=False))
-            try:
-                metrics = work(ctx)
-            except KeyboardInterrupt:
-                attempts.stopped("interrupted", ctx, "=== interrupted")
-                raise StageInterrupted(label, partial) from None
-            except Exception as exc:
-                attempts.stopped(f"failed: {type(exc).__name__}", ctx, f"=== failed: {type(exc).__name__}: {exc}")
-                if isinstance(exc, UsageError) and not resumed and _holds_no_work(partial):
-                    shutil.rmtree(partial)  # bad input found before any work: nothing to resume
-                raise
-            if not isinstance(metrics, dict):
-                raise StageFailed(f"stage {label} returned {type(metrics).__name__}, not a metrics dict")
-            write_json(partial / "metrics.json", metrics)
-            _point_paths_at(partial, final)
-            history = attempts.end("complete")
-            (partial / ATTEMPTS).unlink()
-            manifest = {
-                "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": key.round,
-                "key": key.to_dict(),
-                "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)), "attempts": history,
-                "code": {**code_version(), "digest": code},
-                "packages": package_versions(), "hardware": hardware(),
-                "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
-                "inputs": {name: art.ref() for name, art in inputs.items()},
-                "outputs": describe_outputs(partial), "argv": sys.argv, "metrics": metrics, **ctx.extra_manifest,
-            }
-            write_json(partial / MANIFEST, manifest)  # last: from here on the folder is complete
-            if final.exists():
-                trash = final.with_name(final.name + ".old")
-                shutil.rmtree(trash, ignore_errors=True)
-                final.rename(trash)
-                shutil.rmtree(trash)
-            partial.rename(final)
+        try:
+            with _locked(lock):
+                try:
+                    return self._build(key, fp, config, inputs, work, code=code, force=force, unhashed=unhashed)
+                except UsageError:
+                    if not had_lock and not partial.exists():  # refused before any work: no trace of it
+                        lock.unlink(missing_ok=True)
+                    raise
+        except UsageError:
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):  # not empty: something else is there
+                    folder.rmdir()
+            raise
+
+    def _build(self, key: ArtifactKey, fp: str, config: dict, inputs: dict[str, Artifact],
+               work: Callable[[StageContext], dict], *, code: str, force: bool,
+               unhashed: dict | None) -> tuple[Artifact, bool]:
+        """``run`` once it holds the stage's lock: work in the ``.partial`` folder, then complete it."""
+        stage, label = key.stage, key.label
+        final = self.folder(label, fp)
+        partial = final.with_name(final.name + PARTIAL)
+        if force and partial.exists():
+            shutil.rmtree(partial)
+        resumed = partial.exists()
+        partial.mkdir(exist_ok=True)
+        ctx = StageContext(label, partial, inputs, partial / "log.txt")
+        attempts = _Attempts(partial / ATTEMPTS, key)
+        ctx.log(f"=== {label}: attempt started {attempts.start()}"
+                + (" (resuming the .partial folder)" if resumed else ""))
+        shown = {**config, "not_hashed": unhashed} if unhashed else config
+        write_text(partial / "config.yaml", yaml.safe_dump(shown, sort_keys=False))
+        try:
+            metrics = work(ctx)
+        except KeyboardInterrupt:
+            attempts.stopped("interrupted", ctx, "=== interrupted")
+            raise StageInterrupted(label, partial) from None
+        except Exception as exc:
+            attempts.stopped(f"failed: {type(exc).__name__}", ctx, f"=== failed: {type(exc).__name__}: {exc}")
+            if isinstance(exc, UsageError) and not resumed and _holds_no_work(partial):
+                shutil.rmtree(partial)  # bad input found before any work: nothing to resume
+            raise
+        if not isinstance(metrics, dict):
+            raise StageFailed(f"stage {label} returned {type(metrics).__name__}, not a metrics dict")
+        write_json(partial / "metrics.json", metrics)
+        _point_paths_at(partial, final)
+        history = attempts.end("complete")
+        (partial / ATTEMPTS).unlink()
+        manifest = {
+            "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": key.round,
+            "key": key.to_dict(),
+            "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)), "attempts": history,
+            "code": {**code_version(), "digest": code},
+            "packages": package_versions(), "hardware": hardware(),
+            "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
+            "inputs": {name: art.ref() for name, art in inputs.items()},
+            "outputs": describe_outputs(partial), "argv": sys.argv, "metrics": metrics, **ctx.extra_manifest,
+        }
+        write_json(partial / MANIFEST, manifest)  # last: from here on the folder is complete
+        if final.exists():
+            trash = final.with_name(final.name + ".old")
+            shutil.rmtree(trash, ignore_errors=True)
+            final.rename(trash)
+            shutil.rmtree(trash)
+        partial.rename(final)
         self._point_latest(label, final)
         return Artifact(final, manifest), False
 
@@ -417,25 +481,63 @@ def _point_paths_at(partial: Path, final: Path) -> None:
             os.replace(tmp, path)
 
 
-def verify(artifact: Artifact) -> list[str]:
-    """Problems found when checking an artifact's files against its manifest, and the metrics the
-    manifest shows (``mtsql status``) against the hashed ``metrics.json`` (empty: intact)."""
-    problems = []
-    metrics_file = artifact.path / "metrics.json"
-    if metrics_file.is_file() and _canonical(json.loads(metrics_file.read_text())) != _canonical(artifact.metrics):
-        problems.append(f"{artifact.path / MANIFEST}: its metrics differ from metrics.json (edited since the stage "
-                        "wrote them)")
+def verify(artifact: Artifact, *, cached: bool = False) -> list[str]:
+    """Problems found when checking an artifact's files against its manifest (each recorded file there,
+    unchanged, none added, none a link that leads out of the folder), and the metrics the manifest shows
+    (``mtsql status``) against the hashed ``metrics.json`` (empty: intact). ``cached``: a file's sha256
+    may come from ``provenance.cached_sha256`` (hashed again only when its size or mtime changed),
+    which is what a stage, ``status`` and the report check; ``mtsql data verify`` hashes every byte."""
+    folder = artifact.path
+    if folder.is_symlink():
+        return [f"{folder}: a symlink to {folder.resolve()}; the store never makes one"]
+    problems = [f"{folder / MANIFEST}: a symlink to {(folder / MANIFEST).resolve()}; the store never makes one"] \
+        if (folder / MANIFEST).is_symlink() else []
+    metrics_file = folder / "metrics.json"
+    if metrics_file.is_file() and not metrics_file.is_symlink():
+        try:
+            written = _canonical(json.loads(metrics_file.read_text(encoding="utf-8")))
+        except ValueError:
+            written = None
+        if written != _canonical(artifact.metrics):
+            problems.append(f"{folder / MANIFEST}: its metrics differ from metrics.json (edited since the stage "
+                            "wrote them)")
+    recorded = {entry["path"] for entry in artifact.manifest["outputs"]}
+    to_hash = []
     for entry in artifact.manifest["outputs"]:
-        path = artifact.path / entry["path"]
-        if not path.exists():
+        path = folder / entry["path"]
+        if path.is_symlink() and not path.resolve().is_relative_to(folder.resolve()):
+            problems.append(f"{path}: a symlink to {path.resolve()}, outside the artifact (the store never "
+                            "makes one)")
+        elif not path.is_file():
             problems.append(f"{path}: missing")
         elif path.stat().st_size != entry["size"]:
             problems.append(f"{path}: size changed since the stage wrote it")
         elif "sha256" not in entry:
             problems.append(f"{path}: recorded by size only (an artifact of an older mtsql); size unchanged")
-        elif sha256_file(path) != entry["sha256"]:
-            problems.append(f"{path}: content changed since the stage wrote it")
+        else:
+            to_hash.append((path, entry["sha256"]))
+    shas = (sha for _, sha in cached_sha256([path for path, _ in to_hash])) if cached else \
+        (sha256_file(path) for path, _ in to_hash)
+    problems += [f"{path}: content changed since the stage wrote it"
+                 for (path, want), sha in zip(to_hash, shas, strict=True) if sha != want]
+    extra = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                   if (p.is_file() or p.is_symlink()) and p.name != MANIFEST and str(p.relative_to(folder)) not in recorded)
+    if extra:
+        shown = ", ".join(extra[:5]) + (f", … ({len(extra)} in all)" if len(extra) > 5 else "")
+        problems.append(f"{folder}: file(s) the manifest does not record (added since the stage wrote it): {shown}")
     return problems
+
+
+def check_inputs(inputs: dict) -> None:
+    """Refuse, in one line naming the file, an input artifact whose files differ from its manifest
+    (checked with cached hashes: a stage start rehashes only files whose size or mtime changed)."""
+    for name, artifact in inputs.items():
+        if isinstance(artifact, Artifact) and "outputs" in artifact.manifest:  # else made in memory, not read
+            problems = verify(artifact, cached=True)
+            if problems:
+                run = artifact.path.parent.parent
+                raise UsageError(f"{problems[0]}; input '{name}' ({artifact.label}) does not verify: see "
+                                 f"`mtsql data verify {run}`, then rerun the stage that made it with --force")
 
 
 def _canonical(data) -> str:
@@ -444,6 +546,7 @@ def _canonical(data) -> str:
 
 def describe_outputs(folder: Path) -> list[dict]:
     """Every file with its size and sha256 (streamed; checkpoints too), and the records of .jsonl files."""
+    _no_link_out(folder)
     out = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         entry: dict[str, Any] = {"path": str(path.relative_to(folder)), "size": path.stat().st_size,
@@ -467,9 +570,33 @@ def round_(x: float) -> float:
     return float(f"{x:.3f}")
 
 
+def _not_a_symlink(path: Path) -> None:
+    """A UsageError when ``path``, a folder or file the store writes, is a symlink (the store never
+    makes one there, and never writes through one)."""
+    if path.is_symlink():
+        raise UsageError(f"{path} is a symlink (to {path.resolve()}); the store makes none there and never writes "
+                         "through one: delete it and rerun the stage")
+
+
+def _no_link_out(folder: Path) -> None:
+    """A UsageError when a file or folder under ``folder`` is a symlink that leads out of it."""
+    inside = folder.resolve()
+    for path in folder.rglob("*"):
+        if path.is_symlink() and not path.resolve().is_relative_to(inside):
+            raise UsageError(f"{path} is a symlink to {path.resolve()}, outside {folder}; the store never writes "
+                             "through one: delete it and rerun the stage")
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        _not_a_symlink(path)
+        raise
+    with os.fdopen(fd, "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

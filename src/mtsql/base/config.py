@@ -31,7 +31,7 @@ from mtsql.base.slices import CURRICULUM_LABELS
 # Choice-valued settings: a value outside these is a config error when the config loads.
 Dataset = Literal["sparc", "cosql", "spider"]
 Split = Literal["dev", "train"]
-Policy = Literal["model", "gold", "gold_with_correction"]
+Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_mistakes"]
 Logger = Literal["none", "tensorboard", "wandb"]
 
 
@@ -130,6 +130,9 @@ class EnvConfig:
                                                              # observation shape, first call of a message run
                                                              # (docs/paper.md)
     observation_chars: int | None = result(None)  # cap on a whole observation, cut in the middle (release RL: 8000)
+    error_hint: bool = result(False)  # an exec_sql error for a missing table / column also names the tables /
+                                      # columns that exist, as a database client would; default off until the
+                                      # warm-start ablation measures it (configs/experiments/warmstart-ablation.yaml)
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,7 @@ class RewardConfig:
                                                           # per-clause 0/1 average of the Spider parse over the
                                                           # tool calls' SQL
     empty_match_credit: bool = result(True)  # false: a prediction matching a gold with an empty (or all-NULL)
-                                             # result earns no EX / result credit (measures.vacuous)
+                                             # result earns no EX / result credit (sql.vacuous)
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,10 @@ class SampleConfig:
     correction_share: Share = result(1.0)  # gold_with_correction: the share of trajectories that first run a wrong
                                            # variant; the others run the gold at once. 1.0 (every one) taught the
                                            # method run's model to rewrite every first query (README)
+    failure_share: Share = result(0.586)  # gold_grounded: the share of trajectories whose first query fails in a
+                                          # way the result shows, then is corrected; 126/215, the share of dev
+                                          # turns with a failed exec_sql of the SFT model in make reproduce
+                                          # (2026-11-27: 63/114 CoSQL, 63/101 SParC; policies.MEASURED_FAILURE_SHARE)
     backend: Literal["hf", "vllm", "openai"] = result("hf")
     n: AtLeast1 = result(1)
     temperature: NonNegative = result(0.7)  # 0: greedy
@@ -205,6 +212,9 @@ class RejectConfig:
     require: tuple[Literal["ex", "em"], ...] = result(("ex", "em"))
     keep_easy: AtLeast1 = result(2)
     keep_hard: AtLeast1 = result(3)
+    keep_recoveries: bool = result(True)  # a model-written recovery (a failed exec_sql, then a query that ran and
+                                          # a right answer) of an item is kept even where the shortest or the
+                                          # most diverse choice left it out (measures.revisions.is_recovery)
 
 
 @dataclass(frozen=True)

@@ -102,13 +102,24 @@ def data_digest(root: Path) -> str:
     """sha256 of what a data folder holds: each file's path inside the folder, size and sha256, in path
     order (files and folders whose name starts with a dot left out). Neither the folder's own path nor
     file times count, so the same bytes at another path have the same digest, and one changed byte
-    anywhere gives another. Each file's sha256 is kept in ``$MTSQL_HOME/cache/data-files.json`` under
-    its path, size and mtime, so after the first time a digest costs one ``stat`` per file."""
+    anywhere gives another. Each file's sha256 comes from ``cached_sha256``, so after the first time a
+    digest costs one ``stat`` per file."""
     root = Path(root).resolve()
+    files = _data_files(root)
+    digest = hashlib.sha256()
+    for path, (size, sha) in zip(files, cached_sha256(files, forget_under=root), strict=True):
+        digest.update(f"{path.relative_to(root).as_posix()}\0{size}\0{sha}\n".encode())
+    return digest.hexdigest()
+
+
+def cached_sha256(files: list[Path], *, forget_under: Path | None = None) -> list[tuple[int, str]]:
+    """(size, sha256) of each file. The sha256 is kept in ``$MTSQL_HOME/cache/data-files.json`` under the
+    file's path, size and mtime, and hashed again only when one of those changed (or the file changed in
+    the last ``FRESH_S`` seconds). ``forget_under``: a folder whose cached files not in ``files`` are
+    dropped from the cache (they were deleted)."""
     cache_path = home_dir() / "cache" / "data-files.json"
     cache, changed, now = _read_digest_cache(cache_path), False, time.time()
-    digest = hashlib.sha256()
-    files = _data_files(root)
+    found = []
     for path in files:
         stat = path.stat()
         mark = [stat.st_size, stat.st_mtime_ns]
@@ -120,12 +131,17 @@ def data_digest(root: Path) -> str:
                 sha = hashlib.file_digest(handle, "sha256").hexdigest()
             if now - stat.st_mtime > FRESH_S:
                 cache[str(path)], changed = [*mark, sha], True
-        digest.update(f"{path.relative_to(root).as_posix()}\0{stat.st_size}\0{sha}\n".encode())
-    if changed:  # entries of files no longer in this folder go
-        inside, present = f"{root}{os.sep}", {str(path) for path in files}
-        write_json(cache_path, {key: value for key, value in cache.items()
-                                if key in present or not key.startswith(inside)})
-    return digest.hexdigest()
+        found.append((stat.st_size, sha))
+    if changed:
+        if forget_under is not None:  # entries of files no longer in this folder go
+            inside, present = f"{forget_under}{os.sep}", {str(path) for path in files}
+            cache = {key: value for key, value in cache.items() if key in present or not key.startswith(inside)}
+        try:
+            write_json(cache_path, cache)
+        except OSError as exc:  # a read-only MTSQL_HOME: the digests stand, only the next check is slower
+            print(f"note: data digest cache {cache_path} not written ({exc.strerror}); files are hashed again "
+                  "next time", file=sys.stderr)
+    return found
 
 
 def _data_files(root: Path) -> list[Path]:

@@ -1,22 +1,28 @@
 """Rewards of a finished trajectory against the gold SQL (docs/method.md), shared by every stage.
 
     scores = compute_rewards(trajectory, gold_sql, RewardConfig(family="process"))
-    scores["score"]     # the configured family's total; every other key is always present too
+    scores["score"]     # the configured family's total
+
+A family is one function in ``FAMILIES`` (name -> ``Family``) that computes only its own terms and
+its total ``score`` from a ``Scoring``; ``compute_rewards`` adds the ``SHARED_KEYS`` every family
+returns (EX, EM and whether they could be scored). The keys returned depend only on the config
+(``reward_keys``), so every call of a run returns the same keys.
 
 * outcome: EX (test-suite execution match by default) and EM (exact set match), from ``score_turn``
   on the final SQL, which is read only from the model's ``<answer_sql>``. No answer scores 0. A gold
-  the evaluator cannot score gives 0 with ``ex_scored`` / ``em_scored`` = 0.
-* process (MTSQL-R1): outcome + w·exec_verify + w·coherence + w·clause_f1 (+ w·format).
+  the evaluator cannot score gives 0 with ``ex_scored`` / ``em_scored`` = 0. Total:
+  w·ex + w·em + w·format.
+* process (MTSQL-R1): the outcome total + w·exec_verify + w·coherence + w·clause score.
   exec_verify: mean over executed ``exec_sql`` calls of ``EXEC_VERIFY_TABLE[result kind, verdict]``,
   a missing verdict scoring 0. coherence: mean over ``memory_retrieve`` calls of the clause score of
   the checked query against the gold if the ``<memory_verify>`` verdict is pass, 1 - score if
   no_pass, 0 if missing (calls on a first turn, with nothing to check, do not count). The clause
   score (``reward.clause_score``) is one of:
 
-  - ``f1`` (``clause_f1``): mean clause-item micro F1 (``sql.clauses``) of every proposed query,
+  - ``f1`` (term ``clause_f1``): mean clause-item micro F1 (``sql.clauses``) of every proposed query,
     the exec_sql arguments and the answer;
-  - ``release`` (``clause_exact``, MTSQL-R1's released reward): both queries parsed into the Spider
-    dict against the database schema; each clause that either query has (select, from, where,
+  - ``release`` (term ``clause_exact``, MTSQL-R1's released reward): both queries parsed into the
+    Spider dict against the database schema; each clause that either query has (select, from, where,
     groupBy, having, orderBy, limit, intersect, union, except) scores 1 when the two are equal and 0
     otherwise; the query's score is the mean, 0 when either does not parse. Averaged over the SQL
     of every tool call that ran (exec_sql and, under the release protocol, the memory call's copy),
@@ -24,25 +30,25 @@
 
   A term with no query to average over is 0.
 * empty results: with ``empty_match_credit: false``, a final SQL that matches a gold whose result is
-  empty (no rows, or only NULLs; ``measures.vacuous``) while returning nothing itself scores EX 0,
+  empty (no rows, or only NULLs; ``sql.vacuous``) while returning nothing itself scores EX 0,
   and sqlr1 gives it neither the result nor the length term: an ``[] == []`` match earns no credit.
 * format: 1 when the trajectory followed the protocol (``Trajectory.protocol_valid``), else 0.
 * sqlr1 (SQL-R1): format ±1 (protocol-valid and answered); if the format holds, execution ±2 (the
   final SQL runs, an empty result included, or errors / times out); if it ran, result ±3 (EX); if it
   matched, length = 0.5·min(L, 2048)/2048 + len(sql)/len(answer text), with L the response length in
   tokens (``response_tokens``, else whitespace-separated words of all assistant messages) and the
-  answer text the last message after its reasoning.
+  answer text the last message after its reasoning. Total: the sum of the four.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.base.config import RewardConfig, SqlConfig
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent.env import Trajectory
-from mtsql.core.measures.vacuous import is_vacuous
 from mtsql.core.sql import gold_cache, score_turn
 from mtsql.core.sql.clauses import clause_f1
 from mtsql.core.sql.errors import SqlParseError
@@ -50,8 +56,8 @@ from mtsql.core.sql.executor import execute_cached
 from mtsql.core.sql.parser import parse_sql
 from mtsql.core.sql.schema import load_schema
 from mtsql.core.sql.scoring import DataSources
+from mtsql.core.sql.vacuous import is_vacuous
 
-FAMILIES = ("process", "outcome", "sqlr1")
 EXEC_VERIFY_TABLE = {
     ("error", "pass"): 0.0, ("error", "no_pass"): 1.0,
     ("empty", "pass"): 0.0, ("empty", "no_pass"): 0.1,
@@ -59,46 +65,102 @@ EXEC_VERIFY_TABLE = {
 }
 LENGTH_CAP = 2048
 CLAUSE_SCORES = ("f1", "release")
-KEYS = ("score", "outcome", "process", "sqlr1", "ex", "em", "ex_scored", "em_scored", "exec_verify",
-        "coherence", "clause_f1", "clause_exact", "format", "sqlr1_format", "sqlr1_execution", "sqlr1_result", "sqlr1_length")
+SHARED_KEYS = ("score", "ex", "em", "ex_scored", "em_scored")
+SQLR1_KEYS = ("sqlr1_format", "sqlr1_execution", "sqlr1_result", "sqlr1_length")
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What a family scores: the trajectory, its gold, the settings, and the EX / EM every family shares
+    (``ex`` already 0 for a ``vacuous`` match the config refuses credit)."""
+
+    trajectory: Trajectory
+    gold_sql: str
+    cfg: RewardConfig
+    sql_cfg: SqlConfig
+    root: Path
+    response_tokens: int | None
+    ex: float
+    em: float
+    vacuous: bool
+
+
+@dataclass(frozen=True)
+class Family:
+    """A reward family: ``terms`` returns its own terms and their total ``score``, under the names
+    ``keys(cfg)`` lists (in order, ``score`` left out)."""
+
+    terms: Callable[[Scoring], dict[str, float]]
+    keys: Callable[[RewardConfig], tuple[str, ...]]
+
+
+def outcome_family(s: Scoring) -> dict[str, float]:
+    fmt = format_reward(s.trajectory)
+    return {"format": fmt, "score": s.cfg.ex * s.ex + s.cfg.em * s.em + s.cfg.format * fmt}
+
+
+def process_family(s: Scoring) -> dict[str, float]:
+    terms = outcome_family(s)
+    schema_db = DataSources.from_root(s.root).schema_database(s.trajectory.db_id)
+    if s.cfg.clause_score == "release":
+        def similarity(sql):
+            return release_clause_score(sql, s.gold_sql, schema_db)
+        clause = clause_exact_reward(s.trajectory, s.gold_sql, schema_db)
+    else:
+        def similarity(sql):
+            return clause_f1(sql, s.gold_sql)
+        clause = clause_f1_reward(s.trajectory, s.gold_sql)
+    terms["exec_verify"] = exec_verify_reward(s.trajectory)
+    terms["coherence"] = coherence_reward(s.trajectory, similarity)
+    terms[clause_key(s.cfg)] = clause
+    terms["score"] += (s.cfg.exec_verify * terms["exec_verify"] + s.cfg.coherence * terms["coherence"]
+                       + s.cfg.clause_f1 * clause)
+    return terms
+
+
+def sqlr1_family(s: Scoring) -> dict[str, float]:
+    terms = sqlr1_terms(s.trajectory, s.ex, sql_cfg=s.sql_cfg, data_root=s.root,
+                        response_tokens=s.response_tokens, vacuous=s.vacuous)
+    return {**terms, "score": sum(terms.values())}
+
+
+def clause_key(cfg: RewardConfig) -> str:
+    """The name of process's clause term under ``cfg.clause_score``."""
+    return "clause_exact" if cfg.clause_score == "release" else "clause_f1"
+
+
+FAMILIES: dict[str, Family] = {
+    "outcome": Family(outcome_family, lambda cfg: ("format",)),
+    "process": Family(process_family, lambda cfg: ("format", "exec_verify", "coherence", clause_key(cfg))),
+    "sqlr1": Family(sqlr1_family, lambda cfg: SQLR1_KEYS),
+}
+
+
+def reward_keys(cfg: RewardConfig = RewardConfig()) -> tuple[str, ...]:
+    """The keys ``compute_rewards`` returns under ``cfg``, in order: ``SHARED_KEYS``, then the family's."""
+    return (*SHARED_KEYS, *_family(cfg).keys(cfg))
 
 
 def compute_rewards(trajectory: Trajectory, gold_sql: str, cfg: RewardConfig = RewardConfig(), *,
                     sql_cfg: SqlConfig = SqlConfig(), data_root: Path | None = None,
                     response_tokens: int | None = None) -> dict[str, float]:
-    """Every reward term and family total of ``trajectory``; ``score`` is ``cfg.family``'s total."""
-    if cfg.family not in FAMILIES:
-        raise ValueError(f"reward.family must be one of {FAMILIES}, got {cfg.family!r}")
-    if cfg.clause_score not in CLAUSE_SCORES:
-        raise ValueError(f"reward.clause_score must be one of {CLAUSE_SCORES}, got {cfg.clause_score!r}")
+    """The ``reward_keys(cfg)`` of ``trajectory``: EX / EM and ``cfg.family``'s terms, ``score`` its total."""
+    family = _family(cfg)
     root = data_dir(data_root)
     ex, em, ex_scored, em_scored = outcome_terms(trajectory, gold_sql, sql_cfg=sql_cfg, data_root=root)
     vacuous = bool(ex) and not cfg.empty_match_credit and vacuous_match(trajectory, gold_sql, sql_cfg, root)
     ex = 0.0 if vacuous else ex
-    schema_db = DataSources.from_root(root).schema_database(trajectory.db_id)
-    if cfg.clause_score == "release":
-        def similarity(sql):
-            return release_clause_score(sql, gold_sql, schema_db)
-    else:
-        def similarity(sql):
-            return clause_f1(sql, gold_sql)
-    out = {
-        "ex": ex, "em": em, "ex_scored": ex_scored, "em_scored": em_scored,
-        "exec_verify": exec_verify_reward(trajectory),
-        "coherence": coherence_reward(trajectory, similarity),
-        "clause_f1": clause_f1_reward(trajectory, gold_sql),
-        "clause_exact": clause_exact_reward(trajectory, gold_sql, schema_db),
-        "format": format_reward(trajectory),
-    }
-    clause = out["clause_exact" if cfg.clause_score == "release" else "clause_f1"]
-    out.update(sqlr1_terms(trajectory, ex, sql_cfg=sql_cfg, data_root=root, response_tokens=response_tokens,
-                           vacuous=vacuous))
-    out["outcome"] = cfg.ex * ex + cfg.em * em + cfg.format * out["format"]
-    out["process"] = (out["outcome"] + cfg.exec_verify * out["exec_verify"] + cfg.coherence * out["coherence"]
-                      + cfg.clause_f1 * clause)
-    out["sqlr1"] = out["sqlr1_format"] + out["sqlr1_execution"] + out["sqlr1_result"] + out["sqlr1_length"]
-    out["score"] = out[cfg.family]
-    return {key: float(out[key]) for key in KEYS}
+    terms = family.terms(Scoring(trajectory, gold_sql, cfg, sql_cfg, root, response_tokens, ex, em, vacuous))
+    out = {"ex": ex, "em": em, "ex_scored": ex_scored, "em_scored": em_scored, **terms}
+    return {key: float(out[key]) for key in reward_keys(cfg)}
+
+
+def _family(cfg: RewardConfig) -> Family:
+    if cfg.family not in FAMILIES:
+        raise ValueError(f"reward.family must be one of {tuple(FAMILIES)}, got {cfg.family!r}")
+    if cfg.clause_score not in CLAUSE_SCORES:
+        raise ValueError(f"reward.clause_score must be one of {CLAUSE_SCORES}, got {cfg.clause_score!r}")
+    return FAMILIES[cfg.family]
 
 
 def outcome_terms(trajectory: Trajectory, gold_sql: str, *, sql_cfg: SqlConfig = SqlConfig(),

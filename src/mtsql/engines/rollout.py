@@ -159,9 +159,12 @@ class RolloutEngine:
     @classmethod
     def from_config(cls, cfg, *, data_root: Path, policy: str, model: str | None = None,
                     temperature: float | None = None, backend: Backend | None = None,
-                    max_response_tokens: int | None = None, log_path: Path | None = None) -> RolloutEngine:
+                    max_response_tokens: int | None = None, log_path: Path | None = None,
+                    attempts: dict[str, str] | None = None, items: list[str] | None = None) -> RolloutEngine:
         """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model``, ``seed``) with a
-        model backend (``policy="model"``) or a scripted policy (``gold``, ``gold_with_correction``).
+        model backend (``policy="model"``) or a scripted policy (``policies.SCRIPTED``; ``own_mistakes`` reads
+        ``attempts``, uid -> the model's first message; ``items``: the uids to be sampled, for the exact share
+        of ``gold_grounded``).
 
         ``backend``: an already loaded backend (the RL engine samples from the model it trains; the
         caller closes it), else the engine makes ``sample.backend`` for ``model`` and ``close`` releases
@@ -174,7 +177,10 @@ class RolloutEngine:
         common = {"memory": cfg.env.memory, "batch_size": cfg.sample.batch_size}
         if policy in SCRIPTED:
             return cls(make_env, policy=make_policy(policy, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=data_root,
-                                                    correction_share=cfg.sample.correction_share), **common)
+                                                    correction_share=cfg.sample.correction_share,
+                                                    failure_share=cfg.sample.failure_share, attempts=attempts,
+                                                    items=items),
+                       **common)
         if policy != "model":
             raise UsageError(f"sample.policy: unknown '{policy}'; choose model, {', '.join(SCRIPTED)}")
         owned = backend is None

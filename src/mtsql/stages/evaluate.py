@@ -46,10 +46,11 @@ from mtsql.core.measures.cost import cost_per_turn
 from mtsql.core.measures.pass_at_k import pass_at_k_table
 from mtsql.core.measures.propagation import propagation
 from mtsql.core.measures.revisions import revisions
-from mtsql.core.measures.vacuous import is_vacuous, non_empty_gold_ex
+from mtsql.core.measures.vacuous import non_empty_gold_ex
 from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.sql import score_turn
 from mtsql.core.sql.evaluation import EvaluateOptions
+from mtsql.core.sql.vacuous import is_vacuous
 from mtsql.core.trajectories import ScoredRow, scorer, summarize_trajectories, vote, write_rows
 from mtsql.engines import backends
 from mtsql.engines.models.registry import stage_model

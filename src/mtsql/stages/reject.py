@@ -5,7 +5,10 @@ Reads a sample artifact's ``trajectories.jsonl`` and keeps, per item (one turn o
 * only correct trajectories (``reject.require``: ex and em by default) that follow the protocol;
 * if the item is easy, or every sample of it was correct: at most ``keep_easy`` of the shortest;
 * otherwise: up to ``keep_hard`` long ones, chosen greedily to differ from each other in their
-  action sequence and in the edits between the SQL they proposed (Jaccard distance, deterministic).
+  action sequence and in the edits between the SQL they proposed (Jaccard distance, deterministic);
+* with ``keep_recoveries``, the shortest of the model's own recoveries too (a failed query, then a
+  right answer in the same turn: ``measures.revisions.is_recovery``) when the choice left every one
+  out: what the long horizon is for, kept for the next round. Scripted rows are not affected.
 
 Items with no correct trajectory go to ``pool.jsonl``: the next round samples only those.
 
@@ -22,6 +25,7 @@ from mtsql.base.artifacts import Artifact, StageContext
 from mtsql.base.config import ConfigView, RejectConfig
 from mtsql.base.errors import UsageError
 from mtsql.base.files import write_jsonl
+from mtsql.core.measures.revisions import is_recovery
 from mtsql.core.sql.metrics import turn_bucket
 from mtsql.core.trajectories import ScoredRow, is_correct, read_rows, write_rows
 
@@ -47,6 +51,9 @@ def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], l
             chosen = sorted(correct, key=lambda r: (r.response_tokens, r.sample))[: cfg.keep_easy]
         else:
             chosen = diverse(correct, cfg.keep_hard)
+        recoveries = [r for r in correct if recovery(r)] if cfg.keep_recoveries else []
+        if recoveries and not any(recovery(r) for r in chosen):
+            chosen.append(min(recoveries, key=lambda r: (r.response_tokens, r.sample)))
         kept.extend(chosen)
         for bucket in (f"hardness={first.hardness}", f"turn={turn_bucket(first.turn['turn_index'])}", "all"):
             counts = table[bucket]
@@ -55,6 +62,11 @@ def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], l
             counts["kept"] += len(chosen)
             counts["unsolved"] += int(not correct)
     return kept, unsolved, dict(sorted(table.items()))
+
+
+def recovery(row: ScoredRow) -> bool:
+    """A trajectory the model wrote (not a scripted policy) that recovered from a failed query."""
+    return row.response_ids is not None and is_recovery(row.trajectory, row.execution)
 
 
 def diverse(rows: list[ScoredRow], k: int) -> list[ScoredRow]:
@@ -99,4 +111,5 @@ def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:
     write_jsonl(ctx.out / "pool.jsonl", unsolved)
     totals = table.get("all", {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
     items = len({r.uid for r in rows})
-    return {"items": items, "solved": items - totals["unsolved"], **totals, "table": table}
+    return {"items": items, "solved": items - totals["unsolved"], **totals,
+            "recoveries": sum(recovery(r) for r in kept), "table": table}

@@ -17,6 +17,7 @@ from mtsql.app.report.published import published_section
 from mtsql.app.report.runs import evaluations, headline, run_artifacts, variants
 from mtsql.app.report.self_correction import self_correction_section
 from mtsql.app.report.self_taught import kept_section
+from mtsql.app.report.warmstart import warmstart_section
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import TURN_BUCKETS
@@ -46,7 +47,7 @@ def build_report(run: Path, out: Path | None = None) -> Path:
              "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds 0, "
              "the run does not show a difference.", ""]
     if damaged:
-        lines += ["Left out, as their manifest is damaged:", "", *(f"* {problem}" for problem in damaged), ""]
+        lines += ["Left out, as their manifest is damaged or their files do not verify:", "", *(f"* {problem}" for problem in damaged), ""]
     lines += evaluation.summary_section(heads)
     lines += evaluation.evaluation_table(evals)
     if heads:
@@ -60,6 +61,7 @@ def build_report(run: Path, out: Path | None = None) -> Path:
             path = plots.save(figure, tmp / "plots" / f"ex_{key}.png")
             lines += [f"![EX by {what}](plots/{path.name})", ""]
     lines += findings_section(arts)
+    lines += warmstart_section(arts, evals)
     lines += evaluation.behaviour_section(evals)
     lines += self_correction_section(evals)
     lines += measures.pass_at_k_section(evals)

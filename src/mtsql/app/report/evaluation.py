@@ -17,6 +17,7 @@ from mtsql.app.report.stats import Rate
 from mtsql.app.trajectory_text import render_trajectory, trajectory_files
 from mtsql.base.artifacts import Artifact
 from mtsql.base.files import read_jsonl
+from mtsql.core.measures.revisions import is_recovery
 
 TOO_FEW = 30  # below this many scored turns an interval is too wide to show most differences
 EXAMPLE_CHARS = 1500
@@ -39,6 +40,12 @@ def summary_section(heads: dict[str, Artifact]) -> list[str]:
         pairs = [(a, b) for i, a in enumerate(rates) for b in list(rates)[i + 1:]]
         for a, b in pairs:
             lines.append(f"  * {_compare(PHASE_NAMES[a], rates[a], PHASE_NAMES[b], rates[b])}")
+        recovered = [(PHASE_NAMES[p], *recoveries(trajectory_rows(art, dataset))) for p, art in heads.items()
+                     if dataset in datasets(art) and is_long_horizon(art)]
+        if recovered:
+            lines.append("  * Failed executions recovered from (a turn whose `exec_sql` failed, then a later query ran "
+                         "and the answer was right): " + "; ".join(f"{name} {k} of {n}" for name, k, n in recovered)
+                         + ".")
         smallest = min(r.n for r in rates.values())
         if smallest < TOO_FEW:
             lines.append(f"  * With as few as {smallest} scored turns the intervals are wide: this run cannot show "
@@ -91,6 +98,14 @@ def breakdown_rates(heads: dict[str, Artifact], key: str) -> dict[str, dict[str,
             if cells:
                 out.setdefault(dataset, {})[PHASE_NAMES[phase]] = {b: tally_rate(t) for b, t in cells.items()}
     return out
+
+
+def recoveries(rows: list[dict]) -> tuple[int, int]:
+    """(turns recovered from a failed exec_sql, turns with a failed exec_sql) among trajectory rows
+    (``measures.revisions.is_recovery``)."""
+    failed = [r for r in rows if any(s["action"] == "tool_call" and s.get("tool") == "exec_sql"
+                                     and s.get("result_kind") == "error" for s in r["trajectory"]["steps"])]
+    return sum(is_recovery(r["trajectory"], r.get("execution")) for r in failed), len(failed)
 
 
 def trajectory_rows(art: Artifact, dataset: str) -> list[dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from mtsql.app.report.stats import Rate
-from mtsql.base.artifacts import PHASES, Artifact, ArtifactKey, Store
+from mtsql.base.artifacts import PHASES, Artifact, ArtifactKey, Store, verify
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_json, read_jsonl
 
@@ -22,11 +22,20 @@ PHASE_NAMES = {"base": "base", "sft": "SFT", "rl": "RL"}
 
 
 def latest_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
-    """The newest complete artifact of each label (what ``latest`` points to); with a ``damaged``
-    list, artifacts whose manifest is damaged are left out and named there."""
+    """The newest complete artifact of each label whose files verify against its manifest (what the
+    report and the notebook may publish). An artifact whose manifest is damaged, or whose files do not
+    verify, is an error naming the first problem, or, given a ``damaged`` list, left out and named there."""
     found: dict[str, Artifact] = {}
     for artifact in Store(run).artifacts(damaged):
         found[artifact.label] = artifact  # artifacts() is oldest first
+    for label, artifact in list(found.items()):
+        problems = verify(artifact, cached=True)
+        if problems:
+            line = f"{problems[0]} (see `mtsql data verify {Path(run)}`)"
+            if damaged is None:
+                raise UsageError(f"{line}; the report reads only files that verify")
+            damaged.append(line)
+            del found[label]
     return found
 
 

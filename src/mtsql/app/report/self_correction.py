@@ -7,7 +7,7 @@ it (the same query, compared as ``measures.verdicts.normal_sql`` does).
 
 from __future__ import annotations
 
-from mtsql.app.report.evaluation import trajectory_rows
+from mtsql.app.report.evaluation import recoveries, trajectory_rows
 from mtsql.app.report.markdown import table
 from mtsql.app.report.runs import datasets, is_long_horizon
 from mtsql.app.report.stats import Rate, rate_of
@@ -17,7 +17,7 @@ from mtsql.core.measures.verdicts import normal_sql
 COLUMNS = {"no_pass": "no_pass verdicts", "revised": "revised after no_pass", "wrong_to_right": "wrong → right",
            "right_to_wrong": "right → wrong", "stayed_wrong": "stayed wrong", "stayed_right": "stayed right",
            "unscored": "unscored", "with_error": "turns with a failed exec_sql", "ran_after": "a later query ran",
-           "resolved": "answer right all the same"}
+           "resolved": "answer right all the same", "recovered": "recovered (a later query ran, answer right)"}
 
 
 def revision_counts(art: Artifact, dataset: str) -> dict | None:
@@ -53,7 +53,9 @@ def self_correction_section(evals: dict[str, Artifact]) -> list[str]:
             if counts is None:
                 without.append(label)
                 continue
-            verified, others = verified_rates(trajectory_rows(art, dataset))
+            found = trajectory_rows(art, dataset)
+            counts = {**counts, "recovered": counts.get("recovered", recoveries(found)[0])}
+            verified, others = verified_rates(found)
             rows.append([label, dataset, *(counts[key] for key in COLUMNS), verified.cell(), others.cell()])
     if not rows and not without:
         return []

@@ -1,7 +1,7 @@
 """Who wrote the trajectories each self-taught round kept: a scripted policy or the model.
 
 A kept row written by a model carries the token ids it generated (``response_ids``); a scripted
-policy's (``gold``, ``gold_with_correction``) has none. Each reject artifact is matched to the sample
+policy's (``gold``, ``gold_grounded``, ...) has none; a kept row the model wrote may be a *recovery*. Each reject artifact is matched to the sample
 artifact it read (its manifest's ``inputs.sample``), whose metrics say which policy and model sampled.
 """
 
@@ -12,6 +12,7 @@ import re
 from mtsql.app.report.markdown import table
 from mtsql.base.artifacts import Artifact
 from mtsql.base.files import read_jsonl
+from mtsql.core.measures.revisions import is_recovery
 
 REJECT_LABEL = re.compile(r"^reject(?:-(?P<variant>[a-z][a-z0-9]*))?-r(?P<round>\d+)$")
 
@@ -36,6 +37,8 @@ def kept_rows(arts: dict[str, Artifact]) -> list[dict]:
     for variant, k, art in sorted(found, key=lambda item: item[:2]):
         kept = read_jsonl(art.path / "kept.jsonl") if (art.path / "kept.jsonl").exists() else []
         writers = [written_by(row) for row in kept]
+        recovered = sum(written_by(row) == "model" and is_recovery(row["trajectory"], row.get("execution"))
+                        for row in kept)
         sampled = sample_of(art, arts)
         m = sampled.metrics if sampled is not None else {}
         policy = m.get("policy")
@@ -43,7 +46,8 @@ def kept_rows(arts: dict[str, Artifact]) -> list[dict]:
                      "sampled_by": m.get("model") if policy == "model" else policy,
                      "sampled": art.metrics.get("sampled"), "items": art.metrics.get("items"),
                      "solved": art.metrics.get("solved"), "kept": len(kept),
-                     "by_scripted": writers.count("scripted"), "by_model": writers.count("model")})
+                     "by_scripted": writers.count("scripted"), "by_model": writers.count("model"),
+                     "recoveries": recovered})
     return rows
 
 
@@ -56,11 +60,13 @@ def kept_section(arts: dict[str, Artifact]) -> list[str]:
     lines = ["## Kept trajectories by who wrote them", "",
              "Per reject-sampling artifact: the policy that sampled (`model`: the model named, at the sampling "
              "temperature), the trajectories sampled and the items with a correct one, and the kept trajectories "
-             "split by writer: a scripted policy (from the gold SQL) or the model itself.", "",
+             "split by writer: a scripted policy (from the gold SQL) or the model itself, and the model's own "
+             "*recoveries* among them (an `exec_sql` failed, a later query ran, the answer is right: "
+             "`measures.revisions.is_recovery`).", "",
              *table(["artifact", "sampled by", "trajectories", "items", "items solved", "kept",
-                     "kept, scripted policy", "kept, written by the model"],
+                     "kept, scripted policy", "kept, written by the model", "kept recoveries by the model"],
                     [[r["label"], r["sampled_by"], r["sampled"], r["items"], r["solved"], r["kept"], r["by_scripted"],
-                      r["by_model"]] for r in rows], numeric_from=2)]
+                      r["by_model"], r["recoveries"]] for r in rows], numeric_from=2)]
     model_rounds = [r["label"] for r in rows if r["policy"] == "model"]
     if model_rounds:
         lines += [f"The model wrote {own} of the kept trajectories itself ({', '.join(model_rounds)} sampled the "

@@ -71,3 +71,35 @@ def rate_of(flags) -> Rate:
     """The rate of true values among ``flags``."""
     flags = [bool(f) for f in flags]
     return Rate(sum(flags), len(flags))
+
+
+@dataclass(frozen=True)
+class Mean:
+    """The mean of ``n`` values with their (population) standard deviation ``std``."""
+
+    mean: float
+    std: float
+    n: int
+
+    @classmethod
+    def pooled(cls, groups: list[Mean]) -> Mean:
+        """One mean over several groups of values, from each group's mean, std and n."""
+        n = sum(g.n for g in groups)
+        if not n:
+            return cls(0.0, 0.0, 0)
+        mean = sum(g.mean * g.n for g in groups) / n
+        variance = sum(g.n * (g.std ** 2 + (g.mean - mean) ** 2) for g in groups) / n
+        return cls(mean, math.sqrt(variance), n)
+
+    def minus(self, other: Mean) -> tuple[float, float, float] | None:
+        """This mean minus ``other`` with the 95 % normal interval of the difference (each mean's standard
+        error from its values' sample variance); None when either has fewer than 2 values."""
+        if self.n < 2 or other.n < 2:
+            return None
+        difference = self.mean - other.mean
+        half = Z * math.sqrt(_sample_var(self) / self.n + _sample_var(other) / other.n)
+        return difference, difference - half, difference + half
+
+
+def _sample_var(m: Mean) -> float:
+    return m.std ** 2 * m.n / (m.n - 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mtsql.app.report.markdown import number, table
+from mtsql.app.report.rl_change import reward_change_line
 from mtsql.app.report.runs import numbered, rl_steps, stage_config
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import Artifact, ArtifactKey
@@ -125,6 +126,11 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
     if any(len(logged) > STEP_ROWS for logged in steps.values()):
         lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
                   "`metrics.jsonl`.", ""]
+    changes = [line for variant, stages in chains.items()
+               if (line := reward_change_line(ArtifactKey("rl", variant=variant).label, stages))]
+    if changes:
+        lines += ["Reward change over each chain (`rl_change`: first quarter of the steps against the last):", "",
+                  *changes, ""]
     if len(chains) > 1:
         lines += ["### Steps of every chain", ""]
     return lines + table(["stage", "engine", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows) + \

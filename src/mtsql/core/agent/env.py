@@ -19,6 +19,9 @@ Short mode (the paper's baseline): no tools; the first message is the answer, va
 (``protocol.parse_action``, ``tools.release_exec_sql`` / ``release_memory_retrieve``): the memory check
 is about the query the ``memory_retrieve`` call carries, and further actions in a message are ignored
 (counted in ``Step.ignored_actions``). ``env.observation_chars`` caps every observation.
+``env.error_hint`` adds to a missing-table or missing-column error the names that exist
+(``tools.schema_hint``); SFT export, local rollouts and verl's agent loop all step this class, so all
+three show it alike.
 """
 
 from __future__ import annotations
@@ -285,7 +288,8 @@ class SqlAgentEnv:
                   "result_chars": cfg.result_chars}
         if action.tool == "exec_sql":
             run_exec = tools.release_exec_sql if release else tools.exec_sql
-            run, observation = run_exec(sql=action.sql, has_history=bool(turn.previous_questions), **common)
+            run, observation = run_exec(sql=action.sql, has_history=bool(turn.previous_questions),
+                                        error_hint=cfg.error_hint, **common)
             step.result_kind, step.error_class, step.row_count = run.kind, run.error_class, run.row_count
         elif release:
             step.checked_sql = action.sql

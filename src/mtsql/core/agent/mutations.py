@@ -4,6 +4,8 @@ Each mutation is a mistake models make: a dropped WHERE condition, a missing DIS
 or reversed ORDER BY, a missing GROUP BY or LIMIT, an off-by-one comparison, the wrong aggregate,
 a neighbouring column of the same table, or a table name guessed wrong. ``mutations(sql, tables)`` lists every
 variant that applies, each with a short explanation of the mistake for the policy's reasoning.
+``misspelled_column`` (a selected column's name guessed wrong, which SQLite refuses) is kept apart: the
+``gold_grounded`` policy adds it to the mistakes an observation reveals, ``gold_with_correction`` is unchanged.
 """
 
 from __future__ import annotations
@@ -157,4 +159,22 @@ def _wrong_table_name(sql: str, tables: Sequence[Table]) -> Variant | None:
                 return None
             return Variant("wrong_table_name", _cut(sql, start, end, guess),
                            f"there is no table {guess}; the table is {sql[start:end]}")
+    return None
+
+
+def misspelled_column(sql: str, tables: Sequence[Table]) -> Variant | None:
+    """A selected column of a table the query reads, its name guessed wrong (a plural, or the singular)."""
+    span = _span(sql, "select")
+    if span is None:
+        return None
+    used = {norm for norm, _, _ in tokens(sql)}
+    read = [t for t in tables if t.name.lower() in used]
+    existing = {name.lower() for t in read for name, _ in t.columns}
+    for norm, start, end in _top_level(sql, *span):
+        if norm in existing and re.fullmatch(r"\w+", norm):
+            name = sql[start:end]
+            guess = name[:-1] if name.lower().endswith("s") else name + "s"
+            if guess.lower() not in existing:
+                return Variant("misspelled_column", _cut(sql, start, end, guess),
+                               f"there is no column {guess}; the column is {name}")
     return None

@@ -9,6 +9,16 @@ steps the environment with its messages in place of a model's (``sample.policy``
 * ``GoldWithCorrectionPolicy``: first runs a realistic wrong variant of the gold (``mutations``)
   that really gives a different result or an error, reads that result, says no_pass, runs the gold,
   then goes on as ``GoldPolicy``. A documented way to bootstrap SFT data with self-correction.
+* ``GroundedPolicy`` (``gold_grounded``): a correction only where the observation shows the failure: the
+  first query is, in a ``sample.failure_share`` of episodes, a variant of the gold that fails to run (a
+  table or column name guessed wrong) or returns nothing (empty or NULL-only) where the gold has rows;
+  the verdict is read from that result (``observed_failure``), its reasoning quotes it, and a result
+  that looks right gets ``pass``.
+* ``OwnMistakesPolicy`` (``own_mistakes``): the model's own first query (``sample.attempts``, a sample
+  artifact of that model) with its real result; corrected toward the gold only where the result shows
+  the failure, ``pass`` where the result is the gold's. A plausible wrong result (it runs, has rows, and
+  differs from the gold's) is not kept: nothing in the observation marks it as wrong, so neither verdict
+  on it can be learned from what the model sees; the episode runs the gold instead.
 
 The scripted policies are stateless: each message is decided from the conversation so far, and
 they answer at once when the environment says it is the last message. They write the tool calls of
@@ -17,25 +27,31 @@ the configured ``env.protocol`` (under ``release`` the memory call carries the q
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent import prompts
-from mtsql.core.agent.mutations import Variant, mutations
+from mtsql.core.agent.mutations import Variant, misspelled_column, mutations
 from mtsql.core.agent.protocol import Action, parse_action
 from mtsql.core.agent.schema_prompt import load_tables
+from mtsql.core.agent.tools import SqlRun, run_sql
 from mtsql.core.data.records import Turn
 from mtsql.core.sql.clauses import render_breakdown
 from mtsql.core.sql.executor import ExecResult, execute_cached
 
 Policy = Callable[[list[dict], Turn, random.Random], str]
-SCRIPTED = ("gold", "gold_with_correction")
+SCRIPTED = ("gold", "gold_with_correction", "gold_grounded", "own_mistakes")
+# The share of turns of the SFT model whose exec_sql failed in the last measured `make reproduce` (README, 2026-11-27,
+# fresh clone, quiet 2-core CPU): 63 of 114 CoSQL and 63 of 101 SParC dev turns, 126/215. sample.failure_share's
+# default: gold_grounded's data hold as many failures as the model meets.
+MEASURED_FAILURE_SHARE = round(126 / 215, 3)
 _SPACED_OPERATOR = re.compile(r"([!<>])\s+=")
 
 
@@ -45,8 +61,20 @@ def runnable(sql: str) -> str:
 
 
 def make_policy(name: str, *, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConfig = SqlConfig(),
-                data_root: Path | None = None, correction_share: float = 1.0) -> Policy:
-    """A scripted policy by name: ``gold`` or ``gold_with_correction``."""
+                data_root: Path | None = None, correction_share: float = 1.0,
+                failure_share: float = MEASURED_FAILURE_SHARE, attempts: dict[str, str] | None = None,
+                items: Sequence[str] | None = None) -> Policy:
+    """A scripted policy by name (``SCRIPTED``); ``own_mistakes`` needs ``attempts`` (uid -> the model's
+    first message); ``items``: every uid the run samples, which lets ``gold_grounded`` correct exactly
+    ``failure_share`` of them instead of drawing per episode."""
+    common = {"mode": env_cfg.mode, "thinking": env_cfg.thinking, "protocol": env_cfg.protocol, "sql_cfg": sql_cfg,
+              "data_root": data_root}
+    if name == "gold_grounded":
+        return GroundedPolicy(**common, failure_share=failure_share, items=items)
+    if name == "own_mistakes":
+        if attempts is None:
+            raise ValueError("own_mistakes needs the model's first attempts (the sample stage's attempts input)")
+        return OwnMistakesPolicy(**common, attempts=attempts)
     if name == "gold":
         return GoldPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol)
     if name == "gold_with_correction":
@@ -193,3 +221,108 @@ def _result_line(observation: str) -> str:
         return "(no result shown)"
     block = lines[lines.index("Result:") + 1:]
     return "; ".join(block[:block.index("")] if "" in block else block)
+
+
+class GroundedPolicy(GoldWithCorrectionPolicy):
+    """A correction only after a failure the observation reveals; see the module docstring.
+
+    With ``items`` (every uid sampled), exactly round(``failure_share`` x their number) items get a failing
+    first query, picked by a hash of their uid (the same in every sample of an item); without, each episode
+    draws with probability ``failure_share``."""
+
+    def __init__(self, *, failure_share: float = MEASURED_FAILURE_SHARE, items: Sequence[str] | None = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.failure_share = failure_share
+        ranked = sorted(dict.fromkeys(items or ()), key=lambda uid: hashlib.sha256(uid.encode()).hexdigest())
+        self.chosen = None if items is None else set(ranked[:round(failure_share * len(ranked))])
+
+    def variants(self, turn: Turn) -> list[Variant]:
+        """The variants of the gold whose result shows the failure (``observed_failure``)."""
+        db_path = database_path(turn.db_id, self.data_root)
+        gold_sql = runnable(turn.gold_sql)
+        tables = load_tables(turn.db_id, self.data_root)
+        found = [*mutations(gold_sql, tables), *filter(None, [misspelled_column(gold_sql, tables)])]
+        return [v for v in found if observed_failure(self._run_sql(db_path, v.sql), self._run_sql(db_path, gold_sql))]
+
+    def _first(self, turn: Turn, rng: random.Random) -> str:
+        fails = turn.uid in self.chosen if self.chosen is not None else rng.random() < self.failure_share
+        failing = self.variants(turn) if fails else []
+        return self._run(turn, rng.choice(failing).sql if failing else runnable(turn.gold_sql))
+
+    def _next(self, last: Action, observation: str, turn: Turn) -> str:
+        if last.tool == "exec_sql" and not observation.endswith(prompts.LAST_MESSAGE):
+            gold = runnable(turn.gold_sql)
+            db_path = database_path(turn.db_id, self.data_root)
+            seen = self._run_sql(db_path, last.sql)
+            if last.sql != gold and observed_failure(seen, self._run_sql(db_path, gold)):
+                why = {v.sql: v.why for v in self.variants(turn)}.get(last.sql)
+                return self._run(turn, gold, think=_failure_reasoning(observation, seen, why), exec_verdict="no_pass")
+        return GoldPolicy._next(self, last, observation, turn)
+
+    def _run_sql(self, db_path: Path, sql: str) -> SqlRun:
+        return run_sql(db_path, sql, self.sql_cfg, result_chars=1)
+
+
+class OwnMistakesPolicy(GroundedPolicy):
+    """The model's own first query, corrected only where its result shows the failure; see the module docstring."""
+
+    def __init__(self, *, attempts: dict[str, str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.attempts = attempts
+
+    def attempt(self, turn: Turn) -> tuple[str, str] | None:
+        """(the model's first message, its query) when that message runs a query, else None."""
+        text = self.attempts.get(turn.uid)
+        action = parse_action(text, self.protocol) if text is not None else None
+        if action is None or action.kind != "tool_call" or action.tool != "exec_sql" or action.exec_verdict:
+            return None
+        return text, action.sql
+
+    def judge(self, turn: Turn, sql: str) -> str:
+        """``failed`` (the result shows it), ``right`` (the gold's result) or ``plausible`` (runs, looks fine, differs)."""
+        db_path = database_path(turn.db_id, self.data_root)
+        gold_sql = runnable(turn.gold_sql)
+        seen, gold = self._run_sql(db_path, sql), self._run_sql(db_path, gold_sql)
+        if observed_failure(seen, gold):
+            return "failed"
+        ordered = "order by" in gold_sql.lower()
+        same = not _differs(self._execute(db_path, gold_sql), self._execute(db_path, sql), ordered)
+        return "right" if same else "plausible"
+
+    def _first(self, turn: Turn, rng: random.Random) -> str:
+        attempt = self.attempt(turn)
+        if attempt is None or self.judge(turn, attempt[1]) == "plausible":
+            return self._run(turn, runnable(turn.gold_sql))
+        return attempt[0]
+
+    def _next(self, last: Action, observation: str, turn: Turn) -> str:
+        attempt = self.attempt(turn)
+        own = attempt is not None and last.tool == "exec_sql" and last.sql == attempt[1]
+        if own and self.judge(turn, last.sql) == "right" and not observation.endswith(prompts.LAST_MESSAGE):
+            think = f"The result was: {_result_line(observation)}\nIt is what the question asks for."
+            if turn.previous_questions:
+                arguments = {"code": last.sql} if self.protocol == "release" else {}
+                return self._message(think + " Next I check it against the earlier turns.", exec_verdict="pass",
+                                     call=("memory_retrieve", arguments))
+            return self._message(think, exec_verdict="pass", answer=last.sql)
+        if last.tool == "memory_retrieve" and attempt is not None and self.judge(turn, attempt[1]) == "right":
+            think = ("The query keeps what the earlier turns established and changes only what the current "
+                     "question asks for, so it is consistent with the conversation.")
+            return self._message(think, memory_verdict="pass", answer=attempt[1])
+        return super()._next(last, observation, turn)
+
+
+def observed_failure(seen: SqlRun, gold: SqlRun) -> bool:
+    """What an observation shows to be wrong: an execution error, or no rows (empty or NULL-only) where the
+    gold's result has some."""
+    return seen.kind == "error" or (seen.kind == "empty" and gold.kind == "ok")
+
+
+def _failure_reasoning(observation: str, seen: SqlRun, why: str | None) -> str:
+    """The no_pass reasoning: the result as the observation showed it, what it reveals, then the fix."""
+    shown = "The query failed to run." if seen.kind == "error" else (
+        "The result is empty, but the question asks for rows." if not seen.row_count
+        else "The result holds only NULL values, but the question asks for values.")
+    fix = f" The mistake: {why}." if why else ""
+    return f"The result was: {_result_line(observation)}\n{shown}{fix} I correct the query and run it again."

@@ -59,6 +59,7 @@ NO_EARLIER_TURNS = ("There are no earlier turns: this is the first question of t
                     "needed; give the final query in <answer_sql>...</answer_sql>.")
 NEXT_MEMORY = "call memory_retrieve to check the query against the earlier turns."
 NEXT_ANSWER = "give the final query in <answer_sql>...</answer_sql>."
+HINT_PREFIX = "Hint: "  # env.error_hint: the line after a missing-name error that names what exists
 LAST_MESSAGE = "This is your last message for this question: give the final query in <answer_sql>...</answer_sql>."
 FORMAT_REMINDER = (
     "Write {think}any verdict tag, then exactly one <tool_call>{{...}}</tool_call> or one "

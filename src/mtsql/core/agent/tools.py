@@ -13,6 +13,7 @@ first ``RELEASE_MEMORY_ROWS`` result rows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.core.agent import prompts
 from mtsql.core.sql.clauses import render_breakdown
 from mtsql.core.sql.errors import SqlParseError
-from mtsql.core.sql.executor import ExecResult, execute_cached
+from mtsql.core.sql.executor import ExecResult, execute_cached, result_kind
 from mtsql.core.sql.parser import parse_sql
 from mtsql.core.sql.schema import load_schema
 
@@ -131,24 +132,38 @@ def run_sql(db_path: Path, sql: str, sql_cfg: SqlConfig, result_chars: int) -> S
                   text=render_result(result, result_chars), elapsed_s=result.elapsed_s)
 
 
-def result_kind(result: ExecResult) -> str:
-    if not result.ok:
-        return "error"
-    if all(value is None for row in result.rows for value in row):
-        return "empty"
-    return "ok"
-
-
 def render_result(result: ExecResult, max_chars: int) -> str:
     """The sandbox's rendering (header and rows, or the classified error), cut to ``max_chars``."""
     return result.preview(max_chars=max_chars)
 
 
 def exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_cfg: SqlConfig,
-             result_chars: int) -> tuple[SqlRun, str]:
-    """Run the query; the observation recaps the question, the SQL and the result, then asks to verify."""
+             result_chars: int, error_hint: bool = False) -> tuple[SqlRun, str]:
+    """Run the query; the observation recaps the question, the SQL and the result, then asks to verify.
+    ``error_hint``: after a missing table or column, the result names the ones that exist (``schema_hint``)."""
     run = run_sql(db_path, sql, sql_cfg, result_chars)
-    return run, prompts.exec_observation(question=question, sql=sql, result=run.text, has_history=has_history)
+    result = _with_hint(run, db_path, sql) if error_hint else run.text
+    return run, prompts.exec_observation(question=question, sql=sql, result=result, has_history=has_history)
+
+
+def schema_hint(db_path: Path, sql: str, error_class: str | None) -> str | None:
+    """What a good database client adds to a missing-name error: the tables of the database (no such
+    table), or the columns of the tables the query names (no such column; every table's when it names
+    none). None for other errors."""
+    if error_class not in ("no_such_table", "no_such_column") or not Path(db_path).is_file():
+        return None
+    tables = load_schema(db_path).tables
+    if error_class == "no_such_table":
+        return f"{prompts.HINT_PREFIX}the tables of this database are {', '.join(tables)}."
+    named = set(re.findall(r"\w+", sql.lower()))
+    shown = {t: c for t, c in tables.items() if t in named} or tables
+    columns = "; ".join(f"{t}({', '.join(c)})" for t, c in shown.items())
+    return f"{prompts.HINT_PREFIX}the columns are {columns}."
+
+
+def _with_hint(run: SqlRun, db_path: Path, sql: str) -> str:
+    hint = schema_hint(db_path, sql, run.error_class) if run.kind == "error" else None
+    return f"{run.text}\n{hint}" if hint else run.text
 
 
 def memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: str, candidate: str | None,
@@ -166,14 +181,15 @@ def memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: s
 
 
 def release_exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_cfg: SqlConfig,
-                     result_chars: int) -> tuple[SqlRun, str]:
+                     result_chars: int, error_hint: bool = False) -> tuple[SqlRun, str]:
     """exec_sql under the release protocol: a recap with the result cut to ``result_chars`` (prefix
-    included), then the four verification steps."""
+    included), then the four verification steps; ``error_hint`` as in ``exec_sql``, on the same line."""
     result = execute_cached(db_path, sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
     text = release_result(result)[:result_chars]
     run = SqlRun(kind=result_kind(result), error_class=None if result.ok else result.error_class,
                  row_count=len(result.rows) if result.ok else None, text=text, elapsed_s=result.elapsed_s)
-    return run, prompts.release_exec_observation(question=question, sql=sql, result=text, has_history=has_history)
+    shown = _with_hint(run, db_path, sql).replace("\n", " ") if error_hint else text
+    return run, prompts.release_exec_observation(question=question, sql=sql, result=shown, has_history=has_history)
 
 
 def release_memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: str, candidate: str,

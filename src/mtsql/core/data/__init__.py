@@ -122,7 +122,7 @@ def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> li
     if cfg.train_flatten:
         turns = [t.alone() for t in turns]
     return [t for t in turns if (t.hardness is not None or not with_hardness)
-            and database_path(t.db_id, root).exists()]
+            and database_path(t.db_id, root).is_file()]
 
 
 def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool = True) -> list[Turn]:
@@ -145,7 +145,7 @@ def spread_pick(turns: list[Turn], limit: int, root: Path) -> set[int]:
         indices = by_db.setdefault(turn.db_id, [])
         if not indices or indices[-1] != turn.interaction_index:
             indices.append(turn.interaction_index)
-    queues = [indices for db_id, indices in by_db.items() if database_path(db_id, root).exists()]
+    queues = [indices for db_id, indices in by_db.items() if database_path(db_id, root).is_file()]
     chosen: set[int] = set()
     for rank in range(max(map(len, queues), default=0)):
         for indices in queues:

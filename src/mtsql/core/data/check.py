@@ -8,8 +8,8 @@ from pathlib import Path
 
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns
-from mtsql.core.measures.vacuous import is_vacuous
 from mtsql.core.sql.executor import execute_cached
+from mtsql.core.sql.vacuous import is_vacuous
 
 SPACED_OPERATORS = (("! =", "!="), ("> =", ">="), ("< =", "<="))
 
@@ -29,7 +29,7 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
     single = dataset in SINGLE_TURN_DATASETS
     unit = "questions" if single else "turns"
     dbs = sorted({t.db_id for t in turns})
-    missing = [db for db in dbs if not database_path(db, root).exists()]
+    missing = [db for db in dbs if not database_path(db, root).is_file()]
     failing_raw, failing_joined, vacuous = [], [], []
     executable = [t for t in turns if t.db_id not in missing]
     for turn in progress(executable) if progress else executable:

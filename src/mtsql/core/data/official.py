@@ -21,6 +21,8 @@ def load_official(path: Path, dataset: str, split: str) -> list[Turn]:
     for index, item in enumerate(data):
         expect(isinstance(item, dict) and "interaction" in item and "database_id" in item, path,
                f"interaction {index} lacks 'interaction' or 'database_id'")
+        expect(isinstance(item["interaction"], list) and bool(item["interaction"]), path,
+               f"interaction {index} has no turn (its 'interaction' list is empty): remove it or fix the file")
         questions: list[str] = []
         sqls: list[str] = []
         for turn_index, turn in enumerate(item["interaction"]):

@@ -9,7 +9,11 @@ classed by the EX (against the turn's gold) of the judged query and of the revis
 
 *Execution errors*: ``with_error`` counts the trajectories in which an ``exec_sql`` call failed;
 ``ran_after`` those in which a later ``exec_sql`` ran (a result, empty or not); ``resolved`` those
-whose final answer is right (EX 1) all the same: the agent got past the failure.
+whose final answer is right (EX 1) all the same: the agent got past the failure; ``recovered`` those
+in which both hold (``is_recovery``).
+
+*Recovery* (``is_recovery``): one trajectory where an ``exec_sql`` failed, a later one ran, and the
+answer is right: the agent noticed its failed query and fixed it in the same turn.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ OUTCOMES = ("wrong_to_right", "right_to_wrong", "stayed_right", "stayed_wrong", 
 
 
 def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | None]) -> dict:
-    """``{"no_pass", "revised", <OUTCOMES>, "with_error", "ran_after", "resolved"}`` over scored rows;
+    """``{"no_pass", "revised", <OUTCOMES>, "with_error", "ran_after", "resolved", "recovered"}`` over scored rows;
     ``judge(row, sql)`` is the EX (1, 0 or None) of ``sql`` against ``row``'s gold."""
-    out = dict.fromkeys(("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved"), 0)
+    out = dict.fromkeys(("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved", "recovered"), 0)
     for row in rows:
         steps = row.trajectory["steps"]
         for i, step in enumerate(steps):
@@ -44,7 +48,16 @@ def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | Non
             out["with_error"] += 1
             out["ran_after"] += any(s.get("result_kind") in ("ok", "empty") for s in executed[failed + 1:])
             out["resolved"] += row.execution == 1
+            out["recovered"] += is_recovery(row.trajectory, row.execution)
     return out
+
+
+def is_recovery(trajectory: dict, execution: int | None) -> bool:
+    """A failed ``exec_sql``, a later one that ran, and a right answer (EX 1) in one trajectory."""
+    executed = [s for s in trajectory["steps"] if s["action"] == "tool_call" and s.get("tool") == "exec_sql"]
+    failed = next((k for k, s in enumerate(executed) if s.get("result_kind") == "error"), None)
+    return execution == 1 and failed is not None and any(
+        s.get("result_kind") in ("ok", "empty") for s in executed[failed + 1:])
 
 
 def _outcome(before: int | None, after: int | None) -> str:

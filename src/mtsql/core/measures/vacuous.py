@@ -1,24 +1,9 @@
-"""Vacuous matches: a gold query whose result is empty (no rows, or only NULL values) is matched by any
-prediction that also returns nothing, right or not. Such turns are flagged, counted in the data
-check, and left out of a second EX beside the official one (EX on the non-empty-gold subset); the
-rewards can refuse them credit (``reward.empty_match_credit: false``).
-
-"Empty" is the sandbox's own ``empty`` result kind (``mtsql.core.agent.tools.result_kind``), the one the
-agent's observations and the exec-verify reward use; a gold that fails to run is not flagged.
+"""EX without the vacuous golds: the turns whose gold result is empty (``mtsql.core.sql.vacuous``) are
+matched by any prediction that also returns nothing, right or not, so a second EX beside the official
+one leaves them out (EX on the non-empty-gold subset).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-
-from mtsql.core.agent.tools import result_kind
-from mtsql.core.sql.executor import execute_cached
-
-
-def is_vacuous(db_path: Path, sql: str, timeout_s: float = 5.0) -> bool | None:
-    """True when ``sql`` runs and returns no rows or only NULLs; None when it does not run."""
-    result = execute_cached(db_path, sql, timeout_s=timeout_s)
-    return None if not result.ok else result_kind(result) == "empty"
 
 
 def non_empty_gold_ex(items: list[dict], vacuous: set[tuple[int, int]], left_out: set[int]) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from mtsql.core.sql.executor import ERROR_CLASSES, ExecResult, execute, execute_cached
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
-from mtsql.core.sql.scoring import DataSources, TurnScore, clear_caches, hardness_of, score, score_turn
+from mtsql.core.sql.scoring import DataSources, TurnScore, hardness_of, score, score_turn
 
-__all__ = ["ERROR_CLASSES", "HARDNESS_LEVELS", "DataSources", "ExecResult", "TurnScore", "clear_caches", "execute",
+__all__ = ["ERROR_CLASSES", "HARDNESS_LEVELS", "DataSources", "ExecResult", "TurnScore", "execute",
            "execute_cached", "hardness_of", "score", "score_turn"]

@@ -103,6 +103,10 @@ def score_files(gold_path: Path, pred_path: Path, sources: DataSources, *, datas
 
 def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> None:
     for what, path in (("gold file", gold_path), ("prediction file", pred_path), ("tables file", sources.tables_json)):
+        if Path(path).is_dir():
+            raise UsageError(f"{what} {path} is a folder: give the file itself")
+        if Path(path).exists() and not Path(path).is_file():
+            raise UsageError(f"{what} {path} is not a regular file (a device or a pipe?): give a file")
         if not Path(path).is_file():
             raise UsageError(f"{what} not found: {path}")
     if not sources.db_dir.is_dir():
@@ -133,8 +137,9 @@ def _mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
         if index >= len(interactions):
             return f"{path} has only {len(interactions)} interactions"
         turns = interactions[index]
-        where = f" from line {turns[0].line}" if turns else ""
-        return f"{path} has {len(turns)} turn(s){where}"
+        if not turns:
+            return f"{path} has an interaction of no turn at line {turns.line} (two blank lines in a row)"
+        return f"{path} has {len(turns)} turn(s) from line {turns.line}"
     return (f"predictions do not line up with the gold at interaction {index} (0-based): "
             f"{describe(gold, gold_path)}, {describe(pred, pred_path)} "
             f"({len(gold)} gold vs {len(pred)} predicted interactions in all). Write one line per gold turn "

@@ -73,6 +73,16 @@ def _render(value) -> str:
     return str(value)
 
 
+def result_kind(result: ExecResult) -> str:
+    """``error`` (did not run), ``empty`` (no rows, or only NULLs) or ``ok``: what the agent's
+    observations, the exec-verify reward and the vacuous-gold check call a result."""
+    if not result.ok:
+        return "error"
+    if all(value is None for row in result.rows for value in row):
+        return "empty"
+    return "ok"
+
+
 def _failure(error_class: str, message: str, started: float, rows: tuple = (), columns: tuple = ()) -> ExecResult:
     return ExecResult(False, columns, rows, error_class, message, bool(rows), time.perf_counter() - started)
 

@@ -14,10 +14,12 @@ so that exact match never depends on ``--exec-semantics``.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.base.errors import UsageError
+from mtsql.base.files import read_text
 
 
 @dataclass(frozen=True)
@@ -29,16 +31,29 @@ class FileTurn:
     line: int
 
 
-def read_interactions(path: Path, *, gold: bool) -> list[list[FileTurn]]:
+class Interaction(list):
+    """The turns of one interaction, and the line it starts at (for an empty one, the blank line that
+    ends it: two blank lines in a row make an interaction of no turn, as the official programs read)."""
+
+    def __init__(self, line: int):
+        super().__init__()
+        self.line = line
+
+
+def read_interactions(path: Path, *, gold: bool) -> list[Interaction]:
     """Interactions of an official-format file; a gold line without exactly one TAB is a UsageError."""
-    interactions: list[list[FileTurn]] = []
-    current: list[FileTurn] = []
+    interactions: list[Interaction] = []
+    current = Interaction(1)
     for number, line in enumerate(_lines(path), start=1):
         text = line.strip()
         if not text:
+            if not current:
+                current.line = number
             interactions.append(current)
-            current = []
+            current = Interaction(number + 1)
             continue
+        if not current:
+            current.line = number
         current.append(_file_turn(text, number, path, gold))
     if current:
         interactions.append(current)
@@ -62,11 +77,18 @@ def read_questions(path: Path, *, gold: bool) -> list[list[FileTurn]]:
 
 
 def _lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 file, as Python's text mode splits them (``\\n``, ``\\r\\n`` or ``\\r``); a
+    byte-order mark before the first line is dropped (an editor's, not part of the SQL); bytes that are
+    not UTF-8, a folder or a device are a UsageError."""
+    if Path(path).is_dir():
+        raise UsageError(f"{path} is a folder, not an official-format file of SQL lines")
+    if Path(path).exists() and not Path(path).is_file():
+        raise UsageError(f"{path} is not a regular file (a device or a pipe?): give an official-format file")
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.readlines()
+        text = read_text(path)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return io.StringIO(text.removeprefix("\ufeff"), newline=None).readlines()
 
 
 def _file_turn(text: str, number: int, path: Path, gold: bool) -> FileTurn:

@@ -22,12 +22,10 @@ from mtsql.core.sql import gold_cache
 from mtsql.core.sql.errors import OfficialCrash, SqlParseError
 from mtsql.core.sql.exact_match import exact_match, rebuild
 from mtsql.core.sql.exec_match import (
-    _remove_distinct_tokens,
     sparc_exec_match,
     testsuite_databases,
     testsuite_exec_match,
 )
-from mtsql.core.sql.executor import _execute_cached
 from mtsql.core.sql.hardness import hardness
 from mtsql.core.sql.parser import SEMANTICS, empty_sql, parse_sql
 from mtsql.core.sql.schema import load_foreign_key_maps, load_schema
@@ -186,12 +184,3 @@ def hardness_of(sql: str, db_id: str, *, data_root=None, sources: DataSources | 
         return gold_cache.derived("hardness official", schema_db, sql, lambda: hardness(gold))
     except (SqlParseError, OfficialCrash):
         return None
-
-
-def clear_caches() -> None:
-    """Forget cached schemas, foreign-key maps, parsed golds and gold results in this process
-    (benchmarks, tests; what :func:`gold_cache.persisted` saved on disk stays)."""
-    for cached in (load_schema, load_foreign_key_maps, _execute_cached, _remove_distinct_tokens, testsuite_databases,
-                   _foreign_keys_digest, _first_database):
-        cached.cache_clear()
-    gold_cache.clear()

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import psutil
 import torch
+from safetensors import SafetensorError
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -81,7 +82,7 @@ class HFBackend(Backend):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
             self.model = AutoModelForCausalLM.from_pretrained(model, dtype=resolve_dtype(dtype, device)).to(device)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, SafetensorError) as exc:  # a missing, damaged or truncated file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"cannot load '{model}' as a causal language model: {first}") from None
         self.model.eval()

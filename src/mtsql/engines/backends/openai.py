@@ -89,6 +89,10 @@ class OpenAIBackend(Backend):
             raise UsageError(f"the server at {self.base_url} serves {', '.join(served)}, not '{self.served_model}': "
                              "set the served model name (sample.openai_model / sample.vllm_model)")
 
+    def gone(self) -> bool:
+        """Whether the server is known to have exited (only for one mtsql started itself)."""
+        return False
+
     def _complete(self, prompt: list[int], params: SamplingParams, seed: int) -> Generation:
         body = {
             "model": self.served_model, "prompt": prompt, "max_tokens": params.max_new_tokens,
@@ -104,6 +108,8 @@ class OpenAIBackend(Backend):
         httpx = self.httpx
         delay, problem = self.backoff_s, ""
         for attempt in range(self.max_retries + 1):
+            if attempt and self.gone():
+                break  # the server mtsql started has exited: no retry can reach it
             if attempt:
                 time.sleep(delay)
                 delay *= 2
@@ -112,9 +118,14 @@ class OpenAIBackend(Backend):
             except httpx.TransportError as exc:  # refused, reset, timed out
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue
-            if response.status_code == 429 or response.status_code >= 500:
+            if response.status_code == 429 or (response.status_code >= 500 and response.status_code != 501):
                 problem = f"HTTP {response.status_code}: {_snippet(response.text)}"
                 continue
+            if response.status_code in (404, 405, 501):  # no completions endpoint here
+                what = response.headers.get("server", "a server that does not name itself")
+                raise UsageError(f"{self.url}: HTTP {response.status_code} from {what}: not an OpenAI-compatible "
+                                 "completions server; fix the base URL (sample.openai_base_url / "
+                                 f"sample.vllm_base_url): {_snippet(response.text)}")
             if response.status_code >= 400:
                 raise StageFailed(f"{self.url}: HTTP {response.status_code}: {_snippet(response.text)}")
             try:

@@ -87,6 +87,9 @@ class VLLMBackend(OpenAIBackend):
             self.close()
             raise
 
+    def gone(self) -> bool:
+        return self.server is not None and self.server.gone()
+
     def _complete(self, prompt: list[int], params, seed: int):
         try:
             return super()._complete(prompt, params, seed)

@@ -47,6 +47,8 @@ STOP_GRACE_S = 20.0
 POLL_S = 0.5
 _PR_SET_PDEATHSIG = 1
 _EXCEPTION = re.compile(r"\w(Error|Exception): \S")  # a raised exception with its message
+_NOT_A_CAUSE = re.compile(r"\bWARNING\b|EngineDeadError|See root cause above")  # a warning quoting an error; a
+# line that only points back at the cause (vLLM's "Engine core initialization failed. See root cause above")
 
 console = Console(stderr=True)
 
@@ -213,14 +215,24 @@ class ManagedServer:
                 return None
         return self.last_error()
 
+    def gone(self) -> bool:
+        """Whether the server process has exited (a client need not retry a server that is gone)."""
+        return self.process is None or self.process.poll() is not None
+
     def last_error(self) -> str:
-        """The last exception line of the server log that names a cause (or where to look)."""
+        """Why the server stopped: killed by a signal (kill -9, the OOM killer), else the last exception
+        line of its log that names a cause (not a warning, not a line that points back at the cause)."""
+        code = self.process.poll() if self.process is not None else None
+        where = f" (log: {self.log_path})" if self.log_path else ""
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            return f"the server process was killed by {name} (kill -9 or the out-of-memory killer?){where}"
         if not (self.log_path and self.log_path.exists()):
             return "no log kept"
         lines = self.log_path.read_text(errors="replace").splitlines()
-        causes = [line for line in lines if _EXCEPTION.search(line) and "EngineDeadError" not in line]
+        causes = [line for line in lines if _EXCEPTION.search(line) and not _NOT_A_CAUSE.search(line)]
         tail = (causes or lines or ["(empty log)"])[-1].strip()
-        return f"{tail[-300:]} (log: {self.log_path})"
+        return f"{tail[-300:]}{where}"
 
     def stop(self) -> None:
         """Stop the server and every process of its group (idempotent)."""

@@ -83,6 +83,15 @@ def model_folder(name: str) -> Path:
     raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
 
 
+def local_model_folder(name: str) -> Path | None:
+    """The folder of ``name`` when it is a model folder of the user's (not an alias mtsql builds, not a
+    Hub download, whose content its name fixes); None otherwise."""
+    if name in _PULLABLE or name in _MAKEABLE or is_hub_id(name):
+        return None
+    path = Path(name).expanduser()
+    return path.resolve() if path.is_dir() else None
+
+
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -161,6 +170,11 @@ def _ensure(alias: str, build: Callable[[Path], dict], force: bool) -> Path:
     """The alias's folder, built (or rebuilt, when ``RECIPES`` has changed since) if needed."""
     dest = model_dir(alias)
     if dest.exists() and not force and _recipe_of(dest) == RECIPES.get(alias, 1):
+        missing = missing_model_files(dest)
+        if missing:
+            how = f"mtsql models make-tiny {alias.removeprefix('tiny-')}" if alias in _MAKEABLE else f"mtsql models pull {alias}"
+            raise UsageError(f"model folder {dest}: file missing: {', '.join(missing)} (deleted?); rebuild it with "
+                             f"`{how} --force`")
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias}.", dir=dest.parent))

@@ -18,14 +18,13 @@ from typing import Any
 
 from mtsql.base.config import RewardConfig, SqlConfig, build
 from mtsql.core.agent.env import Trajectory
-from mtsql.core.rewards import KEYS, compute_rewards
+from mtsql.core.rewards import compute_rewards, reward_keys
 from mtsql.core.trajectories import BEHAVIOUR, episode_behaviour
 
 TRAJECTORY_KEY = "mtsql_trajectory"
 RESPONSE_TOKENS_KEY = "mtsql_response_tokens"
 OK_KEY = "trajectory_ok"
 BEHAVIOUR_KEYS = (*BEHAVIOUR, "response_tokens")  # what the episode did: read back per step by launch.step_behaviour_of
-SCORE_KEYS = (*KEYS, *BEHAVIOUR_KEYS, OK_KEY)
 VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 logger = logging.getLogger(__name__)
@@ -34,9 +33,9 @@ logger = logging.getLogger(__name__)
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None,
                   reward: Mapping | None = None, sql: Mapping | None = None, data_root: str | None = None,
                   **verl_kwargs: Any) -> dict[str, float]:
-    """The ``rewards.KEYS`` scores (``score`` = the configured family), the episode's behaviour
-    (``trajectories.episode_behaviour`` and its model tokens, which verl's rollout dump keeps per step
-    for the report) and ``trajectory_ok``.
+    """The ``score_keys`` of the reward config: the rewards (``score`` = the configured family's
+    total), the episode's behaviour (``trajectories.episode_behaviour`` and its model tokens, which
+    verl's rollout dump keeps per step for the report) and ``trajectory_ok``.
 
     Without a readable trajectory in ``extra_info`` every value is 0 and ``trajectory_ok`` is 0,
     with a warning: the same keys on every call, as verl requires. A reward_kwargs key mtsql does
@@ -50,12 +49,17 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     trajectory, problem = read_trajectory(extra_info)
     if trajectory is None:
         logger.warning("compute_score(%s): %s; scoring 0", data_source, problem)
-        return {**dict.fromkeys(KEYS, 0.0), **dict.fromkeys(BEHAVIOUR_KEYS, 0.0), OK_KEY: 0.0}
+        return dict.fromkeys(score_keys(reward_cfg), 0.0)
     tokens = _int_or_none(extra_info.get(RESPONSE_TOKENS_KEY))
     scores = compute_rewards(trajectory, ground_truth, reward_cfg, sql_cfg=sql_cfg,
                              data_root=Path(data_root) if data_root else None, response_tokens=tokens)
     behaviour = {key: float(value) for key, value in episode_behaviour(trajectory.to_dict()).items()}
     return {**scores, **behaviour, "response_tokens": float(tokens or 0), OK_KEY: 1.0}
+
+
+def score_keys(reward_cfg: RewardConfig) -> tuple[str, ...]:
+    """The keys ``compute_score`` returns under ``reward_cfg``, on every call of a run."""
+    return (*reward_keys(reward_cfg), *BEHAVIOUR_KEYS, OK_KEY)
 
 
 def read_trajectory(extra_info: Any) -> tuple[Trajectory | None, str]:

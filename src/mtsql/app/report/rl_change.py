@@ -1,0 +1,49 @@
+"""The training reward's change over an RL chain: the first steps' samples against the last steps'.
+
+A chain of N logged steps (every curriculum stage, in order) is split into its first and its last
+max(1, N // 4) steps; each block's reward is the mean over its training samples (each step logs the
+mean and std of its ``batch_size x n`` samples), and the change is last minus first with the 95 %
+normal interval of a difference of means (``stats.Mean``). The samples of one group share a question,
+so the interval is, if anything, too narrow; a change whose interval holds 0 is not shown. The
+curriculum moves to harder stages as it goes, which pulls the last steps' reward down.
+"""
+
+from __future__ import annotations
+
+from mtsql.app.report.runs import rl_steps, stage_config
+from mtsql.app.report.stats import Mean
+from mtsql.base.artifacts import Artifact
+
+
+def step_means(stages: dict[int, Artifact]) -> list[Mean]:
+    """The reward of every logged step of a chain, in order, as (mean, std, samples)."""
+    out = []
+    for art in stages.values():
+        rl_cfg = stage_config(art).get("rl", {})
+        samples = rl_cfg.get("batch_size", 0) * rl_cfg.get("n", 0)
+        out += [Mean(row["reward_mean"], row.get("reward_std") or 0.0, samples)
+                for row in rl_steps(art) if row.get("reward_mean") is not None]
+    return out
+
+
+def reward_change(steps: list[Mean]) -> tuple[int, Mean, Mean, tuple[float, float, float] | None] | None:
+    """(steps per block, first block, last block, last − first with its 95 % interval); None under 2 steps."""
+    if len(steps) < 2:
+        return None
+    block = max(1, len(steps) // 4)
+    first, last = Mean.pooled(steps[:block]), Mean.pooled(steps[-block:])
+    return block, first, last, last.minus(first)
+
+
+def reward_change_line(name: str, stages: dict[int, Artifact]) -> str | None:
+    """One sentence on a chain's reward change, None when it logged fewer than 2 steps."""
+    steps = step_means(stages)
+    found = reward_change(steps)
+    if found is None:
+        return None
+    block, first, last, difference = found
+    shown = ("no interval (under 2 samples a block)" if difference is None else
+             "{:+.3f} [{:+.3f}, {:+.3f}]".format(*difference) + (
+                 ": the interval holds 0, no change shown" if difference[1] <= 0 <= difference[2] else ""))
+    return (f"* {name}: training reward of the first {block} of {len(steps)} steps {first.mean:.3f} ({first.n} "
+            f"samples), of the last {block} {last.mean:.3f} ({last.n} samples); change {shown} (95 % interval).")

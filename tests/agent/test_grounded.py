@@ -1,0 +1,232 @@
+"""Grounded warm-start data (gold_grounded), the model's own mistakes (own_mistakes) and env.error_hint:
+a verdict in the data follows what its observation shows."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from mtsql.base.config import EnvConfig, SampleConfig, SqlConfig
+from mtsql.base.paths import FIXTURE_DATA, database_path
+from mtsql.core.agent.mutations import misspelled_column
+from mtsql.core.agent.policies import (
+    MEASURED_FAILURE_SHARE,
+    GroundedPolicy,
+    OwnMistakesPolicy,
+    make_policy,
+    observed_failure,
+    runnable,
+)
+from mtsql.core.agent.schema_prompt import load_tables
+from mtsql.core.agent.tools import run_sql, schema_hint
+from mtsql.core.data import load_turns
+
+from ..episodes import run_episode
+from .conftest import find
+
+ENV = EnvConfig(thinking=True)
+
+
+@pytest.fixture(scope="module")
+def train_turns():
+    return load_turns("cosql", "train", root=FIXTURE_DATA, with_hardness=False)[:40]
+
+
+def grounded(share: float = 1.0, **env) -> GroundedPolicy:
+    return make_policy("gold_grounded", env_cfg=EnvConfig(**{"thinking": True, **env}), data_root=FIXTURE_DATA,
+                       failure_share=share)
+
+
+def exec_steps(traj):
+    return [s for s in traj.steps if s.action == "tool_call" and s.tool == "exec_sql"]
+
+
+def shown_failure(traj, step) -> bool:
+    """Does the observation of ``step`` show a failure (an error, or no rows where the gold has some)?"""
+    db = database_path(traj.db_id, FIXTURE_DATA)
+    gold = run_sql(db, runnable(next(s.sql for s in reversed(exec_steps(traj)))), SqlConfig(), 1)
+    return observed_failure(run_sql(db, step.sql, SqlConfig(), 1), gold)
+
+
+def test_every_verdict_follows_what_its_observation_shows(make_env, train_turns):
+    """no_pass exactly after an observed failure, pass after every other result; the reasoning of a
+    no_pass quotes the result it judges; every episode ends with the gold and follows the protocol."""
+    policy = grounded(1.0)
+    corrected = 0
+    for turn in train_turns:
+        traj = run_episode(make_env(thinking=True), policy, turn)
+        assert traj.protocol_valid and traj.final_sql == runnable(turn.gold_sql)
+        executed = exec_steps(traj)
+        for step in executed:
+            assert step.verdict == ("no_pass" if shown_failure(traj, step) else "pass"), (turn.uid, step.sql)
+        if executed[0].verdict == "no_pass":
+            corrected += 1
+            judged = traj.steps[executed[0].index + 1].text
+            result_line = step_result(executed[0].observation)
+            assert f"The result was: {result_line}" in judged
+    assert corrected >= 0.8 * len(train_turns), corrected  # a table name guessed wrong applies almost everywhere
+
+
+def step_result(observation: str) -> str:
+    lines = observation.splitlines()
+    return lines[lines.index("Result:") + 1]
+
+
+def test_no_correction_after_a_result_that_runs_and_has_rows(make_env, train_turns):
+    """Unlike gold_with_correction, no first query that runs and returns rows is ever judged no_pass."""
+    for turn in train_turns[:20]:
+        first = exec_steps(run_episode(make_env(thinking=True), grounded(1.0), turn))[0]
+        assert first.result_kind == "error" or first.verdict == "pass" or first.result_kind == "empty"
+
+
+def test_correction_share_comes_from_failure_share(make_env, train_turns):
+    """The share of corrected trajectories follows sample.failure_share (default: the measured 126/215)."""
+    assert SampleConfig().failure_share == MEASURED_FAILURE_SHARE == 0.586
+
+    def corrected(share: float) -> int:
+        return sum(exec_steps(run_episode(make_env(thinking=True), grounded(share), turn,
+                                          rng=random.Random(seed)))[0].verdict == "no_pass"
+                   for seed, turn in enumerate(train_turns))
+
+    assert corrected(0.0) == 0
+    assert corrected(1.0) >= 0.8 * len(train_turns)
+    assert 0.3 * len(train_turns) <= corrected(0.5) <= 0.7 * len(train_turns)
+
+
+def test_with_the_items_known_the_share_is_exact(make_env, train_turns):
+    """Given every uid of the run, round(failure_share x items) items are corrected, whatever the draws."""
+    uids = [t.uid for t in train_turns]
+    policy = make_policy("gold_grounded", env_cfg=ENV, data_root=FIXTURE_DATA, failure_share=0.586, items=uids)
+    assert len(policy.chosen) == round(0.586 * len(uids)) == 23
+    corrected = {turn.uid for seed, turn in enumerate(train_turns)
+                 if exec_steps(run_episode(make_env(thinking=True), policy, turn,
+                                           rng=random.Random(seed)))[0].verdict == "no_pass"}
+    assert corrected == policy.chosen
+
+
+def test_an_empty_result_where_the_gold_has_rows_is_a_failure():
+    db = database_path("concert_singer", FIXTURE_DATA)
+    rows, empty = (run_sql(db, sql, SqlConfig(), 1) for sql in ("SELECT name FROM singer",
+                                                               "SELECT name FROM singer WHERE age > 1000"))
+    nulls = run_sql(db, "SELECT NULL FROM singer", SqlConfig(), 1)
+    error = run_sql(db, "SELECT nam FROM singer", SqlConfig(), 1)
+    assert observed_failure(empty, rows) and observed_failure(nulls, rows) and observed_failure(error, rows)
+    assert not observed_failure(rows, rows) and not observed_failure(empty, empty)
+
+
+def test_misspelled_column_fails_to_run():
+    tables = load_tables("concert_singer", FIXTURE_DATA)
+    variant = misspelled_column("SELECT Name FROM singer WHERE age > 20", tables)
+    assert variant.sql == "SELECT Names FROM singer WHERE age > 20" and "there is no column Names" in variant.why
+    result = run_sql(database_path("concert_singer", FIXTURE_DATA), variant.sql, SqlConfig(), 200)
+    assert result.error_class == "no_such_column"
+    assert misspelled_column("SELECT count(*) FROM singer", tables) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# own_mistakes on canned model attempts
+
+
+def call(sql: str, *, verdict: str | None = None) -> str:
+    body = json.dumps({"name": "exec_sql", "arguments": {"sql": sql}})
+    return (f"<exec_verify>{verdict}</exec_verify>\n" if verdict else "") + f"<tool_call>\n{body}\n</tool_call>"
+
+
+def own(attempts: dict[str, str]) -> OwnMistakesPolicy:
+    return make_policy("own_mistakes", env_cfg=EnvConfig(thinking=False), data_root=FIXTURE_DATA, attempts=attempts)
+
+
+@pytest.fixture
+def first_turn(cosql_turns):
+    """A first turn on concert_singer whose gold returns rows."""
+    return next(t for t in cosql_turns if t.db_id == "concert_singer" and not t.previous_questions
+                and run_sql(database_path(t.db_id, FIXTURE_DATA), runnable(t.gold_sql), SqlConfig(), 1).kind == "ok")
+
+
+def test_own_failed_attempt_is_kept_with_its_real_observation_then_corrected(make_env, first_turn):
+    attempt = call("SELECT nam FROM singers")
+    traj = run_episode(make_env(thinking=False), own({first_turn.uid: attempt}), first_turn)
+    assert traj.messages[2]["content"] == attempt, "the model's own message, verbatim"
+    first, second = exec_steps(traj)
+    assert first.result_kind == "error" and first.verdict == "no_pass"
+    assert second.sql == runnable(first_turn.gold_sql) and second.verdict == "pass"
+    assert traj.protocol_valid and traj.final_sql == runnable(first_turn.gold_sql)
+
+
+def test_own_right_attempt_gets_pass_and_is_the_answer(make_env, first_turn):
+    gold = runnable(first_turn.gold_sql)
+    same_result = gold.replace("SELECT", "select", 1) + " "
+    traj = run_episode(make_env(thinking=False), own({first_turn.uid: call(same_result)}), first_turn)
+    (only,) = exec_steps(traj)
+    assert only.sql == same_result.strip() and only.verdict == "pass" and traj.final_sql == only.sql
+
+
+def test_own_plausible_wrong_attempt_is_replaced_by_the_gold(make_env, first_turn):
+    """A result that runs and has rows but differs from the gold's: nothing in it marks it wrong, so the
+    episode runs the gold at once rather than teach a verdict the observation cannot support."""
+    policy = own({first_turn.uid: call("SELECT 1 FROM singer")})
+    assert policy.judge(first_turn, "SELECT 1 FROM singer") == "plausible"
+    traj = run_episode(make_env(thinking=False), policy, first_turn)
+    (only,) = exec_steps(traj)
+    assert only.sql == runnable(first_turn.gold_sql) and only.verdict == "pass"
+
+
+@pytest.mark.parametrize("attempt", [None, "<answer_sql>SELECT 1</answer_sql>", "not a protocol message",
+                                     call("SELECT nam FROM singer", verdict="pass")])
+def test_without_a_usable_attempt_the_gold_runs(make_env, first_turn, attempt):
+    attempts = {} if attempt is None else {first_turn.uid: attempt}
+    traj = run_episode(make_env(thinking=False), own(attempts), first_turn)
+    assert [s.sql for s in exec_steps(traj)] == [runnable(first_turn.gold_sql)] and traj.protocol_valid
+
+
+def test_own_mistakes_needs_attempts():
+    with pytest.raises(ValueError, match="own_mistakes needs the model's first attempts"):
+        make_policy("own_mistakes", data_root=FIXTURE_DATA)
+
+
+def test_own_right_attempt_on_a_later_turn_checks_memory(make_env, sparc_turns):
+    turn = find(sparc_turns, "sparc-dev-0001/2")
+    traj = run_episode(make_env(thinking=False), own({turn.uid: call(runnable(turn.gold_sql))}), turn)
+    assert [s.tool or s.action for s in traj.steps] == ["exec_sql", "memory_retrieve", "answer"]
+    assert traj.protocol_valid and traj.final_sql == runnable(turn.gold_sql)
+
+
+# ---------------------------------------------------------------------------------------------
+# env.error_hint
+
+
+def test_schema_hint_names_what_exists():
+    db = database_path("concert_singer", FIXTURE_DATA)
+    assert schema_hint(db, "SELECT name FROM singers", "no_such_table") == (
+        "Hint: the tables of this database are stadium, singer, concert, singer_in_concert.")
+    assert schema_hint(db, "SELECT nam FROM singer", "no_such_column") == (
+        "Hint: the columns are singer(singer_id, name, country, song_name, song_release_year, age, is_male).")
+    assert schema_hint(db, "SELECT nam", "no_such_column").count("(") == 4, "no table named: every table's columns"
+    assert schema_hint(db, "SELECT", "syntax") is None
+
+
+@pytest.mark.parametrize("protocol", ["mtsql", "release"])
+def test_error_hint_is_off_by_default_and_shown_when_on(make_env, cosql_turns, protocol):
+    turn = next(t for t in cosql_turns if t.db_id == "concert_singer")
+    argument = "code" if protocol == "release" else "sql"
+    message = json.dumps({"name": "exec_sql", "arguments": {argument: "SELECT name FROM singers"}})
+    seen = {}
+    for hint in (False, True):
+        env = make_env(thinking=False, protocol=protocol, error_hint=hint)
+        env.reset(turn)
+        observation, _, _ = env.step(f"<tool_call>{message}</tool_call>")
+        seen[hint] = observation["content"]
+    assert "Hint:" not in seen[False]
+    assert "Hint: the tables of this database are stadium, singer, concert, singer_in_concert." in seen[True]
+    assert seen[True].replace(" Hint:", "\nHint:").count("no such table") == 1
+
+
+def test_grounded_reasoning_quotes_the_hint(make_env, train_turns):
+    """With the hint on, the no_pass reasoning quotes the result block, hint line included."""
+    turn = train_turns[0]
+    traj = run_episode(make_env(thinking=True, error_hint=True), grounded(1.0), turn, rng=random.Random(0))
+    first = exec_steps(traj)[0]
+    assert first.result_kind == "error" and "Hint:" in first.observation
+    assert "Hint:" in traj.steps[first.index + 1].text
