@@ -21,6 +21,7 @@ for _name in ("COLUMNS", "LINES"):
 
 MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_tokenizer", "tiny_backend", "smollm2", "model_dir"}
 VLLM_FIXTURES = {"vllm_python", "tiny_server"}
+VERL_FIXTURES = {"verl_python"}
 
 
 def pytest_collection_modifyitems(items):
@@ -34,6 +35,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.data)
         if VLLM_FIXTURES & used:
             item.add_marker(pytest.mark.vllm)
+        if VERL_FIXTURES & used:
+            item.add_marker(pytest.mark.verl)
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +104,25 @@ def smollm2(models_home) -> Path:
 
     with building(models_home):
         return registry.pull("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def verl_python() -> Path:
+    """The Python of ``.venv-verl``, where verl trains on the CPUs (``make setup`` builds it on machines
+    without CUDA). Missing, the tests fail under CI (where make test built it) and are skipped elsewhere."""
+    import torch
+
+    from mtsql.engines.verl.launch import verl_python as find
+
+    if torch.cuda.is_available():
+        pytest.skip("verl's CPU tests: this machine has CUDA, where verl runs its GPU plan")
+    python = Path(find())
+    if not python.is_file():
+        message = f"no {python} for the verl tests: run `make setup`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
 
 
 @pytest.fixture(scope="session")

@@ -81,9 +81,10 @@ def test_training_sections(report):
     assert "| stage 3 | hard, extra | 0 | 0 | 2 | 1 | 3 |" in curriculum
     grpo = section(text, "Curriculum GRPO")
     steps = [line for line in grpo.splitlines() if line.startswith("| rl-c")]
-    assert [line.split("|")[1:3] for line in steps] == [[" rl-c1 ", " 1 "], [" rl-c1 ", " 2 "], [" rl-c1 ", " 3 "],
-                                                        [" rl-c2 ", " 1 "], [" rl-c2 ", " 2 "]]
-    assert "| rl-c1 | 1 | 0.6 | 0.2 | -0.01 | 0.001 | 1.5 | 61 | 50.0 [9.5, 90.5] (1/2) | 25.0 [7.1, 59.1] (2/8) |" in grpo
+    assert [line.split("|")[1:4] for line in steps] == [
+        [" rl-c1 ", " local ", " 1 "], [" rl-c1 ", " local ", " 2 "], [" rl-c1 ", " local ", " 3 "],
+        [" rl-c2 ", " verl ", " 1 "], [" rl-c2 ", " verl ", " 2 "]]  # each stage names the engine that trained it
+    assert "| rl-c1 | local | 1 | 0.6 | 0.2 | -0.01 | 0.001 | 1.5 | 61 | 50.0 [9.5, 90.5] (1/2) | 25.0 [7.1, 59.1] (2/8) |" in grpo
 
 
 def test_provenance_and_paper_are_separate(report):

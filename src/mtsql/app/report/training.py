@@ -94,7 +94,8 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
              "One curve per curriculum stage; steps are numbered on through the stages, and each stage starts "
              "from the previous stage's model. A group is the samples of one question; it has *signal* when "
              "their rewards differ (equal rewards give no policy gradient). EX here is over the step's "
-             "training samples.", ""]
+             "training samples; *engine* is the one that trained the stage (verl's main_ppo or mtsql's local "
+             "GRPO).", ""]
     if any(behaviour for _, behaviour in figures.values()):
         lines += ["The behaviour plots follow the agent over the steps, over each step's training samples "
                   "(`trajectories.step_behaviour`): tool and memory calls per turn, the share of turns with a "
@@ -119,7 +120,8 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
             for row in thin(steps[art.label], STEP_ROWS):
                 signal = share(row.get("groups_with_signal"), groups)
                 ex = share(row.get("ex"), samples)
-                rows.append([art.label, row.get("step"), *(number(row.get(key)) for key in STEP_COLUMNS),
+                rows.append([art.label, art.metrics.get("engine"), row.get("step"),
+                             *(number(row.get(key)) for key in STEP_COLUMNS),
                              signal.cell() if signal else None, ex.cell() if ex else None])
     if any(len(logged) > STEP_ROWS for logged in steps.values()):
         lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
@@ -131,7 +133,7 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
                   *changes, ""]
     if len(chains) > 1:
         lines += ["### Steps of every chain", ""]
-    return lines + table(["stage", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows) + \
+    return lines + table(["stage", "engine", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows) + \
         _validation_lines(steps, chains)
 
 

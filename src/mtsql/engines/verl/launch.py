@@ -14,6 +14,12 @@ declare. ``PINNED`` fixes the switches whose defaults would pick another trainer
 manager than the ones mtsql is built and tested against. ``rl.extra`` appends more overrides.
 On several nodes, start Ray by hand first and set ``rl.ray_address`` (the plan says how).
 
+Without CUDA (``has_cuda``), the plan runs verl on the CPUs: with the Python of ``.venv-verl`` (make setup
+builds it), the CPU platform of ``cpu_platform`` loaded through verl's plugin hook (``CPU_ENV``), a
+private one-node Ray cluster told it has one GPU, and ``cpu_overrides`` (eager float32 vLLM, no sleep
+mode, sdpa attention, one worker per pool). Where CUDA is visible the plan is the one verl was always run
+with (tests/test_verl_gpu_plan.py).
+
 Metrics: verl's file logger truncates the file it opens and writes it from the Ray actor that runs
 the trainer, possibly on another node. Each run of a stage therefore logs to a new
 ``verl_metrics.<attempt>.jsonl`` in the stage folder (so the run folder must be storage every node
@@ -29,12 +35,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import shlex
 import sys
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -46,6 +53,7 @@ from mtsql.core.trajectories import BEHAVIOUR, step_behaviour
 from mtsql.engines.passthrough import check_extra, clashes
 from mtsql.engines.process import Command, OutputLines, run_logged
 from mtsql.engines.rl_schedule import stage_steps
+from mtsql.engines.verl.cleanup import stop_tagged, tagged_env
 from mtsql.engines.verl.dataset import AGENT_NAME
 from mtsql.engines.verl.reward import OK_KEY
 
@@ -70,7 +78,76 @@ PINNED: tuple[tuple[str, object], ...] = (
     ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", False),
 )
 
+VERL_VENV = ".venv-verl"  # beside the virtualenv mtsql runs in (make setup builds it on CPU machines)
+CPU_PLATFORM_MODULE = "mtsql.engines.verl.cpu_platform"
+# the environment of verl's processes on a machine without CUDA (docs/engines.md, "verl on CPU")
+CPU_ENV = {
+    "VERL_USE_EXTERNAL_MODULES": CPU_PLATFORM_MODULE,  # verl imports it in every process: the CPU platform
+    "VERL_PLATFORM": "cpu",
+    "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda/npu; the platform makes it the CPU
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache for the rollout engine
+    "TOKENIZERS_PARALLELISM": "false",
+}
+# the strategy of verl's FSDP engine on CPU (docs/engines.md, "Pins")
+CPU_STRATEGY = "fsdp2"
+
 log = logging.getLogger(__name__)
+
+
+def has_cuda() -> bool:
+    """Whether this machine trains on CUDA (else verl runs on the CPUs)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def verl_python() -> str:
+    """The Python that runs verl on a machine without CUDA: ``.venv-verl`` beside this virtualenv (the
+    runner checks that it exists)."""
+    return str(Path(sys.prefix).parent / VERL_VENV / "bin" / "python")
+
+
+def cpu_env() -> dict[str, str]:
+    """``CPU_ENV`` with vLLM's and torch's threads on every core this process may use."""
+    cores = len(os.sched_getaffinity(0))
+    return {**CPU_ENV, "OMP_NUM_THREADS": str(cores), "VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}"}
+
+
+def cpu_overrides() -> list[tuple[str, object]]:
+    """What verl needs besides the platform to train on the CPUs: one Ray node that says it has one GPU,
+    float32 and eager execution everywhere, no CUDA-only feature (sleep mode, flash attention)."""
+    actor, ref, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout"
+    return [
+        ("+ray_kwargs.ray_init.address", "local"),  # a private cluster, never one already up on this machine
+        ("+ray_kwargs.ray_init.num_gpus", 1),
+        ("+ray_kwargs.ray_init.num_cpus", 8),  # Ray's bookkeeping slots, not cores
+        ("+ray_kwargs.ray_init.object_store_memory", 1 << 30),
+        ("+ray_kwargs.ray_init.include_dashboard", False),
+        ("trainer.device", "cpu"),
+        ("trainer.n_gpus_per_node", 1),
+        ("trainer.nnodes", 1),
+        (f"{actor}.strategy", CPU_STRATEGY),
+        (f"{ref}.strategy", CPU_STRATEGY),
+        (f"{actor}.fsdp_config.dtype", "float32"),
+        (f"{ref}.fsdp_config.dtype", "float32"),
+        # the dtype above is the weights'; FSDP computes in its mixed-precision param_dtype, bf16 unless set
+        (f"+{actor}.fsdp_config.mixed_precision.param_dtype", "fp32"),
+        (f"+{ref}.fsdp_config.mixed_precision.param_dtype", "fp32"),
+        (f"{actor}.use_torch_compile", False),
+        (f"{actor}.fsdp_config.use_torch_compile", False),
+        (f"{ref}.fsdp_config.use_torch_compile", False),
+        ("actor_rollout_ref.model.use_remove_padding", False),
+        ("+actor_rollout_ref.model.override_config.attn_implementation", "sdpa"),
+        (f"{rollout}.dtype", "float32"),
+        (f"{rollout}.enforce_eager", True),
+        (f"{rollout}.enable_chunked_prefill", False),
+        (f"{rollout}.free_cache_engine", False),
+        (f"+{rollout}.enable_sleep_mode", False),
+        (f"{rollout}.agent.num_workers", 1),
+        ("reward.num_workers", 1),
+        ("data.dataloader_num_workers", 0),
+    ]
 
 
 @dataclass(frozen=True)
@@ -85,15 +162,17 @@ class StageData:
 
 
 def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: str, out_dir: Path,
-                     data_root: Path, python: str = sys.executable) -> list[Command]:
+                     data_root: Path, cpu: bool = False, python: str | None = None) -> list[Command]:
     """Train + merge commands for every stage, each stage starting from the previous merged model.
 
     ``model_path``: the first stage's model, an absolute folder or an HF id. Each stage works in
     ``out_dir/<stage name>``: ``checkpoints/``, ``merged/`` (with ``lora_adapter/`` under LoRA) and
     this attempt's ``verl_metrics.<k>.jsonl``; ``data_root`` is where the agent loop and the reward
-    find the databases.
+    find the databases; ``cpu``: train on the CPUs (the CPU platform; ``python`` defaults to ``.venv-verl``'s
+    there, this interpreter elsewhere).
     """
     _check(cfg, stages)
+    python = python or (verl_python() if cpu else sys.executable)
     out_dir, data_root = Path(out_dir).resolve(), Path(data_root).resolve()
     agent_loop_file = out_dir / "agent_loop.yaml"
     plan: list[Command] = []
@@ -105,10 +184,10 @@ def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: st
         merged = stage_dir / "merged"
         metrics = next_metrics_file(stage_dir)
         overrides = train_overrides(cfg, stage, model_path=current, lora_adapter=adapter, stage_dir=stage_dir,
-                                    agent_loop_file=agent_loop_file, data_root=data_root, metrics_file=metrics)
+                                    agent_loop_file=agent_loop_file, data_root=data_root, metrics_file=metrics, cpu=cpu)
         plan.append(Command(
             name=f"{stage.name} train", argv=(python, "-m", "verl.trainer.main_ppo", *overrides), cwd=stage_dir,
-            env=_train_env(cfg), files={agent_loop_file: agent_loop_yaml(cfg, data_root)},
+            env=_train_env(cfg, cpu), files={agent_loop_file: agent_loop_yaml(cfg, data_root)},
             produces={"checkpoint": checkpoint, "metrics": metrics}, note=_ray_note(cfg) if index == 0 else ""))
         produces = {"merged_model": merged}
         if cfg.rl.lora_rank:
@@ -146,8 +225,10 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
 
 
 def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adapter: str | None,
-                    stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path) -> list[str]:
-    """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.extra``."""
+                    stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path,
+                    cpu: bool = False) -> list[str]:
+    """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.extra``;
+    ``cpu``: ``cpu_overrides`` replace the ones they name."""
     rl = cfg.rl
     steps = stage_steps(rl, stage.rows)  # None: epochs over a stage whose size is not known yet (dry run)
     actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
@@ -218,6 +299,9 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
     ]
     if lora_adapter:
         pairs.append((f"{model}.lora_adapter_path", lora_adapter))
+    if cpu:
+        on_cpu = dict(cpu_overrides())
+        pairs = [(key, on_cpu.pop(key, value)) for key, value in pairs] + list(on_cpu.items())
     own, extra = [key.lstrip("+") for key, _ in pairs], [override_key(item) for item in rl.extra]
     check_extra(extra, own, setting="rl.extra", allowed=rl.extra_override)
     replaced = set(clashes(own, extra))
@@ -352,12 +436,20 @@ def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> No
     """Run a stage plan as ``mtsql rl`` does: every train command's overrides checked against verl's
     config first (seconds, before Ray starts), then each command with a progress bar (step k of
     ``steps``, mean reward). A train command that reported steps but left an empty metrics file
-    fails the stage: its metrics were written where this machine cannot read them."""
+    fails the stage: its metrics were written where this machine cannot read them.
+
+    Every command is tagged (``cleanup``): processes an earlier, killed attempt of the same command left
+    are stopped first, and whatever a command leaves (Ray, vLLM), failed or interrupted, after it; the
+    log and the console say so in one line."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from mtsql.base.progress import progress_bar
 
     for command in plan:
+        python = Path(command.argv[0])
+        if python.is_absolute() and not python.is_file():
+            raise UsageError(f"verl's Python {python} does not exist: run `make setup` (it builds {VERL_VENV} on "
+                             "machines without CUDA), or set rl.engine=local")
         if "metrics" in command.produces:
             compose_train_config(command.argv[3:])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
@@ -372,12 +464,36 @@ def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> No
                 if watcher.line(line):
                     progress.update(task, completed=watcher.step, reward=f"{watcher.reward:.3f}")
 
-            run_logged(command, log_path, on_output=OutputLines(show).feed)
+            _run_tagged(command, log_path, on_output=OutputLines(show).feed)
             progress.update(task, completed=total)
             metrics = command.produces.get("metrics")
             if metrics is not None and watcher.steps and not (metrics.exists() and _metrics_rows(metrics)[0]):
                 raise StageFailed(f"{command.name}: verl reported {watcher.steps} step(s) but its metrics file {metrics} "
                                   "is empty or missing: on a cluster the run folder must be on storage every node shares")
+
+
+def _run_tagged(command: Command, log_path: Path, *, on_output) -> None:
+    """``run_logged`` with the command's processes marked, and none of them left afterwards."""
+    run = f"{command.cwd or log_path.parent}:{command.name}"
+    earlier = stop_tagged(run)
+    if earlier:
+        _say(log_path, f"{command.name}: stopped {earlier} process(es) an earlier, killed attempt left (Ray, vLLM)")
+    try:
+        run_logged(replace(command, env={**command.env, **tagged_env(run)}), log_path, on_output=on_output)
+    except BaseException as exc:
+        left = stop_tagged(run)
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        _say(log_path, f"verl {command.name} {what}: no Ray or vLLM process of it is left"
+                       f"{f' ({left} stopped)' if left else ''}")
+        raise
+    stop_tagged(run)
+
+
+def _say(log_path: Path, line: str) -> None:
+    """One line on the console and in the stage log."""
+    print(line, file=sys.stderr, flush=True)
+    with Path(log_path).open("a") as log:
+        log.write(line + "\n")
 
 
 _STEP = re.compile(r"(?:^|\s)step:(\d+) - ")
@@ -418,8 +534,8 @@ def _check(cfg: Config, stages: Sequence[StageData]) -> None:
                              "(verl drops incomplete batches, so it would train nothing); lower rl.batch_size")
 
 
-def _train_env(cfg: Config) -> dict[str, str]:
-    env = {"HYDRA_FULL_ERROR": "1"}
+def _train_env(cfg: Config, cpu: bool) -> dict[str, str]:
+    env = {"HYDRA_FULL_ERROR": "1", **(cpu_env() if cpu else {})}
     if cfg.rl.ray_address:
         env["RAY_ADDRESS"] = cfg.rl.ray_address
     return env
