@@ -131,6 +131,9 @@ def cpu_overrides() -> list[tuple[str, object]]:
         (f"{ref}.strategy", CPU_STRATEGY),
         (f"{actor}.fsdp_config.dtype", "float32"),
         (f"{ref}.fsdp_config.dtype", "float32"),
+        # the dtype above is the weights'; FSDP computes in its mixed-precision param_dtype, bf16 unless set
+        (f"+{actor}.fsdp_config.mixed_precision.param_dtype", "fp32"),
+        (f"+{ref}.fsdp_config.mixed_precision.param_dtype", "fp32"),
         (f"{actor}.use_torch_compile", False),
         (f"{actor}.fsdp_config.use_torch_compile", False),
         (f"{ref}.fsdp_config.use_torch_compile", False),
