@@ -70,8 +70,10 @@ def runs(tiny_qwen3, tmp_path_factory):
     torch.save(batch, folder / "batch.pt")
     src = str(Path(mtsql.__file__).resolve().parents[1])  # the verl side imports this very mtsql
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    verl = subprocess.Popen([sys.executable, str(VERL_SIDE), str(folder / "batch.pt"), str(folder / "verl.pt")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = folder / "verl.log"
+    with log.open("w") as out:
+        verl = subprocess.Popen([sys.executable, str(VERL_SIDE), str(folder / "batch.pt"), str(folder / "verl.pt")],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
         initial = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -80,11 +82,11 @@ def runs(tiny_qwen3, tmp_path_factory):
         with torch.no_grad():
             log_probs = response_logprobs(model, pad_batch(eps, pad_id=0))
         stats = grpo_update(model, torch.optim.SGD(model.parameters(), lr=LR), eps, SETTINGS, pad_id=0)
-        output, _ = verl.communicate(timeout=DEADLINE_S)
+        verl.wait(timeout=DEADLINE_S)
     finally:
         verl.kill()
         verl.wait()
-    assert verl.returncode == 0, f"verl's actor update failed:\n{output[-4000:]}"
+    assert verl.returncode == 0, f"verl's actor update failed ({log}):\n{log.read_text()[-4000:]}"
     local = {"log_probs": log_probs, "stats": stats, "params": dict(model.named_parameters())}
     return {"batch": batch, "initial": initial, "local": local, "verl": torch.load(folder / "verl.pt")}
 
