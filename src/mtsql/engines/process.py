@@ -7,11 +7,14 @@ The command's files are written first; it runs in its folder (default: the log's
 Python's ``bin`` first on PATH (so ``torchrun``, started by name by launchers, is this
 environment's); its output is appended to the log as it comes and handed to ``on_output`` in
 chunks (``OutputLines`` cuts them into lines). A non-zero exit raises ``StageFailed`` quoting
-``error_line`` of its output; an interrupt kills the whole process group (launcher and workers).
+``error_line`` of its output; an interrupt kills the whole process group (launcher and workers), and
+the kernel sends the launcher SIGTERM if mtsql itself is killed (``die_with_parent``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import re
 import shlex
@@ -71,7 +74,7 @@ def run_logged(command: Command, log_path: Path, *, on_output: Callable[[str], N
         log.flush()
         try:
             proc = subprocess.Popen(command.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                    cwd=cwd, start_new_session=True)
+                                    cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)
         except OSError as exc:
             raise StageFailed(f"cannot start {command.argv[0]}: {exc.strerror}") from None
         try:
@@ -89,6 +92,12 @@ def run_logged(command: Command, log_path: Path, *, on_output: Callable[[str], N
     if returncode != 0:
         raise StageFailed(f"{command.name} failed ({_exit_text(returncode)}): "
                           f"{error_line(tail.decode(errors='replace'))} (full log: {log_path})")
+
+
+def die_with_parent() -> None:
+    """In a child before exec: get SIGTERM when the thread that started it dies (Linux ``PR_SET_PDEATHSIG``)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def _exit_text(returncode: int) -> str:
