@@ -4,20 +4,22 @@ with) against verl 0.9.1's actor update (``ActorRolloutRefWorker(role="actor")``
 
 The batch: 4 episodes in 2 groups whose rewards differ, prompts and responses of one length each (no
 padding anywhere), tool observations inside two responses (response mask 0). Both engines take 2
-optimizer steps of 2 episodes, 2 per micro-batch: the first on-policy, the second off-policy with
-old log-probs from before the first, where some ratios leave the clip range.
+optimizer steps of 2 episodes, 2 per micro-batch, a low-variance KL term (coefficient 0.5) to the
+policy before the update: the first step on-policy, the second off-policy with old log-probs from
+before the first, where some ratios leave the clip range and the KL is not 0.
 
 Tolerances, float32 (eps 1.2e-7): both engines run the same model through the same kernels, but
 verl's forward sees other tensor shapes (full-sequence logits of right-padded nested batches, its own
 log-softmax) and sums in another order. Measured: log-probs within 1e-6 (one ulp at |log p| ~ 12),
-losses and gradient norms to 1e-8 relative, parameter updates to 1e-6 relative over the model and
-4e-6 in the worst tensor (rounding of the parameters themselves, |p| ~ 1 for norm weights). The bounds
-sit 10x above that; any error in the math (a token shifted, another loss aggregation or
-normalisation, advantages, clipping, gradient clipping) moves them by 1e-3 or more.
+the policy loss and gradient norm to 1e-7 relative, the KL term (a small difference of log-probs) to
+1e-6, parameter updates to 8e-7 relative over the model and 6e-6 in the worst tensor (rounding of the
+parameters themselves, |p| ~ 1 for norm weights). The bounds sit 10x above that; any error in the math (a token shifted, another loss aggregation or
+normalisation, advantages, clipping, the KL term, gradient clipping) moves them by 1e-3 or more.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -33,7 +35,7 @@ pytestmark = pytest.mark.verl
 
 VERL_SIDE = Path(__file__).with_name("verl_actor_step.py")
 LR = 10.0  # SGD on gradients clipped to norm 1: an update of norm 10 per step, far above rounding
-SETTINGS = GrpoSettings(clip_ratio=0.2, mini_batches=2, micro_batch=2, max_grad_norm=1.0)
+SETTINGS = GrpoSettings(clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0)
 LOGPROB_ATOL = 1e-5
 STAT_RTOL = 1e-5
 UPDATE_RTOL = {"model": 1e-5, "tensor": 1e-4}
@@ -51,7 +53,7 @@ def parity_batch(model: Path) -> dict:
             "rewards": torch.tensor([1.0, 0.0, 0.2, 0.9]), "groups": ["a", "a", "b", "b"],
             "settings": {"micro_batch": SETTINGS.micro_batch,
                          "mini_batch_size": 4 // SETTINGS.mini_batches, "clip_ratio": SETTINGS.clip_ratio,
-                         "loss_agg_mode": "token-mean", "lr": LR, "max_grad_norm": SETTINGS.max_grad_norm}}
+                         "kl_coef": SETTINGS.kl_coef, "loss_agg_mode": "token-mean", "lr": LR, "max_grad_norm": SETTINGS.max_grad_norm}}
 
 
 def episodes(batch: dict) -> list[Episode]:
@@ -77,11 +79,13 @@ def runs(tiny_qwen3, tmp_path_factory):
     try:
         model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
         initial = {name: p.detach().clone() for name, p in model.named_parameters()}
+        reference = copy.deepcopy(model)  # the policy before the update, as verl's reference is
         eps = episodes(batch)
         model.eval()
         with torch.no_grad():
             log_probs = response_logprobs(model, pad_batch(eps, pad_id=0))
-        stats = grpo_update(model, torch.optim.SGD(model.parameters(), lr=LR), eps, SETTINGS, pad_id=0)
+        stats = grpo_update(model, torch.optim.SGD(model.parameters(), lr=LR), eps, SETTINGS, pad_id=0,
+                            ref_model=reference)
         verl.wait(timeout=DEADLINE_S)
     finally:
         verl.kill()
@@ -107,9 +111,9 @@ def test_advantages_agree(runs):
     assert torch.allclose(runs["verl"]["advantages"] * mask, expected, atol=1e-6)
 
 
-@pytest.mark.parametrize(("local_key", "verl_key"), [("pg_loss", "actor/pg_loss"), ("grad_norm", "grad_norm"),
-                                                     ("clipfrac", "actor/pg_clipfrac")])
-def test_loss_gradient_norm_and_clip_fraction_agree(runs, local_key, verl_key):
+@pytest.mark.parametrize(("local_key", "verl_key"), [("pg_loss", "actor/pg_loss"), ("kl", "kl_loss"),
+                                                     ("grad_norm", "grad_norm"), ("clipfrac", "actor/pg_clipfrac")])
+def test_losses_gradient_norm_and_clip_fraction_agree(runs, local_key, verl_key):
     """The local engine reports each statistic's mean over the optimizer steps; verl one per step."""
     per_step = runs["verl"]["metrics"][verl_key]
     assert len(per_step) == SETTINGS.mini_batches
@@ -117,9 +121,11 @@ def test_loss_gradient_norm_and_clip_fraction_agree(runs, local_key, verl_key):
     assert runs["local"]["stats"][local_key] == pytest.approx(expected, rel=STAT_RTOL, abs=1e-7)
 
 
-def test_the_off_policy_step_clips_some_tokens(runs):
-    """So the clip range is exercised, not only ratio 1."""
-    assert runs["verl"]["metrics"]["actor/pg_clipfrac"][0] == 0 < runs["verl"]["metrics"]["actor/pg_clipfrac"][1] < 1
+def test_the_off_policy_step_clips_some_tokens_and_has_a_kl_term(runs):
+    """So the clip range and the KL term are exercised, not only ratio 1 at the reference."""
+    metrics = runs["verl"]["metrics"]
+    assert metrics["actor/pg_clipfrac"][0] == 0 < metrics["actor/pg_clipfrac"][1] < 1
+    assert metrics["kl_loss"][0] == 0 < metrics["kl_loss"][1]
 
 
 def test_sgd_steps_update_every_parameter_alike(runs):

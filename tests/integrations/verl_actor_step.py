@@ -3,7 +3,8 @@ in a process of its own: ``python verl_actor_step.py BATCH.pt RESULT.pt``.
 
 It does what verl 0.9.1's classic trainer does to one rollout batch, on CPU, float32, one gloo
 process: GRPO advantages by the trainer's ``compute_advantage``, then, on an
-``ActorRolloutRefWorker(role="actor")``, the old log-probs (``compute_log_prob``) and one
+``ActorRolloutRefWorker(role="actor")``, the old log-probs (``compute_log_prob``, also the reference's:
+the reference is the policy before the update) and one
 ``update_actor`` through the FSDP engine and ``ppo_loss``, with the environment and overrides
 ``rl.engine: verl`` uses on a CPU machine. It saves the old log-probs, the
 advantages, the update's metrics and every parameter after the update.
@@ -32,7 +33,7 @@ def environment(store: Path) -> dict[str, str]:
 
 def overrides(batch: dict) -> list[str]:
     """The CPU overrides of every ``main_ppo`` run mtsql starts on a CPU machine (``launch.cpu_overrides``),
-    then the batch's update settings: one rollout per prompt, no KL or entropy term, plain SGD."""
+    then the batch's update settings: one rollout per prompt, no entropy term, plain SGD."""
     from mtsql.engines.verl.launch import cpu_overrides, hydra_value
 
     s, actor = batch["settings"], "actor_rollout_ref.actor"
@@ -47,7 +48,9 @@ def overrides(batch: dict) -> list[str]:
         f"{actor}.clip_ratio_low={s['clip_ratio']}",
         f"{actor}.clip_ratio_high={s['clip_ratio']}",
         f"{actor}.loss_agg_mode={s['loss_agg_mode']}",
-        f"{actor}.use_kl_loss=false",
+        f"{actor}.use_kl_loss={str(s['kl_coef'] > 0).lower()}",
+        f"{actor}.kl_loss_coef={s['kl_coef']}",
+        f"{actor}.kl_loss_type=low_var_kl",
         f"{actor}.entropy_coeff=0",
         f"{actor}.optim.optimizer=SGD",
         f"{actor}.optim.weight_decay=0",
@@ -106,6 +109,7 @@ def main(batch_file: str, result_file: str) -> None:
         tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=False, temperature=1.0)
         old = no_padding_2_padding(tu.get(worker.compute_log_prob(request), "log_probs"), request).float()
         data.batch["old_log_probs"] = old
+        data.batch["ref_log_prob"] = old.clone()  # the reference is the policy before the update
 
         request = no_padding(data)
         size = batch["settings"]["mini_batch_size"]
