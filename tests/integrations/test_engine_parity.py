@@ -34,6 +34,7 @@ from mtsql.engines.local_grpo.update import Episode, GrpoSettings, grpo_update, 
 pytestmark = pytest.mark.verl
 
 VERL_SIDE = Path(__file__).with_name("verl_actor_step.py")
+TEMPERATURE = 0.7  # the tiny profile's rl.temperature: verl divides the logits by the rollout's temperature
 LR = 10.0  # SGD on gradients clipped to norm 1: an update of norm 10 per step, far above rounding
 SETTINGS = GrpoSettings(clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0)
 LOGPROB_ATOL = 1e-5
@@ -51,9 +52,9 @@ def parity_batch(model: Path) -> dict:
     mask[2, 1:4] = 0
     return {"model": str(model), "prompts": prompts, "responses": responses, "response_mask": mask,
             "rewards": torch.tensor([1.0, 0.0, 0.2, 0.9]), "groups": ["a", "a", "b", "b"],
-            "settings": {"micro_batch": SETTINGS.micro_batch,
-                         "mini_batch_size": 4 // SETTINGS.mini_batches, "clip_ratio": SETTINGS.clip_ratio,
-                         "kl_coef": SETTINGS.kl_coef, "loss_agg_mode": "token-mean", "lr": LR, "max_grad_norm": SETTINGS.max_grad_norm}}
+            "settings": {"micro_batch": SETTINGS.micro_batch, "mini_batch_size": 4 // SETTINGS.mini_batches,
+                         "clip_ratio": SETTINGS.clip_ratio, "kl_coef": SETTINGS.kl_coef, "temperature": TEMPERATURE,
+                         "loss_agg_mode": "token-mean", "lr": LR, "max_grad_norm": SETTINGS.max_grad_norm}}
 
 
 def episodes(batch: dict) -> list[Episode]:

@@ -106,14 +106,15 @@ def main(batch_file: str, result_file: str) -> None:
 
         data = trainer_batch(batch)
         request = no_padding(data)
-        tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=False, temperature=1.0)
+        temperature = batch["settings"]["temperature"]  # the trainer passes the rollout's
+        tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=False, temperature=temperature)
         old = no_padding_2_padding(tu.get(worker.compute_log_prob(request), "log_probs"), request).float()
         data.batch["old_log_probs"] = old
         data.batch["ref_log_prob"] = old.clone()  # the reference is the policy before the update
 
         request = no_padding(data)
         size = batch["settings"]["mini_batch_size"]
-        tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=True, temperature=1.0,
+        tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=True, temperature=temperature,
                              global_batch_size=size, mini_batch_size=size, epochs=1, seed=0,
                              dataloader_kwargs={"shuffle": False})
         metrics = tu.get(worker.update_actor(request), "metrics")
