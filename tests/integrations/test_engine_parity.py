@@ -34,9 +34,9 @@ from mtsql.engines.local_grpo.update import Episode, GrpoSettings, grpo_update, 
 pytestmark = pytest.mark.verl
 
 VERL_SIDE = Path(__file__).with_name("verl_actor_step.py")
-TEMPERATURE = 0.7  # the tiny profile's rl.temperature: verl divides the logits by the rollout's temperature
 LR = 10.0  # SGD on gradients clipped to norm 1: an update of norm 10 per step, far above rounding
-SETTINGS = GrpoSettings(clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0)
+# temperature: the tiny profile's rl.temperature; both engines divide the logits by it
+SETTINGS = GrpoSettings(clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0, temperature=0.7)
 LOGPROB_ATOL = 1e-5
 STAT_RTOL = 1e-5
 UPDATE_RTOL = {"model": 1e-5, "tensor": 1e-4}
@@ -53,7 +53,7 @@ def parity_batch(model: Path) -> dict:
     return {"model": str(model), "prompts": prompts, "responses": responses, "response_mask": mask,
             "rewards": torch.tensor([1.0, 0.0, 0.2, 0.9]), "groups": ["a", "a", "b", "b"],
             "settings": {"micro_batch": SETTINGS.micro_batch, "mini_batch_size": 4 // SETTINGS.mini_batches,
-                         "clip_ratio": SETTINGS.clip_ratio, "kl_coef": SETTINGS.kl_coef, "temperature": TEMPERATURE,
+                         "clip_ratio": SETTINGS.clip_ratio, "kl_coef": SETTINGS.kl_coef, "temperature": SETTINGS.temperature,
                          "loss_agg_mode": "token-mean", "lr": LR, "max_grad_norm": SETTINGS.max_grad_norm}}
 
 
@@ -84,7 +84,7 @@ def runs(tiny_qwen3, tmp_path_factory):
         eps = episodes(batch)
         model.eval()
         with torch.no_grad():
-            log_probs = response_logprobs(model, pad_batch(eps, pad_id=0))
+            log_probs = response_logprobs(model, pad_batch(eps, pad_id=0), SETTINGS.temperature)
         stats = grpo_update(model, torch.optim.SGD(model.parameters(), lr=LR), eps, SETTINGS, pad_id=0,
                             ref_model=reference)
         verl.wait(timeout=DEADLINE_S)
