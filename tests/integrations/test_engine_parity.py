@@ -5,16 +5,17 @@ with) against verl 0.9.1's actor update (``ActorRolloutRefWorker(role="actor")``
 The batch: 4 episodes in 2 groups whose rewards differ, prompts and responses of one length each (no
 padding anywhere), tool observations inside two responses (response mask 0). Both engines take 2
 optimizer steps of 2 episodes, 2 per micro-batch, a low-variance KL term (coefficient 0.5) to the
-policy before the update: the first step on-policy, the second off-policy with old log-probs from
+policy before the update, log-probs at the rollout temperature 0.7: the first step on-policy, the second off-policy with old log-probs from
 before the first, where some ratios leave the clip range and the KL is not 0.
 
 Tolerances, float32 (eps 1.2e-7): both engines run the same model through the same kernels, but
 verl's forward sees other tensor shapes (full-sequence logits of right-padded nested batches, its own
-log-softmax) and sums in another order. Measured: log-probs within 1e-6 (one ulp at |log p| ~ 12),
-the policy loss and gradient norm to 1e-7 relative, the KL term (a small difference of log-probs) to
-1e-6, parameter updates to 8e-7 relative over the model and 6e-6 in the worst tensor (rounding of the
-parameters themselves, |p| ~ 1 for norm weights). The bounds sit 10x above that; any error in the math (a token shifted, another loss aggregation or
-normalisation, advantages, clipping, the KL term, gradient clipping) moves them by 1e-3 or more.
+log-softmax) and sums in another order. Measured: log-probs within 1.9e-6 (2 ulp at |log p| ~ 17),
+the policy loss, KL term and gradient norm within 5e-7 of the largest per-step value, parameter
+updates to 1.1e-6 relative over the model and 5e-6 in the worst tensor (rounding of the parameters
+themselves, |p| ~ 1 for norm weights). The bounds sit 10x or more above that; any error in the math
+(a token shifted, another loss aggregation or normalisation, advantages, clipping, the KL term,
+the temperature, gradient clipping) moves them by 1e-3 or more.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ VERL_SIDE = Path(__file__).with_name("verl_actor_step.py")
 LR = 10.0  # SGD on gradients clipped to norm 1: an update of norm 10 per step, far above rounding
 # temperature: the tiny profile's rl.temperature; both engines divide the logits by it
 SETTINGS = GrpoSettings(clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0, temperature=0.7)
-LOGPROB_ATOL = 1e-5
-STAT_RTOL = 1e-5
+LOGPROB_ATOL = 2e-5  # 10 ulp at |log p| in [16, 32)
+STAT_RTOL = 1e-5  # of the largest per-step value: the steps' sum may cancel
 UPDATE_RTOL = {"model": 1e-5, "tensor": 1e-4}
 DEADLINE_S = 600
 
@@ -119,7 +120,7 @@ def test_losses_gradient_norm_and_clip_fraction_agree(runs, local_key, verl_key)
     per_step = runs["verl"]["metrics"][verl_key]
     assert len(per_step) == SETTINGS.mini_batches
     expected = sum(per_step) / len(per_step)
-    assert runs["local"]["stats"][local_key] == pytest.approx(expected, rel=STAT_RTOL, abs=1e-7)
+    assert runs["local"]["stats"][local_key] == pytest.approx(expected, abs=STAT_RTOL * max(map(abs, per_step)))
 
 
 def test_the_off_policy_step_clips_some_tokens_and_has_a_kl_term(runs):
