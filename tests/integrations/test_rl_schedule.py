@@ -14,7 +14,7 @@ from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_due
 from mtsql.engines.verl.launch import StageData, build_stage_plan, compose_train_config
-from mtsql.stages.rl import _verl_curve
+from mtsql.engines.verl.stage import verl_curve as _verl_curve
 
 REPO = Path(__file__).resolve().parents[2]
 

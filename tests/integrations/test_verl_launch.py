@@ -308,7 +308,7 @@ def test_trainable_layers_is_refused_for_verl(tmp_path):
 
 def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
     from mtsql.engines.verl.launch import ROLLOUTS_DIR
-    from mtsql.stages.rl import _verl_curve
+    from mtsql.engines.verl.stage import verl_curve as _verl_curve
 
     write_attempt(tmp_path, range(1, 3), 0.0)
     (tmp_path / ROLLOUTS_DIR).mkdir()

@@ -1,4 +1,4 @@
-"""`mtsql rl`: multi-turn GRPO on one curriculum stage, with verl (GPUs, Ray) or the local engine.
+"""`mtsql rl`: multi-turn GRPO on one curriculum stage, with verl (Ray; GPUs, or the CPUs) or the local engine.
 
 Both engines sample with the shared agent environment, score with the configured reward family
 (``reward.family``) and leave the trained model in ``model/``. The local engine (CPU or one GPU,
@@ -10,6 +10,8 @@ training artifact; none: the base model); config sections ``data``, ``sql``, ``e
 ``model``, ``sample`` (generation settings of the local engine), ``rl``, ``seed``. ``rl.engine``
 must be resolved (``verl`` or ``local``, see ``pick_engine``) before the stage runs.
 Writes: ``model/``, ``metrics.jsonl`` (one line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
+Each engine is called through its ``train_stage`` (``train_stage_of``): ``mtsql.engines.local_grpo.trainer``
+and ``mtsql.engines.verl.stage``.
 
 ``rl.epochs_per_stage`` and ``rl.val_every`` / ``rl.val_pick`` (``engines.rl_schedule``) set how
 long a stage trains and which step's model it keeps; verl validates on ``data/val.parquet`` (the dev
@@ -18,33 +20,15 @@ turns) and, to keep the best step, merges that step's checkpoint instead of the 
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
 from pathlib import Path
 
-from mtsql.base.artifacts import MODEL_DIR, Artifact, StageContext
+from mtsql.base.artifacts import Artifact, StageContext
 from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
-from mtsql.core.chat_format import ChatFormat
-from mtsql.core.data.records import Turn, read_turns
+from mtsql.core.data.records import read_turns
 from mtsql.engines import backends
 from mtsql.engines.models.registry import stage_model
-from mtsql.engines.process import run_logged
-from mtsql.engines.rl_schedule import best_step, epochs_note, stage_steps, validation_turns
-from mtsql.engines.verl.dataset import write_rl_parquet
-from mtsql.engines.verl.launch import (
-    ROLLOUTS_DIR,
-    StageData,
-    build_stage_plan,
-    checkpoint_dir,
-    has_cuda,
-    merge_command,
-    read_metrics,
-    render_plan,
-    run_stage_plan,
-    step_behaviour_of,
-)
+from mtsql.engines.rl_schedule import epochs_note
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
 INPUTS = {"curriculum": "curriculum", "model": None}
@@ -73,43 +57,27 @@ def engine_identity(cfg: ConfigView) -> dict:
     return {}
 
 
+def train_stage_of(engine: str):
+    """The engine's ``train_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage)``: the one entry
+    point of each RL engine (imported on use: torch, verl)."""
+    if engine == "local":
+        from mtsql.engines.local_grpo.trainer import train_stage
+    elif engine == "verl":
+        from mtsql.engines.verl.stage import train_stage
+    else:
+        raise UsageError(f"rl.engine={engine}: resolve 'auto' with pick_engine before running the stage")
+    return train_stage
+
+
 def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> dict:
     turns = read_turns(curriculum.path / f"stage-{stage}.jsonl")
     if not turns:
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
+    train_stage = train_stage_of(cfg.rl.engine)
     base = stage_model(cfg.model.name, model)
-    if cfg.rl.engine == "local":
-        from mtsql.engines.local_grpo.trainer import train_stage  # torch and verl's core_algos: load on use
-
-        return {"engine": "local", "items": len(turns),
-                **train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
-                              stage=stage)}
-    if cfg.rl.engine != "verl":
-        raise UsageError(f"rl.engine={cfg.rl.engine}: resolve 'auto' with pick_engine before running the stage")
-    rows = _write_parquet(cfg, turns, base, _train_file(ctx.out, stage))
-    if cfg.rl.val_every:
-        _write_parquet(cfg, validation_turns(cfg), base, _val_file(ctx.out))
-    commands, stage_data = _verl_plan(cfg, base_model=base, out=ctx.out, stage=stage, rows=rows)
-    steps = stage_steps(cfg.rl, rows)
-    run_stage_plan(commands, ctx.log_path, steps=steps)
-    stage_dir = ctx.out / "verl" / stage_data.name
-    curve = _verl_curve(stage_dir, stage)
-    picked = best_step(curve) if cfg.rl.val_pick == "best" else None
-    if picked is not None and picked != steps:
-        merge = merge_command(checkpoint_dir(stage_dir, picked), stage_dir / f"merged-step-{picked}",
-                              name=f"{stage_data.name} merge step {picked}", cwd=stage_dir, python=commands[0].argv[0])
-        run_logged(merge, ctx.log_path)
-        shutil.move(str(merge.produces["merged_model"]), ctx.out / MODEL_DIR)
-    else:
-        shutil.move(str(stage_dir / "merged"), ctx.out / MODEL_DIR)
-    (ctx.out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in curve))
-    dump = ctx.out / "verl" / stage_data.name / ROLLOUTS_DIR
-    if dump.exists():  # read into metrics.jsonl; every sample's text, tens of MB a step at the paper's sizes
-        shutil.rmtree(dump)
-    last = curve[-1] if curve else {}
-    return {"engine": "verl", "items": stage_data.rows, "steps": len(curve),
-            "reward_last": last.get("reward_mean"), "response_length_last": last.get("response_length"),
-            "picked_step": picked or steps}
+    return {"engine": cfg.rl.engine, "items": len(turns),
+            **train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
+                          stage=stage)}
 
 
 def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:
@@ -119,55 +87,10 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
         weights = f"the last {cfg.rl.trainable_layers} decoder layers of " if cfg.rl.trainable_layers else ""
         return (f"# local GRPO in this process: {epochs_note(cfg.rl)} of {cfg.rl.batch_size} questions "
                 f"x {cfg.rl.n} samples, training {weights}{base}; curriculum stage {stage} of {curriculum.path}\n")
+    from mtsql.engines.verl.stage import plan_stage
+
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
     rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs
-    commands, _ = _verl_plan(cfg, base_model=base, out=out, stage=stage, rows=rows)
     items = f"{rows} items" if rows is not None else f"the items of curriculum stage {stage} ({curriculum.path})"
-    return f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n" + render_plan(commands)
-
-
-def _train_file(out: Path, stage: int) -> Path:
-    return out / "data" / f"stage-{stage}.parquet"
-
-
-def _val_file(out: Path) -> Path:
-    return out / "data" / "val.parquet"
-
-
-def _write_parquet(cfg: ConfigView, turns: list[Turn], base_model: str, path: Path) -> int:
-    """Export the stage's turns as verl's RL parquet; returns the rows written."""
-    from transformers import AutoTokenizer
-
-    chat = ChatFormat.for_template(AutoTokenizer.from_pretrained(base_model), cfg.model.template)
-    return write_rl_parquet(turns, path, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=cfg.data_root,
-                            chat=chat, max_prompt_len=cfg.rl.max_prompt_len).rows
-
-
-def _verl_plan(cfg: ConfigView, *, base_model: str, out: Path, stage: int, rows: int | None):
-    """The verl train + merge commands of one curriculum stage (``rows``: None when not known yet)."""
-    stage_data = StageData(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
-                           val_file=_val_file(out) if cfg.rl.val_every else None)
-    return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
-                            data_root=cfg.data_root, cpu=not has_cuda()), stage_data
-
-
-VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean", "pg_loss": "actor/pg_loss",
-             "kl": "actor/kl_loss", "grad_norm": "actor/grad_norm"}
-VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
-
-
-def _verl_curve(stage_dir: Path, stage: int) -> list[dict]:
-    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike),
-    with the agent's behaviour from each step's samples (its response length in model tokens, as the
-    local engine counts it, replacing verl's); ``val_reward_mean``: the mean over datasets of the greedy
-    validation reward, on validated steps; ``verl``: every metric verl logged for the step, by its name."""
-    curve = []
-    for row in read_metrics(stage_dir):
-        line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()},
-                **step_behaviour_of(stage_dir, row["step"])}
-        validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
-        if validated:
-            line["val_reward_mean"] = sum(validated) / len(validated)
-        line["verl"] = {key: value for key, value in row.items() if key != "step"}
-        curve.append(line)
-    return curve
+    return (f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n"
+            + plan_stage(cfg, base_model=base, out_dir=out, stage=stage, rows=rows))

@@ -1,0 +1,117 @@
+"""verl's side of ``mtsql rl``: one curriculum stage trained by ``main_ppo`` and merged (``train_stage``,
+called like the local engine's), or what it would run (``plan_stage``, the dry run).
+
+The stage's turns become verl's RL parquet (``data/stage-<k>.parquet``; with ``rl.val_every`` also
+``data/val.parquet`` of the dev turns), the plan of ``launch`` runs in ``verl/`` (on the GPUs, or on the
+CPUs where CUDA is absent), the kept step's checkpoint is merged into ``model/`` and verl's per-step
+metrics become ``metrics.jsonl`` in the local engine's shape (``verl_curve``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from mtsql.base.artifacts import MODEL_DIR
+from mtsql.core.chat_format import ChatFormat
+from mtsql.core.data.records import Turn
+from mtsql.engines.process import run_logged
+from mtsql.engines.rl_schedule import best_step, stage_steps, validation_turns
+from mtsql.engines.verl.dataset import write_rl_parquet
+from mtsql.engines.verl.launch import (
+    ROLLOUTS_DIR,
+    StageData,
+    build_stage_plan,
+    checkpoint_dir,
+    has_cuda,
+    merge_command,
+    read_metrics,
+    render_plan,
+    run_stage_plan,
+    step_behaviour_of,
+)
+
+VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean", "pg_loss": "actor/pg_loss",
+             "kl": "actor/kl_loss", "grad_norm": "actor/grad_norm"}
+VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
+
+
+def train_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1,
+                log_path: Path | None = None) -> dict:
+    """Train curriculum stage ``stage`` on ``turns`` from ``base_model`` with verl; leaves ``out_dir/model``
+    and ``metrics_path``; the engines' output goes to ``log_path`` (default: ``out_dir/log.txt``)."""
+    out_dir = Path(out_dir)
+    log_path = Path(log_path or out_dir / "log.txt")
+    rows = _write_parquet(cfg, turns, base_model, _train_file(out_dir, stage))
+    if cfg.rl.val_every:
+        _write_parquet(cfg, validation_turns(cfg), base_model, _val_file(out_dir))
+    commands, stage_data = _plan(cfg, base_model=base_model, out=out_dir, stage=stage, rows=rows)
+    steps = stage_steps(cfg.rl, rows)
+    run_stage_plan(commands, log_path, steps=steps)
+    stage_dir = out_dir / "verl" / stage_data.name
+    curve = verl_curve(stage_dir, stage)
+    picked = best_step(curve) if cfg.rl.val_pick == "best" else None
+    if picked is not None and picked != steps:
+        merge = merge_command(checkpoint_dir(stage_dir, picked), stage_dir / f"merged-step-{picked}",
+                              name=f"{stage_data.name} merge step {picked}", cwd=stage_dir, python=commands[0].argv[0])
+        run_logged(merge, log_path)
+        shutil.move(str(merge.produces["merged_model"]), out_dir / MODEL_DIR)
+    else:
+        shutil.move(str(stage_dir / "merged"), out_dir / MODEL_DIR)
+    Path(metrics_path).write_text("".join(json.dumps(row) + "\n" for row in curve))
+    dump = stage_dir / ROLLOUTS_DIR
+    if dump.exists():  # read into metrics.jsonl; every sample's text, tens of MB a step at the paper's sizes
+        shutil.rmtree(dump)
+    last = curve[-1] if curve else {}
+    return {"items": stage_data.rows, "steps": len(curve), "reward_last": last.get("reward_mean"),
+            "response_length_last": last.get("response_length"), "picked_step": picked or steps}
+
+
+def plan_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
+    """The verl files and commands of one stage as a shell script (``rows``: None when not known yet)."""
+    commands, _ = _plan(cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows)
+    return render_plan(commands)
+
+
+def verl_curve(stage_dir: Path, stage: int) -> list[dict]:
+    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike),
+    with the agent's behaviour from each step's samples (its response length in model tokens, as the
+    local engine counts it, replacing verl's); ``val_reward_mean``: the mean over datasets of the greedy
+    validation reward, on validated steps; ``verl``: every metric verl logged for the step, by its name."""
+    curve = []
+    for row in read_metrics(stage_dir):
+        line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()},
+                **step_behaviour_of(stage_dir, row["step"])}
+        validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
+        if validated:
+            line["val_reward_mean"] = sum(validated) / len(validated)
+        line["verl"] = {key: value for key, value in row.items() if key != "step"}
+        curve.append(line)
+    return curve
+
+
+def _train_file(out: Path, stage: int) -> Path:
+    return out / "data" / f"stage-{stage}.parquet"
+
+
+def _val_file(out: Path) -> Path:
+    return out / "data" / "val.parquet"
+
+
+def _write_parquet(cfg, turns: list[Turn], base_model: str, path: Path) -> int:
+    """Export turns as verl's RL parquet; returns the rows written."""
+    from transformers import AutoTokenizer
+
+    chat = ChatFormat.for_template(AutoTokenizer.from_pretrained(base_model), cfg.model.template)
+    return write_rl_parquet(turns, path, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=cfg.data_root,
+                            chat=chat, max_prompt_len=cfg.rl.max_prompt_len).rows
+
+
+def _plan(cfg, *, base_model: str, out: Path, stage: int, rows: int | None):
+    """The train + merge commands of one curriculum stage and its ``StageData``."""
+    stage_data = StageData(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
+                           val_file=_val_file(out) if cfg.rl.val_every else None)
+    return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
+                            data_root=cfg.data_root, cpu=not has_cuda()), stage_data
