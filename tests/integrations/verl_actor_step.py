@@ -3,11 +3,10 @@ in a process of its own: ``python verl_actor_step.py BATCH.pt RESULT.pt``.
 
 It does what verl 0.9.1's classic trainer does to one rollout batch, on CPU, float32, one gloo
 process: GRPO advantages by the trainer's ``compute_advantage``, then, on an
-``ActorRolloutRefWorker(role="actor")``, the old log-probs (``compute_log_prob``, also the reference's:
-the reference is the policy before the update) and one
-``update_actor`` through the FSDP engine and ``ppo_loss``, with the environment and overrides
-``rl.engine: verl`` uses on a CPU machine. It saves the old log-probs, the
-advantages, the update's metrics and every parameter after the update.
+``ActorRolloutRefWorker(role="actor")``, the old log-probs (``compute_log_prob``; also the
+reference's: the reference is the policy before the update) and one ``update_actor`` through the FSDP
+engine and ``ppo_loss``, with the environment and overrides ``rl.engine: verl`` uses on a CPU machine.
+It saves the old log-probs, the advantages, the update's metrics and every parameter after the update.
 
 A process of its own because verl's platform is a process-wide singleton, chosen once, and the worker
 starts a process group: neither may leak into the pytest process.
@@ -121,8 +120,8 @@ def main(batch_file: str, result_file: str) -> None:
         params = {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
                   for name, p in worker.actor.engine.module.named_parameters()}
         torch.distributed.destroy_process_group()
-    torch.save({"old_log_probs": old, "advantages": data.batch["advantages"].float(),
-                "metrics": {k: [float(x) for x in v] for k, v in metrics.items()}, "params": params}, result_file)
+    torch.save({"old_log_probs": old, "advantages": data.batch["advantages"].float(), "params": params,
+                "metrics": {k: [float(x) for x in v] for k, v in metrics.items()}}, result_file)
 
 
 if __name__ == "__main__":
