@@ -89,6 +89,10 @@ def test_logprobs_at_model_tokens_match_the_full_forward(tiny_model):
     full = torch.log_softmax(logits[:, p_len - 1 : -1].float(), -1).gather(-1, batch["input_ids"][:, p_len:, None])[..., 0]
     assert torch.allclose(ours * mask, full * mask, atol=1e-5)
     assert (ours[mask == 0] == 0).all(), "no log-prob where there is no model token"
+    with torch.no_grad():
+        tempered = response_logprobs(tiny_model, batch, temperature=0.7)
+    expected = torch.log_softmax(logits[:, p_len - 1 : -1].float() / 0.7, -1).gather(-1, batch["input_ids"][:, p_len:, None])
+    assert torch.allclose(tempered * mask, expected[..., 0] * mask, atol=1e-5)
 
 
 def test_accumulated_gradient_equals_the_one_shot_token_mean_gradient(tiny_model):
@@ -165,8 +169,9 @@ def test_length_limits_drop_long_prompts_and_cut_long_responses():
 
 def test_settings_follow_the_rl_config():
     settings = grpo_settings(RlConfig(micro_batch_size_per_gpu=3, batch_size=8, mini_batch_size=4, kl_coef=0.01,
-                                      clip_ratio=0.3))
+                                      clip_ratio=0.3, temperature=0.7))
     assert (settings.micro_batch, settings.mini_batches, settings.kl_coef, settings.clip_ratio) == (3, 2, 0.01, 0.3)
+    assert settings.temperature == 0.7  # the update's log-probs are the sampling policy's, as verl's
 
 
 def test_lora_uses_rl_lora_alpha(tiny_model):

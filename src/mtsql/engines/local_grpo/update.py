@@ -6,6 +6,8 @@ its scalar reward, and the group (the question) it was sampled for. The update f
 recipe: group-normalised outcome advantages (``compute_grpo_outcome_advantage``), the clipped
 policy loss (``get_policy_loss_fn("vanilla")``), optional low-variance KL to a frozen reference
 (``kl_penalty``), token-mean aggregation (``agg_loss``); observation tokens never enter the loss.
+As verl's trainer does, every log-probability (old, reference, new) is of the logits divided by the
+rollout's temperature (``rl.temperature``): the policy the episodes were sampled from.
 
 Memory follows the micro-batch, not the number of episodes: each optimizer step (a mini-batch)
 runs its episodes ``micro_batch`` at a time, each micro-batch padded to its own length, with one
@@ -52,12 +54,13 @@ class GrpoSettings:
     mini_batches: int = 1  # optimizer updates per rollout batch
     micro_batch: int = 1  # episodes per forward and backward pass
     max_grad_norm: float = 1.0
+    temperature: float = 1.0  # the rollout's: log-probs of the tempered policy, as verl's
 
 
 def grpo_settings(rl) -> GrpoSettings:
     """The update settings of an ``RlConfig``: ``batch_size / mini_batch_size`` optimizer steps per
-    batch, ``micro_batch_size_per_gpu`` episodes per pass."""
-    return GrpoSettings(clip_ratio=rl.clip_ratio, kl_coef=rl.kl_coef,
+    batch, ``micro_batch_size_per_gpu`` episodes per pass, the rollout's temperature."""
+    return GrpoSettings(clip_ratio=rl.clip_ratio, kl_coef=rl.kl_coef, temperature=rl.temperature,
                         mini_batches=max(1, rl.batch_size // max(1, rl.mini_batch_size)),
                         micro_batch=max(1, rl.micro_batch_size_per_gpu))
 
@@ -102,9 +105,10 @@ def pad_batch(episodes: list[Episode], pad_id: int, device: str | torch.device =
             "prompt_len": p_len}
 
 
-def response_logprobs(model, batch: dict) -> torch.Tensor:
+def response_logprobs(model, batch: dict, temperature: float = 1.0) -> torch.Tensor:
     """Log-probabilities of the model tokens of a padded batch (batch x response length, 0 where
-    ``response_mask`` is 0), from logits at the positions predicting a model token of some row only."""
+    ``response_mask`` is 0) under the logits divided by ``temperature``, from logits at the positions
+    predicting a model token of some row only."""
     from verl.utils.torch_functional import logprobs_from_logits
 
     p_len, ids, attention = batch["prompt_len"], batch["input_ids"], batch["attention_mask"]
@@ -113,7 +117,7 @@ def response_logprobs(model, batch: dict) -> torch.Tensor:
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
                    logits_to_keep=columns + p_len - 1).logits  # the logits at t predict the token at t + 1
-    picked = logprobs_from_logits(logits.float(), ids[:, p_len + columns]) * mask[:, columns]
+    picked = logprobs_from_logits(logits.float() / temperature, ids[:, p_len + columns]) * mask[:, columns]
     return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).index_copy(1, columns, picked)
 
 
@@ -158,11 +162,14 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
     def batch_of(part: list[int]) -> dict:
         return pad_batch([episodes[i] for i in part], pad_id, device)
 
+    def logprobs(policy, batch: dict) -> torch.Tensor:
+        return response_logprobs(policy, batch, settings.temperature)
+
     model.eval()
     with torch.no_grad():  # before any optimizer step: with one step, the new log-probs detached are the old
         olds = [[None] * len(micro_batches(step)) if len(steps) == 1 else
-                [response_logprobs(model, batch_of(part)) for part in micro_batches(step)] for step in steps]
-        refs = [[response_logprobs(ref_model, batch_of(part)) if ref_model is not None and settings.kl_coef > 0
+                [logprobs(model, batch_of(part)) for part in micro_batches(step)] for step in steps]
+        refs = [[logprobs(ref_model, batch_of(part)) if ref_model is not None and settings.kl_coef > 0
                  else None for part in micro_batches(step)] for step in steps]
     stats: dict[str, list[float]] = {key: [] for key in STATS}
     model.train()
@@ -176,7 +183,7 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
         for part, old, ref in zip(micro_batches(step), step_olds, step_refs, strict=True):
             batch = batch_of(part)
             mask = batch["response_mask"]
-            new = response_logprobs(model, batch)
+            new = logprobs(model, batch)
             loss, metrics = policy_loss(old_log_prob=new.detach() if old is None else old, log_prob=new,
                                         advantages=adv[part].unsqueeze(-1) * mask, response_mask=mask,
                                         loss_agg_mode=LOSS_AGG_MODE, config=config)
