@@ -201,6 +201,9 @@ class ApiProcess:
             raise subprocess.TimeoutExpired("vllm", timeout)
         return 1
 
+    def poll(self):
+        return 1 if self.exits else None
+
 
 def test_a_dead_engine_is_named_before_its_server_exits(tmp_path):
     """When vLLM's engine dies its API server takes seconds to exit, and the client's retries end first:
