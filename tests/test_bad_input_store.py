@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +42,8 @@ from mtsql.core.evaluation_files import evaluate_files, write_outputs
 from mtsql.engines.backends.openai import OpenAIBackend
 from mtsql.engines.backends.vllm_server import ManagedServer
 from mtsql.engines.models import registry
+
+from .held import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = str(REPO / "configs" / "profiles" / "tiny.yaml")
@@ -418,10 +419,7 @@ def test_l15_sigterm_stops_a_stage_as_ctrl_c_does(tmp_path):
                                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "COLUMNS": "200",
                                     "MTSQL_HOME": str(tmp_path / "home")},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
+    wait_for(marker, process, seconds=120)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM, err
