@@ -551,11 +551,11 @@ def backend_options(cfg) -> dict:
     if sample.backend == "hf":
         return {"dtype": cfg.model.dtype, "device": cfg.model.device}
     if sample.backend == "openai":
-        return {"base_url": sample.openai_base_url, "served_model": sample.openai_model,
-                "concurrency": sample.openai_concurrency, "timeout_s": sample.openai_timeout_s}
-    if sample.vllm_base_url:
-        return {"base_url": sample.vllm_base_url, "served_model": sample.vllm_model}
-    return {"start_timeout_s": sample.vllm_start_timeout_s, **server_options(cfg)}
+        return {"base_url": sample.openai.base_url, "served_model": sample.openai.model,
+                "concurrency": sample.openai.concurrency, "timeout_s": sample.openai.timeout_s}
+    if sample.vllm.base_url:
+        return {"base_url": sample.vllm.base_url, "served_model": sample.vllm.model}
+    return {"start_timeout_s": sample.vllm.start_timeout_s, **server_options(cfg)}
 
 
 def iter_keys(turns: Iterable[Turn], n: int) -> list[str]:

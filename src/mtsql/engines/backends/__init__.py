@@ -33,8 +33,8 @@ def make_backend(kind: str, model: str | Path, **options) -> Backend:
 def server_options(cfg) -> dict:
     """The managed vLLM server's settings in a config (sections ``model``, ``sample``, ``seed``)."""
     sample = cfg.sample
-    return {"dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "python": sample.vllm_python,
-            "kv_cache_gib": sample.vllm_kv_cache_gib, "eager": sample.vllm_eager, "extra_args": sample.vllm_args}
+    return {"dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "python": sample.vllm.python,
+            "kv_cache_gib": sample.vllm.kv_cache_gib, "eager": sample.vllm.eager, "extra_args": sample.vllm.args}
 
 
 def engine_identity(cfg) -> dict:
@@ -45,6 +45,6 @@ def engine_identity(cfg) -> dict:
         return {}
     from mtsql.engines.backends.vllm import server_spec, user_server_identity
 
-    if cfg.sample.vllm_base_url:
-        return user_server_identity(cfg.sample.vllm_base_url, cfg.sample.vllm_model)
+    if cfg.sample.vllm.base_url:
+        return user_server_identity(cfg.sample.vllm.base_url, cfg.sample.vllm.model)
     return server_spec("<model>", **server_options(cfg)).identity()

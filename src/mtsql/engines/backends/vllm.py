@@ -106,7 +106,7 @@ class VLLMBackend(OpenAIBackend):
         it gave other tokens than a server started on the same weights (docs/engines.md)."""
         if self.server is None:
             raise UsageError("new weights can be loaded only into a vLLM server mtsql started "
-                             "(unset sample.vllm_base_url)")
+                             "(unset sample.vllm.base_url)")
         old = self.server
         old.stop()
         self.server = ManagedServer(dataclasses.replace(old.spec, model=str(folder)), old.log_path)

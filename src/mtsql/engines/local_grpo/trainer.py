@@ -51,15 +51,15 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
 
 
 def rollout_backend(cfg, base_model: str, dtype: str, log_path: Path):
-    """The backend that rolls out and the model that trains (``rl.rollout_backend``): one HF model
+    """The backend that rolls out and the model that trains (``rl.local.rollout_backend``): one HF model
     for both, or a managed vLLM server beside a trainable HF copy of the same weights."""
-    if cfg.rl.rollout_backend == "hf":
+    if cfg.rl.local.rollout_backend == "hf":
         backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device)
         backend.model = trainable(backend.model, cfg.rl)
         return backend, backend.model
     if cfg.rl.lora_rank:
-        raise UsageError("rl.rollout_backend=vllm trains full weights or the last rl.trainable_layers layers; "
-                         "with rl.lora_rank set rl.rollout_backend=hf")
+        raise UsageError("rl.local.rollout_backend=vllm trains full weights or the last rl.local.trainable_layers layers; "
+                         "with rl.lora_rank set rl.local.rollout_backend=hf")
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=resolve_dtype(dtype, cfg.model.device))
