@@ -231,12 +231,10 @@ class SampleConfig(EngineOwned):
 
     policy: Policy = result("model")
     correction_share: Share = result(1.0)  # gold_with_correction: the share of trajectories that first run a wrong
-                                           # variant; the others run the gold at once. 1.0 (every one) taught the
-                                           # method run's model to rewrite every first query (README)
+                                           # variant; the others run the gold at once
     failure_share: Share = result(0.586)  # gold_grounded: the share of trajectories whose first query fails in a
-                                          # way the result shows, then is corrected; 126/215, the share of dev
-                                          # turns with a failed exec_sql of the SFT model in make reproduce
-                                          # (2026-11-27: 63/114 CoSQL, 63/101 SParC; policies.MEASURED_FAILURE_SHARE)
+                                          # way the result shows, then is corrected (policies.MEASURED_FAILURE_SHARE:
+                                          # the share of failed exec_sql turns the SFT model meets)
     backend: str = result("hf")  # a registered generation backend (engines/backends/settings.py: hf, vllm, openai);
                                  # its settings are sample.<backend>
     n: AtLeast1 = result(1)
