@@ -14,6 +14,7 @@ from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.base.paths import data_dir
 from mtsql.core.data import eval_turns, train_pool
+from mtsql.core.data.records import Turn
 from mtsql.core.trajectories import read_rows
 from mtsql.engines.rollout import RolloutEngine
 
@@ -315,7 +316,7 @@ def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
 
     cfg = ConfigView(cfg_for(tmp_path), ("data", "sql"), owner="test", data_root=data_dir())
     row = dataclasses.replace(read_rows(REPO / "tests" / "fixtures" / "scored_rows.jsonl")[0],
-                              turn={"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"})
+                              turn=Turn("sparc", "dev", "i", 0, 0, "pets_1", "q", "SELECT count(*) FROM pets"))
     ex = judge(cfg)
     assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0
     assert ex(row, "SELECT nope FROM pets") == 0

@@ -63,7 +63,7 @@ def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode:
                       final_sql=final_sql, finish_reason="answer" if final_sql else "max_messages",
                       protocol_valid=valid)
     return ScoredRow(
-        key=f"{t.uid}#0", uid=t.uid, sample=0, turn=t.to_dict(), trajectory=traj.to_dict(), truncated=False,
+        key=f"{t.uid}#0", uid=t.uid, sample=0, turn=t, trajectory=traj, truncated=False,
         stop="episode_end", generations=[{"tokens": 42, "prompt_tokens": 100, "finish_reason": "stop"}],
         generated_tokens=42, prompt_ids=[TOKEN_ID, 1], response_ids=[TOKEN_ID], response_mask=[1],
         response_logprobs=None, elapsed_s=0.5, hardness=t.hardness, final_sql=final_sql, protocol_valid=valid,
@@ -133,7 +133,7 @@ def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int
                                                "vote@4": {"cost": datasets[name]["cost"]}}
                 base = trajectories(name, "short")[0]
                 samples = [replace(base, uid=f"u{i // 4}", sample=i % 4, hardness=HARDNESS[i // 4 % 3],
-                                   turn={"turn_index": i // 4 % 4}, execution=int(i % 4 == 0 and i < 8 * k))
+                                   turn=replace(base.turn, turn_index=i // 4 % 4), execution=int(i % 4 == 0 and i < 8 * k))
                            for i in range(4 * turns)]
                 datasets[name]["pass_at_k"] = pass_at_k_table(samples, 4)
         return {"model_name": "smollm2-135m", "mode": mode, "memory": memory,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -23,14 +25,15 @@ from mtsql.app.report.self_correction import is_verified, self_correction_sectio
 from mtsql.app.report.self_taught import kept_rows, kept_section
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import ArtifactKey, Store
-from mtsql.base.files import write_jsonl
 from mtsql.core.agent.env import Step, Trajectory
 from mtsql.core.data.records import Turn
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import summarize
+from mtsql.core.trajectories import ScoredRow, read_rows, write_rows
 
 DIALOGUES, TURNS = 25, 4  # 100 turns of cosql, 25 per turn position and per hardness level
 G, W = "SELECT a FROM t", "SELECT b FROM t"
+REAL_ROW = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
 
 
 def summary(right) -> dict:
@@ -41,7 +44,7 @@ def summary(right) -> dict:
     return summarize(items) | {"dataset": "cosql"}
 
 
-def trajectory(verified: bool, execution: int) -> dict:
+def trajectory(verified: bool, execution: int) -> ScoredRow:
     """A scored evaluation row: the agent runs a query, judges it pass, answers (that query if ``verified``)."""
     answer, ran = (G if execution else W), (G if execution else W) if verified else "SELECT 1"
     turn = Turn("cosql", "dev", "cosql-dev-0000", 0, 0, "db", "question", G, (), (), "easy")
@@ -52,17 +55,17 @@ def trajectory(verified: bool, execution: int) -> dict:
                       max_messages=4, thinking=False, memory=[], messages=[{"role": "system", "content": "S"},
                                                                         {"role": "user", "content": "question"}],
                       steps=steps, final_sql=answer, finish_reason="answer", protocol_valid=True)
-    return {"uid": turn.uid, "sample": 0, "turn": turn.to_dict(), "trajectory": traj.to_dict(),
-            "execution": execution, "exact": 0}
+    return replace(REAL_ROW, key=f"{turn.uid}#0", uid=turn.uid, sample=0, turn=turn, trajectory=traj,
+                   execution=execution, exact=0)
 
 
 def evaluation(store: Store, label: str, right, *, mode: str = "long", revisions: dict | None = None,
-               rows: list[dict] | None = None) -> None:
+               rows: list[ScoredRow] | None = None) -> None:
     def work(ctx):
         time.sleep(0.002)  # a wall time the manifest's 3 decimals keep (the report's pace reads it)
         (ctx.out / "cosql").mkdir()
         (ctx.out / "cosql" / "summary.json").write_text(json.dumps(summary(right)))
-        write_jsonl(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
+        write_rows(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
         block = {"turns": 100} | ({"revisions": revisions} if revisions else {})
         return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "datasets": {"cosql": block}}
     store.run(ArtifactKey("evaluate", variant=label.split("-")[1], name=label), {"label": label}, {}, work)
@@ -187,10 +190,10 @@ def test_pace_is_wall_time_over_evaluated_turns(run):
 
 
 def test_verified_means_run_and_judged_pass_before_answering():
-    assert is_verified(trajectory(True, 1)["trajectory"])
-    assert not is_verified(trajectory(False, 1)["trajectory"])
-    judged_no_pass = trajectory(True, 1)["trajectory"]
-    judged_no_pass["steps"][0]["verdict"] = "no_pass"
+    assert is_verified(trajectory(True, 1).trajectory)
+    assert not is_verified(trajectory(False, 1).trajectory)
+    judged_no_pass = trajectory(True, 1).trajectory
+    judged_no_pass.steps[0].verdict = "no_pass"
     assert not is_verified(judged_no_pass)
 
 
@@ -203,8 +206,8 @@ def test_self_correction_counts_and_evaluations_without_them(run):
     assert "Not measured" in "\n".join(lines) and "eval-base, eval-rl-outcome, eval-sft-r1" in "\n".join(lines)
 
 
-def kept_row(model: bool) -> dict:
-    return {"uid": "u", "response_ids": [1, 2] if model else None, "trajectory": {"steps": []}}
+def kept_row(model: bool) -> ScoredRow:
+    return replace(REAL_ROW, uid="u", response_ids=[1, 2] if model else None)
 
 
 def test_kept_trajectories_by_writer(tmp_path):
@@ -215,7 +218,7 @@ def test_kept_trajectories_by_writer(tmp_path):
 
     def kept(rows):
         def work(ctx):
-            write_jsonl(ctx.out / "kept.jsonl", rows)
+            write_rows(ctx.out / "kept.jsonl", rows)
             return {"items": 4, "solved": 3, "sampled": 8, "kept": len(rows)}
         return work
 

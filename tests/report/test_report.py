@@ -223,18 +223,25 @@ def test_rl_figure_with_what_verl_logs():
 
 
 def test_examples_prefer_telling_cases():
+    from dataclasses import replace
+
     from mtsql.app.report.evaluation import pick_examples
+    from mtsql.core.agent.env import Step
+    from mtsql.core.trajectories import read_rows
+
+    real = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
 
     def row(uid, execution, valid, steps=()):
-        return {"uid": uid, "execution": execution, "trajectory": {"protocol_valid": valid, "steps": list(steps)}}
+        return replace(real, uid=uid, execution=execution,
+                       trajectory=replace(real.trajectory, protocol_valid=valid, steps=list(steps)))
 
-    corrected = [{"index": 0, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT 1", "verdict": "no_pass"},
-                 {"index": 1, "action": "answer", "sql": "SELECT 2", "verdict": None}]
+    corrected = [Step(index=0, text="", action="tool_call", tool="exec_sql", sql="SELECT 1", verdict="no_pass"),
+                 Step(index=1, text="", action="answer", sql="SELECT 2")]
     rows = [row("a", 0, False), row("b", 0, True), row("c", 1, True), row("d", 0, True, corrected), row("e", 0, True)]
-    assert [(why.split(" (")[0], r["uid"]) for why, r in pick_examples(rows)] == [
+    assert [(why.split(" (")[0], r.uid) for why, r in pick_examples(rows)] == [
         ("changed its query after a no_pass verdict", "d"), ("answered correctly", "c"), ("a miss", "a")]
     misses = [row("a", 0, False), row("b", 0, False), row("c", 0, True)]
-    assert [(why, r["uid"]) for why, r in pick_examples(misses)] == [
+    assert [(why, r.uid) for why, r in pick_examples(misses)] == [
         ("a miss (EX 0 or no answer)", "a"), ("another item (a miss, protocol-valid)", "c"),
         ("another item (a miss, off protocol)", "b")]
 

@@ -63,7 +63,7 @@ INPUTS = {"model": None}
 def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
     def ex(row: ScoredRow, sql: str) -> int | None:
-        return score_turn(row.turn["gold_sql"], sql, row.turn["db_id"], data_root=cfg.data_root,
+        return score_turn(row.turn.gold_sql, sql, row.turn.db_id, data_root=cfg.data_root,
                           exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
                           timeout_s=cfg.sql.timeout_s).execution
     return ex
@@ -182,7 +182,7 @@ def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
     """The greedy headline without the turns whose prompt is over ``evaluate.prompt_filter_tokens``,
     and how many those are (the prompt counted as verl's filter counts it: no tool schemas)."""
     limit = cfg.evaluate.prompt_filter_tokens
-    lengths = [len(chat.prompt_ids(row.trajectory["messages"][:2])) for row in rows]
+    lengths = [len(chat.prompt_ids(row.trajectory.messages[:2])) for row in rows]
     kept = [(turn, row.final_sql or "") for turn, row, length in zip(turns, rows, lengths, strict=True)
             if length <= limit]
     out = {"limit": limit, "turns": len(turns), "dropped": len(turns) - len(kept), "longest_prompt": max(lengths),

@@ -12,7 +12,9 @@ from mtsql.app.report.markdown import table
 from mtsql.app.report.runs import datasets, is_long_horizon
 from mtsql.app.report.stats import Rate, rate_of
 from mtsql.base.artifacts import Artifact
+from mtsql.core.agent.env import Trajectory
 from mtsql.core.measures.verdicts import normal_sql
+from mtsql.core.trajectories import ScoredRow
 
 COLUMNS = {"no_pass": "no_pass verdicts", "revised": "revised after no_pass", "wrong_to_right": "wrong → right",
            "right_to_wrong": "right → wrong", "stayed_wrong": "stayed wrong", "stayed_right": "stayed right",
@@ -25,19 +27,18 @@ def revision_counts(art: Artifact, dataset: str) -> dict | None:
     return art.metrics.get("datasets", {}).get(dataset, {}).get("revisions")
 
 
-def is_verified(trajectory: dict) -> bool:
+def is_verified(trajectory: Trajectory) -> bool:
     """The final answer was run with ``exec_sql`` and judged ``pass`` before it was given."""
-    final = trajectory.get("final_sql")
-    return final is not None and any(
-        step["action"] == "tool_call" and step.get("tool") == "exec_sql" and step.get("verdict") == "pass"
-        and normal_sql(step.get("sql") or "") == normal_sql(final) for step in trajectory["steps"])
+    final = trajectory.final_sql
+    return final is not None and any(step.verdict == "pass" and normal_sql(step.sql or "") == normal_sql(final)
+                                     for step in trajectory.tool_steps("exec_sql"))
 
 
-def verified_rates(rows: list[dict]) -> tuple[Rate, Rate]:
+def verified_rates(rows: list[ScoredRow]) -> tuple[Rate, Rate]:
     """EX of the scored turns with a verified answer, and of the others (n: such turns)."""
-    scored = [r for r in rows if r.get("execution") is not None]
-    verified = [r["execution"] == 1 for r in scored if is_verified(r["trajectory"])]
-    others = [r["execution"] == 1 for r in scored if not is_verified(r["trajectory"])]
+    scored = [r for r in rows if r.execution is not None]
+    verified = [r.execution == 1 for r in scored if is_verified(r.trajectory)]
+    others = [r.execution == 1 for r in scored if not is_verified(r.trajectory)]
     return rate_of(verified), rate_of(others)
 
 

@@ -11,15 +11,15 @@ import re
 
 from mtsql.app.report.markdown import table
 from mtsql.base.artifacts import Artifact
-from mtsql.base.files import read_jsonl
 from mtsql.core.measures.revisions import is_recovery
+from mtsql.core.trajectories import ScoredRow, read_rows
 
 REJECT_LABEL = re.compile(r"^reject(?:-(?P<variant>[a-z][a-z0-9]*))?-r(?P<round>\d+)$")
 
 
-def written_by(row: dict) -> str:
+def written_by(row: ScoredRow) -> str:
     """``model`` for a trajectory a model generated, ``scripted`` for a scripted policy's."""
-    return "model" if row.get("response_ids") is not None else "scripted"
+    return "model" if row.response_ids is not None else "scripted"
 
 
 def sample_of(reject: Artifact, arts: dict[str, Artifact]) -> Artifact | None:
@@ -35,9 +35,9 @@ def kept_rows(arts: dict[str, Artifact]) -> list[dict]:
              if (m := REJECT_LABEL.match(label))]
     rows = []
     for variant, k, art in sorted(found, key=lambda item: item[:2]):
-        kept = read_jsonl(art.path / "kept.jsonl") if (art.path / "kept.jsonl").exists() else []
+        kept = read_rows(art.path / "kept.jsonl") if (art.path / "kept.jsonl").exists() else []
         writers = [written_by(row) for row in kept]
-        recovered = sum(written_by(row) == "model" and is_recovery(row["trajectory"], row.get("execution"))
+        recovered = sum(written_by(row) == "model" and is_recovery(row.trajectory, row.execution)
                         for row in kept)
         sampled = sample_of(art, arts)
         m = sampled.metrics if sampled is not None else {}
