@@ -8,7 +8,7 @@ import pytest
 
 from mtsql.app import pipeline
 from mtsql.app.runner import run_stage, store_for
-from mtsql.base.artifacts import Artifact, ArtifactKey
+from mtsql.base.artifacts import SCHEMA_VERSION, Artifact, ArtifactKey
 from mtsql.base.config import load_config, replace
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
@@ -80,7 +80,9 @@ def test_model_references(tmp_path):
     fake = store.root / "rl-c1" / "abc"
     (fake / "model").mkdir(parents=True)
     (fake.parent / "latest").symlink_to("abc")
-    (fake / "manifest.json").write_text(json.dumps({"stage": "rl", "label": "rl-c1", "fingerprint": "abc", "outputs": []}))
+    (fake / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "stage": "rl", "label": "rl-c1",
+                                                    "key": ArtifactKey("rl", 1).to_dict(), "fingerprint": "abc",
+                                                    "outputs": []}))
     assert store.model("auto").label == "rl-c1"
     assert store.model("auto", auto=("sft",)) is None, "rl starts from sft or base, never its own output"
     with pytest.raises(UsageError, match="no sft model yet"):
@@ -92,7 +94,9 @@ def fake_model(store, label: str) -> None:
     folder = store.root / label / "abc"
     (folder / "model").mkdir(parents=True)
     (folder.parent / "latest").symlink_to("abc")
-    (folder / "manifest.json").write_text(json.dumps({"stage": label.split("-")[0], "label": label,
+    stage, round_ = label.split("-r")
+    (folder / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "stage": stage, "label": label,
+                                                      "key": ArtifactKey(stage, int(round_)).to_dict(),
                                                       "fingerprint": "abc", "outputs": []}))
 
 

@@ -59,16 +59,18 @@ def trajectory(verified: bool, execution: int) -> ScoredRow:
                    execution=execution, exact=0)
 
 
-def evaluation(store: Store, label: str, right, *, mode: str = "long", revisions: dict | None = None,
-               rows: list[ScoredRow] | None = None) -> None:
+def evaluation(store: Store, label: str, scored: ArtifactKey | None, right, *, mode: str = "long",
+               revisions: dict | None = None, rows: list[ScoredRow] | None = None) -> None:
+    """An evaluation of the model ``scored`` (its key; None: the base model), as the pipeline keys it."""
     def work(ctx):
         time.sleep(0.002)  # a wall time the manifest's 3 decimals keep (the report's pace reads it)
         (ctx.out / "cosql").mkdir()
         (ctx.out / "cosql" / "summary.json").write_text(json.dumps(summary(right)))
         write_rows(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
         block = {"turns": 100} | ({"revisions": revisions} if revisions else {})
-        return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "datasets": {"cosql": block}}
-    store.run(ArtifactKey("evaluate", variant=label.split("-")[1], name=label), {"label": label}, {}, work)
+        return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "decoding": "greedy", "max_messages": 4,
+                "datasets": {"cosql": block}}
+    store.run(ArtifactKey.evaluation(scored, name=label), {"label": label}, {}, work)
 
 
 def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
@@ -77,19 +79,28 @@ def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
             "with_error": with_error, "ran_after": with_error, "resolved": resolved}
 
 
-def build(root, *, outcome: bool = True, round1: bool = True):
+def build(root, *, outcome: bool = True, round1: bool = True, labels: dict[str, str] | None = None):
+    """The method run; without ``round1``, round 2 trained nothing and eval-sft scores the round-1 model.
+    ``labels``: other labels for the evaluations (the report must find them by key all the same)."""
     store = Store(root)
-    evaluation(store, "eval-base", lambda i, t: False)
+
+    def label(name):
+        return (labels or {}).get(name, name)
+
+    evaluation(store, label("eval-base"), None, lambda i, t: False)
     if round1:
-        evaluation(store, "eval-sft-r1", lambda i, t: t == 0 and i < 20)        # 20/100, all on turn 1
-    evaluation(store, "eval-sft", lambda i, t: t == 0 and i < 20 or t == 1 and i < 10,  # 30/100
-               revisions=revisions(0, 0, 20, 15))
-    evaluation(store, "eval-sft-short", lambda i, t: t == 1 and i < 20, mode="short")  # 20/100, all on turn 2
+        evaluation(store, label("eval-sft-r1"), ArtifactKey("sft", 1), lambda i, t: t == 0 and i < 20)  # 20/100, turn 1
+    evaluation(store, label("eval-sft"), ArtifactKey("sft", 2 if round1 else 1),
+               lambda i, t: t == 0 and i < 20 or t == 1 and i < 10, revisions=revisions(0, 0, 20, 15))  # 30/100
+    evaluation(store, label("eval-sft-short"), ArtifactKey("sft", 1, "short"), lambda i, t: t == 1 and i < 20,
+               mode="short")  # 20/100, all on turn 2
     rl_rows = [trajectory(True, 1)] * 8 + [trajectory(True, 0)] * 2 + [trajectory(False, 1)] + \
         [trajectory(False, 0)] * 9
-    evaluation(store, "eval-rl", lambda i, t: t == 0 and i < 10, revisions=revisions(12, 2, 20, 1), rows=rl_rows)
+    evaluation(store, label("eval-rl"), ArtifactKey("rl", 3), lambda i, t: t == 0 and i < 10,
+               revisions=revisions(12, 2, 20, 1), rows=rl_rows)
     if outcome:
-        evaluation(store, "eval-rl-outcome", lambda i, t: t == 1 and i < 10)  # 10/100, as eval-rl
+        evaluation(store, label("eval-rl-outcome"), ArtifactKey("rl", 3, "outcome"),
+                   lambda i, t: t == 1 and i < 10)  # 10/100, as eval-rl
     return root
 
 
@@ -100,6 +111,18 @@ def run(tmp_path):
 
 def rows_of(run, claim_start: str) -> dict[str, object]:
     return {row.slice: row for row in findings(latest_artifacts(run)) if row.claim.startswith(claim_start)}
+
+
+def test_evaluations_are_found_by_key_whatever_their_labels(run, tmp_path):
+    """Labels that say nothing of the model (and one that says the wrong thing) land in the same rows."""
+    odd = {"eval-base": "zero", "eval-sft-r1": "first-round", "eval-sft": "eval-rl-old", "eval-sft-short": "terse",
+           "eval-rl": "final", "eval-rl-outcome": "eval-sft-x"}
+    renamed = build(tmp_path / "odd", labels=odd)
+
+    def table(folder):
+        return [(row.claim, row.slice, row.measured, row.difference) for row in findings(latest_artifacts(folder))]
+
+    assert table(renamed) == table(run) and any(row[3] is not None for row in table(run))
 
 
 def test_gains_and_losses_get_their_verdicts(run):
@@ -168,7 +191,7 @@ def test_a_round_two_that_kept_nothing_is_named_as_such(tmp_path):
 
 def test_a_run_without_the_method_evaluations_has_no_section(tmp_path):
     store = Store(tmp_path / "plain")
-    evaluation(store, "eval-base", lambda i, t: False)
+    evaluation(store, "eval-base", None, lambda i, t: False)
     assert findings_section(latest_artifacts(tmp_path / "plain")) == []
 
 

@@ -61,9 +61,9 @@ def evaluation(store: Store, label: str, mode: str, per_dataset: dict[str, tuple
             datasets[name] = {"turns": len(rows), "verdict_calibration": verdict_calibration(rows, judge),
                               "revisions": revisions(rows, judge)}
         return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "decoding": "greedy",
-                "datasets": datasets}
+                "max_messages": 4, "datasets": datasets}
 
-    store.run(ArtifactKey("evaluate", variant=label.split("-")[1], name=label),
+    store.run(ArtifactKey.evaluation(model.key if model else None, name=label),
               {"data": DATA, "env": {"max_messages": 4}, "label": label}, {"model": model} if model else {}, work)
 
 

@@ -1,10 +1,10 @@
 """What the report reads from a run folder: the newest artifact of each label and their files.
 
-Evaluations are the artifacts of the evaluate stage whose key names what they scored (its variant:
-every evaluation ``mtsql evaluate`` and pipelines make; an older one labelled ``eval-*``); the phase of
-one (base, sft, rl) is the kind of model it scored. The *headline* evaluation of a phase is its
-long-horizon evaluation with gold memory (the paper's protocol) labelled ``eval-<phase>``, else the
-newest such one; the others (short mode, predicted memory, fewer messages, voting) are variants.
+Evaluations are the artifacts of the evaluate stage whose key names what they scored: the phase (base,
+sft, rl), round and variant of the model (``ArtifactKey``); no label is read. The *headline* evaluation
+of a phase is its long-horizon evaluation with gold memory (the paper's protocol) that ``preferred``
+ranks first: the main chain's model, greedy decoding, the last round, the most messages, the newest;
+the others (short mode, predicted memory, fewer messages, voting) are variants.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from mtsql.app.report.stats import Rate
-from mtsql.base.artifacts import PHASES, Artifact, ArtifactKey, Store, verify
+from mtsql.base.artifacts import PHASES, Artifact, Store, verify
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_json, read_jsonl
 
@@ -70,19 +70,24 @@ def is_long_horizon(art: Artifact) -> bool:
     return art.metrics.get("mode") == "long"
 
 
+def preferred(art: Artifact) -> tuple:
+    """Sort key of the evaluations of one kind of model, the one to show first last: the main chain's
+    model (not a pipeline variant's), greedy decoding, the last round, the most messages, the newest."""
+    return (art.key.model_variant is None, art.metrics.get("decoding", "greedy") == "greedy", art.key.round or 0,
+            art.metrics.get("max_messages") or 0, art.manifest.get("created_at", ""))
+
+
 def headline(evals: dict[str, Artifact]) -> dict[str, Artifact]:
-    """One evaluation per phase: the long-horizon one with gold memory labelled ``eval-<phase>``, else the
-    newest (a run with no long-horizon evaluation, such as a single-turn one, compares its short-mode
-    evaluations)."""
-    chosen: dict[str, tuple[tuple[bool, str], Artifact]] = {}
+    """One evaluation per phase: of its long-horizon ones with gold memory, the ``preferred`` (a run with no
+    long-horizon evaluation, such as a single-turn one, compares its short-mode evaluations)."""
     long_run = any(is_long_horizon(art) for art in evals.values())
-    for label, art in evals.items():
+    chosen: dict[str, Artifact] = {}
+    for art in evals.values():
         phase = phase_of(art)
         if phase and is_long_horizon(art) == long_run and art.metrics.get("memory") == "gold":
-            rank = (label == ArtifactKey("evaluate", variant=phase).label, art.manifest.get("created_at", ""))
-            if phase not in chosen or rank > chosen[phase][0]:
-                chosen[phase] = (rank, art)
-    return {phase: chosen[phase][1] for phase in PHASES if phase in chosen}
+            if phase not in chosen or preferred(art) > preferred(chosen[phase]):
+                chosen[phase] = art
+    return {phase: chosen[phase] for phase in PHASES if phase in chosen}
 
 
 def datasets(art: Artifact) -> list[str]:
