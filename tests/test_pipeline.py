@@ -15,6 +15,7 @@ from mtsql.base.files import read_jsonl
 from mtsql.base.paths import data_dir
 from mtsql.core.data import eval_turns, train_pool
 from mtsql.core.data.records import Turn
+from mtsql.core.results import EvaluationResult
 from mtsql.core.trajectories import read_rows
 from mtsql.engines.rollout import RolloutEngine
 
@@ -307,11 +308,12 @@ def test_evaluate_reports_pass_at_k_from_the_vote_samples_and_every_measure(tiny
 def test_evaluate_samples_without_a_vote_keep_greedy_as_the_headline(tiny_cfg):
     cfg = replace(tiny_cfg, data={"eval_limit": 1, "eval_datasets": ("cosql",)}, evaluate={"samples": 2})
     art = pipeline.evaluate(cfg, label="eval-samples")
-    block = art.metrics["datasets"]["cosql"]
-    assert art.metrics["decoding"] == "greedy" and "decodings" not in block
-    assert block["pass_at_k"]["ks"] == [1, 2] and block["pass_at_k"]["all"]["turns"] == block["turns"]
-    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == block["turns"], "the greedy trajectories"
-    assert len(read_jsonl(art.path / "cosql" / "samples" / "trajectories.jsonl")) == 2 * block["turns"]
+    result = EvaluationResult.from_dict(art.metrics)
+    block = result.datasets["cosql"]
+    assert result.decoding == "greedy" and block.decodings is None
+    assert block.pass_at_k["ks"] == [1, 2] and block.pass_at_k["all"]["turns"] == block.turns
+    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == block.turns, "the greedy trajectories"
+    assert len(read_jsonl(art.path / "cosql" / "samples" / "trajectories.jsonl")) == 2 * block.turns
 
 
 def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):

@@ -25,6 +25,8 @@ from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.sql.metrics import summarize
 from mtsql.core.trajectories import ScoredRow, write_rows
 
+from .blocks import block, metrics
+
 TOKEN_ID = 9999991  # a token id that must never show up in rendered text
 GOLD = "SELECT count(*) FROM singer"
 HARDNESS = ("easy", "medium", "hard")  # no "extra" turns: an empty bucket in the plots
@@ -127,18 +129,16 @@ def evaluation(store: Store, label: str, scored: ArtifactKey | None, mode: str, 
                 k = vote[name]
             (ctx.out / name / "summary.json").write_text(json.dumps(summary(name, turns, k)))
             write_rows(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
-            datasets[name] = {"turns": turns, "ex": k / turns, "em": (k // 2) / turns, "generated_tokens": 100,
-                              **(measured(name, turns, k, mode, 160.0) if vote else greedy)}
+            datasets[name] = block(turns, k, **(measured(name, turns, k, mode, 160.0) if vote else greedy))
             if vote:
-                datasets[name]["decodings"] = {"greedy": {"cost": greedy["cost"]},
-                                               "vote@4": {"cost": datasets[name]["cost"]}}
                 base = trajectories(name, "short")[0]
                 samples = [replace(base, uid=f"u{i // 4}", sample=i % 4, hardness=HARDNESS[i // 4 % 3],
                                    turn=replace(base.turn, turn_index=i // 4 % 4), execution=int(i % 4 == 0 and i < 8 * k))
                            for i in range(4 * turns)]
-                datasets[name]["pass_at_k"] = pass_at_k_table(samples, 4)
-        return {"model_name": "smollm2-135m", "mode": mode, "memory": memory, "max_messages": max_messages,
-                "decoding": "vote@4" if vote else "greedy", "datasets": datasets}
+                datasets[name] = replace(datasets[name], pass_at_k=pass_at_k_table(samples, 4), decodings={
+                    "greedy": {"cost": greedy["cost"]}, "vote@4": {"cost": datasets[name].cost}})
+        return metrics(datasets, mode=mode, memory=memory, decoding="vote@4" if vote else "greedy",
+                       max_messages=max_messages)
 
     store.run(ArtifactKey.evaluation(scored, name=label),
               {"data": DATA, "sample": {"seed": 7}, "env": {"max_messages": max_messages}, "label": label}, {}, work)

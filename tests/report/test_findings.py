@@ -31,6 +31,8 @@ from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import summarize
 from mtsql.core.trajectories import ScoredRow, read_rows, write_rows
 
+from .blocks import block, metrics
+
 DIALOGUES, TURNS = 25, 4  # 100 turns of cosql, 25 per turn position and per hardness level
 G, W = "SELECT a FROM t", "SELECT b FROM t"
 REAL_ROW = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
@@ -67,16 +69,15 @@ def evaluation(store: Store, label: str, scored: ArtifactKey | None, right, *, m
         (ctx.out / "cosql").mkdir()
         (ctx.out / "cosql" / "summary.json").write_text(json.dumps(summary(right)))
         write_rows(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
-        block = {"turns": 100} | ({"revisions": revisions} if revisions else {})
-        return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "decoding": "greedy", "max_messages": 4,
-                "datasets": {"cosql": block}}
+        counts = summary(right)["execution"]["question"]["correct"]
+        return metrics({"cosql": block(100, counts, **({"revisions": revisions} if revisions else {}))}, mode=mode)
     store.run(ArtifactKey.evaluation(scored, name=label), {"label": label}, {}, work)
 
 
 def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
     return {"no_pass": fixed + broke + 3, "revised": fixed + broke + 1, "wrong_to_right": fixed,
             "right_to_wrong": broke, "stayed_wrong": 1, "stayed_right": 0, "unscored": 0,
-            "with_error": with_error, "ran_after": with_error, "resolved": resolved}
+            "with_error": with_error, "ran_after": with_error, "resolved": resolved, "recovered": 0}
 
 
 def build(root, *, outcome: bool = True, round1: bool = True, labels: dict[str, str] | None = None):
@@ -226,7 +227,6 @@ def test_self_correction_counts_and_evaluations_without_them(run):
     rl = next(line for line in lines if line.startswith("| eval-rl | cosql"))
     assert rl.split(" | ")[2:6] == ["17", "15", "12", "2"], "no_pass, revised, wrong → right, right → wrong"
     assert "eval-sft-short" not in "\n".join(lines), "short mode has no verdicts"
-    assert "Not measured" in "\n".join(lines) and "eval-base, eval-rl-outcome, eval-sft-r1" in "\n".join(lines)
 
 
 def kept_row(model: bool) -> ScoredRow:

@@ -213,8 +213,9 @@ def test_every_rl_chain_has_its_curves_and_step_rows(run_folder):
 def test_rl_figure_with_what_verl_logs():
     from mtsql.app.report.plots import rl_figure
     from mtsql.app.report.training import CURVES
+    from mtsql.core.results import TrainingStep
 
-    rows = [{"stage": 1, "step": s, "reward_mean": 0.1 * s, "response_length": 50.0} for s in (1, 2)]
+    rows = [TrainingStep(stage=1, step=s, reward_mean=0.1 * s, response_length=50.0) for s in (1, 2)]
     fig = rl_figure({"stage 1 (easy)": rows, "stage 2 (medium)": rows[:1]}, CURVES)
     reward, signal, length = fig.axes
     assert [list(line.get_xdata()) for line in reward.get_lines()] == [[1, 2], [3]]  # integer steps run on

@@ -9,6 +9,7 @@ from mtsql.app.report.runs import (
     PHASE_NAMES,
     datasets,
     decodings,
+    evaluation_of,
     is_long_horizon,
     official_summary,
     tally_rate,
@@ -71,12 +72,12 @@ def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
     """Every evaluation, one row per dataset: question and interaction EX / EM with intervals."""
     rows = []
     for label, art in evals.items():
-        m = art.metrics
+        result = evaluation_of(art)
         for dataset in datasets(art):
             for decoding, summary in decodings(art, dataset):
                 ex, em = summary["execution"], summary["exact"]
                 joint = [tally_rate(t["interaction"]).cell() if "interaction" in t else "–" for t in (ex, em)]
-                rows.append([label, m.get("mode"), m.get("memory"), decoding, dataset, summary["turns"],
+                rows.append([label, result.mode, result.memory, decoding, dataset, summary["turns"],
                              tally_rate(ex["question"]).cell(), tally_rate(em["question"]).cell(), *joint,
                              ex["question"]["unscorable"]])
     return ["## Evaluations", "",

@@ -6,7 +6,7 @@ direction the paper claims, the rate it expects higher with the other one, by th
 their difference (``stats.Rate.minus``: Newcombe's interval from the two Wilson intervals). The
 verdict follows one rule: **supported** when the interval lies above 0, **contradicted** when it lies
 below 0, **not shown at this scale** when it holds 0. A row whose evaluations the run lacks says
-which are missing; one whose measure is absent (an evaluation made before it existed) says so.
+which are missing.
 
 For a difference in the paper's direction that the interval does not show, *n needed* is the number
 of turns per group (of revisions, for the self-correction row) at which the same rates would clear 0:
@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 from mtsql.app.report.evaluation import ex_rate, trajectory_rows
 from mtsql.app.report.markdown import table
-from mtsql.app.report.runs import datasets, evaluations, official_summary, preferred, tally_rate
+from mtsql.app.report.runs import (
+    datasets,
+    evaluation_of,
+    evaluations,
+    official_summary,
+    preferred,
+    tally_rate,
+)
 from mtsql.app.report.self_correction import revision_counts, verified_rates
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import Artifact, ArtifactKey
@@ -125,9 +132,6 @@ def _self_correction(evals: dict[str, Artifact]) -> list[Finding]:
     for dataset in datasets(evals[label]):
         where = f"{dataset} ({label})"
         counts = revision_counts(evals[label], dataset)
-        if counts is None:
-            rows.append(Finding(claim, where, "–", note="not measured (evaluated before `revisions` existed)"))
-            continue
         fixed, broke = counts["wrong_to_right"], counts["right_to_wrong"]
         share = Rate(fixed, fixed + broke)
         measured = f"wrong → right {fixed}, right → wrong {broke} (of {counts['revised']} revisions)"
@@ -148,9 +152,6 @@ def _resolving(evals: dict[str, Artifact]) -> list[Finding]:
     rows = []
     for dataset in (d for d in datasets(evals[EVALS["rl"]]) if d in datasets(evals[EVALS["sft"]])):
         counts = {p: revision_counts(evals[EVALS[p]], dataset) for p in ("rl", "sft")}
-        if None in counts.values():
-            rows.append(Finding(claim, dataset, "–", note="not measured (evaluated before `revisions` existed)"))
-            continue
         rl, sft = (Rate(counts[p]["resolved"], counts[p]["with_error"]) for p in ("rl", "sft"))
         rows.append(compare(claim, dataset, EVALS["rl"], rl, EVALS["sft"], sft))
     return rows
@@ -171,7 +172,7 @@ def method_evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
     """The evaluation of each role of ``EVALS`` (by its name there), chosen by key: the kind and variant of
     the model it scored, with gold memory, then as ``runs.preferred`` ranks them; ``sft_r1`` is the
     evaluation of the main chain's round 1 when a later round has one of its own."""
-    plain = [art for art in evaluations(arts).values() if art.metrics.get("memory") == "gold"]
+    plain = [art for art in evaluations(arts).values() if evaluation_of(art).memory == "gold"]
 
     def pick(phase: str, variant: str | None, round_: int | None = None) -> Artifact | None:
         found = [art for art in plain if art.key.phase == phase and art.key.model_variant == variant
@@ -232,7 +233,7 @@ def _points(difference: tuple[float, float, float] | None) -> str | None:
 def evals_pace(arts: dict[str, Artifact]) -> float | None:
     """Seconds per evaluated turn over every evaluation of the run (wall time, server starts included)."""
     evals = evaluations(arts).values()
-    turns = sum(block.get("turns", 0) for art in evals for block in art.metrics.get("datasets", {}).values())
+    turns = sum(block.turns for art in evals for block in evaluation_of(art).datasets.values())
     seconds = sum(art.manifest.get("duration_s") or 0.0 for art in evals)
     return seconds / turns if turns and seconds else None
 

@@ -7,9 +7,9 @@ it (the same query, compared as ``measures.verdicts.normal_sql`` does).
 
 from __future__ import annotations
 
-from mtsql.app.report.evaluation import recoveries, trajectory_rows
+from mtsql.app.report.evaluation import trajectory_rows
 from mtsql.app.report.markdown import table
-from mtsql.app.report.runs import datasets, is_long_horizon
+from mtsql.app.report.runs import datasets, evaluation_of, is_long_horizon
 from mtsql.app.report.stats import Rate, rate_of
 from mtsql.base.artifacts import Artifact
 from mtsql.core.agent.env import Trajectory
@@ -22,9 +22,9 @@ COLUMNS = {"no_pass": "no_pass verdicts", "revised": "revised after no_pass", "w
            "resolved": "answer right all the same", "recovered": "recovered (a later query ran, answer right)"}
 
 
-def revision_counts(art: Artifact, dataset: str) -> dict | None:
-    """The ``revisions`` measure of one evaluated dataset; None for an evaluation made before it existed."""
-    return art.metrics.get("datasets", {}).get(dataset, {}).get("revisions")
+def revision_counts(art: Artifact, dataset: str) -> dict:
+    """The ``revisions`` measure of one evaluated dataset."""
+    return evaluation_of(art).datasets[dataset].revisions
 
 
 def is_verified(trajectory: Trajectory) -> bool:
@@ -45,20 +45,15 @@ def verified_rates(rows: list[ScoredRow]) -> tuple[Rate, Rate]:
 def self_correction_section(evals: dict[str, Artifact]) -> list[str]:
     """Per long-horizon evaluation and dataset: revisions after no_pass by their outcome, turns with
     a failed execution and how they ended, and EX with and without a verified answer."""
-    rows, without = [], []
+    rows = []
     for label, art in evals.items():
         if not is_long_horizon(art):
             continue
         for dataset in datasets(art):
             counts = revision_counts(art, dataset)
-            if counts is None:
-                without.append(label)
-                continue
-            found = trajectory_rows(art, dataset)
-            counts = {**counts, "recovered": counts.get("recovered", recoveries(found)[0])}
-            verified, others = verified_rates(found)
+            verified, others = verified_rates(trajectory_rows(art, dataset))
             rows.append([label, dataset, *(counts[key] for key in COLUMNS), verified.cell(), others.cell()])
-    if not rows and not without:
+    if not rows:
         return []
     lines = ["## Self-correction and execution errors", "",
              "Over every trajectory of each long-horizon evaluation (`measures.revisions`): a *revision* is a query "
@@ -68,10 +63,5 @@ def self_correction_section(evals: dict[str, Artifact]) -> list[str]:
              "`exec_sql` of the turn gave a result; *answer right all the same*: the turn's final answer has EX 1. "
              "The last two columns give EX of the turns whose answer the agent had run and judged pass "
              "(*verified*) and of the others (%, [95 % interval], k/n).", ""]
-    if rows:
-        lines += table(["evaluation", "dataset", *COLUMNS.values(), "EX, verified answer", "EX, other answers"],
-                       rows, numeric_from=2)
-    if without:
-        lines += [f"Not measured (evaluated before `revisions` existed; rerun them with --force): "
-                  f"{', '.join(sorted(set(without)))}.", ""]
-    return lines
+    return lines + table(["evaluation", "dataset", *COLUMNS.values(), "EX, verified answer", "EX, other answers"],
+                         rows, numeric_from=2)

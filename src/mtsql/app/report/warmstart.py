@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mtsql.app.report.evaluation import ex_rate
 from mtsql.app.report.markdown import table
-from mtsql.app.report.runs import datasets, is_long_horizon, phase_of, preferred
+from mtsql.app.report.runs import datasets, evaluation_of, is_long_horizon, phase_of, preferred
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import MANIFEST, Artifact
 from mtsql.base.files import read_json
@@ -41,7 +41,7 @@ def _upstream(art: Artifact, name: str) -> Artifact | None:
 
 def short_baseline(evals: dict[str, Artifact]) -> Artifact | None:
     """The short-horizon evaluation of an SFT model (that of the ``short`` variant's model when there are several)."""
-    found = [art for art in evals.values() if phase_of(art) == "sft" and art.metrics.get("mode") == "short"]
+    found = [art for art in evals.values() if phase_of(art) == "sft" and evaluation_of(art).mode == "short"]
     return max(found, key=lambda art: (art.key.model_variant == "short", preferred(art)), default=None)
 
 
@@ -65,23 +65,14 @@ def warmstart_section(arts: dict[str, Artifact], evals: dict[str, Artifact]) -> 
     rows = []
     for label, art in found.items():
         for dataset in datasets(art):
-            block = art.metrics["datasets"][dataset]
-            cell = (block.get("verdict_calibration") or {}).get("exec_verify")
-            counts = block.get("revisions")
+            block = evaluation_of(art).datasets[dataset]
+            t, counts = block.verdict_calibration["exec_verify"]["table"], block.revisions
             ex = ex_rate(art, dataset)
-            if cell:
-                t = cell["table"]
-                said, wrong = t["no_pass"]["right"] + t["no_pass"]["wrong"], t["no_pass"]["wrong"]
-                calibration = [f"{said} ({wrong})", Rate(wrong, said).cell(),
-                               Rate(wrong, wrong + t["pass"]["wrong"]).cell()]
-            else:
-                calibration = [None, None, None]
-            if counts:
-                failure = [Rate(counts["ran_after"], counts["with_error"]).cell(),
-                           Rate(counts["resolved"], counts["with_error"]).cell(),
-                           f"{counts['wrong_to_right']} / {counts['right_to_wrong']}"]
-            else:
-                failure = [None, None, None]
+            said, wrong = t["no_pass"]["right"] + t["no_pass"]["wrong"], t["no_pass"]["wrong"]
+            calibration = [f"{said} ({wrong})", Rate(wrong, said).cell(), Rate(wrong, wrong + t["pass"]["wrong"]).cell()]
+            failure = [Rate(counts["ran_after"], counts["with_error"]).cell(),
+                       Rate(counts["resolved"], counts["with_error"]).cell(),
+                       f"{counts['wrong_to_right']} / {counts['right_to_wrong']}"]
             versus = None
             if short is not None and dataset in datasets(short):
                 difference = ex.minus(ex_rate(short, dataset))
