@@ -14,7 +14,8 @@ One rollout covers every dataset's turns (``_split`` parts them again).
 
 Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl`` (with
 voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the samples in
-``<dataset>/samples/``); the stage metrics hold, per dataset, EX / EM (question and interaction), the
+``<dataset>/samples/``); the stage metrics (``results.EvaluationResult``) hold, per dataset (a
+``results.DatasetBlock``), EX / EM (question and interaction), the
 breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
 self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``, ``pass_at_k``,
 ``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the

@@ -9,7 +9,7 @@ Reads: ``stage-<stage>.jsonl`` of the ``curriculum`` input; the ``model`` input 
 training artifact; none: the base model); config sections ``data``, ``sql``, ``env``, ``reward``,
 ``model``, ``sample`` (generation settings of the local engine), ``rl``, ``seed``. ``rl.engine``
 must be resolved (``verl`` or ``local``, see ``pick_engine``) before the stage runs.
-Writes: ``model/``, ``metrics.jsonl`` (one line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
+Writes: ``model/``, ``metrics.jsonl`` (one ``results.TrainingStep`` line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
 Each engine is called through its ``train_stage`` (``train_stage_of``): ``mtsql.engines.local_grpo.trainer``
 and ``mtsql.engines.verl.stage``.
 
