@@ -1,5 +1,5 @@
-"""Artifact keys: the labels on disk derived from them, recorded in manifests, read back (old manifests too),
-and the one input lookup."""
+"""Artifact keys: the labels on disk derived from them, recorded in manifests, read back (older manifests
+refused), and the one input lookup."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 
 from mtsql.app.report.runs import evaluations, latest_artifacts
 from mtsql.app.runner import Pending, latest_input
-from mtsql.base.artifacts import MODEL_DIR, ArtifactKey, Store, key_of
+from mtsql.base.artifacts import MODEL_DIR, SCHEMA_VERSION, ArtifactKey, Store
 from mtsql.base.errors import UsageError
 
 
@@ -21,6 +21,8 @@ def test_labels_are_the_ones_runs_already_hold():
         ArtifactKey.evaluation(ArtifactKey("rl", 1)): "eval-rl-c1",
         ArtifactKey.evaluation(ArtifactKey("sft", 2), name="eval-sft-vote4"): "eval-sft-vote4",
         ArtifactKey.evaluation(ArtifactKey("sft", name="mine")): "eval-mine",
+        ArtifactKey.evaluation(ArtifactKey("sft", 1, "short")): "eval-sft-short-r1",
+        ArtifactKey.evaluation(ArtifactKey("rl", 3, "outcome")): "eval-rl-outcome-c3",
         ArtifactKey("sample", name="s2"): "s2",
     }
     assert {key: key.label for key in derived} == derived
@@ -38,36 +40,55 @@ def test_the_manifest_records_the_key_and_the_store_reads_it(tmp_path):
     key = ArtifactKey.evaluation(ArtifactKey("rl", 2), name="eval-rl-predicted-memory")
     art, _ = store.run(key, {}, {}, lambda ctx: {})
     manifest = json.loads((tmp_path / "eval-rl-predicted-memory" / "latest" / "manifest.json").read_text())
-    assert manifest["key"] == {"stage": "evaluate", "round": 2, "variant": "rl", "name": "eval-rl-predicted-memory"}
+    assert manifest["key"] == {"stage": "evaluate", "round": 2, "variant": "rl", "name": "eval-rl-predicted-memory",
+                               "model_variant": None}
     assert manifest["label"] == "eval-rl-predicted-memory" and manifest["stage"] == "evaluate"
     assert store.latest("eval-rl-predicted-memory").key == key == art.key
 
 
-def _old_artifact(store: Store, label: str, stage: str, round_: int | None, *, model: bool = False) -> None:
-    """An artifact as an mtsql before keys wrote it: stage, label and round, no ``key``."""
+def test_an_evaluation_key_keeps_the_variant_of_the_model_it_scored(tmp_path):
+    """A pipeline step's label says nothing the report reads: the key says which model was scored."""
+    store = Store(tmp_path)
+    for model in (ArtifactKey("sft", 1, "short"), ArtifactKey("sft", 1)):
+        store.run(ArtifactKey.evaluation(model, name="eval-x" if model.variant else "eval-y"), {"m": model.label}, {},
+                  lambda ctx: {})
+    found = {label: (art.key.phase, art.key.round, art.key.model_variant)
+             for label, art in evaluations(latest_artifacts(tmp_path)).items()}
+    assert found == {"eval-x": ("sft", 1, "short"), "eval-y": ("sft", 1, None)}
+
+
+def _old_artifact(store: Store, label: str, manifest: dict, *, model: bool = False) -> None:
+    """An artifact as an older mtsql wrote it."""
     folder = store.root / label / "abc"
     folder.mkdir(parents=True)
     if model:
         (folder / MODEL_DIR).mkdir()
-    (folder / "manifest.json").write_text(json.dumps({"schema_version": 2, "stage": stage, "label": label,
-                                                      "round": round_, "fingerprint": "abc", "outputs": []}))
+    (folder / "manifest.json").write_text(json.dumps({"label": label, "fingerprint": "abc", "outputs": []} | manifest))
     (folder.parent / "latest").symlink_to("abc")
 
 
-def test_old_manifests_without_a_key_get_one(tmp_path):
+@pytest.mark.parametrize(("label", "manifest", "lacks"), [
+    ("sft-r1", {"schema_version": 2, "stage": "sft", "round": 1}, "records no artifact key"),
+    ("eval-sft", {"schema_version": 3, "stage": "evaluate", "round": 1,
+                  "key": {"stage": "evaluate", "round": 1, "variant": "sft", "name": "eval-sft"}},
+     "does not record the variant of the model it scored"),
+])
+def test_an_artifact_an_older_mtsql_wrote_is_refused_with_one_line(tmp_path, label, manifest, lacks):
     store = Store(tmp_path)
-    _old_artifact(store, "sft-r1", "sft", 1, model=True)
-    _old_artifact(store, "sft-r2", "sft", 2, model=True)
-    _old_artifact(store, "eval-sft-turns1", "evaluate", None)
-    _old_artifact(store, "eval-vote", "evaluate", None)
-    _old_artifact(store, "e-hf", "evaluate", None)
-    assert store.latest("sft-r2").key == ArtifactKey("sft", 2)
-    assert key_of(store.latest("eval-sft-turns1").manifest) == ArtifactKey("evaluate", None, "sft",
-                                                                          name="eval-sft-turns1")
-    assert store.latest("eval-vote").key.phase is None and store.latest("e-hf").key.variant is None
-    assert list(evaluations(latest_artifacts(tmp_path))) == ["eval-sft-turns1", "eval-vote"], "as their labels said"
-    assert store.model("sft").label == "sft-r2", "the last round, from the keys of old manifests"
-    assert store.model("auto").label == "sft-r2"
+    _old_artifact(store, label, manifest, model=label.startswith("sft"))
+    with pytest.raises(UsageError, match=f"{label}/abc: written by an older mtsql .*{lacks}.*; delete that folder "
+                                         "and rerun its stage") as refused:
+        store.latest(label)
+    assert "\n" not in str(refused.value)
+    damaged = []
+    assert latest_artifacts(tmp_path, damaged) == {} and len(damaged) == 1
+
+
+def test_a_key_written_now_is_read_back_and_is_not_refused(tmp_path):
+    store = Store(tmp_path)
+    key = ArtifactKey.evaluation(ArtifactKey("rl", 2, "outcome"))
+    art, _ = store.run(key, {}, {}, lambda ctx: {})
+    assert art.manifest["schema_version"] == SCHEMA_VERSION and store.latest(key.label).key == key
 
 
 def test_latest_input_artifact_placeholder_or_usage_error(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from mtsql.app import pipeline
 from mtsql.app.runner import Pending, store_for
-from mtsql.base.artifacts import Artifact, ArtifactKey
+from mtsql.base.artifacts import SCHEMA_VERSION, Artifact, ArtifactKey
 from mtsql.base.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_jsonl
@@ -104,7 +104,8 @@ def fake_model(store, key: ArtifactKey) -> None:
     folder = store.root / key.label / "abc"
     (folder / "model").mkdir(parents=True)
     (folder.parent / "latest").symlink_to("abc")
-    (folder / "manifest.json").write_text(json.dumps({"stage": key.stage, "label": key.label, "key": key.to_dict(),
+    (folder / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "stage": key.stage,
+                                                      "label": key.label, "key": key.to_dict(),
                                                       "round": key.round, "fingerprint": "abc", "outputs": []}))
 
 

@@ -8,12 +8,14 @@ import pytest
 
 from mtsql.app import pipeline
 from mtsql.app.runner import run_stage, store_for
-from mtsql.base.artifacts import Artifact, ArtifactKey
+from mtsql.base.artifacts import SCHEMA_VERSION, Artifact, ArtifactKey
 from mtsql.base.config import load_config, replace
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.base.paths import data_dir
 from mtsql.core.data import eval_turns, train_pool
+from mtsql.core.data.records import Turn
+from mtsql.core.results import EvaluationResult
 from mtsql.core.trajectories import read_rows
 from mtsql.engines.rollout import RolloutEngine
 
@@ -79,7 +81,9 @@ def test_model_references(tmp_path):
     fake = store.root / "rl-c1" / "abc"
     (fake / "model").mkdir(parents=True)
     (fake.parent / "latest").symlink_to("abc")
-    (fake / "manifest.json").write_text(json.dumps({"stage": "rl", "label": "rl-c1", "fingerprint": "abc", "outputs": []}))
+    (fake / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "stage": "rl", "label": "rl-c1",
+                                                    "key": ArtifactKey("rl", 1).to_dict(), "fingerprint": "abc",
+                                                    "outputs": []}))
     assert store.model("auto").label == "rl-c1"
     assert store.model("auto", auto=("sft",)) is None, "rl starts from sft or base, never its own output"
     with pytest.raises(UsageError, match="no sft model yet"):
@@ -91,7 +95,9 @@ def fake_model(store, label: str) -> None:
     folder = store.root / label / "abc"
     (folder / "model").mkdir(parents=True)
     (folder.parent / "latest").symlink_to("abc")
-    (folder / "manifest.json").write_text(json.dumps({"stage": label.split("-")[0], "label": label,
+    stage, round_ = label.split("-r")
+    (folder / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "stage": stage, "label": label,
+                                                      "key": ArtifactKey(stage, int(round_)).to_dict(),
                                                       "fingerprint": "abc", "outputs": []}))
 
 
@@ -302,11 +308,12 @@ def test_evaluate_reports_pass_at_k_from_the_vote_samples_and_every_measure(tiny
 def test_evaluate_samples_without_a_vote_keep_greedy_as_the_headline(tiny_cfg):
     cfg = replace(tiny_cfg, data={"eval_limit": 1, "eval_datasets": ("cosql",)}, evaluate={"samples": 2})
     art = pipeline.evaluate(cfg, label="eval-samples")
-    block = art.metrics["datasets"]["cosql"]
-    assert art.metrics["decoding"] == "greedy" and "decodings" not in block
-    assert block["pass_at_k"]["ks"] == [1, 2] and block["pass_at_k"]["all"]["turns"] == block["turns"]
-    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == block["turns"], "the greedy trajectories"
-    assert len(read_jsonl(art.path / "cosql" / "samples" / "trajectories.jsonl")) == 2 * block["turns"]
+    result = EvaluationResult.from_dict(art.metrics)
+    block = result.datasets["cosql"]
+    assert result.decoding == "greedy" and block.decodings is None
+    assert block.pass_at_k["ks"] == [1, 2] and block.pass_at_k["all"]["turns"] == block.turns
+    assert len(read_jsonl(art.path / "cosql" / "trajectories.jsonl")) == block.turns, "the greedy trajectories"
+    assert len(read_jsonl(art.path / "cosql" / "samples" / "trajectories.jsonl")) == 2 * block.turns
 
 
 def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
@@ -315,7 +322,7 @@ def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
 
     cfg = ConfigView(cfg_for(tmp_path), ("data", "sql"), owner="test", data_root=data_dir())
     row = dataclasses.replace(read_rows(REPO / "tests" / "fixtures" / "scored_rows.jsonl")[0],
-                              turn={"gold_sql": "SELECT count(*) FROM pets", "db_id": "pets_1"})
+                              turn=Turn("sparc", "dev", "i", 0, 0, "pets_1", "q", "SELECT count(*) FROM pets"))
     ex = judge(cfg)
     assert ex(row, "SELECT COUNT(PetID) FROM pets") == 1 and ex(row, "SELECT count(*) FROM pets WHERE weight > 10") == 0
     assert ex(row, "SELECT nope FROM pets") == 0

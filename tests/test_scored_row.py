@@ -12,7 +12,7 @@ from mtsql.base.errors import UsageError
 from mtsql.core.trajectories import ScoredRow, read_rows, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
-# two rows of real trajectories.jsonl files, written by mtsql before the row was a dataclass: a
+# two rows of real trajectories.jsonl files written by mtsql (rewritten in the current trajectory shape): a
 # scripted episode (sample-r1) and a model episode with token ids (eval-base of the tiny Qwen3)
 REAL_ROWS = REPO / "tests" / "fixtures" / "scored_rows.jsonl"
 

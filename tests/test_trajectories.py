@@ -20,7 +20,8 @@ def scored(**fields) -> ScoredRow:
 
 
 def rows(*sqls):
-    return [scored(sample=i, final_sql=sql, turn={"db_id": "concert_singer"}) for i, sql in enumerate(sqls)]
+    turn = replace(scored().turn, db_id="concert_singer")
+    return [scored(sample=i, final_sql=sql, turn=turn) for i, sql in enumerate(sqls)]
 
 
 def pick(*sqls):
@@ -51,15 +52,19 @@ def test_with_nothing_executable_the_first_sample_is_returned(sqls):
 
 
 def test_behaviour_of_one_rl_step_on_hand_made_episodes():
+    from mtsql.core.agent.env import Step
     from mtsql.core.trajectories import episode_behaviour, step_behaviour
 
     def step(action, tool=None, verdict=None):
-        return {"action": action, "tool": tool, "verdict": verdict}
+        return Step(index=0, text="", action=action, tool=tool, verdict=verdict)
 
-    corrected = {"steps": [step("tool_call", "exec_sql", "no_pass"), step("tool_call", "exec_sql", "pass"),
-                           step("tool_call", "memory_retrieve", "pass"), step("answer")]}
-    invalid = {"steps": [step("invalid"), step("invalid")]}
-    last_no_pass = {"steps": [step("tool_call", "exec_sql", "no_pass"), step("invalid"), step("answer")]}
+    def taking(*steps):
+        return replace(scored().trajectory, steps=list(steps))
+
+    corrected = taking(step("tool_call", "exec_sql", "no_pass"), step("tool_call", "exec_sql", "pass"),
+                       step("tool_call", "memory_retrieve", "pass"), step("answer"))
+    invalid = taking(step("invalid"), step("invalid"))
+    last_no_pass = taking(step("tool_call", "exec_sql", "no_pass"), step("invalid"), step("answer"))
     episodes = [episode_behaviour(t) for t in (corrected, invalid, last_no_pass)]
     assert episodes[0] == {"tool_calls": 3, "memory_calls": 1, "messages": 4, "invalid_messages": 0, "self_corrected": 1.0}
     assert episodes[2]["self_corrected"] == 0.0, "a no_pass on the last query run is not followed by a correction"

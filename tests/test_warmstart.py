@@ -79,10 +79,10 @@ def test_attempts_are_one_greedy_sample_of_the_named_model(tmp_path, monkeypatch
 
 
 def test_first_attempts_take_each_items_first_sample():
-    first = ROW.trajectory["messages"][2]["content"]
-    later = replace(ROW, sample=1, trajectory={**ROW.trajectory, "messages": [
-        *ROW.trajectory["messages"][:2], {"role": "assistant", "content": "another"}]})
-    silent = replace(ROW, uid="other", trajectory={**ROW.trajectory, "messages": ROW.trajectory["messages"][:2]})
+    first = ROW.trajectory.messages[2]["content"]
+    later = replace(ROW, sample=1, trajectory=replace(ROW.trajectory, messages=[
+        *ROW.trajectory.messages[:2], {"role": "assistant", "content": "another"}]))
+    silent = replace(ROW, uid="other", trajectory=replace(ROW.trajectory, messages=ROW.trajectory.messages[:2]))
     assert sample_stage.first_attempts([later, ROW, silent]) == {ROW.uid: first}
 
 
@@ -98,16 +98,16 @@ def test_an_own_mistakes_round_keeps_the_attempts_that_failed_and_replaces_the_p
     cfg = load_config(CONFIG, [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=3"])
     attempts = pipeline.sample(cfg, policy="gold_with_correction", label="sample-attempts")
     own = pipeline.sample(cfg, policy="own_mistakes", attempts=attempts, label="sample-own")
-    tried = {r.uid: r.trajectory["steps"][0] for r in read_rows(attempts.path / "trajectories.jsonl")}
+    tried = {r.uid: r.trajectory.steps[0] for r in read_rows(attempts.path / "trajectories.jsonl")}
     rows = read_rows(own.path / "trajectories.jsonl")
     assert rows and all(r.protocol_valid and r.execution == 1 for r in rows)
     for r in rows:
-        first = r.trajectory["steps"][0]
-        if tried[r.uid]["result_kind"] == "error":
-            assert first["sql"] == tried[r.uid]["sql"] and first["verdict"] == "no_pass"
+        first = r.trajectory.steps[0]
+        if tried[r.uid].result_kind == "error":
+            assert first.sql == tried[r.uid].sql and first.verdict == "no_pass"
         else:
-            assert first["sql"] != tried[r.uid]["sql"] and first["verdict"] == "pass"
-    assert {tried[r.uid]["result_kind"] for r in rows} == {"error", "ok"}
+            assert first.sql != tried[r.uid].sql and first.verdict == "pass"
+    assert {tried[r.uid].result_kind for r in rows} == {"error", "ok"}
 
 
 def test_verl_agent_loop_gets_the_error_hint_with_the_env_section(tmp_path):

@@ -46,8 +46,8 @@ def test_ks():
 
 
 def rows(uid, hardness, turn_index, results):
-    return [scored(uid=uid, sample=s, hardness=hardness, turn={"turn_index": turn_index}, execution=ex)
-            for s, ex in enumerate(results)]
+    turn = replace(scored().turn, turn_index=turn_index)
+    return [scored(uid=uid, sample=s, hardness=hardness, turn=turn, execution=ex) for s, ex in enumerate(results)]
 
 
 def test_table_by_hardness_and_turn():

@@ -3,6 +3,7 @@
 from dataclasses import replace
 from pathlib import Path
 
+from mtsql.core.agent.env import Step
 from mtsql.core.measures.revisions import is_recovery, revisions
 from mtsql.core.trajectories import read_rows
 
@@ -12,20 +13,20 @@ G, W, W2, X = "SELECT a FROM t", "SELECT b FROM t", "SELECT c FROM t", "SELECT b
 
 
 def exec_step(i, sql, verdict, kind="ok"):
-    return {"index": i, "action": "tool_call", "tool": "exec_sql", "sql": sql, "verdict": verdict, "result_kind": kind}
+    return Step(index=i, text="", action="tool_call", tool="exec_sql", sql=sql, verdict=verdict, result_kind=kind)
 
 
 def memory_step(i, checked, verdict):
-    return {"index": i, "action": "tool_call", "tool": "memory_retrieve", "checked_sql": checked, "verdict": verdict}
+    return Step(index=i, text="", action="tool_call", tool="memory_retrieve", checked_sql=checked, verdict=verdict)
 
 
 def answer(i, sql):
-    return {"index": i, "action": "answer", "sql": sql, "verdict": None}
+    return Step(index=i, text="", action="answer", sql=sql)
 
 
 def row(execution, *steps):
     """A real scored row whose answer scored ``execution`` and whose trajectory took ``steps``."""
-    return replace(REAL_ROW, execution=execution, trajectory={**REAL_ROW.trajectory, "steps": list(steps)})
+    return replace(REAL_ROW, execution=execution, trajectory=replace(REAL_ROW.trajectory, steps=list(steps)))
 
 
 def judge(row, sql):

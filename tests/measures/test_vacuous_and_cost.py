@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from mtsql.base.paths import FIXTURE_DATA, database_path
+from mtsql.core.agent.env import Step
+from mtsql.core.agent.tools import MemoryEntry
 from mtsql.core.measures.cost import cost_per_turn, trajectory_cost
 from mtsql.core.measures.vacuous import non_empty_gold_ex
 from mtsql.core.sql.vacuous import is_vacuous
@@ -41,15 +43,19 @@ def test_ex_on_the_non_empty_gold_subset():
 
 
 def test_cost_of_trajectories():
-    steps = [{"tool": "exec_sql", "result_kind": "ok"}, {"tool": "exec_sql", "result_kind": "error"},
-             {"tool": "memory_retrieve", "observation": "..."}, {"tool": None, "action": "invalid"},
-             {"tool": None, "action": "answer"}]
-    row = scored(trajectory={"steps": steps, "memory": [{"sql": "SELECT 1"}, {"sql": None}, {"sql": "SELECT 2"}]},
-                 generated_tokens=50, elapsed_s=2.0,
+    def step(i, action, **fields):
+        return Step(index=i, text="", action=action, **fields)
+
+    steps = [step(0, "tool_call", tool="exec_sql", result_kind="ok"),
+             step(1, "tool_call", tool="exec_sql", result_kind="error"),
+             step(2, "tool_call", tool="memory_retrieve", observation="..."), step(3, "invalid"), step(4, "answer")]
+    memory = [MemoryEntry("q1", "SELECT 1"), MemoryEntry("q2", None), MemoryEntry("q3", "SELECT 2")]
+    real = scored().trajectory
+    row = scored(trajectory=replace(real, steps=steps, memory=memory), generated_tokens=50, elapsed_s=2.0,
                  generations=[{"tokens": 10, "prompt_tokens": 100}, {"tokens": 20, "prompt_tokens": 130}])
     # 2 exec_sql calls ran + one memory_retrieve running the 2 remembered queries; 5 assistant messages
     assert trajectory_cost(row) == {"generated_tokens": 50, "prompt_tokens": 230, "sql_executions": 4, "messages": 5}
-    other = scored(trajectory={"steps": [{"tool": None, "action": "answer"}], "memory": []}, generated_tokens=10,
+    other = scored(trajectory=replace(real, steps=[step(0, "answer")], memory=[]), generated_tokens=10,
                    elapsed_s=1.0, generations=[{"tokens": 10, "prompt_tokens": 90}])
     assert cost_per_turn([row, other], turns=2, wall_s=3.0) == {
         "generated_tokens": 30.0, "prompt_tokens": 160.0, "sql_executions": 2.0, "messages": 3.0, "wall_s": 1.5}

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from mtsql.core.agent.env import Step
 from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.trajectories import ScoredRow, read_rows
 
@@ -17,18 +18,24 @@ G, W, W2, X = "SELECT a FROM t", "SELECT b FROM t", "SELECT c FROM t", "SELECT b
 
 
 def exec_step(i, sql, verdict):
-    return {"index": i, "action": "tool_call", "tool": "exec_sql", "sql": sql, "verdict": verdict}
+    return Step(index=i, text="", action="tool_call", tool="exec_sql", sql=sql, verdict=verdict)
 
 
 def memory_step(i, checked, verdict):
-    return {"index": i, "action": "tool_call", "tool": "memory_retrieve", "checked_sql": checked, "verdict": verdict}
+    return Step(index=i, text="", action="tool_call", tool="memory_retrieve", checked_sql=checked, verdict=verdict)
 
 
 def answer(i, sql):
-    return {"index": i, "action": "answer", "sql": sql, "verdict": None}
+    return Step(index=i, text="", action="answer", sql=sql)
 
 
-ROWS = [scored(trajectory={"steps": steps}) for steps in (
+def taking(*steps: Step) -> ScoredRow:
+    """The real row with its trajectory's steps replaced."""
+    row = scored()
+    return replace(row, trajectory=replace(row.trajectory, steps=list(steps)))
+
+
+ROWS = [taking(*steps) for steps in (
     [exec_step(0, W, "no_pass"), exec_step(1, G, "pass"), memory_step(2, G, "pass"), answer(3, "select A from t;")],
     [exec_step(0, W, "pass"), answer(1, W)],                              # a wrong pass, acted on
     [exec_step(0, G, "no_pass"), exec_step(1, G, None)],                  # a right no_pass, not acted on
@@ -61,7 +68,7 @@ def test_memory_verify_table_and_following():
 
 
 def test_nothing_to_divide_is_none():
-    cell = verdict_calibration([scored(trajectory={"steps": [answer(0, G)]})], judge)["exec_verify"]
+    cell = verdict_calibration([taking(answer(0, G))], judge)["exec_verify"]
     assert cell["accuracy"] is None and cell["precision_pass"] is None and cell["unscored"] == 0
 
 
@@ -79,9 +86,9 @@ def test_scripted_self_corrections_are_calibrated_and_followed():
 
     turns = [t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.db_id == "pets_1"][:8]
     policy = GoldWithCorrectionPolicy(data_root=FIXTURE_DATA)
-    rows = [scored(turn=t.to_dict(), trajectory=run_episode(SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA),
-                                                           policy, t).to_dict()) for t in turns]
-    corrected = sum(len([s for s in r.trajectory["steps"] if s["tool"] == "exec_sql"]) == 2 for r in rows)
+    rows = [scored(turn=t, trajectory=run_episode(SqlAgentEnv(EnvConfig(), data_root=FIXTURE_DATA), policy, t))
+            for t in turns]
+    corrected = sum(len(r.trajectory.tool_steps("exec_sql")) == 2 for r in rows)
     later = sum(bool(t.previous_questions) for t in turns)
     assert corrected >= 4 and later >= 4, "the slice holds both kinds"
     out = verdict_calibration(rows, judge(ConfigView(Config(), ("data", "sql"), owner="test", data_root=FIXTURE_DATA)))

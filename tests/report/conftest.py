@@ -25,6 +25,8 @@ from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.sql.metrics import summarize
 from mtsql.core.trajectories import ScoredRow, write_rows
 
+from .blocks import block, metrics
+
 TOKEN_ID = 9999991  # a token id that must never show up in rendered text
 GOLD = "SELECT count(*) FROM singer"
 HARDNESS = ("easy", "medium", "hard")  # no "extra" turns: an empty bucket in the plots
@@ -63,7 +65,7 @@ def row(t: Turn, steps: list[Step], final_sql: str | None, execution: int, mode:
                       final_sql=final_sql, finish_reason="answer" if final_sql else "max_messages",
                       protocol_valid=valid)
     return ScoredRow(
-        key=f"{t.uid}#0", uid=t.uid, sample=0, turn=t.to_dict(), trajectory=traj.to_dict(), truncated=False,
+        key=f"{t.uid}#0", uid=t.uid, sample=0, turn=t, trajectory=traj, truncated=False,
         stop="episode_end", generations=[{"tokens": 42, "prompt_tokens": 100, "finish_reason": "stop"}],
         generated_tokens=42, prompt_ids=[TOKEN_ID, 1], response_ids=[TOKEN_ID], response_mask=[1],
         response_logprobs=None, elapsed_s=0.5, hardness=t.hardness, final_sql=final_sql, protocol_valid=valid,
@@ -112,9 +114,10 @@ def measured(name: str, turns: int, k: int, mode: str, tokens: float) -> dict:
                      "wall_s": 0.5}}
 
 
-def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int, int]], *, memory: str = "gold",
-               max_messages: int = 4, vote: dict[str, int] | None = None) -> None:
-    """An evaluation; ``vote``: EX of a vote@4 decoding per dataset (the greedy one is ``correct``), with pass@k."""
+def evaluation(store: Store, label: str, scored: ArtifactKey | None, mode: str, correct: dict[str, tuple[int, int]], *,
+               memory: str = "gold", max_messages: int = 4, vote: dict[str, int] | None = None) -> None:
+    """An evaluation of the model ``scored`` (its key; None: the base model); ``vote``: EX of a vote@4
+    decoding per dataset (the greedy one is ``correct``), with pass@k."""
     def work(ctx):
         datasets = {}
         for name, (turns, k) in correct.items():
@@ -126,28 +129,25 @@ def evaluation(store: Store, label: str, mode: str, correct: dict[str, tuple[int
                 k = vote[name]
             (ctx.out / name / "summary.json").write_text(json.dumps(summary(name, turns, k)))
             write_rows(ctx.out / name / "trajectories.jsonl", trajectories(name, mode))
-            datasets[name] = {"turns": turns, "ex": k / turns, "em": (k // 2) / turns, "generated_tokens": 100,
-                              **(measured(name, turns, k, mode, 160.0) if vote else greedy)}
+            datasets[name] = block(turns, k, **(measured(name, turns, k, mode, 160.0) if vote else greedy))
             if vote:
-                datasets[name]["decodings"] = {"greedy": {"cost": greedy["cost"]},
-                                               "vote@4": {"cost": datasets[name]["cost"]}}
                 base = trajectories(name, "short")[0]
                 samples = [replace(base, uid=f"u{i // 4}", sample=i % 4, hardness=HARDNESS[i // 4 % 3],
-                                   turn={"turn_index": i // 4 % 4}, execution=int(i % 4 == 0 and i < 8 * k))
+                                   turn=replace(base.turn, turn_index=i // 4 % 4), execution=int(i % 4 == 0 and i < 8 * k))
                            for i in range(4 * turns)]
-                datasets[name]["pass_at_k"] = pass_at_k_table(samples, 4)
-        return {"model_name": "smollm2-135m", "mode": mode, "memory": memory,
-                "decoding": "vote@4" if vote else "greedy", "datasets": datasets}
+                datasets[name] = replace(datasets[name], pass_at_k=pass_at_k_table(samples, 4), decodings={
+                    "greedy": {"cost": greedy["cost"]}, "vote@4": {"cost": datasets[name].cost}})
+        return metrics(datasets, mode=mode, memory=memory, decoding="vote@4" if vote else "greedy",
+                       max_messages=max_messages)
 
-    phase = label.split("-")[1]  # the model it scores, as a pipeline step labels it: eval-<phase>[-<variant>]
-    store.run(ArtifactKey("evaluate", variant=phase, name=label),
+    store.run(ArtifactKey.evaluation(scored, name=label),
               {"data": DATA, "sample": {"seed": 7}, "env": {"max_messages": max_messages}, "label": label}, {}, work)
 
 
 def build_run(root: Path) -> Path:
     store = Store(root)
-    evaluation(store, "eval-base", "long", {"cosql": (40, 0), "sparc": (3, 0)})
-    evaluation(store, "eval-base-short", "short", {"cosql": (40, 1), "sparc": (3, 0)})
+    evaluation(store, "eval-base", None, "long", {"cosql": (40, 0), "sparc": (3, 0)})
+    evaluation(store, "eval-base-short", None, "short", {"cosql": (40, 1), "sparc": (3, 0)})
 
     def sample(ctx):
         write_rows(ctx.out / "trajectories.jsonl", trajectories("cosql", "long"))
@@ -158,10 +158,12 @@ def build_run(root: Path) -> Path:
                                                           "kept": 9, "unsolved": 3})
     store.run(ArtifactKey("sft", 1), {}, {}, lambda ctx: {"examples": 9, "over_cutoff": 1, "train_loss": 0.8123, "steps": 3,
                                                     "heldout": {"count": 10, "ex": 0.3}})
-    evaluation(store, "eval-sft", "long", {"cosql": (40, 16), "sparc": (3, 1)})
-    evaluation(store, "eval-sft-messages1", "long", {"cosql": (40, 4), "sparc": (3, 0)}, max_messages=1)
-    evaluation(store, "eval-sft-messages2", "long", {"cosql": (40, 10), "sparc": (3, 1)}, max_messages=2)
-    evaluation(store, "eval-sft-vote4", "long", {"cosql": (40, 16), "sparc": (3, 1)}, vote={"cosql": 20, "sparc": 2})
+    sft = ArtifactKey("sft", 1)
+    evaluation(store, "eval-sft", sft, "long", {"cosql": (40, 16), "sparc": (3, 1)})
+    evaluation(store, "eval-sft-messages1", sft, "long", {"cosql": (40, 4), "sparc": (3, 0)}, max_messages=1)
+    evaluation(store, "eval-sft-messages2", sft, "long", {"cosql": (40, 10), "sparc": (3, 1)}, max_messages=2)
+    evaluation(store, "eval-sft-vote4", sft, "long", {"cosql": (40, 16), "sparc": (3, 1)},
+               vote={"cosql": 20, "sparc": 2})
     table = {f"stage {k}": {"easy": e, "medium": m, "hard": h, "extra": x, "total": e + m + h + x}
              for k, (e, m, h, x) in enumerate(((5, 0, 0, 0), (0, 4, 0, 0), (0, 0, 2, 1)), 1)}
     store.run(ArtifactKey("curriculum"), {"curriculum": {"by": "hardness", "stages": [["easy"], ["medium"],
@@ -178,8 +180,9 @@ def build_run(root: Path) -> Path:
             return {"engine": ("local", "verl")[k - 1], "steps": steps, "reward_first": 0.5 * k + 0.1,
                     "reward_last": 0.5 * k + 0.1 * steps}
         store.run(ArtifactKey("rl", k), {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl)
-    evaluation(store, "eval-rl", "long", {"cosql": (40, 18), "sparc": (3, 2)})
-    evaluation(store, "eval-rl-predicted-memory", "long", {"cosql": (40, 12), "sparc": (3, 1)}, memory="predicted")
+    evaluation(store, "eval-rl", ArtifactKey("rl", 2), "long", {"cosql": (40, 18), "sparc": (3, 2)})
+    evaluation(store, "eval-rl-predicted-memory", ArtifactKey("rl", 2), "long", {"cosql": (40, 12), "sparc": (3, 1)},
+               memory="predicted")
     return root
 
 

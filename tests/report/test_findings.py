@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -23,14 +25,17 @@ from mtsql.app.report.self_correction import is_verified, self_correction_sectio
 from mtsql.app.report.self_taught import kept_rows, kept_section
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import ArtifactKey, Store
-from mtsql.base.files import write_jsonl
 from mtsql.core.agent.env import Step, Trajectory
 from mtsql.core.data.records import Turn
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import summarize
+from mtsql.core.trajectories import ScoredRow, read_rows, write_rows
+
+from .blocks import block, metrics
 
 DIALOGUES, TURNS = 25, 4  # 100 turns of cosql, 25 per turn position and per hardness level
 G, W = "SELECT a FROM t", "SELECT b FROM t"
+REAL_ROW = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
 
 
 def summary(right) -> dict:
@@ -41,7 +46,7 @@ def summary(right) -> dict:
     return summarize(items) | {"dataset": "cosql"}
 
 
-def trajectory(verified: bool, execution: int) -> dict:
+def trajectory(verified: bool, execution: int) -> ScoredRow:
     """A scored evaluation row: the agent runs a query, judges it pass, answers (that query if ``verified``)."""
     answer, ran = (G if execution else W), (G if execution else W) if verified else "SELECT 1"
     turn = Turn("cosql", "dev", "cosql-dev-0000", 0, 0, "db", "question", G, (), (), "easy")
@@ -52,41 +57,51 @@ def trajectory(verified: bool, execution: int) -> dict:
                       max_messages=4, thinking=False, memory=[], messages=[{"role": "system", "content": "S"},
                                                                         {"role": "user", "content": "question"}],
                       steps=steps, final_sql=answer, finish_reason="answer", protocol_valid=True)
-    return {"uid": turn.uid, "sample": 0, "turn": turn.to_dict(), "trajectory": traj.to_dict(),
-            "execution": execution, "exact": 0}
+    return replace(REAL_ROW, key=f"{turn.uid}#0", uid=turn.uid, sample=0, turn=turn, trajectory=traj,
+                   execution=execution, exact=0)
 
 
-def evaluation(store: Store, label: str, right, *, mode: str = "long", revisions: dict | None = None,
-               rows: list[dict] | None = None) -> None:
+def evaluation(store: Store, label: str, scored: ArtifactKey | None, right, *, mode: str = "long",
+               revisions: dict | None = None, rows: list[ScoredRow] | None = None) -> None:
+    """An evaluation of the model ``scored`` (its key; None: the base model), as the pipeline keys it."""
     def work(ctx):
         time.sleep(0.002)  # a wall time the manifest's 3 decimals keep (the report's pace reads it)
         (ctx.out / "cosql").mkdir()
         (ctx.out / "cosql" / "summary.json").write_text(json.dumps(summary(right)))
-        write_jsonl(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
-        block = {"turns": 100} | ({"revisions": revisions} if revisions else {})
-        return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "datasets": {"cosql": block}}
-    store.run(ArtifactKey("evaluate", variant=label.split("-")[1], name=label), {"label": label}, {}, work)
+        write_rows(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
+        counts = summary(right)["execution"]["question"]["correct"]
+        return metrics({"cosql": block(100, counts, **({"revisions": revisions} if revisions else {}))}, mode=mode)
+    store.run(ArtifactKey.evaluation(scored, name=label), {"label": label}, {}, work)
 
 
 def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
     return {"no_pass": fixed + broke + 3, "revised": fixed + broke + 1, "wrong_to_right": fixed,
             "right_to_wrong": broke, "stayed_wrong": 1, "stayed_right": 0, "unscored": 0,
-            "with_error": with_error, "ran_after": with_error, "resolved": resolved}
+            "with_error": with_error, "ran_after": with_error, "resolved": resolved, "recovered": 0}
 
 
-def build(root, *, outcome: bool = True, round1: bool = True):
+def build(root, *, outcome: bool = True, round1: bool = True, labels: dict[str, str] | None = None):
+    """The method run; without ``round1``, round 2 trained nothing and eval-sft scores the round-1 model.
+    ``labels``: other labels for the evaluations (the report must find them by key all the same)."""
     store = Store(root)
-    evaluation(store, "eval-base", lambda i, t: False)
+
+    def label(name):
+        return (labels or {}).get(name, name)
+
+    evaluation(store, label("eval-base"), None, lambda i, t: False)
     if round1:
-        evaluation(store, "eval-sft-r1", lambda i, t: t == 0 and i < 20)        # 20/100, all on turn 1
-    evaluation(store, "eval-sft", lambda i, t: t == 0 and i < 20 or t == 1 and i < 10,  # 30/100
-               revisions=revisions(0, 0, 20, 15))
-    evaluation(store, "eval-sft-short", lambda i, t: t == 1 and i < 20, mode="short")  # 20/100, all on turn 2
+        evaluation(store, label("eval-sft-r1"), ArtifactKey("sft", 1), lambda i, t: t == 0 and i < 20)  # 20/100, turn 1
+    evaluation(store, label("eval-sft"), ArtifactKey("sft", 2 if round1 else 1),
+               lambda i, t: t == 0 and i < 20 or t == 1 and i < 10, revisions=revisions(0, 0, 20, 15))  # 30/100
+    evaluation(store, label("eval-sft-short"), ArtifactKey("sft", 1, "short"), lambda i, t: t == 1 and i < 20,
+               mode="short")  # 20/100, all on turn 2
     rl_rows = [trajectory(True, 1)] * 8 + [trajectory(True, 0)] * 2 + [trajectory(False, 1)] + \
         [trajectory(False, 0)] * 9
-    evaluation(store, "eval-rl", lambda i, t: t == 0 and i < 10, revisions=revisions(12, 2, 20, 1), rows=rl_rows)
+    evaluation(store, label("eval-rl"), ArtifactKey("rl", 3), lambda i, t: t == 0 and i < 10,
+               revisions=revisions(12, 2, 20, 1), rows=rl_rows)
     if outcome:
-        evaluation(store, "eval-rl-outcome", lambda i, t: t == 1 and i < 10)  # 10/100, as eval-rl
+        evaluation(store, label("eval-rl-outcome"), ArtifactKey("rl", 3, "outcome"),
+                   lambda i, t: t == 1 and i < 10)  # 10/100, as eval-rl
     return root
 
 
@@ -97,6 +112,18 @@ def run(tmp_path):
 
 def rows_of(run, claim_start: str) -> dict[str, object]:
     return {row.slice: row for row in findings(latest_artifacts(run)) if row.claim.startswith(claim_start)}
+
+
+def test_evaluations_are_found_by_key_whatever_their_labels(run, tmp_path):
+    """Labels that say nothing of the model (and one that says the wrong thing) land in the same rows."""
+    odd = {"eval-base": "zero", "eval-sft-r1": "first-round", "eval-sft": "eval-rl-old", "eval-sft-short": "terse",
+           "eval-rl": "final", "eval-rl-outcome": "eval-sft-x"}
+    renamed = build(tmp_path / "odd", labels=odd)
+
+    def table(folder):
+        return [(row.claim, row.slice, row.measured, row.difference) for row in findings(latest_artifacts(folder))]
+
+    assert table(renamed) == table(run) and any(row[3] is not None for row in table(run))
 
 
 def test_gains_and_losses_get_their_verdicts(run):
@@ -165,7 +192,7 @@ def test_a_round_two_that_kept_nothing_is_named_as_such(tmp_path):
 
 def test_a_run_without_the_method_evaluations_has_no_section(tmp_path):
     store = Store(tmp_path / "plain")
-    evaluation(store, "eval-base", lambda i, t: False)
+    evaluation(store, "eval-base", None, lambda i, t: False)
     assert findings_section(latest_artifacts(tmp_path / "plain")) == []
 
 
@@ -187,10 +214,10 @@ def test_pace_is_wall_time_over_evaluated_turns(run):
 
 
 def test_verified_means_run_and_judged_pass_before_answering():
-    assert is_verified(trajectory(True, 1)["trajectory"])
-    assert not is_verified(trajectory(False, 1)["trajectory"])
-    judged_no_pass = trajectory(True, 1)["trajectory"]
-    judged_no_pass["steps"][0]["verdict"] = "no_pass"
+    assert is_verified(trajectory(True, 1).trajectory)
+    assert not is_verified(trajectory(False, 1).trajectory)
+    judged_no_pass = trajectory(True, 1).trajectory
+    judged_no_pass.steps[0].verdict = "no_pass"
     assert not is_verified(judged_no_pass)
 
 
@@ -200,11 +227,10 @@ def test_self_correction_counts_and_evaluations_without_them(run):
     rl = next(line for line in lines if line.startswith("| eval-rl | cosql"))
     assert rl.split(" | ")[2:6] == ["17", "15", "12", "2"], "no_pass, revised, wrong → right, right → wrong"
     assert "eval-sft-short" not in "\n".join(lines), "short mode has no verdicts"
-    assert "Not measured" in "\n".join(lines) and "eval-base, eval-rl-outcome, eval-sft-r1" in "\n".join(lines)
 
 
-def kept_row(model: bool) -> dict:
-    return {"uid": "u", "response_ids": [1, 2] if model else None, "trajectory": {"steps": []}}
+def kept_row(model: bool) -> ScoredRow:
+    return replace(REAL_ROW, uid="u", response_ids=[1, 2] if model else None)
 
 
 def test_kept_trajectories_by_writer(tmp_path):
@@ -215,7 +241,7 @@ def test_kept_trajectories_by_writer(tmp_path):
 
     def kept(rows):
         def work(ctx):
-            write_jsonl(ctx.out / "kept.jsonl", rows)
+            write_rows(ctx.out / "kept.jsonl", rows)
             return {"items": 4, "solved": 3, "sampled": 8, "kept": len(rows)}
         return work
 

@@ -213,8 +213,9 @@ def test_every_rl_chain_has_its_curves_and_step_rows(run_folder):
 def test_rl_figure_with_what_verl_logs():
     from mtsql.app.report.plots import rl_figure
     from mtsql.app.report.training import CURVES
+    from mtsql.core.results import TrainingStep
 
-    rows = [{"stage": 1, "step": s, "reward_mean": 0.1 * s, "response_length": 50.0} for s in (1, 2)]
+    rows = [TrainingStep(stage=1, step=s, reward_mean=0.1 * s, response_length=50.0) for s in (1, 2)]
     fig = rl_figure({"stage 1 (easy)": rows, "stage 2 (medium)": rows[:1]}, CURVES)
     reward, signal, length = fig.axes
     assert [list(line.get_xdata()) for line in reward.get_lines()] == [[1, 2], [3]]  # integer steps run on
@@ -223,18 +224,25 @@ def test_rl_figure_with_what_verl_logs():
 
 
 def test_examples_prefer_telling_cases():
+    from dataclasses import replace
+
     from mtsql.app.report.evaluation import pick_examples
+    from mtsql.core.agent.env import Step
+    from mtsql.core.trajectories import read_rows
+
+    real = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
 
     def row(uid, execution, valid, steps=()):
-        return {"uid": uid, "execution": execution, "trajectory": {"protocol_valid": valid, "steps": list(steps)}}
+        return replace(real, uid=uid, execution=execution,
+                       trajectory=replace(real.trajectory, protocol_valid=valid, steps=list(steps)))
 
-    corrected = [{"index": 0, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT 1", "verdict": "no_pass"},
-                 {"index": 1, "action": "answer", "sql": "SELECT 2", "verdict": None}]
+    corrected = [Step(index=0, text="", action="tool_call", tool="exec_sql", sql="SELECT 1", verdict="no_pass"),
+                 Step(index=1, text="", action="answer", sql="SELECT 2")]
     rows = [row("a", 0, False), row("b", 0, True), row("c", 1, True), row("d", 0, True, corrected), row("e", 0, True)]
-    assert [(why.split(" (")[0], r["uid"]) for why, r in pick_examples(rows)] == [
+    assert [(why.split(" (")[0], r.uid) for why, r in pick_examples(rows)] == [
         ("changed its query after a no_pass verdict", "d"), ("answered correctly", "c"), ("a miss", "a")]
     misses = [row("a", 0, False), row("b", 0, False), row("c", 0, True)]
-    assert [(why, r["uid"]) for why, r in pick_examples(misses)] == [
+    assert [(why, r.uid) for why, r in pick_examples(misses)] == [
         ("a miss (EX 0 or no answer)", "a"), ("another item (a miss, protocol-valid)", "c"),
         ("another item (a miss, off protocol)", "b")]
 

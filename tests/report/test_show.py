@@ -10,12 +10,12 @@ from mtsql.base.errors import UsageError
 
 def test_default_is_the_first_item_of_the_first_dataset(shared_run):
     row, where = find_trajectory(shared_run, "eval-sft")
-    assert row["uid"] == "cosql-dev-0001/1"
+    assert row.uid == "cosql-dev-0001/1"
     assert "/eval-sft/" in where and where.endswith("/cosql/trajectories.jsonl")
     row, _ = find_trajectory(shared_run, "eval-sft", dataset="sparc", item="sparc-dev-0003/2")
-    assert row["turn"]["dataset"] == "sparc" and row["uid"] == "sparc-dev-0003/2"
+    assert row.turn.dataset == "sparc" and row.uid == "sparc-dev-0003/2"
     row, where = find_trajectory(shared_run, "sample-r1", item="cosql-dev-0002/0")
-    assert where.endswith("trajectories.jsonl") and row["uid"] == "cosql-dev-0002/0"
+    assert where.endswith("trajectories.jsonl") and row.uid == "cosql-dev-0002/0"
 
 
 def test_rendering_shows_messages_actions_verdicts_and_rewards(shared_run, token_id):

@@ -18,6 +18,7 @@ from mtsql.core.measures.revisions import revisions
 from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.trajectories import write_rows
 
+from .blocks import block, metrics
 from .conftest import DATA, GOLD, exec_step, row, summary, turn
 
 BROKEN = "SELECT nam FROM singer"
@@ -58,12 +59,11 @@ def evaluation(store: Store, label: str, mode: str, per_dataset: dict[str, tuple
             (ctx.out / name).mkdir()
             (ctx.out / name / "summary.json").write_text(json.dumps(summary(name, len(rows), counts[0] + counts[2])))
             write_rows(ctx.out / name / "trajectories.jsonl", rows)
-            datasets[name] = {"turns": len(rows), "verdict_calibration": verdict_calibration(rows, judge),
-                              "revisions": revisions(rows, judge)}
-        return {"model_name": "smollm2-135m", "mode": mode, "memory": "gold", "decoding": "greedy",
-                "datasets": datasets}
+            datasets[name] = block(len(rows), counts[0] + counts[2], verdict_calibration=verdict_calibration(rows, judge),
+                                   revisions=revisions(rows, judge))
+        return metrics(datasets, mode=mode)
 
-    store.run(ArtifactKey("evaluate", variant=label.split("-")[1], name=label),
+    store.run(ArtifactKey.evaluation(model.key if model else None, name=label),
               {"data": DATA, "env": {"max_messages": 4}, "label": label}, {"model": model} if model else {}, work)
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from mtsql.base.config import RejectConfig, load_config
 from mtsql.base.errors import UsageError
+from mtsql.core.agent.env import Step
 from mtsql.core.trajectories import ScoredRow, is_correct, read_rows
 from mtsql.stages.reject import diverse, recovery, select
 
@@ -15,9 +16,10 @@ def scored(**fields) -> ScoredRow:
 
 
 def row(uid, sample, *, ok=True, valid=True, hardness="hard", tokens=100, actions=("exec_sql", "answer"), sqls=("SELECT a FROM t",), turn_index=0):
-    return scored(uid=uid, sample=sample, hardness=hardness, protocol_valid=valid, execution=int(ok), exact=int(ok),
-                  response_tokens=tokens, actions=list(actions), proposed_sql=list(sqls),
-                  turn={"uid": uid, "turn_index": turn_index})
+    real = scored()
+    return replace(real, uid=uid, sample=sample, hardness=hardness, protocol_valid=valid, execution=int(ok),
+                   exact=int(ok), response_tokens=tokens, actions=list(actions), proposed_sql=list(sqls),
+                   turn=replace(real.turn, interaction_id=uid, turn_index=turn_index))
 
 
 def test_correctness_needs_protocol_and_required_metrics():
@@ -57,7 +59,7 @@ def test_hard_items_keep_diverse_long_ones():
 def test_unsolved_items_go_to_the_pool_and_table_buckets():
     rows = [row("u", 0, ok=False, turn_index=5), row("u", 1, ok=False, turn_index=5), row("s", 0, turn_index=0)]
     kept, unsolved, table = select(rows, RejectConfig())
-    assert unsolved == [{"uid": "u", "turn_index": 5}] and len(kept) == 1
+    assert [(t.interaction_id, t.turn_index) for t in unsolved] == [("u", 5)] and len(kept) == 1
     assert table["turn=>4"]["unsolved"] == 1 and table["turn=1"]["kept"] == 1
 
 
@@ -68,13 +70,13 @@ def test_unknown_requirement_is_refused_when_the_config_loads():
 
 def recovered_row(uid, sample, *, tokens, by_model=True):
     """A right trajectory whose first exec_sql failed and whose second ran (a recovery when the model wrote it)."""
-    steps = [{"index": 0, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT x", "result_kind": "error",
-              "verdict": "no_pass"},
-             {"index": 1, "action": "tool_call", "tool": "exec_sql", "sql": "SELECT a FROM t", "result_kind": "ok",
-              "verdict": "pass"},
-             {"index": 2, "action": "answer", "sql": "SELECT a FROM t", "verdict": None}]
+    steps = [Step(index=0, text="", action="tool_call", tool="exec_sql", sql="SELECT x", result_kind="error",
+                  verdict="no_pass"),
+             Step(index=1, text="", action="tool_call", tool="exec_sql", sql="SELECT a FROM t", result_kind="ok",
+                  verdict="pass"),
+             Step(index=2, text="", action="answer", sql="SELECT a FROM t")]
     base = row(uid, sample, hardness="easy", tokens=tokens, actions=("exec_sql", "exec_sql", "answer"))
-    return replace(base, trajectory={**base.trajectory, "steps": steps}, response_ids=[1, 2] if by_model else None)
+    return replace(base, trajectory=replace(base.trajectory, steps=steps), response_ids=[1, 2] if by_model else None)
 
 
 def test_the_models_own_recovery_is_kept_where_the_shortest_choice_left_it_out():

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from mtsql.base.artifacts import Artifact, Store
 from mtsql.base.errors import UsageError
-from mtsql.base.files import iter_jsonl
+from mtsql.core.agent.env import Step
+from mtsql.core.trajectories import ScoredRow, read_rows
 
 TRAJECTORIES = "trajectories.jsonl"
 RULE_WIDTH = 78
@@ -30,7 +31,7 @@ def trajectory_files(artifact: Artifact) -> dict[str | None, Path]:
 
 
 def find_trajectory(run: Path, label: str, *, dataset: str | None = None, item: str | None = None,
-                    sample: int | None = None) -> tuple[dict, str]:
+                    sample: int | None = None) -> tuple[ScoredRow, str]:
     """The row of ``item`` (default: the first) in artifact ``label`` of ``run``, and where it came from."""
     store = Store(run)
     artifact = store.latest(label)
@@ -40,58 +41,58 @@ def find_trajectory(run: Path, label: str, *, dataset: str | None = None, item: 
         raise UsageError(f"{run}: {what} '{label}'; artifacts with trajectories: {', '.join(with_rows) or 'none'}")
     files = trajectory_files(artifact)
     if None in files:
-        path, rows = files[None], iter_jsonl(files[None])
+        path, rows = files[None], iter(read_rows(files[None]))
         if dataset is not None:
             rows = _of_dataset(rows, dataset, path)
     else:
         if dataset is not None and dataset not in files:
             raise UsageError(f"{label} has no dataset '{dataset}'; it has: {', '.join(files)}")
         path = files[dataset or next(iter(files))]
-        rows = iter_jsonl(path)
+        rows = iter(read_rows(path))
     seen: list[str] = []
     for row in rows:
-        if (item is None or row["uid"] == item) and (sample is None or row.get("sample", 0) == sample):
+        if (item is None or row.uid == item) and (sample is None or row.sample == sample):
             return row, str(path)
-        if row["uid"] not in seen:
-            seen.append(row["uid"])
+        if row.uid not in seen:
+            seen.append(row.uid)
     wanted = f"item '{item}'" if item else "any item"
     wanted += f" with sample {sample}" if sample is not None else ""
     listing = ", ".join(seen[:SHOWN_UIDS]) + (f", ... ({len(seen)} items)" if len(seen) > SHOWN_UIDS else "")
     raise UsageError(f"{path}: no trajectory of {wanted}; items there: {listing or 'none'}")
 
 
-def _of_dataset(rows: Iterator[dict], dataset: str, path: Path) -> Iterator[dict]:
+def _of_dataset(rows: Iterator[ScoredRow], dataset: str, path: Path) -> Iterator[ScoredRow]:
     present = set()
     for row in rows:
-        present.add(row["turn"]["dataset"])
-        if row["turn"]["dataset"] == dataset:
+        present.add(row.turn.dataset)
+        if row.turn.dataset == dataset:
             yield row
     if dataset not in present:
         raise UsageError(f"{path}: no trajectory of dataset '{dataset}'; it has: {', '.join(sorted(present))}")
 
 
-def render_trajectory(row: dict, *, limit: int | None = None, system: bool = True) -> str:
+def render_trajectory(row: ScoredRow, *, limit: int | None = None, system: bool = True) -> str:
     """The whole episode as text; ``limit`` clips each message to that many characters, and
     ``system=False`` leaves out the system prompt (the same for every episode of a run)."""
-    traj, turn = row["trajectory"], row["turn"]
+    traj, turn = row.trajectory, row.turn
     lines = [
-        f"{row['uid']} · sample {row.get('sample', 0)} · {turn['dataset']} {turn['split']} · database {turn['db_id']}"
-        f" · turn {turn['turn_index'] + 1} · hardness {turn.get('hardness') or 'unknown'}",
-        f"mode {traj['mode']}, memory {traj['memory_source']}, at most {traj['max_messages']} messages"
-        + (f"; {row['generated_tokens']} generated tokens" if row.get("generated_tokens") else "")
-        + (" (a generation hit its token limit)" if row.get("truncated") else ""),
+        f"{row.uid} · sample {row.sample} · {turn.dataset} {turn.split} · database {turn.db_id}"
+        f" · turn {turn.turn_index + 1} · hardness {turn.hardness or 'unknown'}",
+        f"mode {traj.mode}, memory {traj.memory_source}, at most {traj.max_messages} messages"
+        + (f"; {row.generated_tokens} generated tokens" if row.generated_tokens else "")
+        + (" (a generation hit its token limit)" if row.truncated else ""),
     ]
-    for message in traj["messages"][:2]:
+    for message in traj.messages[:2]:
         if message["role"] == "system" and not system:
             lines += ["", "── system ".ljust(RULE_WIDTH, "─"), "(the system prompt, left out here)"]
         else:
             lines += _section(message["role"], message["content"], limit)
-    for step in traj["steps"]:
-        lines += _section(f"assistant · message {step['index'] + 1}", step["text"], limit)
+    for step in traj.steps:
+        lines += _section(f"assistant · message {step.index + 1}", step.text, limit)
         lines += [f"  » {note}" for note in _step_notes(step)]
-        if step.get("observation") is not None:
-            source = f"tool · {step['tool']}" if step["action"] == "tool_call" else "environment · protocol error"
-            lines += _section(source, step["observation"], limit)
+        if step.observation is not None:
+            source = f"tool · {step.tool}" if step.action == "tool_call" else "environment · protocol error"
+            lines += _section(source, step.observation, limit)
     return "\n".join(lines + _outcome(row)) + "\n"
 
 
@@ -101,38 +102,37 @@ def _section(title: str, text: str, limit: int | None) -> list[str]:
     return ["", f"── {title} ".ljust(RULE_WIDTH, "─"), text.rstrip("\n")]
 
 
-def _step_notes(step: dict) -> list[str]:
+def _step_notes(step: Step) -> list[str]:
     notes = []
-    for tag, verdict in (("exec_verify", step.get("exec_verdict")), ("memory_verify", step.get("memory_verdict"))):
+    for tag, verdict in (("exec_verify", step.exec_verdict), ("memory_verify", step.memory_verdict)):
         if verdict is not None:
             notes.append(f"states <{tag}> {verdict}")
-    if step["action"] == "invalid":
-        notes.append(f"not a valid action: {step.get('invalid_reason')}")
-    elif step["action"] == "answer":
-        notes.append(f"answers: {step.get('sql')}")
-    elif step["tool"] == "exec_sql":
-        result = step.get("result_kind") or "not run"
-        if step.get("error_class"):
-            result += f" ({step['error_class']})"
-        elif step.get("row_count") is not None:
-            result += f", {_plural(step['row_count'], 'row')}"
-        notes.append(f"calls exec_sql: {step.get('sql')}  → {result}; judged next: {step.get('verdict') or 'never'}")
+    if step.action == "invalid":
+        notes.append(f"not a valid action: {step.invalid_reason}")
+    elif step.action == "answer":
+        notes.append(f"answers: {step.sql}")
+    elif step.tool == "exec_sql":
+        result = step.result_kind or "not run"
+        if step.error_class:
+            result += f" ({step.error_class})"
+        elif step.row_count is not None:
+            result += f", {_plural(step.row_count, 'row')}"
+        notes.append(f"calls exec_sql: {step.sql}  → {result}; judged next: {step.verdict or 'never'}")
     else:
-        checked = step.get("checked_sql") or "no query run yet"
-        notes.append(f"calls memory_retrieve on: {checked}; judged next: {step.get('verdict') or 'never'}")
-    notes += [f"protocol departure: {error}" for error in step.get("flow_errors") or ()]
+        checked = step.checked_sql or "no query run yet"
+        notes.append(f"calls memory_retrieve on: {checked}; judged next: {step.verdict or 'never'}")
+    notes += [f"protocol departure: {error}" for error in step.flow_errors]
     return notes
 
 
-def _outcome(row: dict) -> list[str]:
-    traj, reward = row["trajectory"], row.get("reward") or {}
-    valid = "protocol-valid" if traj.get("protocol_valid") else "not protocol-valid"
+def _outcome(row: ScoredRow) -> list[str]:
+    traj, reward = row.trajectory, row.reward
+    valid = "protocol-valid" if traj.protocol_valid else "not protocol-valid"
     lines = ["", "── outcome ".ljust(RULE_WIDTH, "─"),
-             f"finished by: {traj.get('finish_reason')} ({valid}) after {_plural(len(traj['steps']), 'message')}",
-             f"final SQL: {traj.get('final_sql') or '(none)'}",
-             f"gold SQL:  {row['turn']['gold_sql']}"]
-    if "execution" in row:
-        lines.append(f"EX {_score(row['execution'])} · EM {_score(row.get('exact'))}")
+             f"finished by: {traj.finish_reason} ({valid}) after {_plural(len(traj.steps), 'message')}",
+             f"final SQL: {traj.final_sql or '(none)'}",
+             f"gold SQL:  {row.turn.gold_sql}",
+             f"EX {_score(row.execution)} · EM {_score(row.exact)}"]
     if reward:
         lines.append("reward: " + ", ".join(f"{key} {reward[key]:.3g}" for key in ("score", "outcome", "process", "sqlr1")
                                             if key in reward))

@@ -44,7 +44,9 @@ from mtsql.base.files import read_json, write_json, write_text
 from mtsql.base.paths import label_name
 from mtsql.base.provenance import cached_sha256, code_version, hardware, package_versions
 
-SCHEMA_VERSION = 3  # 3: the manifest records its ArtifactKey ("key")
+SCHEMA_VERSION = 4  # 3: the manifest records its ArtifactKey ("key"); 4: an evaluation's key its model's variant
+KEYED = 3  # the first schema whose manifests record their key: older ones are refused
+MODEL_VARIANT = 4  # the first schema whose evaluation keys record the scored model's variant
 MANIFEST = "manifest.json"
 MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
 PARTIAL = ".partial"
@@ -65,13 +67,16 @@ class ArtifactKey:
     ``round``: the self-taught SFT round of a sample, reject or sft artifact (``sft-r2``), the curriculum
     stage of an rl one (``rl-c2``), or the round of the model an evaluation scores (``eval-sft-r2``).
     ``variant``: for an evaluation, the kind of model it scores (base, sft or rl); else a name beside the
-    stage (``sample-pool``: the RL pool's probe). ``name``: a label given by hand (``--label``, a
-    pipeline step's ``label``), kept as given; None when it is the derived one."""
+    stage (``sample-pool``: the RL pool's probe; ``sft-short-r1``: a pipeline variant's round). ``name``:
+    a label given by hand (``--label``, a pipeline step's ``label``), kept as given; None when it is the
+    derived one. ``model_variant`` (evaluations only): the variant of the model it scores (``short`` for
+    ``sft-short-r1``; None: the run's main chain), so that the report tells the evaluations apart by key."""
 
     stage: str
     round: int | None = None
     variant: str | None = None
     name: str | None = None
+    model_variant: str | None = None
 
     def __post_init__(self):
         if self.name is not None and self.name == self._derived():
@@ -83,7 +88,8 @@ class ArtifactKey:
 
     def _derived(self) -> str:
         if self.stage == "evaluate":
-            return f"eval-{ArtifactKey(self.variant, self.round).label}" if self.variant else self.stage
+            model = ArtifactKey(self.variant, self.round, self.model_variant)
+            return f"eval-{model.label}" if self.variant else self.stage
         parts = [self.stage, *([self.variant] if self.variant else [])]
         if self.round is not None:
             parts.append(f"{ROUND_MARKS.get(self.stage, 'r')}{self.round}")
@@ -95,7 +101,7 @@ class ArtifactKey:
         labelled ``eval-<the model's label>`` unless ``name`` is given."""
         if model is None:
             return cls("evaluate", variant="base", name=name)
-        return cls("evaluate", model.round, model.stage, name or f"eval-{model.label}")
+        return cls("evaluate", model.round, model.stage, name or f"eval-{model.label}", model.variant)
 
     @property
     def phase(self) -> str | None:
@@ -107,14 +113,19 @@ class ArtifactKey:
 
 
 def key_of(manifest: dict) -> ArtifactKey:
-    """The key a manifest records. A manifest written before keys has its stage and round; its label is
-    kept as the key's name, and an evaluation labelled ``eval-<word>...`` gets that word as its variant
-    (its phase when it is base, sft or rl): the only place a label is read, for those older artifacts."""
-    if "key" in manifest:
-        return ArtifactKey(**manifest["key"])
-    label, stage = manifest["label"], manifest["stage"]
-    word = label.removeprefix("eval-").split("-")[0] if stage == "evaluate" and label.startswith("eval-") else None
-    return ArtifactKey(stage, manifest.get("round"), word or None, name=label)
+    """The key a manifest records (``read_manifest`` refuses one written before keys)."""
+    return ArtifactKey(**manifest["key"])
+
+
+def too_old(manifest: dict) -> str | None:
+    """What an artifact written by an older mtsql lacks, or None: a manifest without its key, or an
+    evaluation whose key does not name the variant of the model it scored."""
+    schema = manifest.get("schema_version", 0)
+    if "key" not in manifest or schema < KEYED:
+        return "its manifest records no artifact key"
+    if manifest["stage"] == "evaluate" and schema < MODEL_VARIANT:
+        return "its key does not record the variant of the model it scored"
+    return None
 
 
 @dataclass(frozen=True)
@@ -190,6 +201,8 @@ def read_manifest(folder: Path) -> dict | None:
     for key in ("stage", "label", "fingerprint", "outputs"):
         if key not in manifest:
             raise UsageError(f"{path}: manifest lacks '{key}' (edited by hand?); delete that folder or rerun with --force")
+    if lacks := too_old(manifest):
+        raise UsageError(f"{folder}: written by an older mtsql ({lacks}); delete that folder and rerun its stage")
     return manifest
 
 

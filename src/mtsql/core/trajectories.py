@@ -36,14 +36,14 @@ REQUIRE_KEYS = {"ex": "execution", "em": "exact"}
 @dataclass(kw_only=True)
 class ScoredRow:
     """One scored episode: the rollout record (``RolloutEngine``'s, the first fields) and what scoring
-    added. Its JSON (``to_dict``: every field, in this order) is one line of ``trajectories.jsonl`` and
-    ``kept.jsonl``; ``from_dict`` reads one back."""
+    added. Its JSON (``to_dict``: every field, in this order; the turn and the trajectory as their own
+    ``to_dict``) is one line of ``trajectories.jsonl`` and ``kept.jsonl``; ``from_dict`` reads one back."""
 
     key: str  # uid#sample
     uid: str
     sample: int
-    turn: dict  # records.Turn.to_dict()
-    trajectory: dict  # agent.env.Trajectory.to_dict()
+    turn: Turn
+    trajectory: Trajectory
     truncated: bool  # a generation was cut at max_new_tokens
     stop: str  # why the episode ended (episode_tokens)
     generations: list[dict]  # per assistant message: tokens, prompt_tokens, finish_reason
@@ -66,7 +66,8 @@ class ScoredRow:
     response_tokens: int
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return out | {"turn": self.turn.to_dict(), "trajectory": self.trajectory.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict) -> ScoredRow:
@@ -75,7 +76,7 @@ class ScoredRow:
             raise ValueError(f"not a scored trajectory row: no {', '.join(missing)}")
         if extra := sorted(set(data) - set(names)):
             raise ValueError(f"not a scored trajectory row: unknown {', '.join(extra)}")
-        return cls(**data)
+        return cls(**data | {"turn": Turn.from_dict(data["turn"]), "trajectory": Trajectory.from_dict(data["trajectory"])})
 
 
 def write_rows(path: Path, rows: Iterable[ScoredRow]) -> int:
@@ -110,7 +111,7 @@ def score_record(record: dict, *, reward: RewardConfig, sql: SqlConfig, data_roo
     exec_steps = trajectory.tool_steps("exec_sql")
     corrected = any(s.verdict == "no_pass" for s in exec_steps[:-1])
     return ScoredRow(
-        **record,
+        **record | {"turn": turn, "trajectory": trajectory},
         hardness=turn.hardness,
         final_sql=trajectory.final_sql,
         protocol_valid=trajectory.protocol_valid,
@@ -155,7 +156,7 @@ def summarize_trajectories(rows: list[ScoredRow]) -> dict:
     by_hardness, by_turn = defaultdict(list), defaultdict(list)
     for row in rows:
         by_hardness[row.hardness or "unknown"].append(row)
-        by_turn[turn_bucket(row.turn["turn_index"])].append(row)
+        by_turn[turn_bucket(row.turn.turn_index)].append(row)
     return {
         **block(rows),
         "items": len({r.uid for r in rows}),
@@ -169,16 +170,16 @@ def summarize_trajectories(rows: list[ScoredRow]) -> dict:
 BEHAVIOUR = ("tool_calls", "memory_calls", "messages", "invalid_messages", "self_corrected")
 
 
-def episode_behaviour(trajectory: dict) -> dict[str, float]:
-    """What the agent did in one episode (``Trajectory.to_dict()``): tool and memory calls, assistant
-    messages, unparseable messages, and whether it self-corrected (an exec_sql result other than the
-    last one judged no_pass, as ``score_record``'s ``self_corrected``)."""
-    steps = trajectory["steps"]
-    calls = [s for s in steps if s["action"] == "tool_call"]
-    executed = [s for s in calls if s.get("tool") == "exec_sql"]
-    return {"tool_calls": len(calls), "memory_calls": sum(s.get("tool") == "memory_retrieve" for s in calls),
-            "messages": len(steps), "invalid_messages": sum(s["action"] == "invalid" for s in steps),
-            "self_corrected": float(any(s.get("verdict") == "no_pass" for s in executed[:-1]))}
+def episode_behaviour(trajectory: Trajectory) -> dict[str, float]:
+    """What the agent did in one episode: tool and memory calls, assistant messages, unparseable
+    messages, and whether it self-corrected (an exec_sql result other than the last one judged
+    no_pass, as ``score_record``'s ``self_corrected``)."""
+    steps = trajectory.steps
+    calls = [s for s in steps if s.action == "tool_call"]
+    executed = trajectory.tool_steps("exec_sql")
+    return {"tool_calls": len(calls), "memory_calls": sum(s.tool == "memory_retrieve" for s in calls),
+            "messages": len(steps), "invalid_messages": sum(s.action == "invalid" for s in steps),
+            "self_corrected": float(any(s.verdict == "no_pass" for s in executed[:-1]))}
 
 
 def step_behaviour(episodes: list[dict], response_tokens: list[float]) -> dict[str, float]:
@@ -201,7 +202,7 @@ def vote(rows: list[ScoredRow], root: Path, timeout_s: float) -> ScoredRow:
     results = {}
     for row in sorted(rows, key=lambda r: r.sample):
         if row.final_sql:
-            result = execute_cached(database_path(row.turn["db_id"], root), row.final_sql, timeout_s=timeout_s)
+            result = execute_cached(database_path(row.turn.db_id, root), row.final_sql, timeout_s=timeout_s)
             if result.ok:
                 results[row.sample] = frozenset(Counter(map(repr, result.rows)).items())
     ordered = sorted(rows, key=lambda r: r.sample)

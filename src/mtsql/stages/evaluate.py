@@ -14,7 +14,8 @@ One rollout covers every dataset's turns (``_split`` parts them again).
 
 Writes, per dataset: ``<dataset>/items.jsonl``, ``summary.json`` and ``trajectories.jsonl`` (with
 voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the samples in
-``<dataset>/samples/``); the stage metrics hold, per dataset, EX / EM (question and interaction), the
+``<dataset>/samples/``); the stage metrics (``results.EvaluationResult``) hold, per dataset (a
+``results.DatasetBlock``), EX / EM (question and interaction), the
 breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
 self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``, ``pass_at_k``,
 ``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the
@@ -32,6 +33,7 @@ from __future__ import annotations
 import shutil
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -48,6 +50,7 @@ from mtsql.core.measures.propagation import propagation
 from mtsql.core.measures.revisions import revisions
 from mtsql.core.measures.vacuous import non_empty_gold_ex
 from mtsql.core.measures.verdicts import verdict_calibration
+from mtsql.core.results import Budgets, DatasetBlock, EvaluationResult
 from mtsql.core.sql import score_turn
 from mtsql.core.sql.evaluation import EvaluateOptions
 from mtsql.core.sql.vacuous import is_vacuous
@@ -63,7 +66,7 @@ INPUTS = {"model": None}
 def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
     def ex(row: ScoredRow, sql: str) -> int | None:
-        return score_turn(row.turn["gold_sql"], sql, row.turn["db_id"], data_root=cfg.data_root,
+        return score_turn(row.turn.gold_sql, sql, row.turn.db_id, data_root=cfg.data_root,
                           exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
                           timeout_s=cfg.sql.timeout_s).execution
     return ex
@@ -77,10 +80,10 @@ def accuracy(summary: dict, metric: str, *path: str) -> float | None:
     return node["accuracy"] if node is not None else None
 
 
-def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict) -> dict:
+def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measures: dict) -> DatasetBlock:
     """The official summary reshaped for reports, plus protocol abilities of the chosen samples
-    (single-turn datasets have no interaction match and no turn buckets: those are None and empty)
-    and the verdict ``calibration``."""
+    (single-turn datasets have no interaction match and no turn buckets: those are None and empty),
+    the verdict ``calibration`` and the other ``measures`` (ex_non_empty_gold, propagation, revisions, cost)."""
     def acc(metric, *path):
         return accuracy(summary, metric, *path)
 
@@ -90,20 +93,17 @@ def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict) -> di
                          "em": acc("exact", key, bucket) or 0.0} for bucket in table}
 
     protocol = summarize_trajectories(rows)
-    return {
-        "turns": summary["turns"], "interactions": summary.get("interactions"),
-        "ex": acc("execution", "question"), "em": acc("exact", "question"),
-        "interaction_ex": acc("execution", "interaction"), "interaction_em": acc("exact", "interaction"),
-        "scored_ex": summary["execution"]["question"]["scored"], "scored_em": summary["exact"]["question"]["scored"],
-        "unscorable_ex": summary["execution"]["question"]["unscorable"],
-        "by_hardness": breakdown("by_hardness"),
-        "by_turn": breakdown("by_turn"),
-        "protocol": {key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
-                                                    "self_correction_rate", "self_correction_success")}
+    return DatasetBlock(
+        turns=summary["turns"], interactions=summary.get("interactions"),
+        ex=acc("execution", "question"), em=acc("exact", "question"),
+        interaction_ex=acc("execution", "interaction"), interaction_em=acc("exact", "interaction"),
+        scored_ex=summary["execution"]["question"]["scored"], scored_em=summary["exact"]["question"]["scored"],
+        unscorable_ex=summary["execution"]["question"]["unscorable"],
+        by_hardness=breakdown("by_hardness"), by_turn=breakdown("by_turn"),
+        protocol={key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
+                                                 "self_correction_rate", "self_correction_success")}
         | {"verification_accuracy": calibration["exec_verify"]["accuracy"]},
-        "generated_tokens": protocol["generated_tokens"],
-        "verdict_calibration": calibration,
-    }
+        generated_tokens=protocol["generated_tokens"], verdict_calibration=calibration, **measures)
 
 
 def hashed(cfg: ConfigView) -> dict:
@@ -142,13 +142,7 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     budget = cfg.evaluate.max_response_tokens
     sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend,
                                          max_response_tokens=budget) if n > 1 else None)
-    out = {"model": model.label if model else "base", "model_name": cfg.model.name, "mode": cfg.env.mode,
-           "protocol": cfg.env.protocol, "memory": cfg.env.memory, "max_messages": cfg.env.max_messages,
-           "decoding": f"vote@{n_vote}" if n_vote > 1 else "greedy",
-           "budgets": {"max_messages": cfg.env.max_messages, "max_new_tokens": cfg.sample.max_new_tokens,
-                       "max_response_tokens": budget, "prompt_filter_tokens": cfg.evaluate.prompt_filter_tokens,
-                       "observation_chars": cfg.env.observation_chars},
-           "datasets": {}}
+    blocks: dict[str, DatasetBlock] = {}
     by_dataset = {name: eval_turns(cfg.data, name, root) for name in cfg.data.eval_datasets}
     every_turn = [turn for turns in by_dataset.values() for turn in turns]
     greedy_rows, greedy_wall = _rollout(greedy, every_turn, 1, cfg, ctx.out / "greedy-rollout")
@@ -167,22 +161,28 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
             chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) for t in turns]
             greedy_block, block = block, _score(cfg, name, turns, chosen, first[n_vote], folder,
                                                 sampled_wall * share * n_vote / n)
-            block["decodings"] = {"greedy": _headline(greedy_block), f"vote@{n_vote}": _headline(block)}
+            block = replace(block, decodings={"greedy": greedy_block.headline(), f"vote@{n_vote}": block.headline()})
         elif sampler:
             write_rows(folder / "samples" / "trajectories.jsonl", sampled[name])
         if n_pass > 1:
-            block["pass_at_k"] = pass_at_k_table(first[n_pass], n_pass)
+            block = replace(block, pass_at_k=pass_at_k_table(first[n_pass], n_pass))
         if cfg.evaluate.prompt_filter_tokens is not None:
-            block["prompt_filter"] = _prompt_filter(cfg, turns, rows, greedy.chat)
-        out["datasets"][name] = block
-    return out
+            block = replace(block, prompt_filter=_prompt_filter(cfg, turns, rows, greedy.chat))
+        blocks[name] = block
+    budgets = Budgets(max_messages=cfg.env.max_messages, max_new_tokens=cfg.sample.max_new_tokens,
+                      max_response_tokens=budget, prompt_filter_tokens=cfg.evaluate.prompt_filter_tokens,
+                      observation_chars=cfg.env.observation_chars)
+    return EvaluationResult(model=model.label if model else "base", model_name=cfg.model.name, mode=cfg.env.mode,
+                            protocol=cfg.env.protocol, memory=cfg.env.memory, max_messages=cfg.env.max_messages,
+                            decoding=f"vote@{n_vote}" if n_vote > 1 else "greedy", budgets=budgets,
+                            datasets=blocks).to_dict()
 
 
 def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
     """The greedy headline without the turns whose prompt is over ``evaluate.prompt_filter_tokens``,
     and how many those are (the prompt counted as verl's filter counts it: no tool schemas)."""
     limit = cfg.evaluate.prompt_filter_tokens
-    lengths = [len(chat.prompt_ids(row.trajectory["messages"][:2])) for row in rows]
+    lengths = [len(chat.prompt_ids(row.trajectory.messages[:2])) for row in rows]
     kept = [(turn, row.final_sql or "") for turn, row, length in zip(turns, rows, lengths, strict=True)
             if length <= limit]
     out = {"limit": limit, "turns": len(turns), "dropped": len(turns) - len(kept), "longest_prompt": max(lengths),
@@ -218,7 +218,7 @@ def _split(rows: list[ScoredRow], by_dataset: dict[str, list]) -> dict[str, list
 
 
 def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: list[ScoredRow], folder: Path,
-           wall_s: float) -> dict:
+           wall_s: float) -> DatasetBlock:
     """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
     The measures beside the official figures: verdict calibration, revisions and cost over every trajectory (``rows``),
     error propagation and EX without vacuous golds over the official items."""
@@ -229,14 +229,10 @@ def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: lis
     write_rows(folder / "trajectories.jsonl", rows)
     render(evaluation.summary, Console(stderr=True))
     ex_of = judge(cfg)
-    block = dataset_block(evaluation.summary, chosen, verdict_calibration(rows, ex_of))
     vacuous = {(t.interaction_index, t.turn_index) for t in turns
                if is_vacuous(database_path(t.db_id, cfg.data_root), t.gold_sql, cfg.sql.timeout_s)}
     left_out = {entry["interaction_index"] for entry in evaluation.summary["execution"]["left_out"]}
-    return block | {"ex_non_empty_gold": non_empty_gold_ex(evaluation.items, vacuous, left_out),
-                    "propagation": propagation(evaluation.items), "revisions": revisions(rows, ex_of),
-                    "cost": cost_per_turn(rows, len(turns), wall_s)}
-
-
-def _headline(block: dict) -> dict:
-    return {key: block[key] for key in ("turns", "ex", "em", "interaction_ex", "interaction_em", "cost")}
+    measures = {"ex_non_empty_gold": non_empty_gold_ex(evaluation.items, vacuous, left_out),
+                "propagation": propagation(evaluation.items), "revisions": revisions(rows, ex_of),
+                "cost": cost_per_turn(rows, len(turns), wall_s)}
+    return dataset_block(evaluation.summary, chosen, verdict_calibration(rows, ex_of), measures)

@@ -34,7 +34,7 @@ INPUTS = {"sample": "sample"}
 
 
 def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], list[dict], dict]:
-    """Choose the kept rows; returns (kept rows, unsolved turn dicts, counts table)."""
+    """Choose the kept rows; returns (kept rows, unsolved turns, counts table)."""
     by_item: dict[str, list[ScoredRow]] = defaultdict(list)
     for row in rows:
         by_item[row.uid].append(row)
@@ -55,7 +55,7 @@ def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], l
         if recoveries and not any(recovery(r) for r in chosen):
             chosen.append(min(recoveries, key=lambda r: (r.response_tokens, r.sample)))
         kept.extend(chosen)
-        for bucket in (f"hardness={first.hardness}", f"turn={turn_bucket(first.turn['turn_index'])}", "all"):
+        for bucket in (f"hardness={first.hardness}", f"turn={turn_bucket(first.turn.turn_index)}", "all"):
             counts = table[bucket]
             counts["sampled"] += len(samples)
             counts["correct"] += len(correct)
@@ -108,7 +108,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:
     rows = read_rows(sample.path / "trajectories.jsonl")
     kept, unsolved, table = select(rows, cfg.reject)
     write_rows(ctx.out / "kept.jsonl", kept)
-    write_jsonl(ctx.out / "pool.jsonl", unsolved)
+    write_jsonl(ctx.out / "pool.jsonl", (turn.to_dict() for turn in unsolved))
     totals = table.get("all", {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
     items = len({r.uid for r in rows})
     return {"items": items, "solved": items - totals["unsolved"], **totals,

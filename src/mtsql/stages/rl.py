@@ -10,7 +10,7 @@ training artifact; none: the base model); config sections ``data``, ``sql``, ``e
 ``model``, ``sample`` (generation settings of the local engine), ``rl`` (with ``rl.<engine>``, the
 engine's own settings), ``seed``. ``rl.engine`` must be resolved (``engines.rl_engines.pick_engine``)
 before the stage runs.
-Writes: ``model/``, ``metrics.jsonl`` (one line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
+Writes: ``model/``, ``metrics.jsonl`` (one ``results.TrainingStep`` line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
 The stage calls the engine through one contract (``engines.rl_engines``) and knows neither:
 ``mtsql.engines.local_grpo.engine`` and ``mtsql.engines.verl.engine``.
 

@@ -40,7 +40,7 @@ def first_attempts(rows) -> dict[str, str]:
     """uid -> the first assistant message of the item's first sample (``ScoredRow``s of a sample artifact)."""
     out: dict[str, str] = {}
     for row in sorted(rows, key=lambda r: r.sample):
-        first = next((m["content"] for m in row.trajectory["messages"] if m["role"] == "assistant"), None)
+        first = next((m["content"] for m in row.trajectory.messages if m["role"] == "assistant"), None)
         if first is not None:
             out.setdefault(row.uid, first)
     return out

@@ -58,7 +58,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact
         raise StageFailed(f"sft: the reject set {reject.path} kept no trajectory; "
                           "sample more (sample.n, a scripted first round) or relax reject.require")
     base = stage_model(cfg.model.name, model)
-    stats = export_sharegpt(({"messages": r.trajectory["messages"]} for r in rows), ctx.out / "data",
+    stats = export_sharegpt(({"messages": r.trajectory.messages} for r in rows), ctx.out / "data",
                             tokenizer_path=base, template=cfg.model.template, cutoff_len=cfg.sft.cutoff_len,
                             tools=env_tools(cfg.env))
     sft_plan = _plan(cfg, ctx.out, base)

@@ -15,37 +15,39 @@ Definitions (the report states them too):
 from __future__ import annotations
 
 from mtsql.app.report.stats import Rate, rate_of
+from mtsql.core.agent.env import Trajectory
 from mtsql.core.measures.verdicts import judged_sql, normal_sql, proposed_sql
+from mtsql.core.trajectories import ScoredRow
 
 VERDICTS = ("no_pass", "pass")
 
 
-def verdict_changes(trajectory: dict) -> dict[str, list[bool]]:
+def verdict_changes(trajectory: Trajectory) -> dict[str, list[bool]]:
     """For each verdict kind, one flag per judged query that a later query followed: did it change?"""
-    steps = trajectory["steps"]
+    steps = trajectory.steps
     found: dict[str, list[bool]] = {v: [] for v in VERDICTS}
     for i, step in enumerate(steps):
-        judged = judged_sql(step) if step["action"] == "tool_call" else None
-        if step.get("verdict") not in VERDICTS or not judged:
+        judged = judged_sql(step) if step.action == "tool_call" else None
+        if step.verdict not in VERDICTS or not judged:
             continue
         following = next((sql for later in steps[i + 1:] if (sql := proposed_sql(later))), None)
         if following is not None:
-            found[step["verdict"]].append(normal_sql(following) != normal_sql(judged))
+            found[step.verdict].append(normal_sql(following) != normal_sql(judged))
     return found
 
 
-def behaviour(rows: list[dict]) -> dict[str, Rate]:
+def behaviour(rows: list[ScoredRow]) -> dict[str, Rate]:
     """The protocol rates of scored trajectory rows (see the module docstring)."""
-    trajectories = [r["trajectory"] for r in rows]
-    with_memory = [r["trajectory"] for r in rows if r["turn"].get("previous_questions")]
+    trajectories = [r.trajectory for r in rows]
+    with_memory = [r.trajectory for r in rows if r.turn.previous_questions]
     changes: dict[str, list[bool]] = {v: [] for v in VERDICTS}
     for trajectory in trajectories:
         for verdict, flags in verdict_changes(trajectory).items():
             changes[verdict] += flags
     return {
-        "answered": rate_of(t.get("final_sql") is not None for t in trajectories),
-        "protocol_valid": rate_of(t.get("protocol_valid") for t in trajectories),
-        "memory_checked": rate_of(any(s.get("tool") == "memory_retrieve" for s in t["steps"]) for t in with_memory),
+        "answered": rate_of(t.final_sql is not None for t in trajectories),
+        "protocol_valid": rate_of(t.protocol_valid for t in trajectories),
+        "memory_checked": rate_of(bool(t.tool_steps("memory_retrieve")) for t in with_memory),
         "changed_after_no_pass": rate_of(changes["no_pass"]),
         "changed_after_pass": rate_of(changes["pass"]),
     }

@@ -14,7 +14,7 @@ from mtsql.app.report import evaluation, measures, plots, training
 from mtsql.app.report.findings import findings_section
 from mtsql.app.report.provenance import provenance_section
 from mtsql.app.report.published import published_section
-from mtsql.app.report.runs import evaluations, headline, run_artifacts, variants
+from mtsql.app.report.runs import datasets, evaluation_of, evaluations, headline, run_artifacts, variants
 from mtsql.app.report.self_correction import self_correction_section
 from mtsql.app.report.self_taught import kept_section
 from mtsql.app.report.warmstart import warmstart_section
@@ -40,7 +40,7 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "plots").mkdir(parents=True)
-    model = next((a.metrics["model_name"] for a in evals.values() if a.metrics.get("model_name")), None)
+    model = next((evaluation_of(a).model_name for a in evals.values()), None)
     lines = [f"# mtsql report: {run.name}", "",
              f"Model {model or '(no evaluation)'}; {len(arts)} artifacts. Every rate is given in % with its 95 % "
              "Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval of "
@@ -79,8 +79,8 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     lines += training.rl_section(arts, {variant: _rl_plots(arts, variant, tmp / "plots")
                                         for variant in variants(arts, "rl")})
     lines += provenance_section(arts)
-    lines += published_section({name for a in evals.values() for name in a.metrics.get("datasets", {})},
-                               {label: a.metrics for label, a in evals.items()})
+    lines += published_section({name for a in evals.values() for name in datasets(a)},
+                               {label: evaluation_of(a) for label, a in evals.items()})
     (tmp / "report.md").write_text("\n".join(lines))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -95,7 +95,7 @@ def _rl_plots(arts: dict[str, Artifact], variant: str | None, folder: Path) -> t
         return None, None
     name = ArtifactKey("rl", variant=variant).label
     curve = plots.save(plots.rl_figure(stages, training.CURVES), folder / f"{name}_curves.png").name
-    logged = any(key in row for rows in stages.values() for row in rows for key in training.BEHAVIOUR)
+    logged = any(getattr(row, key) is not None for rows in stages.values() for row in rows for key in training.BEHAVIOUR)
     behaviour = plots.save(plots.rl_figure(stages, training.BEHAVIOUR), folder / f"{name}_behaviour.png").name \
         if logged else None
     return curve, behaviour

@@ -9,6 +9,7 @@ from mtsql.app.report.runs import (
     PHASE_NAMES,
     datasets,
     decodings,
+    evaluation_of,
     is_long_horizon,
     official_summary,
     tally_rate,
@@ -16,8 +17,8 @@ from mtsql.app.report.runs import (
 from mtsql.app.report.stats import Rate
 from mtsql.app.trajectory_text import render_trajectory, trajectory_files
 from mtsql.base.artifacts import Artifact
-from mtsql.base.files import read_jsonl
 from mtsql.core.measures.revisions import is_recovery
+from mtsql.core.trajectories import ScoredRow, read_rows
 
 TOO_FEW = 30  # below this many scored turns an interval is too wide to show most differences
 EXAMPLE_CHARS = 1500
@@ -71,12 +72,12 @@ def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
     """Every evaluation, one row per dataset: question and interaction EX / EM with intervals."""
     rows = []
     for label, art in evals.items():
-        m = art.metrics
+        result = evaluation_of(art)
         for dataset in datasets(art):
             for decoding, summary in decodings(art, dataset):
                 ex, em = summary["execution"], summary["exact"]
                 joint = [tally_rate(t["interaction"]).cell() if "interaction" in t else "–" for t in (ex, em)]
-                rows.append([label, m.get("mode"), m.get("memory"), decoding, dataset, summary["turns"],
+                rows.append([label, result.mode, result.memory, decoding, dataset, summary["turns"],
                              tally_rate(ex["question"]).cell(), tally_rate(em["question"]).cell(), *joint,
                              ex["question"]["unscorable"]])
     return ["## Evaluations", "",
@@ -100,17 +101,16 @@ def breakdown_rates(heads: dict[str, Artifact], key: str) -> dict[str, dict[str,
     return out
 
 
-def recoveries(rows: list[dict]) -> tuple[int, int]:
+def recoveries(rows: list[ScoredRow]) -> tuple[int, int]:
     """(turns recovered from a failed exec_sql, turns with a failed exec_sql) among trajectory rows
     (``measures.revisions.is_recovery``)."""
-    failed = [r for r in rows if any(s["action"] == "tool_call" and s.get("tool") == "exec_sql"
-                                     and s.get("result_kind") == "error" for s in r["trajectory"]["steps"])]
-    return sum(is_recovery(r["trajectory"], r.get("execution")) for r in failed), len(failed)
+    failed = [r for r in rows if any(s.result_kind == "error" for s in r.trajectory.tool_steps("exec_sql"))]
+    return sum(is_recovery(r.trajectory, r.execution) for r in failed), len(failed)
 
 
-def trajectory_rows(art: Artifact, dataset: str) -> list[dict]:
+def trajectory_rows(art: Artifact, dataset: str) -> list[ScoredRow]:
     path = trajectory_files(art).get(dataset)
-    return read_jsonl(path) if path else []
+    return read_rows(path) if path else []
 
 
 def behaviour_section(evals: dict[str, Artifact]) -> list[str]:
@@ -138,7 +138,7 @@ def behaviour_section(evals: dict[str, Artifact]) -> list[str]:
                     "query changed after no_pass", "query changed after pass"], rows, numeric_from=2)]
 
 
-def _example_source(evals: dict[str, Artifact]) -> tuple[str, list[dict]] | None:
+def _example_source(evals: dict[str, Artifact]) -> tuple[str, list[ScoredRow]] | None:
     """(label, rows of every dataset) of the last long-horizon evaluation that kept trajectories."""
     for label, art in reversed(evals.items()):
         rows = [row for dataset in datasets(art) for row in trajectory_rows(art, dataset)]
@@ -159,27 +159,27 @@ def example_section(evals: dict[str, Artifact], run_name: str) -> list[str]:
              "once).", ""]
     for i, (why, row) in enumerate(pick_examples(rows)):
         text = render_trajectory(row, limit=EXAMPLE_CHARS, system=i == 0).rstrip()
-        lines += [f"### {row['uid']} ({row['turn']['dataset']}): {why}", "", "```text", text, "```", ""]
+        lines += [f"### {row.uid} ({row.turn.dataset}): {why}", "", "```text", text, "```", ""]
     return lines
 
 
-def pick_examples(rows: list[dict], count: int = 3) -> list[tuple[str, dict]]:
+def pick_examples(rows: list[ScoredRow], count: int = 3) -> list[tuple[str, ScoredRow]]:
     """Up to ``count`` distinct items: a self-correction, a right answer, a miss (then any others)."""
     def corrected(row):
-        return any(verdict_changes(row["trajectory"])["no_pass"])
+        return any(verdict_changes(row.trajectory)["no_pass"])
 
     wanted = (("changed its query after a no_pass verdict", corrected),
-              ("answered correctly (EX 1)", lambda r: r.get("execution") == 1),
-              ("a miss (EX 0 or no answer)", lambda r: r.get("execution") != 1))
-    picks: list[tuple[str, dict]] = []
+              ("answered correctly (EX 1)", lambda r: r.execution == 1),
+              ("a miss (EX 0 or no answer)", lambda r: r.execution != 1))
+    picks: list[tuple[str, ScoredRow]] = []
     for why, test in wanted:
-        row = next((r for r in rows if test(r) and r["uid"] not in {p["uid"] for _, p in picks}), None)
+        row = next((r for r in rows if test(r) and r.uid not in {p.uid for _, p in picks}), None)
         if row is not None:
             picks.append((why, row))
-    for row in sorted(rows, key=lambda r: not r["trajectory"].get("protocol_valid")):  # protocol-valid ones first
+    for row in sorted(rows, key=lambda r: not r.trajectory.protocol_valid):  # protocol-valid ones first
         if len(picks) >= count:
             break
-        if row["uid"] not in {p["uid"] for _, p in picks}:
-            valid = "protocol-valid" if row["trajectory"].get("protocol_valid") else "off protocol"
-            picks.append((f"another item ({'EX 1' if row.get('execution') == 1 else 'a miss'}, {valid})", row))
+        if row.uid not in {p.uid for _, p in picks}:
+            valid = "protocol-valid" if row.trajectory.protocol_valid else "off protocol"
+            picks.append((f"another item ({'EX 1' if row.execution == 1 else 'a miss'}, {valid})", row))
     return picks[:count]

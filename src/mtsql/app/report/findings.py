@@ -1,11 +1,12 @@
 """The "Paper findings" section: each finding of MTSQL-R1 set against this run's evaluations.
 
-The evaluations are those ``pipelines/method.yaml`` labels (``EVALS``). Each row compares, in the
+The evaluations are those ``pipelines/method.yaml`` makes, found by what their keys say they scored
+(``method_evaluations``; named in the rows as that pipeline labels them, ``EVALS``). Each row compares, in the
 direction the paper claims, the rate it expects higher with the other one, by the 95 % interval of
 their difference (``stats.Rate.minus``: Newcombe's interval from the two Wilson intervals). The
 verdict follows one rule: **supported** when the interval lies above 0, **contradicted** when it lies
 below 0, **not shown at this scale** when it holds 0. A row whose evaluations the run lacks says
-which are missing; one whose measure is absent (an evaluation made before it existed) says so.
+which are missing.
 
 For a difference in the paper's direction that the interval does not show, *n needed* is the number
 of turns per group (of revisions, for the self-correction row) at which the same rates would clear 0:
@@ -19,15 +20,24 @@ from dataclasses import dataclass
 
 from mtsql.app.report.evaluation import ex_rate, trajectory_rows
 from mtsql.app.report.markdown import table
-from mtsql.app.report.runs import datasets, official_summary, tally_rate
+from mtsql.app.report.runs import (
+    datasets,
+    evaluation_of,
+    evaluations,
+    official_summary,
+    preferred,
+    tally_rate,
+)
 from mtsql.app.report.self_correction import revision_counts, verified_rates
 from mtsql.app.report.stats import Rate
-from mtsql.base.artifacts import Artifact
+from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import TURN_BUCKETS
 
 EVALS = {"base": "eval-base", "sft_r1": "eval-sft-r1", "sft": "eval-sft", "short": "eval-sft-short",
-         "rl": "eval-rl", "outcome": "eval-rl-outcome"}
+         "rl": "eval-rl", "outcome": "eval-rl-outcome"}  # each role's name in the rows
+ROLES = {"base": ("base", None), "sft": ("sft", None), "short": ("sft", "short"), "rl": ("rl", None),
+         "outcome": ("rl", "outcome")}  # role -> (the kind of model scored, its pipeline variant)
 SUPPORTED, NOT_SHOWN, CONTRADICTED = "supported", "not shown at this scale", "contradicted"
 DEV_TURNS = {"cosql": 1007, "sparc": 1203, "spider": 1034}  # whole dev sets: the most an evaluation can score
 
@@ -122,9 +132,6 @@ def _self_correction(evals: dict[str, Artifact]) -> list[Finding]:
     for dataset in datasets(evals[label]):
         where = f"{dataset} ({label})"
         counts = revision_counts(evals[label], dataset)
-        if counts is None:
-            rows.append(Finding(claim, where, "–", note="not measured (evaluated before `revisions` existed)"))
-            continue
         fixed, broke = counts["wrong_to_right"], counts["right_to_wrong"]
         share = Rate(fixed, fixed + broke)
         measured = f"wrong → right {fixed}, right → wrong {broke} (of {counts['revised']} revisions)"
@@ -145,9 +152,6 @@ def _resolving(evals: dict[str, Artifact]) -> list[Finding]:
     rows = []
     for dataset in (d for d in datasets(evals[EVALS["rl"]]) if d in datasets(evals[EVALS["sft"]])):
         counts = {p: revision_counts(evals[EVALS[p]], dataset) for p in ("rl", "sft")}
-        if None in counts.values():
-            rows.append(Finding(claim, dataset, "–", note="not measured (evaluated before `revisions` existed)"))
-            continue
         rl, sft = (Rate(counts[p]["resolved"], counts[p]["with_error"]) for p in ("rl", "sft"))
         rows.append(compare(claim, dataset, EVALS["rl"], rl, EVALS["sft"], sft))
     return rows
@@ -157,15 +161,40 @@ def _round_two(arts: dict[str, Artifact], evals: dict[str, Artifact]) -> list[Fi
     """Round 2 against round 1. When round 2 kept nothing it trained no model, and its evaluation is
     the same work as round 1's (served under ``eval-sft``): say so rather than call it missing."""
     claim = "A self-taught round improves on the round before"
-    if EVALS["sft_r1"] not in evals and "reject-r2" in arts and "sft-r2" not in arts:
-        return [Finding(claim, "–", "–", note=f"round 2 kept {arts['reject-r2'].metrics.get('kept', 0)} "
+    kept_nothing = _trained_nothing(arts, 2)
+    if EVALS["sft_r1"] not in evals and kept_nothing is not None:
+        return [Finding(claim, "–", "–", note=f"round 2 kept {kept_nothing.metrics.get('kept', 0)} "
                         f"trajectories and trained no model: {EVALS['sft']} scores the round-1 model")]
     return _pair(claim, EVALS["sft"], EVALS["sft_r1"], evals)
 
 
+def method_evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
+    """The evaluation of each role of ``EVALS`` (by its name there), chosen by key: the kind and variant of
+    the model it scored, with gold memory, then as ``runs.preferred`` ranks them; ``sft_r1`` is the
+    evaluation of the main chain's round 1 when a later round has one of its own."""
+    plain = [art for art in evaluations(arts).values() if evaluation_of(art).memory == "gold"]
+
+    def pick(phase: str, variant: str | None, round_: int | None = None) -> Artifact | None:
+        found = [art for art in plain if art.key.phase == phase and art.key.model_variant == variant
+                 and round_ in (None, art.key.round)]
+        return max(found, key=preferred, default=None)
+
+    chosen = {role: pick(*what) for role, what in ROLES.items()}
+    if chosen["sft"] is not None and (chosen["sft"].key.round or 0) > 1:
+        chosen["sft_r1"] = pick("sft", None, 1)
+    return {EVALS[role]: art for role, art in chosen.items() if art is not None}
+
+
+def _trained_nothing(arts: dict[str, Artifact], k: int) -> Artifact | None:
+    """The main chain's reject artifact of round ``k`` when that round trained no sft model, else None."""
+    rounds = {(art.key.stage, art.key.round) for art in arts.values() if art.key.variant is None}
+    return next((art for art in arts.values() if art.key == ArtifactKey("reject", k)), None) \
+        if ("sft", k) not in rounds else None
+
+
 def findings(arts: dict[str, Artifact]) -> list[Finding]:
     """Every row of the section, in the order of the paper's findings."""
-    evals = {label: art for label, art in arts.items() if label.startswith("eval-")}
+    evals = method_evaluations(arts)
     long = EVALS["sft_r1"] if EVALS["sft_r1"] in evals else EVALS["sft"]
     first_round = _pair("Round 1 of warm-start SFT improves on the base model", EVALS["sft_r1"], EVALS["base"],
                         evals) if EVALS["sft_r1"] in evals else []  # a one-round run: eval-sft is round 1
@@ -203,8 +232,8 @@ def _points(difference: tuple[float, float, float] | None) -> str | None:
 
 def evals_pace(arts: dict[str, Artifact]) -> float | None:
     """Seconds per evaluated turn over every evaluation of the run (wall time, server starts included)."""
-    evals = [art for label, art in arts.items() if label.startswith("eval-")]
-    turns = sum(block.get("turns", 0) for art in evals for block in art.metrics.get("datasets", {}).values())
+    evals = evaluations(arts).values()
+    turns = sum(block.turns for art in evals for block in evaluation_of(art).datasets.values())
     seconds = sum(art.manifest.get("duration_s") or 0.0 for art in evals)
     return seconds / turns if turns and seconds else None
 

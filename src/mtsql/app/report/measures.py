@@ -9,10 +9,10 @@ from mtsql.app.report.runs import (
     PHASE_NAMES,
     datasets,
     decodings,
+    evaluation_of,
     is_long_horizon,
     official_summary,
     phase_of,
-    stage_config,
     tally_rate,
 )
 from mtsql.app.report.stats import Rate
@@ -28,9 +28,9 @@ COST_COLUMNS = {"generated_tokens": "generated tokens", "prompt_tokens": "prompt
 def blocks(evals: dict[str, Artifact], key: str):
     """(label, artifact, dataset, measure) of every evaluation and dataset whose metrics hold ``key``."""
     for label, art in evals.items():
-        for dataset, block in art.metrics.get("datasets", {}).items():
-            if block.get(key) is not None:
-                yield label, art, dataset, block[key]
+        for dataset, block in evaluation_of(art).datasets.items():
+            if getattr(block, key) is not None:
+                yield label, art, dataset, getattr(block, key)
 
 
 def _counts(tally: dict) -> Rate:
@@ -117,7 +117,7 @@ def _difference(a: Rate, b: Rate) -> str | None:
 def predicted_memory(evals: dict[str, Artifact], phase: str) -> Artifact | None:
     """The newest long-horizon evaluation of ``phase`` with predicted memory."""
     found = [art for art in evals.values()
-             if phase_of(art) == phase and is_long_horizon(art) and art.metrics.get("memory") == "predicted"]
+             if phase_of(art) == phase and is_long_horizon(art) and evaluation_of(art).memory == "predicted"]
     return max(found, key=lambda art: art.manifest.get("created_at", ""), default=None)
 
 
@@ -134,7 +134,7 @@ def memory_section(evals: dict[str, Artifact], heads: dict[str, Artifact]) -> li
     for label, art, dataset, measured in blocks(evals, "propagation"):
         right, wrong = _counts(measured["after_right"]), _counts(measured["after_wrong"])
         if right.n or wrong.n:
-            propagated.append([label, art.metrics.get("memory"), dataset, right.cell(), wrong.cell(),
+            propagated.append([label, evaluation_of(art).memory, dataset, right.cell(), wrong.cell(),
                                _difference(wrong, right)])
     lines = []
     if compared:
@@ -158,15 +158,15 @@ def cost_section(evals: dict[str, Artifact], plots: list[str]) -> list[str]:
     """Cost per turn next to EX, for every evaluation, dataset and decoding; then the linked plots."""
     rows = []
     for label, art in evals.items():
-        for dataset in datasets(art):
-            block = art.metrics["datasets"][dataset]
-            costs = ({d: head.get("cost") for d, head in block["decodings"].items()} if "decodings" in block
-                     else {art.metrics.get("decoding", "greedy"): block.get("cost")})
+        result = evaluation_of(art)
+        for dataset, block in result.datasets.items():
+            costs = ({d: head["cost"] for d, head in block.decodings.items()} if block.decodings
+                     else {result.decoding: block.cost})
             for decoding, summary in decodings(art, dataset):
                 cost = costs.get(decoding)
                 if cost:
                     rows.append([label, dataset, decoding, tally_rate(summary["execution"]["question"]).cell(),
-                                 *(_amount(cost.get(key)) for key in COST_COLUMNS)])
+                                 *(_amount(cost[key]) for key in COST_COLUMNS)])
     if not rows:
         return []
     lines = ["## Cost against accuracy", "",
@@ -189,14 +189,14 @@ def max_messages_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[i
     """Greedy EX by ``env.max_messages``: ``{dataset: {"phase, memory": {max_messages: Rate}}}``, series of 2+ points."""
     found: dict[str, dict[str, dict[int, Rate]]] = {}
     for art in evals.values():
-        phase, messages = phase_of(art), stage_config(art).get("env", {}).get("max_messages")
-        if phase is None or messages is None or not is_long_horizon(art):
+        phase, result = phase_of(art), evaluation_of(art)
+        if phase is None or not is_long_horizon(art):
             continue
         for dataset in datasets(art):
             summary = dict(decodings(art, dataset)).get("greedy")
             if summary is not None:
-                series = found.setdefault(dataset, {}).setdefault(f"{PHASE_NAMES[phase]}, {art.metrics.get('memory')} memory", {})
-                series.setdefault(messages, tally_rate(summary["execution"]["question"]))
+                series = found.setdefault(dataset, {}).setdefault(f"{PHASE_NAMES[phase]}, {result.memory} memory", {})
+                series.setdefault(result.max_messages, tally_rate(summary["execution"]["question"]))
     return _with_several_points(found)
 
 
@@ -207,7 +207,8 @@ def vote_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate
         phase = phase_of(art)
         if phase is None:
             continue
-        name = f"{PHASE_NAMES[phase]}, {art.metrics.get('memory')} memory, {stage_config(art).get('env', {}).get('max_messages')} messages"
+        result = evaluation_of(art)
+        name = f"{PHASE_NAMES[phase]}, {result.memory} memory, {result.max_messages} messages"
         for dataset in datasets(art):
             for decoding, summary in decodings(art, dataset):
                 n = 1 if decoding == "greedy" else int(decoding.removeprefix("vote@"))
@@ -227,23 +228,22 @@ def measure_rows(evals: dict[str, Artifact]) -> list[dict]:
     a right / wrong turn and the headline decoding's cost per turn (None where not measured)."""
     rows = []
     for label, art in evals.items():
-        for dataset in datasets(art):
-            block = art.metrics["datasets"][dataset]
-            row = {"evaluation": label, "dataset": dataset, "mode": art.metrics.get("mode"),
-                   "memory": art.metrics.get("memory"), "max_messages": stage_config(art).get("env", {}).get("max_messages"),
-                   "decoding": art.metrics.get("decoding"), "ex": official_rate(art, dataset).value}
-            for k, value in ((block.get("pass_at_k") or {}).get("all", {}).get("pass") or {}).items():
+        result = evaluation_of(art)
+        for dataset, block in result.datasets.items():
+            row = {"evaluation": label, "dataset": dataset, "mode": result.mode, "memory": result.memory,
+                   "max_messages": result.max_messages, "decoding": result.decoding,
+                   "ex": official_rate(art, dataset).value}
+            for k, value in (block.pass_at_k["all"]["pass"] if block.pass_at_k else {}).items():
                 row[f"pass@{k}"] = value
-            for kind, cell in (block.get("verdict_calibration") or {}).items():
+            for kind, cell in block.verdict_calibration.items():
                 for name in ("precision_pass", "recall_pass", "precision_no_pass", "recall_no_pass", "accuracy"):
                     row[f"{kind}_{name}"] = cell[name]
                 for verdict, counts in cell["followed"].items():
                     row[f"{kind}_followed_after_{verdict}"] = Rate(counts["followed"], counts["count"]).value
-            if block.get("ex_non_empty_gold"):
-                row["ex_non_empty_gold"] = _counts(block["ex_non_empty_gold"]).value
-                row["vacuous_golds"] = block["ex_non_empty_gold"]["vacuous"]
+            row["ex_non_empty_gold"] = _counts(block.ex_non_empty_gold).value
+            row["vacuous_golds"] = block.ex_non_empty_gold["vacuous"]
             for key in ("after_right", "after_wrong"):
-                row[f"ex_{key}"] = _counts(block["propagation"][key]).value if block.get("propagation") else None
-            row |= {f"{key}_per_turn": value for key, value in (block.get("cost") or {}).items()}
+                row[f"ex_{key}"] = _counts(block.propagation[key]).value
+            row |= {f"{key}_per_turn": value for key, value in block.cost.items()}
             rows.append(row)
     return rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtsql.app.report.stats import Rate
+from mtsql.core.results import TrainingStep
 
 DPI = 110
 NO_ITEMS_HEIGHT = 6  # the hatched stub that marks a bucket without turns
@@ -75,7 +76,7 @@ def _no_items_key(ax) -> None:
               frameon=False)  # below the axes: inside, it would hide the labels of high whiskers
 
 
-def rl_figure(stages: dict[str, list[dict]], metrics: dict[str, tuple[str, tuple | None]]):
+def rl_figure(stages: dict[str, list[TrainingStep]], metrics: dict[str, tuple[str, tuple | None]]):
     """One curve per curriculum stage, steps numbered on through the stages; a panel per metric
     (``metrics``: key -> (title, y limits or None))."""
     from matplotlib.ticker import MaxNLocator
@@ -84,14 +85,14 @@ def rl_figure(stages: dict[str, list[dict]], metrics: dict[str, tuple[str, tuple
     offset = 0
     spans = []
     for i, (name, rows) in enumerate(stages.items()):
-        steps = [offset + int(row["step"]) for row in rows]
+        steps = [offset + row.step for row in rows]
         colour = COLOURS[i % len(COLOURS)]
         for ax, key in zip(axes[0], metrics, strict=True):
-            points = [(s, row[key]) for s, row in zip(steps, rows, strict=True) if row.get(key) is not None]
+            points = [(s, getattr(row, key)) for s, row in zip(steps, rows, strict=True) if getattr(row, key) is not None]
             if not points:
                 continue
             xs, ys = zip(*points, strict=True)
-            spread = [row.get(f"{key.removesuffix('_mean')}_std") for row in rows]
+            spread = [getattr(row, f"{key.removesuffix('_mean')}_std", None) for row in rows]
             if key.endswith("_mean") and None not in spread:
                 ax.errorbar(xs, ys, yerr=spread, marker="o", color=colour, capsize=3, label=name)
             else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mtsql.app.report.markdown import table
-from mtsql.app.report.runs import stage_config
+from mtsql.app.report.runs import evaluation_of, stage_config
 from mtsql.app.status import duration, pipeline_order
 from mtsql.base.artifacts import Artifact
 
@@ -98,8 +98,8 @@ def provenance_section(arts: dict[str, Artifact]) -> list[str]:
     rows, seconds = [], 0.0
     for label in sorted(arts, key=lambda label: pipeline_order(arts[label].key)):
         art = arts[label]
-        m = art.metrics
-        tokens = m.get("generated_tokens") or sum(d.get("generated_tokens", 0) for d in m.get("datasets", {}).values())
+        tokens = sum(block.generated_tokens for block in evaluation_of(art).datasets.values()) \
+            if art.key.stage == "evaluate" else art.metrics.get("generated_tokens")
         seconds += art.manifest.get("duration_s") or 0.0
         rows.append([label, art.manifest["stage"], art.manifest.get("created_at", "")[:16].replace("T", " "),
                      duration(art.manifest.get("duration_s")), tokens or None, art.fingerprint[:12]])

@@ -7,6 +7,7 @@ SQL-R1 (single-turn, execution accuracy in percent): model -> {benchmark: EX}.
 from __future__ import annotations
 
 from mtsql.app.report.markdown import table
+from mtsql.core.results import EvaluationResult
 
 PAPER_RESULTS: dict[tuple[str, str, str], tuple[float, float]] = {
     ("Qwen3-4B", "untrained, long-horizon", "cosql"): (60.3, 45.6),
@@ -43,9 +44,9 @@ RELEASE_SETTINGS = ("release protocol (exec_sql(code), memory_retrieve(code)), g
                     "response tokens per turn, prompts over 4,000 tokens dropped (verl validation)")
 
 
-def published_section(datasets: set[str], settings: dict[str, dict] | None = None) -> list[str]:
+def published_section(datasets: set[str], settings: dict[str, EvaluationResult] | None = None) -> list[str]:
     """The papers' own numbers for the datasets this run evaluates: MTSQL-R1 for SParC / CoSQL,
-    SQL-R1 for Spider. ``settings``: each evaluation's metrics (label -> metrics.json), whose protocol,
+    SQL-R1 for Spider. ``settings``: each evaluation's metrics (by label), whose protocol,
     memory, decoding and budgets are listed next to the paper's, so that numbers obtained under
     different settings are not compared unknowingly."""
     lines = []
@@ -76,25 +77,23 @@ def _mtsql_r1() -> list[str]:
     return lines + [""]
 
 
-def _settings(evals: dict[str, dict]) -> list[str]:
+def _settings(evals: dict[str, EvaluationResult]) -> list[str]:
     lines = ["Settings of the published numbers (the release's evaluation scripts, docs/paper.md): "
              f"{RELEASE_SETTINGS}. This run's evaluations:", ""]
-    for label, metrics in evals.items():
-        budgets = metrics.get("budgets", {})
-        per_turn = budgets.get("max_response_tokens")
-        cap = budgets.get("observation_chars")
-        parts = [f"{metrics.get('protocol', 'mtsql')} protocol", f"{metrics.get('mode', 'long')} mode",
-                 f"{metrics.get('memory', 'gold')} memory", metrics.get("decoding", "greedy"),
-                 f"{budgets.get('max_new_tokens', '?')} tokens per message",
+    for label, result in evals.items():
+        budgets = result.budgets
+        per_turn, cap = budgets.max_response_tokens, budgets.observation_chars
+        parts = [f"{result.protocol} protocol", f"{result.mode} mode", f"{result.memory} memory", result.decoding,
+                 f"{budgets.max_new_tokens} tokens per message",
                  f"{per_turn:,} per turn" if per_turn else "no cap per turn",
                  f"observations cut at {cap:,} characters" if cap else "observations uncut"]
-        for name, block in metrics.get("datasets", {}).items():
-            kept = block.get("prompt_filter")
+        for name, block in result.datasets.items():
+            kept = block.prompt_filter
             if kept:
                 without = kept["kept"] or {}
                 parts.append(f"{name}: {kept['dropped']} of {kept['turns']} turns have a prompt over "
                              f"{kept['limit']:,} tokens; without them EX {_pct(without.get('ex'))} / EM "
-                             f"{_pct(without.get('em'))} (with them {_pct(block.get('ex'))} / {_pct(block.get('em'))})")
+                             f"{_pct(without.get('em'))} (with them {_pct(block.ex)} / {_pct(block.em)})")
         lines.append(f"* {label}: " + "; ".join(parts))
     return lines + [""]
 

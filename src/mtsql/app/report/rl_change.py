@@ -21,8 +21,8 @@ def step_means(stages: dict[int, Artifact]) -> list[Mean]:
     for art in stages.values():
         rl_cfg = stage_config(art).get("rl", {})
         samples = rl_cfg.get("batch_size", 0) * rl_cfg.get("n", 0)
-        out += [Mean(row["reward_mean"], row.get("reward_std") or 0.0, samples)
-                for row in rl_steps(art) if row.get("reward_mean") is not None]
+        out += [Mean(row.reward_mean, row.reward_std or 0.0, samples)
+                for row in rl_steps(art) if row.reward_mean is not None]
     return out
 
 

@@ -1,10 +1,10 @@
 """What the report reads from a run folder: the newest artifact of each label and their files.
 
-Evaluations are the artifacts of the evaluate stage whose key names what they scored (its variant:
-every evaluation ``mtsql evaluate`` and pipelines make; an older one labelled ``eval-*``); the phase of
-one (base, sft, rl) is the kind of model it scored. The *headline* evaluation of a phase is its
-long-horizon evaluation with gold memory (the paper's protocol) labelled ``eval-<phase>``, else the
-newest such one; the others (short mode, predicted memory, fewer messages, voting) are variants.
+Evaluations are the artifacts of the evaluate stage whose key names what they scored: the phase (base,
+sft, rl), round and variant of the model (``ArtifactKey``); no label is read. The *headline* evaluation
+of a phase is its long-horizon evaluation with gold memory (the paper's protocol) that ``preferred``
+ranks first: the main chain's model, greedy decoding, the last round, the most messages, the newest;
+the others (short mode, predicted memory, fewer messages, voting) are variants.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from pathlib import Path
 import yaml
 
 from mtsql.app.report.stats import Rate
-from mtsql.base.artifacts import PHASES, Artifact, ArtifactKey, Store, verify
+from mtsql.base.artifacts import PHASES, Artifact, Store, verify
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_json, read_jsonl
+from mtsql.core.results import EvaluationResult, TrainingStep
 
 PHASE_NAMES = {"base": "base", "sft": "SFT", "rl": "RL"}
 
@@ -50,6 +51,15 @@ def run_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Arti
     return arts
 
 
+def evaluation_of(art: Artifact) -> EvaluationResult:
+    """The typed metrics of an evaluation artifact; one written in another shape is refused in one line."""
+    try:
+        return EvaluationResult.from_dict(art.metrics)
+    except ValueError as exc:
+        raise UsageError(f"{art.path}: {exc} (written by another mtsql); delete that folder and rerun its "
+                         "evaluation") from None
+
+
 def phase_of(art: Artifact) -> str | None:
     """The kind of model (base, sft, rl) an evaluation scored; None for other artifacts."""
     return art.key.phase
@@ -67,26 +77,32 @@ def evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
 
 
 def is_long_horizon(art: Artifact) -> bool:
-    return art.metrics.get("mode") == "long"
+    return evaluation_of(art).mode == "long"
+
+
+def preferred(art: Artifact) -> tuple:
+    """Sort key of the evaluations of one kind of model, the one to show first last: the main chain's
+    model (not a pipeline variant's), greedy decoding, the last round, the most messages, the newest."""
+    result = evaluation_of(art)
+    return (art.key.model_variant is None, result.decoding == "greedy", art.key.round or 0, result.max_messages,
+            art.manifest.get("created_at", ""))
 
 
 def headline(evals: dict[str, Artifact]) -> dict[str, Artifact]:
-    """One evaluation per phase: the long-horizon one with gold memory labelled ``eval-<phase>``, else the
-    newest (a run with no long-horizon evaluation, such as a single-turn one, compares its short-mode
-    evaluations)."""
-    chosen: dict[str, tuple[tuple[bool, str], Artifact]] = {}
+    """One evaluation per phase: of its long-horizon ones with gold memory, the ``preferred`` (a run with no
+    long-horizon evaluation, such as a single-turn one, compares its short-mode evaluations)."""
     long_run = any(is_long_horizon(art) for art in evals.values())
-    for label, art in evals.items():
+    chosen: dict[str, Artifact] = {}
+    for art in evals.values():
         phase = phase_of(art)
-        if phase and is_long_horizon(art) == long_run and art.metrics.get("memory") == "gold":
-            rank = (label == ArtifactKey("evaluate", variant=phase).label, art.manifest.get("created_at", ""))
-            if phase not in chosen or rank > chosen[phase][0]:
-                chosen[phase] = (rank, art)
-    return {phase: chosen[phase][1] for phase in PHASES if phase in chosen}
+        if phase and is_long_horizon(art) == long_run and evaluation_of(art).memory == "gold":
+            if phase not in chosen or preferred(art) > preferred(chosen[phase]):
+                chosen[phase] = art
+    return {phase: chosen[phase] for phase in PHASES if phase in chosen}
 
 
 def datasets(art: Artifact) -> list[str]:
-    return list(art.metrics.get("datasets", {}))
+    return list(evaluation_of(art).datasets)
 
 
 def official_summary(art: Artifact, dataset: str) -> dict:
@@ -100,7 +116,7 @@ def official_summary(art: Artifact, dataset: str) -> dict:
 def decodings(art: Artifact, dataset: str) -> list[tuple[str, dict]]:
     """(decoding, official summary) of one evaluated dataset: with voting, greedy decoding first
     (``<dataset>/greedy/summary.json``), then the vote."""
-    voted = art.metrics.get("decoding", "greedy")
+    voted = evaluation_of(art).decoding
     greedy = art.path / dataset / "greedy" / "summary.json"
     return ([("greedy", read_json(greedy))] if greedy.exists() else []) + [(voted, official_summary(art, dataset))]
 
@@ -132,7 +148,11 @@ def variants(arts: dict[str, Artifact], stage: str) -> list[str | None]:
     return sorted(found, key=lambda variant: (variant is not None, variant or ""))
 
 
-def rl_steps(art: Artifact) -> list[dict]:
-    """The per-step metrics an RL stage logged (``metrics.jsonl``), empty when it logged none."""
+def rl_steps(art: Artifact) -> list[TrainingStep]:
+    """The per-step metrics an RL stage logged (``metrics.jsonl``), empty when it logged none; a line of
+    another shape is refused in one line."""
     path = art.path / "metrics.jsonl"
-    return read_jsonl(path) if path.exists() else []
+    try:
+        return [TrainingStep.from_dict(line) for line in read_jsonl(path)] if path.exists() else []
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc} (written by another mtsql); delete that folder and rerun its stage") from None

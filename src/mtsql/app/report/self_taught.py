@@ -7,37 +7,35 @@ artifact it read (its manifest's ``inputs.sample``), whose metrics say which pol
 
 from __future__ import annotations
 
-import re
-
 from mtsql.app.report.markdown import table
-from mtsql.base.artifacts import Artifact
-from mtsql.base.files import read_jsonl
+from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.measures.revisions import is_recovery
+from mtsql.core.trajectories import ScoredRow, read_rows
 
-REJECT_LABEL = re.compile(r"^reject(?:-(?P<variant>[a-z][a-z0-9]*))?-r(?P<round>\d+)$")
 
-
-def written_by(row: dict) -> str:
+def written_by(row: ScoredRow) -> str:
     """``model`` for a trajectory a model generated, ``scripted`` for a scripted policy's."""
-    return "model" if row.get("response_ids") is not None else "scripted"
+    return "model" if row.response_ids is not None else "scripted"
 
 
 def sample_of(reject: Artifact, arts: dict[str, Artifact]) -> Artifact | None:
-    """The sample artifact a reject artifact read: by the fingerprint its manifest names, else by label."""
+    """The sample artifact a reject artifact read: by the fingerprint its manifest names, else the sample
+    artifact of the same round and variant."""
     wanted = reject.manifest.get("inputs", {}).get("sample", {}).get("fingerprint")
     found = next((art for art in arts.values() if wanted and art.fingerprint == wanted), None)
-    return found or arts.get("sample" + reject.label.removeprefix("reject"))
+    same = ArtifactKey("sample", reject.key.round, reject.key.variant)
+    return found or next((art for art in arts.values() if art.key == same), None)
 
 
 def kept_rows(arts: dict[str, Artifact]) -> list[dict]:
     """One row per reject artifact (main rounds first, then variants, by round): what it kept, by writer."""
-    found = [(m.group("variant") or "", int(m.group("round")), art) for label, art in arts.items()
-             if (m := REJECT_LABEL.match(label))]
+    found = [(art.key.variant or "", art.key.round, art) for art in arts.values()
+             if art.key.stage == "reject" and art.key.round is not None]
     rows = []
     for variant, k, art in sorted(found, key=lambda item: item[:2]):
-        kept = read_jsonl(art.path / "kept.jsonl") if (art.path / "kept.jsonl").exists() else []
+        kept = read_rows(art.path / "kept.jsonl") if (art.path / "kept.jsonl").exists() else []
         writers = [written_by(row) for row in kept]
-        recovered = sum(written_by(row) == "model" and is_recovery(row["trajectory"], row.get("execution"))
+        recovered = sum(written_by(row) == "model" and is_recovery(row.trajectory, row.execution)
                         for row in kept)
         sampled = sample_of(art, arts)
         m = sampled.metrics if sampled is not None else {}

@@ -7,6 +7,7 @@ from mtsql.app.report.rl_change import reward_change_line
 from mtsql.app.report.runs import numbered, rl_steps, stage_config
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import Artifact, ArtifactKey
+from mtsql.core.results import TrainingStep
 
 STEP_ROWS = 12  # at most this many step rows per curriculum stage; the rest stay in metrics.jsonl
 STEP_COLUMNS = {"reward_mean": "reward mean", "reward_std": "reward std", "pg_loss": "pg_loss", "kl": "kl",
@@ -70,7 +71,7 @@ def curriculum_section(arts: dict[str, Artifact]) -> list[str]:
             *table(["stage", cfg.get("by", "labels"), *columns], rows, numeric_from=2)]
 
 
-def rl_stages(arts: dict[str, Artifact], variant: str | None = None) -> dict[str, list[dict]]:
+def rl_stages(arts: dict[str, Artifact], variant: str | None = None) -> dict[str, list[TrainingStep]]:
     """``{'stage k (labels)': step rows}`` of every RL stage of ``variant`` that logged steps, in curriculum
     order."""
     groups = stage_config(arts["curriculum"]).get("curriculum", {}).get("stages", []) if "curriculum" in arts else []
@@ -118,10 +119,10 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
             groups = rl_cfg.get("batch_size", 0)
             samples = groups * rl_cfg.get("n", 0)
             for row in thin(steps[art.label], STEP_ROWS):
-                signal = share(row.get("groups_with_signal"), groups)
-                ex = share(row.get("ex"), samples)
-                rows.append([art.label, art.metrics.get("engine"), row.get("step"),
-                             *(number(row.get(key)) for key in STEP_COLUMNS),
+                signal = share(row.groups_with_signal, groups)
+                ex = share(row.ex, samples)
+                rows.append([art.label, art.metrics.get("engine"), row.step,
+                             *(number(getattr(row, key)) for key in STEP_COLUMNS),
                              signal.cell() if signal else None, ex.cell() if ex else None])
     if any(len(logged) > STEP_ROWS for logged in steps.values()):
         lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
@@ -137,21 +138,21 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
         _validation_lines(steps, chains)
 
 
-def _validation_lines(steps: dict[str, list[dict]], chains: dict[str | None, dict[int, Artifact]]) -> list[str]:
+def _validation_lines(steps: dict[str, list[TrainingStep]], chains: dict[str | None, dict[int, Artifact]]) -> list[str]:
     """The dev validations of each stage (``rl.val_every``; ``steps``: its logged rows by label) and the
     step whose model the stage kept."""
     lines = []
     for art in (art for stages in chains.values() for art in stages.values()):
-        validated = [row for row in steps[art.label] if row.get("val_reward_mean") is not None]
+        validated = [row for row in steps[art.label] if row.val_reward_mean is not None]
         if validated:
-            shown = "; ".join(f"step {row['step']}: reward {row['val_reward_mean']:.3f}"
-                              + (f", EX {100 * row['val_ex']:.1f} %" if row.get("val_ex") is not None else "")
+            shown = "; ".join(f"step {row.step}: reward {row.val_reward_mean:.3f}"
+                              + (f", EX {100 * row.val_ex:.1f} %" if row.val_ex is not None else "")
                               for row in validated)
             lines.append(f"* {art.label} dev validation: {shown}; model kept: step {art.metrics.get('picked_step')}")
     return ["", *lines, ""] if lines else []
 
 
-def thin(rows: list[dict], limit: int) -> list[dict]:
+def thin(rows: list, limit: int) -> list:
     """At most ``limit`` rows, evenly spaced, always the first and the last."""
     if len(rows) <= limit:
         return rows

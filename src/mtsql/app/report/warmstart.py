@@ -1,7 +1,7 @@
 """The warm-start ablation side by side (``pipelines/warmstart-ablation.yaml``, docs/method.md).
 
-One row per long-horizon evaluation of an SFT *variant*'s model (its manifest's model input is
-``sft-<variant>-r<k>``: a labelled ``sft-iterate`` step's) and dev set: what that model trained on
+One row per long-horizon evaluation of an SFT *variant*'s model (its key's ``model_variant``: the model of
+a labelled ``sft-iterate`` step) and dev set: what that model trained on
 (sampled trajectories holding a correction, from the sample artifact its reject input read), EX, the ``exec_verify`` calibration (no_pass said, of them
 on wrong queries; precision and recall of no_pass), after a failed ``exec_sql`` how often another query
 ran and how often the turn still ended right, the revisions that made a wrong query right against a
@@ -12,28 +12,22 @@ evaluation in short mode) with the 95 % interval of the difference. Shown when a
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from mtsql.app.report.evaluation import ex_rate
 from mtsql.app.report.markdown import table
-from mtsql.app.report.runs import datasets, is_long_horizon, phase_of
+from mtsql.app.report.runs import datasets, evaluation_of, is_long_horizon, phase_of, preferred
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import MANIFEST, Artifact
 from mtsql.base.files import read_json
 
 MIN_VARIANTS = 3
-VARIANT_MODEL = re.compile(r"^sft-(?P<variant>[a-z][a-z0-9]*)-r[0-9]+$")
 
 
 def variant_evaluations(evals: dict[str, Artifact]) -> dict[str, Artifact]:
-    """label -> evaluation, of the long-horizon evaluations of an SFT variant's model."""
+    """label -> evaluation, of the long-horizon evaluations of an SFT variant's model (its key's ``model_variant``)."""
     return {label: art for label, art in evals.items()
-            if phase_of(art) == "sft" and is_long_horizon(art) and VARIANT_MODEL.match(_input(art, "model") or "")}
-
-
-def _input(art: Artifact, name: str) -> str | None:
-    return (art.manifest.get("inputs", {}).get(name) or {}).get("label")
+            if phase_of(art) == "sft" and is_long_horizon(art) and art.key.model_variant is not None}
 
 
 def _upstream(art: Artifact, name: str) -> Artifact | None:
@@ -46,9 +40,9 @@ def _upstream(art: Artifact, name: str) -> Artifact | None:
 
 
 def short_baseline(evals: dict[str, Artifact]) -> Artifact | None:
-    """The short-horizon evaluation of an SFT model (``eval-sft-short`` when there are several)."""
-    found = [art for art in evals.values() if phase_of(art) == "sft" and art.metrics.get("mode") == "short"]
-    return next((a for a in found if a.label == "eval-sft-short"), found[-1] if found else None)
+    """The short-horizon evaluation of an SFT model (that of the ``short`` variant's model when there are several)."""
+    found = [art for art in evals.values() if phase_of(art) == "sft" and evaluation_of(art).mode == "short"]
+    return max(found, key=lambda art: (art.key.model_variant == "short", preferred(art)), default=None)
 
 
 def trained_corrections(evaluation: Artifact) -> str | None:
@@ -71,23 +65,14 @@ def warmstart_section(arts: dict[str, Artifact], evals: dict[str, Artifact]) -> 
     rows = []
     for label, art in found.items():
         for dataset in datasets(art):
-            block = art.metrics["datasets"][dataset]
-            cell = (block.get("verdict_calibration") or {}).get("exec_verify")
-            counts = block.get("revisions")
+            block = evaluation_of(art).datasets[dataset]
+            t, counts = block.verdict_calibration["exec_verify"]["table"], block.revisions
             ex = ex_rate(art, dataset)
-            if cell:
-                t = cell["table"]
-                said, wrong = t["no_pass"]["right"] + t["no_pass"]["wrong"], t["no_pass"]["wrong"]
-                calibration = [f"{said} ({wrong})", Rate(wrong, said).cell(),
-                               Rate(wrong, wrong + t["pass"]["wrong"]).cell()]
-            else:
-                calibration = [None, None, None]
-            if counts:
-                failure = [Rate(counts["ran_after"], counts["with_error"]).cell(),
-                           Rate(counts["resolved"], counts["with_error"]).cell(),
-                           f"{counts['wrong_to_right']} / {counts['right_to_wrong']}"]
-            else:
-                failure = [None, None, None]
+            said, wrong = t["no_pass"]["right"] + t["no_pass"]["wrong"], t["no_pass"]["wrong"]
+            calibration = [f"{said} ({wrong})", Rate(wrong, said).cell(), Rate(wrong, wrong + t["pass"]["wrong"]).cell()]
+            failure = [Rate(counts["ran_after"], counts["with_error"]).cell(),
+                       Rate(counts["resolved"], counts["with_error"]).cell(),
+                       f"{counts['wrong_to_right']} / {counts['right_to_wrong']}"]
             versus = None
             if short is not None and dataset in datasets(short):
                 difference = ex.minus(ex_rate(short, dataset))

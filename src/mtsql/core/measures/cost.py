@@ -16,13 +16,12 @@ FIELDS = ("generated_tokens", "prompt_tokens", "sql_executions", "messages")
 def trajectory_cost(row) -> dict[str, float]:
     """The ``FIELDS`` of one scored row (``trajectories.ScoredRow``)."""
     trajectory = row.trajectory
-    remembered = sum(1 for entry in trajectory.get("memory", []) if entry.get("sql"))
-    executions = sum(1 for s in trajectory["steps"] if s.get("tool") == "exec_sql" and s.get("result_kind"))
-    executions += sum(remembered for s in trajectory["steps"]
-                      if s.get("tool") == "memory_retrieve" and s.get("observation") is not None)
+    remembered = sum(1 for entry in trajectory.memory if entry.sql)
+    executions = sum(1 for s in trajectory.steps if s.tool == "exec_sql" and s.result_kind)
+    executions += sum(remembered for s in trajectory.steps if s.tool == "memory_retrieve" and s.observation is not None)
     return {"generated_tokens": row.generated_tokens or 0,
             "prompt_tokens": sum(g.get("prompt_tokens", 0) for g in row.generations or []),
-            "sql_executions": executions, "messages": len(trajectory["steps"])}
+            "sql_executions": executions, "messages": len(trajectory.steps)}
 
 
 def cost_per_turn(rows: list, turns: int, wall_s: float | None = None) -> dict[str, float | None]:

@@ -43,7 +43,7 @@ def pass_at_k_table(rows: list, samples: int) -> dict:
         if all(r.execution is None for r in group):
             continue
         right = sum(r.execution == 1 for r in group)
-        turns.append((group[0].hardness or "unknown", turn_bucket(group[0].turn["turn_index"]),
+        turns.append((group[0].hardness or "unknown", turn_bucket(group[0].turn.turn_index),
                       {str(k): pass_at_k(samples, right, k) for k in ks}))
 
     def cell(selected: list[dict]) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mtsql.core.agent.env import Trajectory
 from mtsql.core.measures.verdicts import judged_sql, next_proposal, normal_sql, proposed_sql
 from mtsql.core.trajectories import ScoredRow
 
@@ -31,10 +32,10 @@ def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | Non
     ``judge(row, sql)`` is the EX (1, 0 or None) of ``sql`` against ``row``'s gold."""
     out = dict.fromkeys(("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved", "recovered"), 0)
     for row in rows:
-        steps = row.trajectory["steps"]
+        steps = row.trajectory.steps
         for i, step in enumerate(steps):
-            judged = judged_sql(step) if step["action"] == "tool_call" else None
-            if step.get("verdict") != "no_pass" or not judged:
+            judged = judged_sql(step) if step.action == "tool_call" else None
+            if step.verdict != "no_pass" or not judged:
                 continue
             out["no_pass"] += 1
             following = next_proposal(steps, i)
@@ -42,22 +43,22 @@ def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | Non
                 continue
             out["revised"] += 1
             out[_outcome(judge(row, judged), judge(row, proposed_sql(following)))] += 1
-        executed = [s for s in steps if s["action"] == "tool_call" and s.get("tool") == "exec_sql"]
-        failed = next((k for k, s in enumerate(executed) if s.get("result_kind") == "error"), None)
+        executed = row.trajectory.tool_steps("exec_sql")
+        failed = next((k for k, s in enumerate(executed) if s.result_kind == "error"), None)
         if failed is not None:
             out["with_error"] += 1
-            out["ran_after"] += any(s.get("result_kind") in ("ok", "empty") for s in executed[failed + 1:])
+            out["ran_after"] += any(s.result_kind in ("ok", "empty") for s in executed[failed + 1:])
             out["resolved"] += row.execution == 1
             out["recovered"] += is_recovery(row.trajectory, row.execution)
     return out
 
 
-def is_recovery(trajectory: dict, execution: int | None) -> bool:
+def is_recovery(trajectory: Trajectory, execution: int | None) -> bool:
     """A failed ``exec_sql``, a later one that ran, and a right answer (EX 1) in one trajectory."""
-    executed = [s for s in trajectory["steps"] if s["action"] == "tool_call" and s.get("tool") == "exec_sql"]
-    failed = next((k for k, s in enumerate(executed) if s.get("result_kind") == "error"), None)
+    executed = trajectory.tool_steps("exec_sql")
+    failed = next((k for k, s in enumerate(executed) if s.result_kind == "error"), None)
     return execution == 1 and failed is not None and any(
-        s.get("result_kind") in ("ok", "empty") for s in executed[failed + 1:])
+        s.result_kind in ("ok", "empty") for s in executed[failed + 1:])
 
 
 def _outcome(before: int | None, after: int | None) -> str:

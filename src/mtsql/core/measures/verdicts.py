@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mtsql.core.agent.env import Step
+
 VERDICTS = ("pass", "no_pass")
 KINDS = {"exec_sql": "exec_verify", "memory_retrieve": "memory_verify"}
 
@@ -28,30 +30,30 @@ def normal_sql(sql: str) -> str:
     return " ".join(sql.lower().split()).rstrip(";").strip()
 
 
-def proposed_sql(step: dict) -> str | None:
+def proposed_sql(step: Step) -> str | None:
     """The query a step proposes: an exec_sql argument or an answer."""
-    if step["action"] == "answer" or (step["action"] == "tool_call" and step.get("tool") == "exec_sql"):
-        return step.get("sql")
+    if step.action == "answer" or (step.action == "tool_call" and step.tool == "exec_sql"):
+        return step.sql
     return None
 
 
-def judged_sql(step: dict) -> str | None:
+def judged_sql(step: Step) -> str | None:
     """The query a tool step's verdict is about: the executed one, or for a memory check the latest executed."""
-    return step.get("sql") if step.get("tool") == "exec_sql" else step.get("checked_sql")
+    return step.sql if step.tool == "exec_sql" else step.checked_sql
 
 
-def next_proposal(steps: list[dict], after: int) -> dict | None:
+def next_proposal(steps: list[Step], after: int) -> Step | None:
     """The first step after index ``after`` that proposes a query."""
     return next((later for later in steps[after + 1:] if proposed_sql(later)), None)
 
 
-def followed(steps: list[dict], index: int) -> bool:
+def followed(steps: list[Step], index: int) -> bool:
     """Did the action after the verdict on ``steps[index]`` follow it (see the module docstring)?"""
     step, nxt = steps[index], next_proposal(steps, index)
     if nxt is None:
         return False
     same = normal_sql(proposed_sql(nxt)) == normal_sql(judged_sql(step) or "")
-    return not same if step["verdict"] == "no_pass" else nxt["action"] == "answer" and same
+    return not same if step.verdict == "no_pass" else nxt.action == "answer" and same
 
 
 def verdict_calibration(rows: list, judge: Callable[[object, str], int | None]) -> dict:
@@ -63,13 +65,13 @@ def verdict_calibration(rows: list, judge: Callable[[object, str], int | None]) 
     unscored = dict.fromkeys(KINDS.values(), 0)
     follow = {kind: {v: {"followed": 0, "count": 0} for v in VERDICTS} for kind in KINDS.values()}
     for row in rows:
-        steps = row.trajectory["steps"]
+        steps = row.trajectory.steps
         for i, step in enumerate(steps):
-            kind = KINDS.get(step.get("tool")) if step["action"] == "tool_call" else None
+            kind = KINDS.get(step.tool) if step.action == "tool_call" else None
             judged = judged_sql(step) if kind else None
-            if step.get("verdict") not in VERDICTS or not judged:
+            if step.verdict not in VERDICTS or not judged:
                 continue
-            verdict = step["verdict"]
+            verdict = step.verdict
             follow[kind][verdict]["count"] += 1
             follow[kind][verdict]["followed"] += followed(steps, i)
             ex = judge(row, judged)

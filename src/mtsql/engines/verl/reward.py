@@ -53,7 +53,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     tokens = _int_or_none(extra_info.get(RESPONSE_TOKENS_KEY))
     scores = compute_rewards(trajectory, ground_truth, reward_cfg, sql_cfg=sql_cfg,
                              data_root=Path(data_root) if data_root else None, response_tokens=tokens)
-    behaviour = {key: float(value) for key, value in episode_behaviour(trajectory.to_dict()).items()}
+    behaviour = {key: float(value) for key, value in episode_behaviour(trajectory).items()}
     return {**scores, **behaviour, "response_tokens": float(tokens or 0), OK_KEY: 1.0}
 
 

@@ -1,0 +1,155 @@
+"""What an evaluation and an RL step record, as typed records: what stages write and the report reads.
+
+    result = EvaluationResult.from_dict(artifact.metrics)   # an evaluate artifact's metrics.json
+    block = result.datasets["cosql"]                        # a DatasetBlock: block.ex, block.revisions, ...
+    metrics = result.to_dict()                              # what the evaluate stage returns as its metrics
+    step = TrainingStep.from_dict(line)                     # one line of an RL stage's metrics.jsonl
+
+``from_dict`` refuses a record of another shape (a field missing or unknown) with a ``ValueError`` that
+names the field; callers turn it into one line saying which file and how to rerun. The measures inside a
+block (``verdict_calibration``, ``revisions``, ...) keep the shapes of ``mtsql.core.measures``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+
+HEADLINE = ("turns", "ex", "em", "interaction_ex", "interaction_em", "cost")  # a decoding's figures in ``decodings``
+
+
+def _checked(cls, data: dict, what: str) -> dict:
+    """``data`` when its keys are the fields of ``cls`` (those with defaults may be absent), else a ValueError."""
+    names = {f.name for f in fields(cls)}
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    if missing := [name for name in required if name not in data]:
+        raise ValueError(f"not {what}: no {', '.join(missing)}")
+    if extra := sorted(set(data) - names):
+        raise ValueError(f"not {what}: unknown {', '.join(extra)}")
+    return data
+
+
+@dataclass(frozen=True)
+class DatasetBlock:
+    """One evaluated dataset: the official headline (question and interaction EX / EM, None where the
+    dataset has no interactions or nothing was scored), the breakdowns by hardness and turn (``{bucket:
+    {"count", "ex", "em"}}``), the protocol abilities of the chosen samples, and the measures of
+    ``mtsql.core.measures``. ``decodings`` (with voting): each decoding's ``HEADLINE`` figures;
+    ``pass_at_k`` (with samples) and ``prompt_filter`` (with ``evaluate.prompt_filter_tokens``): None otherwise."""
+
+    turns: int
+    interactions: int | None
+    ex: float | None
+    em: float | None
+    interaction_ex: float | None
+    interaction_em: float | None
+    scored_ex: int
+    scored_em: int
+    unscorable_ex: int
+    by_hardness: dict[str, dict]
+    by_turn: dict[str, dict]
+    protocol: dict[str, float | None]
+    generated_tokens: int
+    verdict_calibration: dict
+    ex_non_empty_gold: dict
+    propagation: dict
+    revisions: dict
+    cost: dict
+    decodings: dict[str, dict] | None = None
+    pass_at_k: dict | None = None
+    prompt_filter: dict | None = None
+
+    def headline(self) -> dict:
+        return {key: getattr(self, key) for key in HEADLINE}
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DatasetBlock:
+        return cls(**_checked(cls, data, "an evaluated dataset"))
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The token and message budgets an evaluation ran under."""
+
+    max_messages: int
+    max_new_tokens: int
+    max_response_tokens: int | None
+    prompt_filter_tokens: int | None
+    observation_chars: int
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """An evaluate artifact's metrics: the model scored (its label and name), the protocol, memory, message
+    limit, decoding (``greedy`` or ``vote@n``) and budgets the numbers depend on, and one ``DatasetBlock``
+    per eval dataset."""
+
+    model: str
+    model_name: str
+    mode: str
+    protocol: str
+    memory: str
+    max_messages: int
+    decoding: str
+    budgets: Budgets
+    datasets: dict[str, DatasetBlock]
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return out | {"budgets": {f.name: getattr(self.budgets, f.name) for f in fields(Budgets)},
+                      "datasets": {name: block.to_dict() for name, block in self.datasets.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EvaluationResult:
+        data = _checked(cls, data, "an evaluation's metrics")
+        budgets = Budgets(**_checked(Budgets, data["budgets"], "an evaluation's budgets"))
+        blocks = {name: DatasetBlock.from_dict(block) for name, block in data["datasets"].items()}
+        return cls(**data | {"budgets": budgets, "datasets": blocks})
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """One line of an RL stage's ``metrics.jsonl``: the curriculum stage and step; the reward over the
+    step's samples; the policy update (``pg_loss``, ``kl``, ``grad_norm``, ``clipfrac``); the share of
+    groups whose rewards differed; EX, EM and protocol validity of the samples; the agent's behaviour
+    (``trajectories.step_behaviour``); the dev validation after the step (``val_*``, on validated steps).
+    A figure the engine does not log is None; what else it logged (verl's own metrics, timings, lengths
+    cut) is kept in ``extra``, by its name."""
+
+    stage: int
+    step: int
+    reward_mean: float | None = None
+    reward_std: float | None = None
+    response_length: float | None = None
+    pg_loss: float | None = None
+    kl: float | None = None
+    grad_norm: float | None = None
+    clipfrac: float | None = None
+    groups_with_signal: float | None = None
+    ex: float | None = None
+    em: float | None = None
+    protocol_valid: float | None = None
+    tool_calls_per_turn: float | None = None
+    memory_calls_per_turn: float | None = None
+    self_correction_rate: float | None = None
+    invalid_message_rate: float | None = None
+    messages_per_turn: float | None = None
+    val_reward_mean: float | None = None
+    val_ex: float | None = None
+    val_em: float | None = None
+    val_turns: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        known = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {key: value for key, value in known.items() if value is not None} | self.extra
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainingStep:
+        if missing := [name for name in ("stage", "step") if name not in data]:
+            raise ValueError(f"not an RL step line: no {', '.join(missing)}")
+        names = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{key: value for key, value in data.items() if key in names},
+                   extra={key: value for key, value in data.items() if key not in names})
