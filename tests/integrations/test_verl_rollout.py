@@ -53,7 +53,7 @@ def tokenizer(model_dir):
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(None, ["rl.batch_size=2", "rl.mini_batch_size=2", "rl.n=1", "rl.n_gpus_per_node=1",
+    return load_config(None, ["rl.batch_size=2", "rl.mini_batch_size=2", "rl.n=1", "rl.verl.n_gpus_per_node=1",
                               "rl.max_prompt_len=4096", "rl.max_response_len=1024"])
 
 

@@ -30,8 +30,8 @@ TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 SPREAD_REWARD = Path(__file__).with_name("verl_spread_reward.py")
 SETTINGS = ("model.name=tiny-qwen3", "data.train_limit=3", "curriculum.stages=[[easy,medium,hard,extra]]",
             "rl.batch_size=2", "rl.mini_batch_size=2", "rl.n=2", "rl.local.trainable_layers=0", "rl.max_prompt_len=2048",
-            "rl.max_response_len=128", "rl.max_message_tokens=32", "rl.extra_override=true",
-            f"rl.extra=[reward.custom_reward_function.path={SPREAD_REWARD}]")
+            "rl.max_response_len=128", "rl.max_message_tokens=32", "rl.verl.extra_override=true",
+            f"rl.verl.extra=[reward.custom_reward_function.path={SPREAD_REWARD}]")
 START_S = 300.0  # Ray and vLLM up on a loaded 2-core machine
 RUN_S = 480.0
 
