@@ -1,4 +1,5 @@
 import dataclasses
+import functools
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def test_base_inheritance_and_roundtrip(tmp_path):
 @pytest.mark.parametrize("override, legal", [
     ("env.mode=lng", "long, short"), ("env.memory=oracle", "gold, predicted"),
     ("reward.family=sql-r1", "process, outcome, sqlr1"), ("sample.policy=greedy", "model, gold, gold_with_correction"),
-    ("sample.backend=tgi", "hf, vllm, openai"), ("rl.engine=trl", "auto, verl, local"),
+    ("sample.backend=tgi", "hf, vllm, openai"), ("rl.engine=trl", "auto, local, verl"),
     ("curriculum.by=length", "hardness, turn, pass_rate"), ("sft.finetuning_type=qlora", "lora, full, freeze"),
     ("data.eval_datasets=[cosql, spdier]", "sparc, cosql"), ("model.template=chatml", "qwen3_nothink, qwen3"),
 ])
@@ -111,7 +112,9 @@ def every_setting():
     for top in dataclasses.fields(Config):
         section = getattr(Config(), top.name)
         if dataclasses.is_dataclass(section):
-            yield from ((f"{top.name}.{f.name}", f) for f in dataclasses.fields(section))
+            yield from ((f"{top.name}.{f.name}", f) for f in dataclasses.fields(section) if f.name != "owned")
+            for engine, settings in getattr(section, "owned", {}).items():
+                yield from ((f"{top.name}.{engine}.{f.name}", f) for f in dataclasses.fields(settings))
         else:
             yield top.name, top
 
@@ -124,8 +127,8 @@ def test_every_setting_declares_whether_it_changes_results():
 def test_fingerprints_cover_result_settings_and_leave_operational_ones_out():
     settings = dict(every_setting())
     operational = sorted(name for name, f in settings.items() if not f.metadata[HASHED])
-    for name in ("sample.batch_size", "sample.openai_timeout_s", "sft.node_rank", "sft.master_addr", "sft.master_port",
-                 "sft.logger", "rl.logger", "sample.vllm_python", "data.root", "run", "runs_dir"):
+    for name in ("sample.batch_size", "sample.openai.timeout_s", "sft.node_rank", "sft.master_addr", "sft.master_port",
+                 "sft.logger", "rl.verl.logger", "sample.vllm.python", "data.root", "run", "runs_dir"):
         assert name in operational
     for name in ("sample.temperature", "sample.n", "sft.nnodes", "sft.batch_size", "rl.batch_size", "seed",
                  "sql.timeout_s", "env.max_messages"):
@@ -135,7 +138,7 @@ def test_fingerprints_cover_result_settings_and_leave_operational_ones_out():
 
 
 @pytest.mark.parametrize("old, new", [("sft.freeze_layers", "sft.trainable_layers"),
-                                      ("rl.freeze_layers", "rl.trainable_layers"),
+                                      ("rl.freeze_layers", "rl.local.trainable_layers"),
                                       ("env.max_turns", "env.max_messages"),
                                       ("rl.max_turn_tokens", "rl.max_message_tokens")])
 def test_a_renamed_key_names_its_new_name(tmp_path, old, new):
@@ -147,4 +150,4 @@ def test_a_renamed_key_names_its_new_name(tmp_path, old, new):
     with pytest.raises(UsageError, match=rf"old.yaml: unknown key '{old}'; renamed: use '{new}'") as err:
         load_config(path)
     assert "\n" not in str(err.value)
-    assert getattr(getattr(load_config(None, [f"{new}=3"]), section), new.split(".")[1]) == 3
+    assert functools.reduce(getattr, new.split("."), load_config(None, [f"{new}=3"])) == 3

@@ -55,7 +55,7 @@ def test_a_dry_run_after_a_real_curriculum_shows_its_sizes(tmp_path):
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [f"runs_dir={tmp_path}", "data.train_limit=3"])
     done = pipeline.curriculum(cfg)
     result = mtsql("rl", "--curriculum", "--engine", "verl", "--config", str(REPO / "configs/profiles/tiny.yaml"),
-                   "--dry-run", f"runs_dir={tmp_path}", "data.train_limit=3", "rl.batch_size=1", "rl.trainable_layers=0")
+                   "--dry-run", f"runs_dir={tmp_path}", "data.train_limit=3", "rl.batch_size=1")
     assert result.returncode == 0, result.stderr
     assert "curriculum         " in result.stderr and "cached" in result.stderr
     first = done.metrics["table"]["stage 1"]["total"]
@@ -63,7 +63,7 @@ def test_a_dry_run_after_a_real_curriculum_shows_its_sizes(tmp_path):
     local = mtsql("rl", "--curriculum", "--config", str(REPO / "configs/profiles/tiny.yaml"), "--dry-run",
                   f"runs_dir={tmp_path}", "data.train_limit=3")
     assert local.returncode == 0, local.stderr
-    assert f"training the last {cfg.rl.trainable_layers} decoder layers of" in local.stderr and cfg.rl.trainable_layers
+    assert f"training the last {cfg.rl.local.trainable_layers} decoder layers of" in local.stderr and cfg.rl.local.trainable_layers
 
 
 def test_a_plan_needs_no_vllm_but_a_run_does(tmp_path):
@@ -72,8 +72,8 @@ def test_a_plan_needs_no_vllm_but_a_run_does(tmp_path):
     from mtsql.base.errors import UsageError
 
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml",
-                      [f"runs_dir={tmp_path}", "sample.backend=vllm", f"sample.vllm_python={tmp_path / 'none'}"])
+                      [f"runs_dir={tmp_path}", "sample.backend=vllm", f"sample.vllm.python={tmp_path / 'none'}"])
     assert isinstance(run_stage("evaluate", cfg, label="eval-base", dry_run=True), Pending)
-    with pytest.raises(UsageError, match="sample.vllm_python=.*not an executable file"):
+    with pytest.raises(UsageError, match="sample.vllm.python=.*not an executable file"):
         run_stage("evaluate", cfg, label="eval-base")
     assert not list(tmp_path.rglob("*.partial"))

@@ -11,6 +11,7 @@ from mtsql.app.runner import STAGES, run_stage, store_for, view_for
 from mtsql.base import provenance
 from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.base.config import ConfigView, UndeclaredSection, load_config
+from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA, data_dir
 
 
@@ -69,7 +70,7 @@ def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_
     shutil.copytree(here, there)
     for same in (after("sample.batch_size=3"), after("sft.node_rank=1"), after(data=there)):
         assert same == before
-    again = run_stage("sample", cfg(there, "sample.batch_size=3", "sample.openai_timeout_s=5"))
+    again = run_stage("sample", cfg(there, "sample.batch_size=3", "sample.openai.timeout_s=5"))
     assert again.path == sampled.path and len(store_for(cfg()).artifacts()) == 3, "served from the store"
 
     warmer = after("sample.temperature=0.3")
@@ -90,6 +91,37 @@ def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_
     assert all(changed[name] != before[name] for name in before), "every stage that reads the data reruns"
     no_heldout = [planned("sft", cfg(data, "sft.heldout=0"), reject=kept) for data in (here, there)]
     assert no_heldout[0] == no_heldout[1] != before["sft"], "without the held-out check SFT reads no data"
+
+
+def test_a_stage_reruns_for_the_settings_of_the_engine_it_runs_and_for_no_other(tmp_path):
+    """Each backend and RL engine owns a sub-section (sample.vllm, rl.local, ...): a stage's fingerprint
+    covers the selected one only."""
+    pool = run_stage("curriculum", cfg_for(tmp_path))
+
+    def evaluate(*overrides):
+        return planned("evaluate", cfg_for(tmp_path, "sample.backend=hf", *overrides))
+
+    def rl(engine, *overrides):
+        return planned("rl", cfg_for(tmp_path, f"rl.engine={engine}", "rl.batch_size=2", "rl.mini_batch_size=2", *overrides), {"stage": 1}, curriculum=pool)
+
+    hf = evaluate()
+    assert evaluate("sample.vllm.args=[--max-num-seqs, '128']", "sample.openai.model=x") == hf, "not the hf backend's"
+    assert evaluate("sample.max_new_tokens=64") != hf
+    served = planned("evaluate", cfg_for(tmp_path, "sample.backend=openai"))
+    assert planned("evaluate", cfg_for(tmp_path, "sample.backend=openai", "sample.openai.model=x")) != served
+    local, verl = rl("local"), rl("verl")
+    assert rl("local", "rl.verl.rollout_name=sglang", "rl.verl.extra=[trainer.val_before_train=true]") == local
+    assert rl("verl", "rl.local.trainable_layers=12") == verl, "the local engine's layers are not verl's"
+    assert rl("local", "rl.local.trainable_layers=12") != local and rl("verl", "rl.verl.rollout_name=sglang") != verl
+
+
+def test_a_setting_moved_into_its_engine_names_its_new_place():
+    with pytest.raises(UsageError, match=r"unknown key 'sample.vllm_args'; moved: use 'sample.vllm.args'"):
+        load_config(None, ["sample.vllm_args=[--x]"])
+    with pytest.raises(UsageError, match=r"unknown key 'rl.trainable_layers'; moved: use 'rl.local.trainable_layers'"):
+        load_config(None, ["rl.trainable_layers=3"])
+    with pytest.raises(UsageError, match=r"unknown key 'rl.verl.trainable_layers'"):
+        load_config(None, ["rl.verl.trainable_layers=3"])
 
 
 def test_sft_without_a_heldout_check_reruns_for_no_sampling_setting(tmp_path):

@@ -136,7 +136,7 @@ def test_method_pipeline_end_to_end_with_a_tiny_model(tmp_path, models_home, tin
     runs = tmp_path / "runs"
     overrides = [f"runs_dir={runs}", "model.name=tiny-qwen3", "model.dtype=float32", "sample.backend=hf",
                  "data.train_limit=2", "data.eval_limit=1", "sample.n=2", "sample.max_new_tokens=16",
-                 "sft.max_steps=1", "sft.trainable_layers=1", "rl.trainable_layers=1", "rl.max_message_tokens=16",
+                 "sft.max_steps=1", "sft.trainable_layers=1", "rl.local.trainable_layers=1", "rl.max_message_tokens=16",
                  "rl.steps_per_stage=1", "rl.n=2", "curriculum.stages=[[easy, medium, hard, extra]]"]
     pipeline.run_pipeline(METHOD, PROFILE, overrides)
     store = store_for(load_config(PROFILE, overrides))

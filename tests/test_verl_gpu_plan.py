@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from mtsql.app import pipeline
-from mtsql.engines.verl import stage
+from mtsql.engines.verl import engine as stage
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "paper-qwen3-4b.commands.txt"

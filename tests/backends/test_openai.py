@@ -267,11 +267,11 @@ def test_a_server_mtsql_did_not_start_takes_no_weights(serve, client, tiny_qwen3
 
     server = serve(lambda body: (500, {}), models=["tiny"])
     with pytest.raises(UsageError, match=rf"the server at {server.url} was not started by mtsql: it cannot take new "
-                                         r"weights \(train with rl.rollout_backend=hf or vllm\)"):
+                                         r"weights \(train with rl.local.rollout_backend=hf or vllm\)"):
         client(server.url).load_weights(object(), tmp_path / "weights")
     user_run = VLLMBackend(tiny_qwen3, base_url=server.url, served_model="tiny")
     try:
-        with pytest.raises(UsageError, match=r"only into a vLLM server mtsql started \(unset sample.vllm_base_url\)"):
+        with pytest.raises(UsageError, match=r"only into a vLLM server mtsql started \(unset sample.vllm.base_url\)"):
             user_run.load_weights(object(), tmp_path / "weights")
     finally:
         user_run.close()
@@ -282,15 +282,15 @@ def test_each_backend_reads_its_own_settings(tmp_path):
     from mtsql.base.config import load_config
     from mtsql.engines.backends import backend_class
 
-    cfg = load_config(None, ["sample.openai_base_url=http://h:1/v1", "sample.openai_model=m", "rl.lora_rank=4",
-                             "sample.openai_concurrency=3", "sample.vllm_base_url=http://v:2/v1", "model.dtype=auto"])
+    cfg = load_config(None, ["sample.openai.base_url=http://h:1/v1", "sample.openai.model=m", "rl.lora_rank=4",
+                             "sample.openai.concurrency=3", "sample.vllm.base_url=http://v:2/v1", "model.dtype=auto"])
     assert backend_class("openai").options(cfg) == {"base_url": "http://h:1/v1", "served_model": "m",
-                                                    "concurrency": 3, "timeout_s": cfg.sample.openai_timeout_s}
+                                                    "concurrency": 3, "timeout_s": cfg.sample.openai.timeout_s}
     assert backend_class("vllm").options(cfg, log_path=tmp_path) == {"base_url": "http://v:2/v1",
-                                                                     "served_model": cfg.sample.vllm_model}
+                                                                     "served_model": cfg.sample.vllm.model}
     assert backend_class("hf").options(cfg) == {"dtype": "auto", "device": "cpu"}
     assert backend_class("hf").training_options(cfg, dtype="float32") == {"dtype": "float32", "device": "cpu"}
     with pytest.raises(UsageError, match="OpenAIBackend backend cannot take the weights being trained"):
         backend_class("openai").training_options(cfg, dtype="float32")
-    with pytest.raises(UsageError, match="with rl.lora_rank set rl.rollout_backend=hf"):  # before a server starts
+    with pytest.raises(UsageError, match="with rl.lora_rank set rl.local.rollout_backend=hf"):  # before a server starts
         backend_class("vllm").training_options(cfg, dtype="float32")

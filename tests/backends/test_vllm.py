@@ -225,22 +225,22 @@ def test_a_dead_engine_is_named_before_its_server_exits(tmp_path):
 
 
 def test_engine_identity_names_what_changes_tokens(vllm_python):
-    cfg = load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}", "model.dtype=float32"])
+    cfg = load_config(None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}", "model.dtype=float32"])
     identity = engine_identity(cfg)
     assert identity["engine"] == "vllm-server" and identity["version"].startswith("vllm")
     assert identity["dtype"] == "float32" and identity["eager"] is True
     assert identity["chunked_prefill"] is False  # a CPU server prefills prompts whole (seeded sampling)
-    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}",
+    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}",
                                               "model.dtype=bfloat16"])) != identity
-    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm_python={vllm_python}",
-                                              "model.dtype=float32", "sample.vllm_kv_cache_gib=3"])) == identity
-    user = engine_identity(load_config(None, ["sample.backend=vllm", "sample.vllm_base_url=http://h:1/v1"]))
+    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}",
+                                              "model.dtype=float32", "sample.vllm.kv_cache_gib=3"])) == identity
+    user = engine_identity(load_config(None, ["sample.backend=vllm", "sample.vllm.base_url=http://h:1/v1"]))
     assert user == {"engine": "vllm-server", "base_url": "http://h:1/v1", "served_model": None, "note": UNVERIFIED}
     assert engine_identity(load_config(None, ["sample.backend=hf"])) == {}
 
 
 def test_no_vllm_is_a_usage_error_with_the_fix(tmp_path):
-    with pytest.raises(UsageError, match=r"sample.vllm_python=.*not an executable file"):
+    with pytest.raises(UsageError, match=r"sample.vllm.python=.*not an executable file"):
         make_backend("vllm", "model", python=str(tmp_path / "missing"))
     assert server_spec(Path("m"), python=sys.executable, device="cuda").eager is False
 

@@ -13,8 +13,8 @@ from mtsql.base.config import RlConfig, load_config
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_due
+from mtsql.engines.verl.engine import verl_curve as _verl_curve
 from mtsql.engines.verl.launch import StageData, build_stage_plan, compose_train_config
-from mtsql.engines.verl.stage import verl_curve as _verl_curve
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, mo
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [
         f"runs_dir={tmp_path / 'runs'}", "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",
         "rl.steps_per_stage=3", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8",
-        "rl.trainable_layers=1", "rl.val_every=2", "rl.val_limit=1", "rl.val_pick=best",
+        "rl.local.trainable_layers=1", "rl.val_every=2", "rl.val_limit=1", "rl.val_pick=best",
         "curriculum.stages=[[easy, medium, hard, extra]]"])
     scores = iter([0.9, 0.1])  # step 2 validates best, the last step (3) worse: the model must be step 2's
     kept, last_weights = {}, {}

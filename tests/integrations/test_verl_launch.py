@@ -99,26 +99,26 @@ def test_switches_verl_defaults_would_pick_are_pinned(composed):
 
 
 def test_rl_extra_is_appended_but_cannot_silently_replace_an_override(tmp_path):
-    plan = plan_for(tmp_path, "rl.extra=[actor_rollout_ref.actor.optim.weight_decay=0.05, +trainer.wandb_proxy=x]")
+    plan = plan_for(tmp_path, "rl.verl.extra=[actor_rollout_ref.actor.optim.weight_decay=0.05, +trainer.wandb_proxy=x]")
     assert plan[0].argv[-2:] == ("actor_rollout_ref.actor.optim.weight_decay=0.05", "+trainer.wandb_proxy=x")
     assert compose_train_config(plan[0].argv[3:]).actor_rollout_ref.actor.optim.weight_decay == 0.05
-    with pytest.raises(UsageError, match=r"rl.extra sets actor_rollout_ref.rollout.n, trainer.use_v1, .*rl.extra_override: true"):
-        plan_for(tmp_path, "rl.extra=[trainer.use_v1=true, actor_rollout_ref.rollout.n=8]")
-    with pytest.raises(UsageError, match="rl.extra sets reward.custom_reward_function"):  # a whole subtree
-        plan_for(tmp_path, "rl.extra=['reward.custom_reward_function={path: x}']")
-    overridden = plan_for(tmp_path, "rl.extra=[actor_rollout_ref.rollout.n=8]", "rl.extra_override=true")[0].argv
+    with pytest.raises(UsageError, match=r"rl.verl.extra sets actor_rollout_ref.rollout.n, trainer.use_v1, .*rl.verl.extra_override: true"):
+        plan_for(tmp_path, "rl.verl.extra=[trainer.use_v1=true, actor_rollout_ref.rollout.n=8]")
+    with pytest.raises(UsageError, match="rl.verl.extra sets reward.custom_reward_function"):  # a whole subtree
+        plan_for(tmp_path, "rl.verl.extra=['reward.custom_reward_function={path: x}']")
+    overridden = plan_for(tmp_path, "rl.verl.extra=[actor_rollout_ref.rollout.n=8]", "rl.verl.extra_override=true")[0].argv
     assert [a for a in overridden if a.startswith("actor_rollout_ref.rollout.n=")] == ["actor_rollout_ref.rollout.n=8"]
     with pytest.raises(UsageError, match="'trainer.use_v1' is not a Hydra override"):
-        plan_for(tmp_path, "rl.extra=[trainer.use_v1]")
+        plan_for(tmp_path, "rl.verl.extra=[trainer.use_v1]")
 
 
 def test_rl_logger_adds_the_backend_and_keeps_tensorboard_in_the_stage_folder(tmp_path):
-    plan = plan_for(tmp_path, "rl.logger=tensorboard")
+    plan = plan_for(tmp_path, "rl.verl.logger=tensorboard")
     config = compose_train_config(plan[0].argv[3:])
     assert list(config.trainer.logger) == ["console", "file", "tensorboard"]
     assert config.ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR == str(tmp_path / "rl" / "stage-0" / "tensorboard")
-    with pytest.raises(UsageError, match="'rl.logger' must be one of none, tensorboard, wandb"):
-        plan_for(tmp_path, "rl.logger=mlflow")
+    with pytest.raises(UsageError, match="'rl.verl.logger' must be one of none, tensorboard, wandb"):
+        plan_for(tmp_path, "rl.verl.logger=mlflow")
 
 
 def test_a_misspelt_or_inconsistent_override_is_rejected_before_launch(composed):
@@ -168,7 +168,7 @@ def test_merge_command_is_accepted_by_verls_model_merger(tmp_path, monkeypatch):
 
 def test_lora_stages_continue_the_previous_adapter(tmp_path):
     # sglang: verl checks a LoRA rank against the installed vllm, which a CPU machine does not have
-    plan = plan_for(tmp_path, "rl.lora_rank=16", "rl.lora_alpha=32", "rl.rollout_name=sglang")
+    plan = plan_for(tmp_path, "rl.lora_rank=16", "rl.lora_alpha=32", "rl.verl.rollout_name=sglang")
     first, second = (dict(a.split("=", 1) for a in plan[k].argv[3:]) for k in (0, 2))
     assert (first["actor_rollout_ref.model.lora_rank"], first["actor_rollout_ref.model.lora_alpha"]) == ("16", "32")
     assert "actor_rollout_ref.model.lora_adapter_path" not in first
@@ -201,9 +201,9 @@ def test_dry_run_script_holds_every_file_and_complete_command(tmp_path):
 
 
 def test_multi_node_needs_a_ray_address_and_says_how_to_start_ray(tmp_path):
-    with pytest.raises(UsageError, match="rl.ray_address"):
-        plan_for(tmp_path, "rl.nnodes=2")
-    plan = plan_for(tmp_path, "rl.nnodes=2", "rl.ray_address=10.0.0.1:6379")
+    with pytest.raises(UsageError, match="rl.verl.ray_address"):
+        plan_for(tmp_path, "rl.verl.nnodes=2")
+    plan = plan_for(tmp_path, "rl.verl.nnodes=2", "rl.verl.ray_address=10.0.0.1:6379")
     assert plan[0].env["RAY_ADDRESS"] == "10.0.0.1:6379"
     assert "ray start --head --port=6379" in plan[0].note and "ray start --address=10.0.0.1:6379" in plan[0].note
     assert "# Ray cluster at 10.0.0.1:6379" in render_plan(plan)
@@ -212,8 +212,8 @@ def test_multi_node_needs_a_ray_address_and_says_how_to_start_ray(tmp_path):
 def test_bad_plans_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="fewer than rl.batch_size=256"):
         plan_for(tmp_path, rows=100)
-    with pytest.raises(UsageError, match="'rl.rollout_name' must be one of vllm, sglang"):
-        plan_for(tmp_path, "rl.rollout_name=hf")
+    with pytest.raises(UsageError, match="'rl.verl.rollout_name' must be one of vllm, sglang"):
+        plan_for(tmp_path, "rl.verl.rollout_name=hf")
 
 
 @pytest.mark.parametrize("value, text", [
@@ -301,14 +301,13 @@ def test_run_stage_plan_checks_the_overrides_before_starting_anything(tmp_path):
     assert not (tmp_path / "log.txt").exists()
 
 
-def test_trainable_layers_is_refused_for_verl(tmp_path):
-    with pytest.raises(UsageError, match="rl.trainable_layers=12 is a local-engine setting"):
-        plan_for(tmp_path, "rl.trainable_layers=12")
+def test_the_local_engines_settings_leave_verls_plan_alone(tmp_path):
+    assert plan_for(tmp_path, "rl.local.trainable_layers=12")[0].argv == plan_for(tmp_path)[0].argv
 
 
 def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
+    from mtsql.engines.verl.engine import verl_curve as _verl_curve
     from mtsql.engines.verl.launch import ROLLOUTS_DIR
-    from mtsql.engines.verl.stage import verl_curve as _verl_curve
 
     write_attempt(tmp_path, range(1, 3), 0.0)
     (tmp_path / ROLLOUTS_DIR).mkdir()

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 SPREAD_REWARD = Path(__file__).with_name("verl_spread_reward.py")
 SETTINGS = ("model.name=tiny-qwen3", "data.train_limit=3", "curriculum.stages=[[easy,medium,hard,extra]]",
-            "rl.batch_size=2", "rl.mini_batch_size=2", "rl.n=2", "rl.trainable_layers=0", "rl.max_prompt_len=2048",
+            "rl.batch_size=2", "rl.mini_batch_size=2", "rl.n=2", "rl.local.trainable_layers=0", "rl.max_prompt_len=2048",
             "rl.max_response_len=128", "rl.max_message_tokens=32", "rl.extra_override=true",
             f"rl.extra=[reward.custom_reward_function.path={SPREAD_REWARD}]")
 START_S = 300.0  # Ray and vLLM up on a loaded 2-core machine
@@ -151,7 +151,7 @@ def test_verl_without_its_environment_says_what_to_run(tmp_path, monkeypatch):
     from mtsql.base.errors import UsageError
     from mtsql.engines.verl import launch
 
-    cfg = load_config(TINY, ["rl.trainable_layers=0", "rl.batch_size=1"])
+    cfg = load_config(TINY, ["rl.local.trainable_layers=0", "rl.batch_size=1"])
     monkeypatch.setattr(launch.sys, "prefix", str(tmp_path / ".venv"))
     plan = launch.build_stage_plan(cfg, [launch.StageData("stage-1", tmp_path / "s.parquet", 4)],
                                    model_path="m", out_dir=tmp_path, data_root=tmp_path, cpu=True)

@@ -192,7 +192,7 @@ def test_trainable_layers_trains_the_last_layers_with_their_full_model_gradient(
     """Freezing what lies below changes no gradient above it: the last layer gets exactly the
     gradient it gets in full training, and nothing else gets one."""
     layers = len(tiny_model.base_model.layers)
-    frozen = trainable(copy.deepcopy(tiny_model), RlConfig(trainable_layers=1))
+    frozen = trainable(copy.deepcopy(tiny_model), RlConfig().with_engine('local', trainable_layers=1))
     grads = named_gradients(frozen, mixed_episodes())
     full = named_gradients(copy.deepcopy(tiny_model), mixed_episodes())
     last = f"model.layers.{layers - 1}."
@@ -205,12 +205,12 @@ def test_trainable_layers_trains_the_last_layers_with_their_full_model_gradient(
 
 def test_trainable_layers_outside_the_model_or_beside_lora_is_refused(tiny_model):
     layers = len(tiny_model.base_model.layers)
-    with pytest.raises(UsageError, match=rf"rl.trainable_layers={layers + 1}: the model has {layers} decoder layers"):
-        trainable(copy.deepcopy(tiny_model), RlConfig(trainable_layers=layers + 1))
+    with pytest.raises(UsageError, match=rf"rl.local.trainable_layers={layers + 1}: the model has {layers} decoder layers"):
+        trainable(copy.deepcopy(tiny_model), RlConfig().with_engine('local', trainable_layers=layers + 1))
     with pytest.raises(UsageError, match="choose one way to train fewer weights"):
-        trainable(copy.deepcopy(tiny_model), RlConfig(trainable_layers=1, lora_rank=4))
+        trainable(copy.deepcopy(tiny_model), RlConfig(lora_rank=4).with_engine('local', trainable_layers=1))
     with pytest.raises(UsageError, match="Linear keeps no decoder layers at base_model.layers"):
-        trainable(torch.nn.Linear(2, 2), RlConfig(trainable_layers=1))
+        trainable(torch.nn.Linear(2, 2), RlConfig().with_engine('local', trainable_layers=1))
     whole = trainable(copy.deepcopy(tiny_model), RlConfig())
     assert all(p.requires_grad for p in whole.parameters())
 

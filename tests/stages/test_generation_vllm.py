@@ -29,7 +29,7 @@ def cfg_for(tmp_path, tiny_qwen3, vllm_python, *overrides):
     return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=2",
                               "model.dtype=float32",
                               "data.train_limit=2", "env.max_messages=2", "sample.max_new_tokens=24",
-                              f"sample.vllm_python={vllm_python}", "sample.vllm_kv_cache_gib=1", *overrides])
+                              f"sample.vllm.python={vllm_python}", "sample.vllm.kv_cache_gib=1", *overrides])
 
 
 def by_key(artifact, dataset: str) -> dict[str, dict]:
@@ -85,7 +85,7 @@ def without_timings(tree):
 def test_sample_through_a_user_run_server_records_that_it_cannot_be_verified(tmp_path, tiny_qwen3, vllm_python,
                                                                              tiny_server):
     cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=vllm", "sample.policy=model", "sample.n=2",
-                  f"sample.vllm_base_url={tiny_server.base_url}", f"sample.vllm_model={SERVED_NAME}")
+                  f"sample.vllm.base_url={tiny_server.base_url}", f"sample.vllm.model={SERVED_NAME}")
     sampled = run_stage("sample", cfg, label="sample-r1")
     engine = yaml.safe_load((sampled.path / "config.yaml").read_text())["engine"]
     assert engine == {"engine": "vllm-server", "base_url": tiny_server.base_url, "served_model": SERVED_NAME,
@@ -105,7 +105,7 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
     args = held_command(marker, "mtsql.engines.backends.vllm:VLLMBackend.submit",
                         "evaluate", "--config", str(TINY), "--model", "base",
                         f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=16",
-                        "sample.max_new_tokens=96", f"sample.vllm_python={vllm_python}", "sample.vllm_kv_cache_gib=1")
+                        "sample.max_new_tokens=96", f"sample.vllm.python={vllm_python}", "sample.vllm.kv_cache_gib=1")
     child = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                              env={**os.environ, "COLUMNS": "200"})
     pgid = None
@@ -125,7 +125,7 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
 
 def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3, vllm_python, monkeypatch,
                                                             started):
-    """rl.rollout_backend: vllm: step 2 samples from a server restarted on step 1's updated weights."""
+    """rl.local.rollout_backend: vllm: step 2 samples from a server restarted on step 1's updated weights."""
     from mtsql.app.runner import view_for
     from mtsql.core.data.records import read_turns
     from mtsql.engines.backends.vllm import VLLMBackend
@@ -139,8 +139,8 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
         real_reload(backend, folder)
 
     monkeypatch.setattr(VLLMBackend, "reload", reload)
-    cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "rl.rollout_backend=vllm", "rl.steps_per_stage=2", "rl.n=2",
-                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.trainable_layers=1", "sample.max_new_tokens=8")
+    cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "rl.local.rollout_backend=vllm", "rl.steps_per_stage=2", "rl.n=2",
+                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.local.trainable_layers=1", "sample.max_new_tokens=8")
     curriculum = run_stage("curriculum", cfg)
     turns = read_turns(curriculum.path / "stage-1.jsonl") or read_turns(curriculum.path / "stage-2.jsonl")
     out = tmp_path / "rl"

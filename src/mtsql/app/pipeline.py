@@ -28,7 +28,7 @@ from mtsql.base.files import read_text
 from mtsql.base.paths import data_dir
 from mtsql.core.data import per_dataset_groups
 from mtsql.core.data.records import read_turns
-from mtsql.stages.rl import pick_engine
+from mtsql.engines.rl_engines import pick_engine
 
 console = Console(stderr=True)
 

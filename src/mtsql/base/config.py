@@ -82,6 +82,63 @@ def operational(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
     return field(default=default, metadata={HASHED: False}, **kwargs)
 
 
+# Engine-owned sub-sections. A section with a ``SELECTOR`` (``sample.backend``, ``rl.engine``) holds one
+# sub-section per engine registered for it (``sample.vllm``, ``rl.verl``): each engine declares its own
+# settings dataclass next to its code (``engines/*/settings.py``) with ``@owned_by(Section, "name")``,
+# and the selector's valid values are the registered names. A fingerprint covers the selected engine's
+# sub-section only, so a setting of an engine the stage does not run never reruns it.
+_ENGINES: dict[type, dict[str, type]] = {}
+
+
+def owned_by(section: type, name: str) -> typing.Callable[[type], type]:
+    """Register a dataclass as the settings of engine ``name`` of ``section`` (read as ``cfg.<section>.<name>``)."""
+    def register(settings: type) -> type:
+        _ENGINES.setdefault(section, {})[name] = settings
+        return settings
+    return register
+
+
+def engines_of(section: type) -> dict[str, type]:
+    """The engines registered for a section, in registration order (``mtsql.engines`` registers them)."""
+    if section not in _ENGINES:
+        raise RuntimeError(f"no engine registered its settings for {section.__name__}: import mtsql.engines "
+                           "before building a config")
+    return _ENGINES[section]
+
+
+@dataclass(frozen=True)
+class EngineOwned:
+    """A section whose ``SELECTOR`` field names one of its registered engines; ``cfg.<section>.<engine>``
+    is that engine's settings (its defaults where the config sets none)."""
+
+    SELECTOR: typing.ClassVar[str]
+    SELECTOR_EXTRA: typing.ClassVar[tuple[str, ...]] = ()  # values resolved before a stage runs (auto)
+    owned: dict[str, Any] = field(default_factory=dict, metadata={HASHED: True}, repr=False)
+
+    def __post_init__(self) -> None:
+        given = dict(self.owned)
+        object.__setattr__(self, "owned", {name: given.get(name) or settings()
+                                           for name, settings in engines_of(type(self)).items()})
+
+    def __getattr__(self, name: str) -> Any:
+        owned = self.__dict__.get("owned", {})
+        if name in owned:
+            return owned[name]
+        raise AttributeError(f"{type(self).__name__} has no setting or engine {name!r}")
+
+    def choices(self) -> tuple[str, ...]:
+        return (*self.SELECTOR_EXTRA, *engines_of(type(self)))
+
+    def selected(self) -> str | None:
+        """The engine the selector names (None while it is still ``auto``)."""
+        name = getattr(self, self.SELECTOR)
+        return name if name in self.owned else None
+
+    def with_engine(self, name: str, **settings: Any) -> EngineOwned:
+        """A copy with some of engine ``name``'s settings changed."""
+        return dataclasses.replace(self, owned={**self.owned, name: dataclasses.replace(self.owned[name], **settings)})
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Which data a run uses. ``root: null`` means $MTSQL_DATA (else the packaged fixture)."""
@@ -167,42 +224,25 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class SampleConfig:
-    """Trajectory sampling (rollout)."""
+class SampleConfig(EngineOwned):
+    """Trajectory sampling (rollout); ``sample.<backend>`` holds the backend's own settings."""
+
+    SELECTOR = "backend"
 
     policy: Policy = result("model")
     correction_share: Share = result(1.0)  # gold_with_correction: the share of trajectories that first run a wrong
-                                           # variant; the others run the gold at once. 1.0 (every one) taught the
-                                           # method run's model to rewrite every first query (README)
+                                           # variant; the others run the gold at once
     failure_share: Share = result(0.586)  # gold_grounded: the share of trajectories whose first query fails in a
-                                          # way the result shows, then is corrected; 126/215, the share of dev
-                                          # turns with a failed exec_sql of the SFT model in make reproduce
-                                          # (2026-11-27: 63/114 CoSQL, 63/101 SParC; policies.MEASURED_FAILURE_SHARE)
-    backend: Literal["hf", "vllm", "openai"] = result("hf")
+                                          # way the result shows, then is corrected (policies.MEASURED_FAILURE_SHARE:
+                                          # the share of failed exec_sql turns the SFT model meets)
+    backend: str = result("hf")  # a registered generation backend (engines/backends/settings.py: hf, vllm, openai);
+                                 # its settings are sample.<backend>
     n: AtLeast1 = result(1)
     temperature: NonNegative = result(0.7)  # 0: greedy
     top_p: Share = result(1.0)
     max_new_tokens: AtLeast1 = result(512)
     batch_size: AtLeast1 = operational(16)  # conversations per backend call: each record's seed derives from its
                                             # turn, sample and message, so records do not depend on batching
-    openai_base_url: str = operational("http://127.0.0.1:8000/v1")  # where the server listens; what it serves is
-                                                                    # openai_model
-    openai_model: str | None = result(None)  # the name the server serves the model under (default: its path or id)
-    openai_concurrency: AtLeast1 = operational(8)
-    openai_timeout_s: Positive = operational(120.0)
-    # backend vllm (docs/engines.md): a vLLM server mtsql starts for each stage's model and stops after it. The
-    # fingerprint also covers the engine's identity (the vLLM version, a user-run server's URL: engine_identity)
-    vllm_base_url: str | None = operational(None)  # a vLLM server you run instead (its /v1 URL): mtsql cannot
-                                                   # verify it (engine_identity records the URL)
-    vllm_model: str | None = result(None)  # the name that server serves the model under
-    vllm_python: str | None = operational(None)  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else
-                                                 # this one); engine_identity records its vLLM version
-    vllm_kv_cache_gib: Positive | None = operational(None)  # CPU: the server's KV cache (None: a quarter of the
-                                                            # free RAM, <= 8)
-    vllm_eager: bool | None = operational(None)  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
-    vllm_args: tuple[str, ...] = result(())  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"]
-                                             # (any server argument, some of which change tokens)
-    vllm_start_timeout_s: Positive = operational(600.0)
 
 
 @dataclass(frozen=True)
@@ -270,10 +310,14 @@ class CurriculumConfig:
 
 
 @dataclass(frozen=True)
-class RlConfig:
-    """GRPO (``mtsql.stages.rl``); ``engine: auto`` = verl when CUDA is visible, else local."""
+class RlConfig(EngineOwned):
+    """GRPO (``mtsql.stages.rl``); ``rl.<engine>`` holds the engine's own settings."""
 
-    engine: Literal["auto", "verl", "local"] = result("auto")
+    SELECTOR = "engine"
+    SELECTOR_EXTRA = ("auto",)
+
+    engine: str = result("auto")  # a registered RL engine (verl, local: engines/*/settings.py); auto: verl where
+                                  # CUDA is visible, else local (resolved before a stage runs)
     n: AtLeast1 = result(5)
     lr: Positive = result(1e-6)
     kl_coef: NonNegative = result(0.0)
@@ -293,26 +337,13 @@ class RlConfig:
     max_response_len: AtLeast1 = result(8000)
     temperature: Positive = result(1.0)  # GRPO learns from the spread of a group's samples: greedy would have none
     lora_rank: AtLeast0 = result(0)  # 0 = full parameters
-    trainable_layers: AtLeast0 = result(0)  # local engine: only the last trainable_layers decoder layers train
-                                            # (0: every weight)
-    rollout_backend: Literal["hf", "vllm"] = result("hf")  # local engine: vllm restarts a managed server on each
-                                                           # step's weights (sample.vllm_* settings)
-    n_gpus_per_node: AtLeast1 = result(4)  # verl: its workers shard the batch and seed their rollouts by this layout
-    nnodes: AtLeast1 = result(1)
-    ray_address: str | None = operational(None)
-    rollout_name: Literal["vllm", "sglang"] = result("vllm")
     lora_alpha: AtLeast1 = result(32)
-    micro_batch_size_per_gpu: AtLeast1 = operational(1)  # verl and local: actor update and log-prob micro-batches,
+    micro_batch_size_per_gpu: AtLeast1 = operational(1)  # actor update and log-prob micro-batches,
                                                          # accumulated into the same step
-    rollout_tp: AtLeast1 = operational(1)  # tensor parallel size of the vllm/sglang rollout server: the same model
-                                           # split over GPUs
-    gpu_memory_utilization: Share = operational(0.5)  # share of GPU memory the rollout server may take
+    gpu_memory_utilization: Share = operational(0.5)  # share of GPU memory a rollout server may take (verl's, or
+                                                      # the local engine's vLLM rollouts)
     max_message_tokens: AtLeast1 | None = result(None)  # cap per assistant message (None: the remaining response
                                                         # budget)
-    logger: Logger = operational("none")  # besides the metrics file (verl engine)
-    extra: tuple[str, ...] = result(())  # more Hydra overrides for verl's main_ppo, appended to the command
-    extra_override: bool = operational(False)  # let rl.extra replace overrides mtsql sets (else that is an error);
-                                               # rl.extra, hashed, holds the values that win
 
 
 @dataclass(frozen=True)
@@ -438,19 +469,32 @@ def _check_together(cfg: Config, where: _Origins) -> None:
 
 
 def hashed_settings(value: Any) -> Any:
-    """What fingerprints cover of a section: its ``result`` fields (a top-level setting: its value)."""
-    if dataclasses.is_dataclass(value):
-        return {f.name: to_dict(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata[HASHED]}
-    return to_dict(value)
+    """What fingerprints cover of a section: its ``result`` fields and, where engines own sub-sections,
+    the ``result`` fields of the selected engine's only (a top-level setting: its value)."""
+    if not dataclasses.is_dataclass(value):
+        return to_dict(value)
+    covered = {f.name: to_dict(getattr(value, f.name)) for f in _fields(value) if f.metadata[HASHED]}
+    if isinstance(value, EngineOwned) and value.selected():
+        covered[value.selected()] = hashed_settings(value.owned[value.selected()])
+    return covered
 
 
 def to_dict(cfg: Any) -> Any:
-    """A config (or section) as plain YAML-able data: tuples become lists."""
+    """A config (or section) as plain YAML-able data: tuples become lists; each engine's sub-section is a
+    key of its section (``sample: {backend: vllm, vllm: {...}, ...}``)."""
     if dataclasses.is_dataclass(cfg):
-        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+        out = {f.name: to_dict(getattr(cfg, f.name)) for f in _fields(cfg)}
+        if isinstance(cfg, EngineOwned):
+            out.update((name, to_dict(settings)) for name, settings in cfg.owned.items())
+        return out
     if isinstance(cfg, (list, tuple)):
         return [to_dict(v) for v in cfg]
     return cfg
+
+
+def _fields(section: Any) -> tuple[dataclasses.Field, ...]:
+    """A section's own settings (an engine-owned section's ``owned`` is its engines' sub-sections)."""
+    return tuple(f for f in dataclasses.fields(section) if f.name != "owned")
 
 
 def replace(cfg: Config, **sections: dict) -> Config:
@@ -515,10 +559,19 @@ REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
     "evaluate.limit": "evaluate.limit was never read: data.eval_limit sets how many interactions are scored",
     **{old: f"renamed: use '{new}' ({why})" for old, new, why in (
         ("sft.freeze_layers", "sft.trainable_layers", "it counts the last decoder layers that train"),
-        ("rl.freeze_layers", "rl.trainable_layers", "it counts the last decoder layers that train"),
+        ("rl.freeze_layers", "rl.local.trainable_layers", "it counts the last decoder layers that train"),
         ("env.max_turns", "env.max_messages", "it counts assistant messages; a turn is a dialogue turn"),
         ("rl.max_turn_tokens", "rl.max_message_tokens", "the cap is per assistant message"),
     )},
+    # settings that moved into the sub-section of the engine that reads them
+    **{f"{section}.{old}": f"moved: use '{section}.{engine}.{new}' (a setting of the {engine} engine only)"
+       for section, engine, names in (
+           ("sample", "vllm", ("base_url", "model", "python", "kv_cache_gib", "eager", "args", "start_timeout_s")),
+           ("sample", "openai", ("base_url", "model", "concurrency", "timeout_s")),
+           ("rl", "verl", ("n_gpus_per_node", "nnodes", "ray_address", "rollout_name", "rollout_tp", "logger",
+                           "extra", "extra_override")),
+           ("rl", "local", ("trainable_layers", "rollout_backend")))
+       for new in names for old in ((f"{engine}_{new}",) if section == "sample" else (new,))},
 }
 
 
@@ -529,16 +582,29 @@ def build(cls: type, raw: Any, *, source: str | _Origins, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise UsageError(f"{where.of(name)}: '{name}' must be a mapping, got {type(raw).__name__}")
     hints = typing.get_type_hints(cls, include_extras=True)
-    names = [f.name for f in dataclasses.fields(cls)]
-    values = {}
+    names = [f.name for f in _fields(cls)]
+    engines = engines_of(cls) if issubclass(cls, EngineOwned) else {}
+    values, owned = {}, {}
     for key, value in raw.items():
+        if key in engines:
+            owned[key] = build(engines[key], value if value is not None else {}, source=where,
+                               prefix=f"{prefix}{key}.")
+            continue
         if key not in names:
+            names = [*names, *engines]
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
             hint = f"; {REMOVED[f'{prefix}{key}']}" if f"{prefix}{key}" in REMOVED else hint
             raise UsageError(f"{where.of(f'{prefix}{key}')}: unknown key '{prefix}{key}'{hint}")
         values[key] = _coerce(hints[key], value, where=where, key=f"{prefix}{key}")
-    return cls(**values)
+    if not engines:
+        return cls(**values)
+    section = cls(**values, owned=owned)
+    selector = f"{prefix}{cls.SELECTOR}"
+    if getattr(section, cls.SELECTOR) not in section.choices():
+        raise UsageError(f"{where.of(selector)}: '{selector}' must be one of {', '.join(section.choices())}; "
+                         f"got {getattr(section, cls.SELECTOR)!r}")
+    return section
 
 
 def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
@@ -643,10 +709,18 @@ class ConfigView:
     def unhashed(self) -> dict:
         """What the fingerprint leaves out but an artifact should still record: the ``operational``
         settings of the declared sections and, with section ``data``, the data folder's path."""
-        kept = {name: {f.name: to_dict(getattr(getattr(self, name), f.name))
-                       for f in dataclasses.fields(getattr(self, name)) if not f.metadata[HASHED]}
+        kept = {name: _operational(getattr(self, name))
                 for name in self._sections if dataclasses.is_dataclass(getattr(self, name))}
         kept = {name: fields for name, fields in kept.items() if fields}
         if "data" in self._sections:
             kept["data_root"] = str(self._data_root)
         return kept
+
+
+def _operational(section: Any) -> dict:
+    """A section's ``operational`` settings, with those of its selected engine."""
+    kept = {f.name: to_dict(getattr(section, f.name)) for f in _fields(section) if not f.metadata[HASHED]}
+    if isinstance(section, EngineOwned) and section.selected():
+        engine = _operational(section.owned[section.selected()])
+        kept.update({section.selected(): engine} if engine else {})
+    return kept

@@ -7,11 +7,12 @@ as subprocesses (their exact commands are in ``log.txt`` and, with ``--dry-run``
 
 Reads: ``stage-<stage>.jsonl`` of the ``curriculum`` input; the ``model`` input to start from (a
 training artifact; none: the base model); config sections ``data``, ``sql``, ``env``, ``reward``,
-``model``, ``sample`` (generation settings of the local engine), ``rl``, ``seed``. ``rl.engine``
-must be resolved (``verl`` or ``local``, see ``pick_engine``) before the stage runs.
+``model``, ``sample`` (generation settings of the local engine), ``rl`` (with ``rl.<engine>``, the
+engine's own settings), ``seed``. ``rl.engine`` must be resolved (``engines.rl_engines.pick_engine``)
+before the stage runs.
 Writes: ``model/``, ``metrics.jsonl`` (one line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
-Each engine is called through its ``train_stage`` (``train_stage_of``): ``mtsql.engines.local_grpo.trainer``
-and ``mtsql.engines.verl.stage``.
+The stage calls the engine through one contract (``engines.rl_engines``) and knows neither:
+``mtsql.engines.local_grpo.engine`` and ``mtsql.engines.verl.engine``.
 
 ``rl.epochs_per_stage`` and ``rl.val_every`` / ``rl.val_pick`` (``engines.rl_schedule``) set how
 long a stage trains and which step's model it keeps; verl validates on ``data/val.parquet`` (the dev
@@ -26,22 +27,11 @@ from mtsql.base.artifacts import Artifact, StageContext
 from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
 from mtsql.core.data.records import read_turns
-from mtsql.engines import backends
 from mtsql.engines.models.registry import stage_model
-from mtsql.engines.rl_schedule import epochs_note
+from mtsql.engines.rl_engines import rl_engine
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
 INPUTS = {"curriculum": "curriculum", "model": None}
-ENGINES = ("verl", "local")
-
-
-def pick_engine(name: str) -> str:
-    """``auto``: verl where a CUDA device is visible, else the local engine."""
-    if name != "auto":
-        return name
-    import torch  # only to look for a GPU
-
-    return "verl" if torch.cuda.is_available() else "local"
 
 
 def hashed(cfg: ConfigView) -> dict:
@@ -51,46 +41,25 @@ def hashed(cfg: ConfigView) -> dict:
 
 
 def engine_identity(cfg: ConfigView) -> dict:
-    """The local engine's rollout server, for the fingerprint (verl's rollouts are verl's own)."""
-    if cfg.rl.engine == "local" and cfg.rl.rollout_backend == "vllm":
-        return backends.engine_identity(cfg.replace(sample={"backend": "vllm"}))
-    return {}
-
-
-def train_stage_of(engine: str):
-    """The engine's ``train_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage)``: the one entry
-    point of each RL engine (imported on use: torch, verl)."""
-    if engine == "local":
-        from mtsql.engines.local_grpo.trainer import train_stage
-    elif engine == "verl":
-        from mtsql.engines.verl.stage import train_stage
-    else:
-        raise UsageError(f"rl.engine={engine}: resolve 'auto' with pick_engine before running the stage")
-    return train_stage
+    """What generates the engine's rollouts beyond the config."""
+    return rl_engine(cfg.rl.engine).identity(cfg)
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> dict:
     turns = read_turns(curriculum.path / f"stage-{stage}.jsonl")
     if not turns:
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
-    train_stage = train_stage_of(cfg.rl.engine)
+    engine = rl_engine(cfg.rl.engine)
     base = stage_model(cfg.model.name, model)
     return {"engine": cfg.rl.engine, "items": len(turns),
-            **train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
-                          stage=stage)}
+            **engine.train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
+                                 stage=stage)}
 
 
 def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:
-    """What this stage would run (``--dry-run``): the verl files and commands, or the local engine's steps."""
-    base = stage_model(cfg.model.name, model, resolve=False)
-    if cfg.rl.engine == "local":
-        weights = f"the last {cfg.rl.trainable_layers} decoder layers of " if cfg.rl.trainable_layers else ""
-        return (f"# local GRPO in this process: {epochs_note(cfg.rl)} of {cfg.rl.batch_size} questions "
-                f"x {cfg.rl.n} samples, training {weights}{base}; curriculum stage {stage} of {curriculum.path}\n")
-    from mtsql.engines.verl.stage import plan_stage
-
+    """What this stage would run (``--dry-run``), as its engine plans it."""
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
     rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs
-    items = f"{rows} items" if rows is not None else f"the items of curriculum stage {stage} ({curriculum.path})"
-    return (f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n"
-            + plan_stage(cfg, base_model=base, out_dir=out, stage=stage, rows=rows))
+    return (f"# curriculum stage {stage} of {curriculum.path}\n"
+            + rl_engine(cfg.rl.engine).plan_stage(cfg, base_model=stage_model(cfg.model.name, model, resolve=False),
+                                                  out_dir=out, stage=stage, rows=rows))

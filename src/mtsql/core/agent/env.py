@@ -27,10 +27,11 @@ three show it alike.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from mtsql.base.config import EnvConfig, SqlConfig
+from mtsql.base.errors import UsageError
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent import prompts, tools
 from mtsql.core.agent.protocol import EXEC_VERIFY, MEMORY_VERIFY, Action, parse_action
@@ -121,9 +122,11 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, row: dict) -> Trajectory:
-        row = {k: v for k, v in row.items() if k not in ("num_messages", "num_assistant_turns")}
-        if "max_turns" in row:  # a record written before max_turns became max_messages
-            row["max_messages"] = row.pop("max_turns")
+        row = {k: v for k, v in row.items() if k != "num_messages"}
+        unknown = sorted(set(row) - {f.name for f in fields(cls)})
+        if unknown:
+            raise UsageError(f"a trajectory record holds {', '.join(unknown)}, which this mtsql does not write: an "
+                             "older mtsql made it; rerun the stage that wrote it with --force")
         row["memory"] = [MemoryEntry.from_dict(m) for m in row.get("memory", [])]
         row["steps"] = [Step(**s) for s in row.get("steps", [])]
         return cls(**row)

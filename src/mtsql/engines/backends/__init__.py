@@ -4,7 +4,7 @@
 
 ``BACKENDS`` names the module and class of each; a backend's module is imported only when it is
 made. A class reads its own settings from a config (``options``, ``training_options``): ``backend_for``
-makes the one ``sample.backend`` names, ``training_backend`` the one ``rl.rollout_backend`` names. ``engine_identity`` is what a generating stage's fingerprint records of its engine beyond the
+makes the one ``sample.backend`` names, ``training_backend`` the one ``rl.local.rollout_backend`` names. ``engine_identity`` is what a generating stage's fingerprint records of its engine beyond the
 config: for the ``vllm`` backend, the vLLM version and the server settings that change tokens.
 """
 
@@ -43,17 +43,17 @@ def backend_for(cfg, model: str | Path, *, log_path: Path | None = None) -> Back
 
 
 def training_backend(cfg, model: str | Path, *, dtype: str, log_path: Path | None = None) -> Backend:
-    """The ``rl.rollout_backend`` a config names, to roll out the local RL engine's model
+    """The ``rl.local.rollout_backend`` a config names, to roll out the local RL engine's model
     (``Backend.training_options``; ``dtype``: the one the model trains in)."""
-    cls = backend_class(cfg.rl.rollout_backend)
+    cls = backend_class(cfg.rl.local.rollout_backend)
     return cls(model, **cls.training_options(cfg, dtype=dtype, log_path=log_path))
 
 
 def server_options(cfg) -> dict:
     """The managed vLLM server's settings in a config (sections ``model``, ``sample``, ``seed``)."""
     sample = cfg.sample
-    return {"dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "python": sample.vllm_python,
-            "kv_cache_gib": sample.vllm_kv_cache_gib, "eager": sample.vllm_eager, "extra_args": sample.vllm_args}
+    return {"dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "python": sample.vllm.python,
+            "kv_cache_gib": sample.vllm.kv_cache_gib, "eager": sample.vllm.eager, "extra_args": sample.vllm.args}
 
 
 def engine_identity(cfg) -> dict:
@@ -64,6 +64,6 @@ def engine_identity(cfg) -> dict:
         return {}
     from mtsql.engines.backends.vllm import server_spec, user_server_identity
 
-    if cfg.sample.vllm_base_url:
-        return user_server_identity(cfg.sample.vllm_base_url, cfg.sample.vllm_model)
+    if cfg.sample.vllm.base_url:
+        return user_server_identity(cfg.sample.vllm.base_url, cfg.sample.vllm.model)
     return server_spec("<model>", **server_options(cfg)).identity()

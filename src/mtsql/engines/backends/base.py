@@ -88,7 +88,7 @@ class Backend(ABC):
         """Constructor options for the local RL engine's rollouts (``rl``, ``model``, ``sample``, ``seed``),
         ``dtype``: the one the model trains in. Default: this backend cannot roll out for training."""
         raise UsageError(f"the {cls.__name__} backend cannot take the weights being trained: "
-                         "set rl.rollout_backend to hf or vllm")
+                         "set rl.local.rollout_backend to hf or vllm")
 
     def in_process_model(self):
         """The transformers model this backend generates with in this process, for a trainer to train in

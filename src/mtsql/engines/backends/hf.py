@@ -26,9 +26,8 @@ holds every conversation in flight: an evicted one is computed again in full at 
 On CUDA, weights default to bfloat16 and a call's rows are bounded by free memory (``batch_limit``).
 Transformers' own continuous batching (``generate_batch``, paged attention) is not used: it samples
 with one random stream for the whole batch (no per-row seeds) and knows no stop strings. A decoding
-step is one eager forward, so where kernel launches are slow (the lent H100: ~1,000 launches a
-step, 24-86 ms at batch 256 depending on the machine; README) the next gain is CUDA graphs over a
-static cache, or vLLM.
+step is one eager forward (about a thousand kernel launches at a 30-layer model), so where launches
+are slow the next gain is CUDA graphs over a static cache, or vLLM.
 """
 
 from __future__ import annotations

@@ -71,13 +71,13 @@ class OpenAIBackend(Backend):
     @classmethod
     def options(cls, cfg, *, log_path: Path | None = None) -> dict:
         sample = cfg.sample
-        return {"base_url": sample.openai_base_url, "served_model": sample.openai_model,
-                "concurrency": sample.openai_concurrency, "timeout_s": sample.openai_timeout_s}
+        return {"base_url": sample.openai.base_url, "served_model": sample.openai.model,
+                "concurrency": sample.openai.concurrency, "timeout_s": sample.openai.timeout_s}
 
     def load_weights(self, model, folder: Path) -> None:
         """Refused: a server someone else runs cannot be made to serve new weights."""
         raise UsageError(f"the server at {self.base_url} was not started by mtsql: it cannot take new weights "
-                         "(train with rl.rollout_backend=hf or vllm)")
+                         "(train with rl.local.rollout_backend=hf or vllm)")
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -89,7 +89,7 @@ class OpenAIBackend(Backend):
             answer = self.client.get(self.base_url + "/models", timeout=30.0)
         except self.httpx.TransportError as exc:
             raise UsageError(f"cannot reach the server at {self.base_url} ({type(exc).__name__}): start it, or "
-                             "fix the base URL (sample.openai_base_url / sample.vllm_base_url)") from None
+                             "fix the base URL (sample.openai.base_url / sample.vllm.base_url)") from None
         if answer.status_code != 200:
             return  # a server without a model list: requests will tell
         try:
@@ -98,7 +98,7 @@ class OpenAIBackend(Backend):
             return
         if served and self.served_model not in served:
             raise UsageError(f"the server at {self.base_url} serves {', '.join(served)}, not '{self.served_model}': "
-                             "set the served model name (sample.openai_model / sample.vllm_model)")
+                             "set the served model name (sample.openai.model / sample.vllm.model)")
 
     def gone(self) -> bool:
         """Whether the server is known to have exited (only for one mtsql started itself)."""
@@ -135,8 +135,8 @@ class OpenAIBackend(Backend):
             if response.status_code in (404, 405, 501):  # no completions endpoint here
                 what = response.headers.get("server", "a server that does not name itself")
                 raise UsageError(f"{self.url}: HTTP {response.status_code} from {what}: not an OpenAI-compatible "
-                                 "completions server; fix the base URL (sample.openai_base_url / "
-                                 f"sample.vllm_base_url): {_snippet(response.text)}")
+                                 "completions server; fix the base URL (sample.openai.base_url / "
+                                 f"sample.vllm.base_url): {_snippet(response.text)}")
             if response.status_code >= 400:
                 raise StageFailed(f"{self.url}: HTTP {response.status_code}: {_snippet(response.text)}")
             try:

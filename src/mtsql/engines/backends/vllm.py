@@ -38,7 +38,7 @@ from mtsql.engines.backends.vllm_server import (
 
 KV_RAM_SHARE = 0.25  # CPU: of the available RAM, for the managed server's KV cache (at most MAX_AUTO_KV_GIB)
 MAX_AUTO_KV_GIB = 8
-NOT_MANAGED = "new weights can be loaded only into a vLLM server mtsql started (unset sample.vllm_base_url)"
+NOT_MANAGED = "new weights can be loaded only into a vLLM server mtsql started (unset sample.vllm.base_url)"
 UNVERIFIED = "a server mtsql did not start: what it runs (weights, dtype, engine version) cannot be verified"
 
 
@@ -91,11 +91,11 @@ class VLLMBackend(OpenAIBackend):
 
     @classmethod
     def options(cls, cfg, *, log_path: Path | None = None) -> dict:
-        """A user-run server (``sample.vllm_base_url``), else a managed one logging to ``log_path``."""
+        """A user-run server (``sample.vllm.base_url``), else a managed one logging to ``log_path``."""
         sample = cfg.sample
-        if sample.vllm_base_url:
-            return {"base_url": sample.vllm_base_url, "served_model": sample.vllm_model}
-        return {"start_timeout_s": sample.vllm_start_timeout_s, "log_path": log_path, **server_options(cfg)}
+        if sample.vllm.base_url:
+            return {"base_url": sample.vllm.base_url, "served_model": sample.vllm.model}
+        return {"start_timeout_s": sample.vllm.start_timeout_s, "log_path": log_path, **server_options(cfg)}
 
     @classmethod
     def training_options(cls, cfg, *, dtype: str, log_path: Path | None = None) -> dict:
@@ -103,8 +103,8 @@ class VLLMBackend(OpenAIBackend):
         (``rl.gpu_memory_utilization``); ``dtype`` is the trained copy's, not the server's. The server
         restarts on saved full weights: LoRA adapters (``rl.lora_rank``) are refused before it starts."""
         if cfg.rl.lora_rank:
-            raise UsageError("rl.rollout_backend=vllm trains full weights or the last rl.trainable_layers layers; "
-                             "with rl.lora_rank set rl.rollout_backend=hf")
+            raise UsageError("rl.local.rollout_backend=vllm trains full weights or the last "
+                             "rl.local.trainable_layers layers; with rl.lora_rank set rl.local.rollout_backend=hf")
         return {"log_path": log_path, **server_options(cfg), "gpu_memory_utilization": cfg.rl.gpu_memory_utilization}
 
     def gone(self) -> bool:

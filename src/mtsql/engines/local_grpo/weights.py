@@ -17,14 +17,14 @@ def load_model(path: str, dtype: str, device: str):
 
 def trainable(model, rl):
     """``model`` set to train what ``rl`` asks: LoRA adapters (``rl.lora_rank``), only the last
-    ``rl.trainable_layers`` decoder layers, or (both 0) every weight."""
-    if rl.lora_rank > 0 and rl.trainable_layers > 0:
-        raise UsageError(f"rl.lora_rank={rl.lora_rank} and rl.trainable_layers={rl.trainable_layers}: "
+    ``rl.local.trainable_layers`` decoder layers, or (both 0) every weight."""
+    if rl.lora_rank > 0 and rl.local.trainable_layers > 0:
+        raise UsageError(f"rl.lora_rank={rl.lora_rank} and rl.local.trainable_layers={rl.local.trainable_layers}: "
                          "choose one way to train fewer weights and set the other to 0")
     if rl.lora_rank > 0:
         return with_lora(model, rl)
-    if rl.trainable_layers > 0:
-        train_last_layers(model, rl.trainable_layers)
+    if rl.local.trainable_layers > 0:
+        train_last_layers(model, rl.local.trainable_layers)
     return model
 
 
@@ -43,10 +43,10 @@ def train_last_layers(model, count: int) -> None:
     ``finetuning_type: freeze``. The backward pass then stops at the first trainable layer."""
     layers = getattr(getattr(model, "base_model", model), "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
-        raise UsageError(f"rl.trainable_layers={count}: {type(model).__name__} keeps no decoder layers at "
-                         "base_model.layers; set rl.trainable_layers: 0 (or rl.lora_rank) for this model")
+        raise UsageError(f"rl.local.trainable_layers={count}: {type(model).__name__} keeps no decoder layers at "
+                         "base_model.layers; set rl.local.trainable_layers: 0 (or rl.lora_rank) for this model")
     if not 1 <= count <= len(layers):
-        raise UsageError(f"rl.trainable_layers={count}: the model has {len(layers)} decoder layers; "
+        raise UsageError(f"rl.local.trainable_layers={count}: the model has {len(layers)} decoder layers; "
                          f"train 1 to {len(layers)} of them, or set 0 to train every weight")
     model.requires_grad_(False)
     for layer in layers[-count:]:

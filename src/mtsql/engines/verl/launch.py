@@ -11,8 +11,8 @@ run that starts from the previous stage's checkpoint merged to a Hugging Face fo
 the agent-loop YAML first) and merge. Every Hydra key below exists in verl 0.9.1's
 ``ppo_trainer`` config (a test composes them); the ``+`` keys are ones verl reads but does not
 declare. ``PINNED`` fixes the switches whose defaults would pick another trainer, worker or reward
-manager than the ones mtsql is built and tested against. ``rl.extra`` appends more overrides.
-On several nodes, start Ray by hand first and set ``rl.ray_address`` (the plan says how).
+manager than the ones mtsql is built and tested against. ``rl.verl.extra`` appends more overrides.
+On several nodes, start Ray by hand first and set ``rl.verl.ray_address`` (the plan says how).
 
 Without CUDA (``has_cuda``), the plan runs verl on the CPUs: with the Python of ``.venv-verl`` (make setup
 builds it), the CPU platform of ``cpu_platform`` loaded through verl's plugin hook (``CPU_ENV``), a
@@ -227,13 +227,13 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
 def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adapter: str | None,
                     stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path,
                     cpu: bool = False) -> list[str]:
-    """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.extra``;
+    """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.verl.extra``;
     ``cpu``: ``cpu_overrides`` replace the ones they name."""
     rl = cfg.rl
     steps = stage_steps(rl, stage.rows)  # None: epochs over a stage whose size is not known yet (dry run)
     actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
     reward_kwargs = "+reward.custom_reward_function.reward_kwargs"
-    logger = rl.logger
+    logger = rl.verl.logger
     pairs: list[tuple[str, object]] = [
         *PINNED,
         ("algorithm.adv_estimator", "grpo"),
@@ -262,11 +262,11 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
         (f"{actor}.clip_ratio_low", rl.clip_ratio),
         (f"{actor}.clip_ratio_high", rl.clip_ratio),
         ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", rl.micro_batch_size_per_gpu),
-        (f"{rollout}.name", rl.rollout_name),
+        (f"{rollout}.name", rl.verl.rollout_name),
         (f"{rollout}.mode", "async"),
         (f"{rollout}.n", rl.n),
         (f"{rollout}.temperature", rl.temperature),
-        (f"{rollout}.tensor_model_parallel_size", rl.rollout_tp),
+        (f"{rollout}.tensor_model_parallel_size", rl.verl.rollout_tp),
         (f"{rollout}.gpu_memory_utilization", rl.gpu_memory_utilization),
         (f"{rollout}.max_model_len", rl.max_prompt_len + rl.max_response_len),
         (f"{rollout}.log_prob_micro_batch_size_per_gpu", rl.micro_batch_size_per_gpu),
@@ -294,25 +294,25 @@ def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adap
         ("trainer.val_before_train", False),
         (f"{rollout}.val_kwargs.do_sample", False),  # validation is greedy, as the release's
         (f"{rollout}.val_kwargs.n", 1),
-        ("trainer.n_gpus_per_node", rl.n_gpus_per_node),
-        ("trainer.nnodes", rl.nnodes),
+        ("trainer.n_gpus_per_node", rl.verl.n_gpus_per_node),
+        ("trainer.nnodes", rl.verl.nnodes),
     ]
     if lora_adapter:
         pairs.append((f"{model}.lora_adapter_path", lora_adapter))
     if cpu:
         on_cpu = dict(cpu_overrides())
         pairs = [(key, on_cpu.pop(key, value)) for key, value in pairs] + list(on_cpu.items())
-    own, extra = [key.lstrip("+") for key, _ in pairs], [override_key(item) for item in rl.extra]
-    check_extra(extra, own, setting="rl.extra", allowed=rl.extra_override)
+    own, extra = [key.lstrip("+") for key, _ in pairs], [override_key(item) for item in rl.verl.extra]
+    check_extra(extra, own, setting="rl.verl.extra", allowed=rl.verl.extra_override)
     replaced = set(clashes(own, extra))
-    return [f"{key}={hydra_value(value)}" for key, value in pairs if key.lstrip("+") not in replaced] + list(rl.extra)
+    return [f"{key}={hydra_value(value)}" for key, value in pairs if key.lstrip("+") not in replaced] + list(rl.verl.extra)
 
 
 def override_key(item: str) -> str:
     """The config key of a Hydra override: ``+a.b=1``, ``++a.b=1``, ``~a.b`` and ``a.b`` all give ``a.b``."""
     key, sep, _ = item.partition("=")
     if not (sep or key.startswith("~")) or not key.lstrip("+~").strip():
-        raise UsageError(f"rl.extra: {item!r} is not a Hydra override: write key=value (or +key=value, ~key)")
+        raise UsageError(f"rl.verl.extra: {item!r} is not a Hydra override: write key=value (or +key=value, ~key)")
     return key.lstrip("+~").strip()
 
 
@@ -523,11 +523,8 @@ class StepWatcher:
 def _check(cfg: Config, stages: Sequence[StageData]) -> None:
     if not stages:
         raise UsageError("no curriculum stage to train")
-    if cfg.rl.nnodes > 1 and not cfg.rl.ray_address:
-        raise UsageError(f"rl.nnodes={cfg.rl.nnodes} needs a Ray cluster: start it (ray start) and set rl.ray_address")
-    if cfg.rl.trainable_layers:
-        raise UsageError(f"rl.trainable_layers={cfg.rl.trainable_layers} is a local-engine setting: verl's actor trains "
-                         "every weight (or LoRA adapters): set rl.trainable_layers: 0, or rl.lora_rank for fewer weights")
+    if cfg.rl.verl.nnodes > 1 and not cfg.rl.verl.ray_address:
+        raise UsageError(f"rl.verl.nnodes={cfg.rl.verl.nnodes} needs a Ray cluster: start it (ray start) and set rl.verl.ray_address")
     for stage in stages:
         if stage.rows is not None and stage.rows < cfg.rl.batch_size:
             raise UsageError(f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
@@ -536,17 +533,17 @@ def _check(cfg: Config, stages: Sequence[StageData]) -> None:
 
 def _train_env(cfg: Config, cpu: bool) -> dict[str, str]:
     env = {"HYDRA_FULL_ERROR": "1", **(cpu_env() if cpu else {})}
-    if cfg.rl.ray_address:
-        env["RAY_ADDRESS"] = cfg.rl.ray_address
+    if cfg.rl.verl.ray_address:
+        env["RAY_ADDRESS"] = cfg.rl.verl.ray_address
     return env
 
 
 def _ray_note(cfg: Config) -> str:
-    if not cfg.rl.ray_address:
+    if not cfg.rl.verl.ray_address:
         return ""
-    port = cfg.rl.ray_address.rsplit(":", 1)[-1] if ":" in cfg.rl.ray_address else "6379"
-    return (f"Ray cluster at {cfg.rl.ray_address} ({cfg.rl.nnodes} node(s) x {cfg.rl.n_gpus_per_node} GPUs), "
+    port = cfg.rl.verl.ray_address.rsplit(":", 1)[-1] if ":" in cfg.rl.verl.ray_address else "6379"
+    return (f"Ray cluster at {cfg.rl.verl.ray_address} ({cfg.rl.verl.nnodes} node(s) x {cfg.rl.verl.n_gpus_per_node} GPUs), "
             "started before this plan runs:\n"
-            f"  head node:    ray start --head --port={port} --num-gpus={cfg.rl.n_gpus_per_node}\n"
-            f"  other nodes:  ray start --address={cfg.rl.ray_address} --num-gpus={cfg.rl.n_gpus_per_node}\n"
+            f"  head node:    ray start --head --port={port} --num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
+            f"  other nodes:  ray start --address={cfg.rl.verl.ray_address} --num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
             "Every node needs this Python environment (mtsql, verl, vllm) and the data folder at the same path.")

@@ -1,5 +1,5 @@
-"""verl's side of ``mtsql rl``: one curriculum stage trained by ``main_ppo`` and merged (``train_stage``,
-called like the local engine's), or what it would run (``plan_stage``, the dry run).
+"""verl's side of the RL contract (``engines.rl_engines``): one curriculum stage trained by ``main_ppo`` and
+merged (``train_stage``), or what it would run (``plan_stage``, the dry run).
 
 The stage's turns become verl's RL parquet (``data/stage-<k>.parquet``; with ``rl.val_every`` also
 ``data/val.parquet`` of the dev turns), the plan of ``launch`` runs in ``verl/`` (on the GPUs, or on the
@@ -72,7 +72,14 @@ def train_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: Path, metri
 def plan_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
     """The verl files and commands of one stage as a shell script (``rows``: None when not known yet)."""
     commands, _ = _plan(cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows)
-    return render_plan(commands)
+    items = f"{rows} items" if rows is not None else "its items"
+    return (f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n"
+            + render_plan(commands))
+
+
+def identity(cfg) -> dict:
+    """{}: verl's rollouts are verl's own, pinned with it (docs/engines.md)."""
+    return {}
 
 
 def verl_curve(stage_dir: Path, stage: int) -> list[dict]:

@@ -1,0 +1,45 @@
+"""Each generation backend's own settings: ``sample.<backend>`` in a config (``base.config.owned_by``).
+
+A stage's fingerprint covers the settings of the backend it samples with, and only those."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mtsql.base.config import AtLeast1, Positive, SampleConfig, operational, owned_by, result
+
+
+@owned_by(SampleConfig, "hf")
+@dataclass(frozen=True)
+class HfSettings:
+    """transformers in this process: ``model.dtype`` and ``model.device`` say all it needs."""
+
+
+@owned_by(SampleConfig, "vllm")
+@dataclass(frozen=True)
+class VllmSettings:
+    """A vLLM server mtsql starts for each stage's model and stops after it, or one you run (docs/engines.md).
+    The fingerprint also covers the engine's identity (the vLLM version, a user-run server's URL)."""
+
+    base_url: str | None = operational(None)  # a vLLM server you run instead (its /v1 URL): mtsql cannot verify
+                                              # it (engine_identity records the URL)
+    model: str | None = result(None)  # the name that server serves the model under
+    python: str | None = operational(None)  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else this
+                                            # one); engine_identity records its vLLM version
+    kv_cache_gib: Positive | None = operational(None)  # CPU: the server's KV cache (None: a quarter of the free
+                                                       # RAM, <= 8)
+    eager: bool | None = operational(None)  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
+    args: tuple[str, ...] = result(())  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"] (any
+                                        # server argument, some of which change tokens)
+    start_timeout_s: Positive = operational(600.0)
+
+
+@owned_by(SampleConfig, "openai")
+@dataclass(frozen=True)
+class OpenAISettings:
+    """Any OpenAI-compatible server you run."""
+
+    base_url: str = operational("http://127.0.0.1:8000/v1")  # where the server listens; what it serves is model
+    model: str | None = result(None)  # the name the server serves the model under (default: its path or id)
+    concurrency: AtLeast1 = operational(8)
+    timeout_s: Positive = operational(120.0)

@@ -1,0 +1,39 @@
+"""The RL engines behind one contract, so that ``stages/rl.py`` knows none of them.
+
+An engine is the package that registers ``rl.<name>`` settings (``engines/settings.py``) and has an
+``engine`` module with
+
+* ``train_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage) -> dict``: train one
+  curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
+  step in ``metrics_path`` (what the report's GRPO section reads), return the stage's metrics;
+* ``plan_stage(cfg, *, base_model, out_dir, stage, rows) -> str``: what it would run (``--dry-run``);
+* ``identity(cfg) -> dict``: what generates its rollouts beyond the config (the fingerprint covers it).
+
+Each ``engine`` module imports torch, Ray or verl only inside ``train_stage``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from mtsql.base.config import RlConfig, engines_of
+from mtsql.base.errors import UsageError
+
+
+def pick_engine(name: str) -> str:
+    """``auto``: verl where a CUDA device is visible, else the local engine."""
+    if name != "auto":
+        return name
+    import torch  # only to look for a GPU
+
+    return "verl" if torch.cuda.is_available() else "local"
+
+
+def rl_engine(name: str) -> ModuleType:
+    """The ``engine`` module of RL engine ``name`` (``auto`` must be resolved first: ``pick_engine``)."""
+    engines = engines_of(RlConfig)
+    if name not in engines:
+        raise UsageError(f"rl.engine={name}: resolve it to one of {', '.join(engines)} before a stage runs")
+    package = engines[name].__module__.rsplit(".", 1)[0]
+    return importlib.import_module(f"{package}.engine")
