@@ -8,6 +8,10 @@
 A generation stops at an end-of-turn token (kept as the last id, not in ``text``), right after a
 stop string (kept in both), or after ``max_new_tokens`` ids (``finish_reason == "length"``).
 Each prompt has its own seed, so a sampled continuation does not depend on what else is in the batch.
+
+The local RL engine rolls out with the model it trains through this interface only: it trains the
+backend's own model where there is one (``in_process_model``), hands the weights over after each
+update (``load_weights``) and ``close``s the backend at the end.
 """
 
 from __future__ import annotations
