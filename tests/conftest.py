@@ -112,7 +112,7 @@ def verl_python() -> Path:
     without CUDA). Missing, the tests fail under CI (where make test built it) and are skipped elsewhere."""
     import torch
 
-    from mtsql.engines.verl.launch import verl_python as find
+    from mtsql.engines.verl.main_ppo import verl_python as find
 
     if torch.cuda.is_available():
         pytest.skip("verl's CPU tests: this machine has CUDA, where verl runs its GPU plan")

@@ -115,7 +115,7 @@ def test_verl_agent_loop_gets_the_error_hint_with_the_env_section(tmp_path):
     import yaml
 
     from mtsql.base.config import EnvConfig
-    from mtsql.engines.verl.launch import agent_loop_yaml
+    from mtsql.engines.verl.main_ppo import agent_loop_yaml
     from mtsql.engines.verl.reward import config_section
 
     cfg = load_config(CONFIG, ["env.error_hint=true"])

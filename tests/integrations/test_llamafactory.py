@@ -24,8 +24,8 @@ from mtsql.engines.llamafactory import (
     train_command,
     train_config,
 )
-from mtsql.engines.llamafactory.launch import LABELLED_LOGITS_ENTRY
-from mtsql.engines.llamafactory.process import (
+from mtsql.engines.llamafactory.plan import LABELLED_LOGITS_ENTRY
+from mtsql.engines.llamafactory.train import (
     TrainWatcher,
     check_model_dir,
     read_train_result,

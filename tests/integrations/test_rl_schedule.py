@@ -14,7 +14,7 @@ from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_due
 from mtsql.engines.verl.engine import verl_curve as _verl_curve
-from mtsql.engines.verl.launch import StageData, build_stage_plan, compose_train_config
+from mtsql.engines.verl.main_ppo import CurriculumParquet, build_stage_plan, compose_train_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,7 @@ def test_best_without_validation_and_bad_values_are_usage_errors():
 
 def test_verl_validates_on_the_dev_parquet_every_n_steps_and_keeps_checkpoints_to_pick_from(tmp_path):
     cfg = load_config(None, ["rl.val_every=10", "rl.val_pick=best", "rl.epochs_per_stage=60"])
-    stage = StageData("stage-1", tmp_path / "stage-1.parquet", 600, val_file=tmp_path / "val.parquet")
+    stage = CurriculumParquet("stage-1", tmp_path / "stage-1.parquet", 600, val_file=tmp_path / "val.parquet")
     plan = build_stage_plan(cfg, [stage], model_path="Qwen/Qwen3-1.7B", out_dir=tmp_path / "rl",
                             data_root=tmp_path, python="python")
     config = compose_train_config(plan[0].argv[3:])
@@ -60,7 +60,7 @@ def test_verl_validates_on_the_dev_parquet_every_n_steps_and_keeps_checkpoints_t
     assert (config.trainer.total_epochs, config.trainer.total_training_steps) == (60, 120)  # 600 // 256 = 2 a pass
     assert not config.actor_rollout_ref.rollout.val_kwargs.do_sample
     assert "global_step_120" in plan[1].argv[plan[1].argv.index("--local_dir") + 1]
-    default = compose_train_config(build_stage_plan(load_config(None), [StageData("s", tmp_path / "s.parquet", 600)],
+    default = compose_train_config(build_stage_plan(load_config(None), [CurriculumParquet("s", tmp_path / "s.parquet", 600)],
                                                     model_path="m", out_dir=tmp_path / "d", data_root=tmp_path,
                                                     python="python")[0].argv[3:])
     assert (default.trainer.test_freq, default.trainer.save_freq, default.trainer.total_training_steps) == (-1, 60, 60)

@@ -83,7 +83,7 @@ def test_a_typo_in_reward_kwargs_is_an_error_not_a_silent_default(gold_rows):
 
 
 def test_the_episode_behaviour_rides_along_for_the_step_dump(gold_rows, tmp_path):
-    from mtsql.engines.verl.launch import ROLLOUTS_DIR, step_behaviour_of
+    from mtsql.engines.verl.main_ppo import ROLLOUTS_DIR, step_behaviour_of
 
     (first, first_info), (later, later_info) = gold_rows
     a, b = score(first, first_info), score(later, later_info)

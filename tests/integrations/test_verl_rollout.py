@@ -26,7 +26,7 @@ from mtsql.core.chat_format import ChatFormat, render
 from mtsql.core.data import load_turns
 from mtsql.engines.verl.agent_loop import STOP_KEY
 from mtsql.engines.verl.dataset import AGENT_NAME, episode_tools, memory_of, turn_of, write_rl_parquet
-from mtsql.engines.verl.launch import StageData, build_stage_plan, compose_train_config
+from mtsql.engines.verl.main_ppo import CurriculumParquet, build_stage_plan, compose_train_config
 from mtsql.engines.verl.reward import RESPONSE_TOKENS_KEY, TRAJECTORY_KEY, score_keys
 
 from ..episodes import run_episode
@@ -69,7 +69,7 @@ def stage(tmp_path_factory, cfg, turns, tokenizer, model_dir):
     out = tmp_path_factory.mktemp("rl")
     report = write_rl_parquet(turns, out / "stage-0.parquet", env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=FIXTURE_DATA,
                               chat=ChatFormat(tokenizer), max_prompt_len=cfg.rl.max_prompt_len)
-    plan = build_stage_plan(cfg, [StageData("stage-0", report.path, report.rows)], model_path=model_dir,
+    plan = build_stage_plan(cfg, [CurriculumParquet("stage-0", report.path, report.rows)], model_path=model_dir,
                             out_dir=out, data_root=FIXTURE_DATA)
     for path, text in plan[0].files.items():
         path.write_text(text)
@@ -390,11 +390,11 @@ def test_plans_merge_command_turns_an_fsdp_checkpoint_into_the_next_stages_model
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mtsql.engines.process import run_logged
+    from mtsql.engines.commands import run_logged
 
     data = tmp_path / "stage-0.parquet"
     plan = build_stage_plan(load_config(None, ["rl.steps_per_stage=1", "rl.batch_size=1", "rl.mini_batch_size=1"]),
-                            [StageData("stage-0", data, 1), StageData("stage-1", data, 1)],
+                            [CurriculumParquet("stage-0", data, 1), CurriculumParquet("stage-1", data, 1)],
                             model_path=model_dir, out_dir=tmp_path, data_root=FIXTURE_DATA)
     checkpoint, merged = plan[0].produces["checkpoint"], plan[1].produces["merged_model"]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

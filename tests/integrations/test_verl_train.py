@@ -149,14 +149,14 @@ def _tagged(process: psutil.Process, run: str) -> bool:
 def test_verl_without_its_environment_says_what_to_run(tmp_path, monkeypatch):
     from mtsql.base.config import load_config
     from mtsql.base.errors import UsageError
-    from mtsql.engines.verl import launch
+    from mtsql.engines.verl import main_ppo
 
     cfg = load_config(TINY, ["rl.local.trainable_layers=0", "rl.batch_size=1"])
-    monkeypatch.setattr(launch.sys, "prefix", str(tmp_path / ".venv"))
-    plan = launch.build_stage_plan(cfg, [launch.StageData("stage-1", tmp_path / "s.parquet", 4)],
+    monkeypatch.setattr(main_ppo.sys, "prefix", str(tmp_path / ".venv"))
+    plan = main_ppo.build_stage_plan(cfg, [main_ppo.CurriculumParquet("stage-1", tmp_path / "s.parquet", 4)],
                                    model_path="m", out_dir=tmp_path, data_root=tmp_path, cpu=True)
     with pytest.raises(UsageError, match=r"\.venv-verl/bin/python does not exist: run `make setup`"):
-        launch.run_stage_plan(plan, tmp_path / "log.txt", steps=1)
+        main_ppo.run_stage_plan(plan, tmp_path / "log.txt", steps=1)
 
 
 def test_the_pinned_versions_are_the_installed_ones(verl_python):

@@ -23,7 +23,7 @@ from pathlib import Path
 def environment(store: Path) -> dict[str, str]:
     """What ``rl.engine: verl`` sets on a CPU machine (``launch.cpu_env``), and what Ray would set:
     one rank, its process group on a file store (no port), no CUDA (the test runs the CPU path anywhere)."""
-    from mtsql.engines.verl.launch import cpu_env
+    from mtsql.engines.verl.main_ppo import cpu_env
 
     return {**cpu_env(), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "DIST_INIT_METHOD": f"file://{store}",
@@ -33,7 +33,7 @@ def environment(store: Path) -> dict[str, str]:
 def overrides(batch: dict) -> list[str]:
     """The CPU overrides of every ``main_ppo`` run mtsql starts on a CPU machine (``launch.cpu_overrides``),
     then the batch's update settings: one rollout per prompt, no entropy term, plain SGD."""
-    from mtsql.engines.verl.launch import cpu_overrides, hydra_value
+    from mtsql.engines.verl.main_ppo import cpu_overrides, hydra_value
 
     s, actor = batch["settings"], "actor_rollout_ref.actor"
     return [f"{key}={hydra_value(value)}" for key, value in cpu_overrides()] + [

@@ -225,21 +225,21 @@ class SqlAgentEnv:
         if step.action == "answer":
             if self.env_cfg.thinking and action.think is None:
                 step.flow_errors.append("missing <think> reasoning")
-            self._finish("answer", action.sql)
+            self._end_episode("answer", action.sql)
         else:
-            self._finish("invalid", None)
+            self._end_episode("invalid", None)
 
     def _long(self, step: Step, action: Action) -> str | None:
         if action.valid:
             self._check_flow(step, action)
             if action.kind == "answer":
-                self._finish("answer", action.sql)
+                self._end_episode("answer", action.sql)
                 return None
         if len(self.trajectory.steps) >= self.max_messages:
-            self._finish("max_messages", None)
+            self._end_episode("max_messages", None)
             return None
         if not action.valid and self._invalid_in_a_row() == self.env_cfg.max_invalid:
-            self._finish("invalid", None)
+            self._end_episode("invalid", None)
             return None
         if action.valid:
             observation = self._run_tool(step, action)
@@ -306,7 +306,7 @@ class SqlAgentEnv:
         step.tool_s = time.perf_counter() - started
         return observation
 
-    def _finish(self, reason: str, final_sql: str | None) -> None:
+    def _end_episode(self, reason: str, final_sql: str | None) -> None:
         traj = self.trajectory
         traj.finish_reason, traj.final_sql = reason, final_sql
         traj.protocol_valid = reason == "answer" and all(

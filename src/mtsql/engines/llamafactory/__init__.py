@@ -18,7 +18,7 @@ from mtsql.engines.llamafactory.dataset import (
     export_sharegpt,
     to_sharegpt,
 )
-from mtsql.engines.llamafactory.launch import (
+from mtsql.engines.llamafactory.plan import (
     SftPlan,
     export_command,
     merge_config,
@@ -26,7 +26,7 @@ from mtsql.engines.llamafactory.launch import (
     train_command,
     train_config,
 )
-from mtsql.engines.llamafactory.process import (
+from mtsql.engines.llamafactory.train import (
     TrainResult,
     check_model_dir,
     merge_lora,

@@ -9,7 +9,7 @@ text, and every tool observation is appended as the ids the chat format gives it
 (``mtsql.core.episode_tokens``) within ``rollout.response_length``. The episode's ``Trajectory`` goes to
 the reward function as JSON in ``extra_fields``.
 
-Registered through the agent-loop YAML the launcher writes (``launch.agent_loop_yaml``); its extra
+Registered through the agent-loop YAML the launcher writes (``main_ppo.agent_loop_yaml``); its extra
 keys are this class's keyword arguments: ``env`` / ``sql`` (``EnvConfig`` / ``SqlConfig`` fields),
 ``data_root`` and ``max_message_tokens``.
 """

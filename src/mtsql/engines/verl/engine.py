@@ -2,7 +2,7 @@
 merged (``train_stage``), or what it would run (``plan_stage``, the dry run).
 
 The stage's turns become verl's RL parquet (``data/stage-<k>.parquet``; with ``rl.val_every`` also
-``data/val.parquet`` of the dev turns), the plan of ``launch`` runs in ``verl/`` (on the GPUs, or on the
+``data/val.parquet`` of the dev turns), the plan of ``main_ppo`` runs in ``verl/`` (on the GPUs, or on the
 CPUs where CUDA is absent), the kept step's checkpoint is merged into ``model/`` and verl's per-step
 metrics become ``metrics.jsonl`` in the local engine's shape (``verl_curve``).
 """
@@ -17,12 +17,12 @@ from pathlib import Path
 from mtsql.base.artifacts import MODEL_DIR
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data.records import Turn
-from mtsql.engines.process import run_logged
+from mtsql.engines.commands import run_logged
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_turns
 from mtsql.engines.verl.dataset import write_rl_parquet
-from mtsql.engines.verl.launch import (
+from mtsql.engines.verl.main_ppo import (
     ROLLOUTS_DIR,
-    StageData,
+    CurriculumParquet,
     build_stage_plan,
     checkpoint_dir,
     has_cuda,
@@ -117,8 +117,8 @@ def _write_parquet(cfg, turns: list[Turn], base_model: str, path: Path) -> int:
 
 
 def _plan(cfg, *, base_model: str, out: Path, stage: int, rows: int | None):
-    """The train + merge commands of one curriculum stage and its ``StageData``."""
-    stage_data = StageData(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
+    """The train + merge commands of one curriculum stage and its ``CurriculumParquet``."""
+    stage_data = CurriculumParquet(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
                            val_file=_val_file(out) if cfg.rl.val_every else None)
     return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
                             data_root=cfg.data_root, cpu=not has_cuda()), stage_data

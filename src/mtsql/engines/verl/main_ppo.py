@@ -50,8 +50,8 @@ from mtsql.base.config import Config, to_dict
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.core.trajectories import BEHAVIOUR, step_behaviour
+from mtsql.engines.commands import Command, OutputLines, run_logged
 from mtsql.engines.passthrough import check_extra, clashes
-from mtsql.engines.process import Command, OutputLines, run_logged
 from mtsql.engines.rl_schedule import stage_steps
 from mtsql.engines.verl.cleanup import stop_tagged, tagged_env
 from mtsql.engines.verl.dataset import AGENT_NAME
@@ -151,7 +151,7 @@ def cpu_overrides() -> list[tuple[str, object]]:
 
 
 @dataclass(frozen=True)
-class StageData:
+class CurriculumParquet:
     """The training rows of one curriculum stage (an RL parquet and how many rows it has, None when
     not known yet, as in a dry run before the curriculum exists)."""
 
@@ -161,7 +161,7 @@ class StageData:
     val_file: Path | None = None  # the dev rows validated every rl.val_every steps (None: no validation)
 
 
-def build_stage_plan(cfg: Config, stages: Sequence[StageData], *, model_path: str, out_dir: Path,
+def build_stage_plan(cfg: Config, stages: Sequence[CurriculumParquet], *, model_path: str, out_dir: Path,
                      data_root: Path, cpu: bool = False, python: str | None = None) -> list[Command]:
     """Train + merge commands for every stage, each stage starting from the previous merged model.
 
@@ -224,7 +224,7 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
     return yaml.safe_dump([entry], sort_keys=False)
 
 
-def train_overrides(cfg: Config, stage: StageData, *, model_path: str, lora_adapter: str | None,
+def train_overrides(cfg: Config, stage: CurriculumParquet, *, model_path: str, lora_adapter: str | None,
                     stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path,
                     cpu: bool = False) -> list[str]:
     """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.verl.extra``;
@@ -520,7 +520,7 @@ class StepWatcher:
         return True
 
 
-def _check(cfg: Config, stages: Sequence[StageData]) -> None:
+def _check(cfg: Config, stages: Sequence[CurriculumParquet]) -> None:
     if not stages:
         raise UsageError("no curriculum stage to train")
     if cfg.rl.verl.nnodes > 1 and not cfg.rl.verl.ray_address:

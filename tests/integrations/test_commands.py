@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from mtsql.base.errors import StageFailed
-from mtsql.engines.process import Command, OutputLines, error_line, run_logged
+from mtsql.engines.commands import Command, OutputLines, error_line, run_logged
 
 TRACEBACK = """\
 [INFO|2026-11-21] loading

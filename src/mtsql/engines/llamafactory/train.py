@@ -2,7 +2,7 @@
 
 ``run_sft(plan, log_path=...)`` writes the plan's YAML files, trains, merges a LoRA adapter and
 checks that ``plan.model_dir`` is a complete Hugging Face model folder. The commands run through
-``mtsql.engines.process.run_logged`` (a failure quotes the real error line, not the wrapper
+``mtsql.engines.commands.run_logged`` (a failure quotes the real error line, not the wrapper
 errors of torchrun or llamafactory's launcher).
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from mtsql.base.errors import StageFailed
 from mtsql.base.files import write_text
-from mtsql.engines.llamafactory.launch import SftPlan
-from mtsql.engines.process import Command, OutputLines, run_logged
+from mtsql.engines.commands import Command, OutputLines, run_logged
+from mtsql.engines.llamafactory.plan import SftPlan
 
 _TRAIN_BAR = re.compile(r"\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")  # the trainer's tqdm bar has no label
 _LOSS = re.compile(r"'loss': '?([-+0-9.eE]+|nan|inf)'?")

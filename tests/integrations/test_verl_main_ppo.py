@@ -14,12 +14,12 @@ import yaml
 
 from mtsql.base.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
-from mtsql.engines.process import Command
+from mtsql.engines.commands import Command
 from mtsql.engines.verl.dataset import AGENT_NAME
-from mtsql.engines.verl.launch import (
+from mtsql.engines.verl.main_ppo import (
     AGENT_LOOP_TARGET,
     PINNED,
-    StageData,
+    CurriculumParquet,
     StepWatcher,
     build_stage_plan,
     compose_train_config,
@@ -35,7 +35,7 @@ DATA_ROOT = Path("/shared/data")
 
 def plan_for(tmp_path: Path, *overrides: str, stages: int = 2, rows: int = 512) -> list[Command]:
     cfg = load_config(None, ["run=paper", "rl.kl_coef=0.001", "rl.lr=1e-6", *overrides])
-    data = [StageData(f"stage-{k}", tmp_path / "data dir" / f"stage-{k}.parquet", rows) for k in range(stages)]
+    data = [CurriculumParquet(f"stage-{k}", tmp_path / "data dir" / f"stage-{k}.parquet", rows) for k in range(stages)]
     return build_stage_plan(cfg, data, model_path="Qwen/Qwen3-1.7B", out_dir=tmp_path / "rl", data_root=DATA_ROOT,
                             python="python")
 
@@ -307,7 +307,7 @@ def test_the_local_engines_settings_leave_verls_plan_alone(tmp_path):
 
 def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
     from mtsql.engines.verl.engine import verl_curve as _verl_curve
-    from mtsql.engines.verl.launch import ROLLOUTS_DIR
+    from mtsql.engines.verl.main_ppo import ROLLOUTS_DIR
 
     write_attempt(tmp_path, range(1, 3), 0.0)
     (tmp_path / ROLLOUTS_DIR).mkdir()

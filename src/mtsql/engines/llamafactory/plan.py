@@ -28,9 +28,9 @@ import yaml
 
 from mtsql.base.config import SftConfig
 from mtsql.base.errors import StageFailed, UsageError
+from mtsql.engines.commands import Command
 from mtsql.engines.models.registry import is_hub_id
 from mtsql.engines.passthrough import check_extra
-from mtsql.engines.process import Command
 
 FINETUNING_TYPES = ("lora", "full", "freeze")
 LABELLED_LOGITS_ENTRY = "mtsql.engines.llamafactory.labelled_logits"
