@@ -418,3 +418,31 @@ def test_stop_strings_are_checked_only_after_ids_that_can_end_them(tiny_backend,
     lone = [d for d in decoded if len(d) == 1]
     assert len(lone) == len(set(ids[:end]))  # each id decoded alone once; windows only after a '>'
     assert len(decoded) - len(lone) == 2 * sum(enders[i] for i in ids[:end])
+
+
+def test_load_weights_generates_with_the_trained_model_and_drops_old_keys_values(tiny_qwen3, chat, tmp_path):
+    """The local RL engine trains the backend's own model in place (``in_process_model``) and hands it
+    back after each update: the next message is a fresh backend's on the new weights, also for a
+    conversation whose keys/values were kept under the old ones."""
+    backend = HFBackend(tiny_qwen3, dtype="float32")
+    model = backend.in_process_model()
+    params = SamplingParams(max_new_tokens=8)
+    opening = chat.prompt_ids([{"role": "system", "content": "Answer with SQL."},
+                               {"role": "user", "content": QUESTIONS[1]}])
+    follow = opening + backend.generate([opening], params)[0].token_ids + opening[-3:]
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param, generator=torch.Generator().manual_seed(3)) * 0.05)
+    backend.load_weights(model, tmp_path / "unused")
+    reused = backend.cache.reused_tokens
+    after = backend.generate([follow], params)
+    assert backend.cache.reused_tokens == reused, "nothing computed with the old weights is reused"
+    model.save_pretrained(tmp_path / "updated")
+    backend.tokenizer.save_pretrained(tmp_path / "updated")
+    fresh = HFBackend(tmp_path / "updated", dtype="float32")
+    assert ids_of(after) == ids_of(fresh.generate([follow], params))
+    assert not (tmp_path / "unused").exists()  # shared, not saved
+
+    other = HFBackend(tmp_path / "updated", dtype="float32").in_process_model()
+    backend.load_weights(other, tmp_path / "unused")
+    assert backend.in_process_model() is other

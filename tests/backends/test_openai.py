@@ -260,3 +260,37 @@ def test_the_rollout_engine_sends_every_ready_conversation_at_once(serve, client
                             params=SamplingParams(max_new_tokens=1), batch_size=2).run(turns, progress=False)
     assert len(records) == len(server.requests) == 8
     assert server.max_in_flight == 4  # all in flight (twice batch_size), not batch_size at a time
+
+
+def test_a_server_mtsql_did_not_start_takes_no_weights(serve, client, tiny_qwen3, tmp_path):
+    from mtsql.engines.backends.vllm import VLLMBackend
+
+    server = serve(lambda body: (500, {}), models=["tiny"])
+    with pytest.raises(UsageError, match=rf"the server at {server.url} was not started by mtsql: it cannot take new "
+                                         r"weights \(train with rl.local.rollout_backend=hf or vllm\)"):
+        client(server.url).load_weights(object(), tmp_path / "weights")
+    user_run = VLLMBackend(tiny_qwen3, base_url=server.url, served_model="tiny")
+    try:
+        with pytest.raises(UsageError, match=r"only into a vLLM server mtsql started \(unset sample.vllm.base_url\)"):
+            user_run.load_weights(object(), tmp_path / "weights")
+    finally:
+        user_run.close()
+    assert not (tmp_path / "weights").exists() and server.requests == []
+
+
+def test_each_backend_reads_its_own_settings(tmp_path):
+    from mtsql.base.config import load_config
+    from mtsql.engines.backends import backend_class
+
+    cfg = load_config(None, ["sample.openai.base_url=http://h:1/v1", "sample.openai.model=m", "rl.lora_rank=4",
+                             "sample.openai.concurrency=3", "sample.vllm.base_url=http://v:2/v1", "model.dtype=auto"])
+    assert backend_class("openai").options(cfg) == {"base_url": "http://h:1/v1", "served_model": "m",
+                                                    "concurrency": 3, "timeout_s": cfg.sample.openai.timeout_s}
+    assert backend_class("vllm").options(cfg, log_path=tmp_path) == {"base_url": "http://v:2/v1",
+                                                                     "served_model": cfg.sample.vllm.model}
+    assert backend_class("hf").options(cfg) == {"dtype": "auto", "device": "cpu"}
+    assert backend_class("hf").training_options(cfg, dtype="float32") == {"dtype": "float32", "device": "cpu"}
+    with pytest.raises(UsageError, match="OpenAIBackend backend cannot take the weights being trained"):
+        backend_class("openai").training_options(cfg, dtype="float32")
+    with pytest.raises(UsageError, match="with rl.lora_rank set rl.local.rollout_backend=hf"):  # before a server starts
+        backend_class("vllm").training_options(cfg, dtype="float32")

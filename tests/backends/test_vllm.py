@@ -131,27 +131,26 @@ def test_the_server_renders_chats_as_mtsql_does(tiny_server):
     assert answer.json()["tokens"] == ChatFormat(tiny_server.tokenizer).prompt_ids(messages)
 
 
-def test_reload_serves_new_weights_as_a_fresh_model_would(tiny_qwen3, vllm_python, tmp_path):
+def test_load_weights_serves_new_weights_as_a_fresh_model_would(tiny_qwen3, vllm_python, tmp_path):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param, generator=torch.Generator().manual_seed(1)) * 0.05)
-    model.save_pretrained(tmp_path / "updated")
     backend = VLLMBackend(tiny_qwen3, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
                           log_path=tmp_path / "server.log")
     first = backend.server.process.pid
     try:
-        backend.tokenizer.save_pretrained(tmp_path / "updated")
         params = SamplingParams(temperature=0.0, max_new_tokens=12, logprobs=True)
         prompts = chat_prompts(backend.tokenizer, 2)
         before = backend.generate(prompts, params)
-        backend.reload(tmp_path / "updated")
+        backend.load_weights(model, tmp_path / "updated")
+        second = backend.server.process.pid
         after = backend.generate(prompts, params)
     finally:
         backend.close()
-    assert not group_alive(first)
+    assert second != first and not group_alive(first) and not group_alive(second)  # restarted, both stopped
     assert [g.token_ids for g in after] != [g.token_ids for g in before]
     assert_same_generations(after, HFBackend(tmp_path / "updated", dtype="float32").generate(prompts, params),
                             logprob_tolerance=1e-3)

@@ -213,3 +213,48 @@ def test_trainable_layers_outside_the_model_or_beside_lora_is_refused(tiny_model
         trainable(torch.nn.Linear(2, 2), RlConfig().with_engine('local', trainable_layers=1))
     whole = trainable(copy.deepcopy(tiny_model), RlConfig())
     assert all(p.requires_grad for p in whole.parameters())
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_trainer_hands_the_backend_its_model_and_closes_it_after_a_failure(tiny_qwen3, tmp_path, monkeypatch,
+                                                                                shared):
+    """Through the backend interface only: an in-process backend generates with the model that trains
+    (here its LoRA form); beside a server the trainer loads its own copy. The backend is closed also
+    when training fails."""
+    from mtsql.base.config import load_config
+    from mtsql.engines.backends.hf import HFBackend
+    from mtsql.engines.local_grpo import trainer
+
+    calls = []
+
+    class Recording(HFBackend):
+        def in_process_model(self):
+            return super().in_process_model() if shared else None
+
+        def load_weights(self, model, folder):
+            calls.append(("load_weights", model))
+            super().load_weights(model, folder)
+
+        def close(self):
+            calls.append(("close",))
+
+    def made(cfg, model, *, dtype, log_path):
+        calls.append(("made", dtype, log_path.name))
+        return Recording(model, **HFBackend.training_options(cfg, dtype=dtype))
+
+    def fails(cfg, turns, backend, model, **kwargs):
+        calls.append(("trains", model, model is backend.model))
+        raise RuntimeError("the first step failed")
+
+    monkeypatch.setattr(trainer, "training_backend", made)
+    monkeypatch.setattr(trainer, "_train", fails)
+    cfg = load_config(None, ["rl.lora_rank=2"])
+    with pytest.raises(RuntimeError, match="the first step failed"):
+        trainer.train_stage(cfg, [], base_model=str(tiny_qwen3), out_dir=tmp_path, metrics_path=tmp_path / "m.jsonl")
+    model = calls[1][1]
+    assert hasattr(model, "peft_config")  # the trainable (LoRA) form
+    if shared:
+        assert calls == [("made", "float32", "vllm-server.log"), ("load_weights", model), ("trains", model, True),
+                         ("close",)]
+    else:
+        assert calls == [("made", "float32", "vllm-server.log"), ("trains", model, False), ("close",)]

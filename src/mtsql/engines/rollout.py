@@ -48,7 +48,7 @@ from mtsql.core.agent.tools import MemoryEntry, env_tools
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data.records import Turn
 from mtsql.core.episode_tokens import EPISODE_END, EpisodeTokens
-from mtsql.engines.backends import make_backend, server_options
+from mtsql.engines.backends import backend_for
 from mtsql.engines.backends.base import Backend, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -185,8 +185,7 @@ class RolloutEngine:
             raise UsageError(f"sample.policy: unknown '{policy}'; choose model, {', '.join(SCRIPTED)}")
         owned = backend is None
         if owned:
-            options = backend_options(cfg) | ({"log_path": log_path} if cfg.sample.backend == "vllm" else {})
-            backend = make_backend(cfg.sample.backend, model, **options)
+            backend = backend_for(cfg, model, log_path=log_path)
         try:
             params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
                                     top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
@@ -543,19 +542,6 @@ class _Meter:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
-
-
-def backend_options(cfg) -> dict:
-    """Constructor options of the ``sample.backend`` a config names (``model``, ``sample``, ``seed``)."""
-    sample = cfg.sample
-    if sample.backend == "hf":
-        return {"dtype": cfg.model.dtype, "device": cfg.model.device}
-    if sample.backend == "openai":
-        return {"base_url": sample.openai.base_url, "served_model": sample.openai.model,
-                "concurrency": sample.openai.concurrency, "timeout_s": sample.openai.timeout_s}
-    if sample.vllm.base_url:
-        return {"base_url": sample.vllm.base_url, "served_model": sample.vllm.model}
-    return {"start_timeout_s": sample.vllm.start_timeout_s, **server_options(cfg)}
 
 
 def iter_keys(turns: Iterable[Turn], n: int) -> list[str]:

@@ -3,8 +3,11 @@
     backend = make_backend("hf", model_path, dtype="float32", device="cpu")
 
 ``BACKENDS`` names the module and class of each; a backend's module is imported only when it is
-made. ``engine_identity`` is what a generating stage's fingerprint records of its engine beyond the
-config: for the ``vllm`` backend, the vLLM version and the server settings that change tokens.
+made. A class reads its own settings from a config (``options``, ``training_options``):
+``backend_for`` makes the one ``sample.backend`` names, ``training_backend`` the one
+``rl.local.rollout_backend`` names. ``engine_identity`` is what a generating stage's fingerprint
+records of its engine beyond the config: for the ``vllm`` backend, the vLLM version and the server
+settings that change tokens.
 """
 
 from __future__ import annotations
@@ -22,12 +25,30 @@ BACKENDS = {
 }
 
 
-def make_backend(kind: str, model: str | Path, **options) -> Backend:
-    """A backend by name (``BACKENDS``); ``options`` go to its constructor."""
+def backend_class(kind: str) -> type[Backend]:
+    """The class of a backend by name (``BACKENDS``), its module imported now."""
     if kind not in BACKENDS:
         raise UsageError(f"unknown backend '{kind}': choose {', '.join(BACKENDS)}")
     module, name = BACKENDS[kind]
-    return getattr(importlib.import_module(module), name)(model, **options)
+    return getattr(importlib.import_module(module), name)
+
+
+def make_backend(kind: str, model: str | Path, **options) -> Backend:
+    """A backend by name (``BACKENDS``); ``options`` go to its constructor."""
+    return backend_class(kind)(model, **options)
+
+
+def backend_for(cfg, model: str | Path, *, log_path: Path | None = None) -> Backend:
+    """The ``sample.backend`` a config names, for ``model``, with its settings (``Backend.options``)."""
+    cls = backend_class(cfg.sample.backend)
+    return cls(model, **cls.options(cfg, log_path=log_path))
+
+
+def training_backend(cfg, model: str | Path, *, dtype: str, log_path: Path | None = None) -> Backend:
+    """The ``rl.local.rollout_backend`` a config names, to roll out the local RL engine's model
+    (``Backend.training_options``; ``dtype``: the one the model trains in)."""
+    cls = backend_class(cfg.rl.local.rollout_backend)
+    return cls(model, **cls.training_options(cfg, dtype=dtype, log_path=log_path))
 
 
 def server_options(cfg) -> dict:

@@ -8,6 +8,10 @@
 A generation stops at an end-of-turn token (kept as the last id, not in ``text``), right after a
 stop string (kept in both), or after ``max_new_tokens`` ids (``finish_reason == "length"``).
 Each prompt has its own seed, so a sampled continuation does not depend on what else is in the batch.
+
+The local RL engine rolls out with the model it trains through this interface only: it trains the
+backend's own model where there is one (``in_process_model``), hands the weights over after each
+update (``load_weights``) and ``close``s the backend at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from mtsql.base.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,30 @@ class Backend(ABC):
     def batch_limit(self, tokens_per_row: int) -> int | None:
         """The most rows of ``tokens_per_row`` ids (prompt + new) one call can hold; None: no limit of its own."""
         return None
+
+    @classmethod
+    def options(cls, cfg, *, log_path: Path | None = None) -> dict:
+        """Constructor options from a config (sections ``model``, ``sample``, ``seed``) for a generating
+        stage; ``log_path``: where a server the backend starts writes its output."""
+        return {}
+
+    @classmethod
+    def training_options(cls, cfg, *, dtype: str, log_path: Path | None = None) -> dict:
+        """Constructor options for the local RL engine's rollouts (``rl``, ``model``, ``sample``, ``seed``),
+        ``dtype``: the one the model trains in. Default: this backend cannot roll out for training."""
+        raise UsageError(f"the {cls.__name__} backend cannot take the weights being trained: "
+                         "set rl.local.rollout_backend to hf or vllm")
+
+    def in_process_model(self):
+        """The transformers model this backend generates with in this process, for a trainer to train in
+        place (then hand back through ``load_weights``); None: the weights live elsewhere (a server)."""
+        return None
+
+    def load_weights(self, model, folder: Path) -> None:
+        """Generate with ``model``'s current weights from now on (a transformers model with this backend's
+        tokenizer: the model the local RL engine trains). A backend that runs elsewhere receives them as an
+        HF folder written to ``folder``. What was kept from the old weights (keys/values) is dropped."""
+        raise UsageError(f"the {type(self).__name__} backend cannot take new weights")
 
     def close(self) -> None:  # noqa: B027 (a default, not a stub: most backends hold nothing to release)
         """Release the model or connections."""

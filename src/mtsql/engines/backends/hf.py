@@ -104,6 +104,25 @@ class HFBackend(Backend):
         if self.cache is not None:
             self.cache.drop_prefixes_of(tokens)
 
+    @classmethod
+    def options(cls, cfg, *, log_path: Path | None = None) -> dict:
+        return {"dtype": cfg.model.dtype, "device": cfg.model.device}
+
+    @classmethod
+    def training_options(cls, cfg, *, dtype: str, log_path: Path | None = None) -> dict:
+        """The trained model itself generates: it loads in the training ``dtype``."""
+        return {"dtype": dtype, "device": cfg.model.device}
+
+    def in_process_model(self):
+        """The model this backend generates with: a trainer may train it in place."""
+        return self.model
+
+    def load_weights(self, model, folder: Path | None = None) -> None:
+        """Generate with ``model`` itself from now on (shared, not copied: ``folder`` is not needed), e.g.
+        the trainable wrapper of ``in_process_model``; the keys/values computed with the old weights go."""
+        self.model = model
+        self.clear_prefix_cache()
+
     def clear_prefix_cache(self) -> None:
         """Drop every kept key/value (frees memory; later prompts are computed in full)."""
         if self.cache is not None:

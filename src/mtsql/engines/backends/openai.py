@@ -68,6 +68,17 @@ class OpenAIBackend(Backend):
     def submit(self, prompt: Sequence[int], params: SamplingParams, seed: int) -> Future[Generation]:
         return self.pool.submit(self._complete, list(prompt), params, seed)
 
+    @classmethod
+    def options(cls, cfg, *, log_path: Path | None = None) -> dict:
+        sample = cfg.sample
+        return {"base_url": sample.openai.base_url, "served_model": sample.openai.model,
+                "concurrency": sample.openai.concurrency, "timeout_s": sample.openai.timeout_s}
+
+    def load_weights(self, model, folder: Path) -> None:
+        """Refused: a server someone else runs cannot be made to serve new weights."""
+        raise UsageError(f"the server at {self.base_url} was not started by mtsql: it cannot take new weights "
+                         "(train with rl.local.rollout_backend=hf or vllm)")
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.client.close()

