@@ -250,7 +250,7 @@ def test_the_trainer_hands_the_backend_its_model_and_closes_it_after_a_failure(t
     monkeypatch.setattr(trainer, "_train", fails)
     cfg = load_config(None, ["rl.lora_rank=2"])
     with pytest.raises(RuntimeError, match="the first step failed"):
-        trainer.train_stage(cfg, [], base_model=str(tiny_qwen3), out_dir=tmp_path, metrics_path=tmp_path / "m.jsonl")
+        trainer.train_curriculum_stage(cfg, [], base_model=str(tiny_qwen3), out_dir=tmp_path, metrics_path=tmp_path / "m.jsonl")
     model = calls[1][1]
     assert hasattr(model, "peft_config")  # the trainable (LoRA) form
     if shared:

@@ -129,7 +129,7 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
     from mtsql.app.runner import view_for
     from mtsql.core.data.records import read_turns
     from mtsql.engines.backends.vllm import VLLMBackend
-    from mtsql.engines.local_grpo.trainer import train_stage
+    from mtsql.engines.local_grpo.trainer import train_curriculum_stage
 
     served = []
     real_reload = VLLMBackend.reload
@@ -144,7 +144,7 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
     curriculum = run_stage("curriculum", cfg)
     turns = read_turns(curriculum.path / "stage-1.jsonl") or read_turns(curriculum.path / "stage-2.jsonl")
     out = tmp_path / "rl"
-    metrics = train_stage(view_for("rl", cfg), turns, base_model=str(tiny_qwen3), out_dir=out,
+    metrics = train_curriculum_stage(view_for("rl", cfg), turns, base_model=str(tiny_qwen3), out_dir=out,
                           metrics_path=out / "metrics.jsonl")
     assert len(started) == 2 and not any(map(alive, started)), "each server is stopped: at the restart, at the end"
     assert metrics["steps"] == 2 and len(read_jsonl(out / "metrics.jsonl")) == 2

@@ -3,13 +3,13 @@
 An engine is the package that registers ``rl.<name>`` settings (``engines/settings.py``) and has an
 ``engine`` module with
 
-* ``train_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage) -> dict``: train one
+* ``train_curriculum_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage) -> dict``: train one
   curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
   step in ``metrics_path`` (what the report's GRPO section reads), return the stage's metrics;
-* ``plan_stage(cfg, *, base_model, out_dir, stage, rows) -> str``: what it would run (``--dry-run``);
+* ``plan_curriculum_stage(cfg, *, base_model, out_dir, stage, rows) -> str``: what it would run (``--dry-run``);
 * ``identity(cfg) -> dict``: what generates its rollouts beyond the config (the fingerprint covers it).
 
-Each ``engine`` module imports torch, Ray or verl only inside ``train_stage``.
+Each ``engine`` module imports torch, Ray or verl only inside ``train_curriculum_stage``.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     engine = rl_engine(cfg.rl.engine)
     base = stage_model(cfg.model.name, model)
     return {"engine": cfg.rl.engine, "items": len(turns),
-            **engine.train_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
+            **engine.train_curriculum_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
                                  stage=stage)}
 
 
@@ -61,5 +61,5 @@ def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model:
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
     rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs
     return (f"# curriculum stage {stage} of {curriculum.path}\n"
-            + rl_engine(cfg.rl.engine).plan_stage(cfg, base_model=stage_model(cfg.model.name, model, resolve=False),
+            + rl_engine(cfg.rl.engine).plan_curriculum_stage(cfg, base_model=stage_model(cfg.model.name, model, resolve=False),
                                                   out_dir=out, stage=stage, rows=rows))

@@ -8,14 +8,14 @@ from mtsql.engines import backends
 from mtsql.engines.rl_schedule import epochs_note
 
 
-def train_stage(cfg, turns, *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1) -> dict:
-    """GRPO in this process (``trainer.train_stage``; imports torch)."""
-    from mtsql.engines.local_grpo.trainer import train_stage as train
+def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1) -> dict:
+    """GRPO in this process (``trainer.train_curriculum_stage``; imports torch)."""
+    from mtsql.engines.local_grpo.trainer import train_curriculum_stage as train
 
     return train(cfg, turns, base_model=base_model, out_dir=out_dir, metrics_path=metrics_path, stage=stage)
 
 
-def plan_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
+def plan_curriculum_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
     """One comment line: the steps, the batch and which weights train."""
     layers = cfg.rl.local.trainable_layers
     weights = f"the last {layers} decoder layers of " if layers else ""

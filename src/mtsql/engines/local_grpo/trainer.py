@@ -23,7 +23,7 @@ from mtsql.engines.rl_schedule import LocalValidation, stage_steps
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine, derive_seed
 
 
-def train_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: int = 1) -> dict:
+def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: int = 1) -> dict:
     """GRPO on ``turns`` for ``stage_steps`` steps (``rl.steps_per_stage``, or ``rl.epochs_per_stage``
     epochs) from ``base_model``; saves ``out_dir/model``: the last step's weights, or with
     ``rl.val_pick: best`` those of the best step validated every ``rl.val_every`` steps (``rl_schedule``).

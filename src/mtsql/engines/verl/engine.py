@@ -1,5 +1,5 @@
 """verl's side of the RL contract (``engines.rl_engines``): one curriculum stage trained by ``main_ppo`` and
-merged (``train_stage``), or what it would run (``plan_stage``, the dry run).
+merged (``train_curriculum_stage``), or what it would run (``plan_curriculum_stage``, the dry run).
 
 The stage's turns become verl's RL parquet (``data/stage-<k>.parquet``; with ``rl.val_every`` also
 ``data/val.parquet`` of the dev turns), the plan of ``main_ppo`` runs in ``verl/`` (on the GPUs, or on the
@@ -38,7 +38,7 @@ VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_le
 VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
 
 
-def train_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1,
+def train_curriculum_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1,
                 log_path: Path | None = None) -> dict:
     """Train curriculum stage ``stage`` on ``turns`` from ``base_model`` with verl; leaves ``out_dir/model``
     and ``metrics_path``; the engines' output goes to ``log_path`` (default: ``out_dir/log.txt``)."""
@@ -69,7 +69,7 @@ def train_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: Path, metri
             "response_length_last": last.get("response_length"), "picked_step": picked or steps}
 
 
-def plan_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
+def plan_curriculum_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
     """The verl files and commands of one stage as a shell script (``rows``: None when not known yet)."""
     commands, _ = _plan(cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows)
     items = f"{rows} items" if rows is not None else "its items"
