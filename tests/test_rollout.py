@@ -88,7 +88,7 @@ class ScriptedBackend(Backend):
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if done == 1:
                 ids.append(min(self.end_of_turn_ids))
-            out.append(self._finish(ids, "stop"))
+            out.append(self._generation(ids, "stop"))
         return out
 
 

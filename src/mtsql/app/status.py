@@ -120,7 +120,7 @@ def unfinished(entry: Path) -> tuple[str, str]:
     last = history[-1] if history else {}
     outcome = last.get("outcome", "running")
     if outcome == "running":
-        ended = "killed before it could record its end" if history else "stopped (an older mtsql records no attempts)"
+        ended = "killed before it could record its end" if history else "stopped before it recorded an attempt"
     else:
         ended = outcome
     error = next((line.removeprefix("=== ") for line in reversed(_log_lines(entry)) if line.startswith("=== failed")),

@@ -439,9 +439,9 @@ class _Rollout:
                 self.starting -= not outcome.steps
                 self.ready.append(outcome)
             else:
-                self._finish(outcome)
+                self._record(outcome)
 
-    def _finish(self, finished: _Finished) -> None:
+    def _record(self, finished: _Finished) -> None:
         episode, record = finished.episode, finished.record
         self.results[record["key"]] = finished.row if self.score is not None else record
         if episode is None:

@@ -118,7 +118,7 @@ class Backend(ABC):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         return list(seeds)
 
-    def _finish(self, token_ids: list[int], finish_reason: str, logprobs: list[float] | None = None) -> Generation:
+    def _generation(self, token_ids: list[int], finish_reason: str, logprobs: list[float] | None = None) -> Generation:
         """A ``Generation`` of ids already cut at their stop; the text leaves out a final end-of-turn id."""
         body = token_ids[:-1] if token_ids and token_ids[-1] in self.end_of_turn_ids else token_ids
         text = self.tokenizer.decode(body, skip_special_tokens=False)

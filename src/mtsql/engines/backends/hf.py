@@ -163,7 +163,7 @@ class HFBackend(Backend):
         results = []
         for row, ids in enumerate(new):
             logprobs = sampler.logprobs[row][:len(ids)] if params.logprobs else None
-            results.append(self._finish(ids, "stop" if row in stopped else "length", logprobs))
+            results.append(self._generation(ids, "stop" if row in stopped else "length", logprobs))
         return results
 
     def _decode(self, prompts, input_ids, attention_mask, past, max_new_tokens, sampler, stopper):

@@ -163,7 +163,7 @@ class OpenAIBackend(Backend):
             values = choice["logprobs"].get("token_logprobs")
             if isinstance(values, list) and len(values) == len(ids):
                 logprobs = [float(v) for v in values]
-        return self._finish(ids, "length" if reason == "length" else "stop", logprobs)
+        return self._generation(ids, "length" if reason == "length" else "stop", logprobs)
 
     def _ids_from_text(self, text: str, reason: str, stop_reason, params: SamplingParams) -> list[int]:
         if reason == "stop" and isinstance(stop_reason, str) and stop_reason in params.stop \
