@@ -5,7 +5,7 @@ An engine is the package that registers ``rl.<name>`` settings (``engines/settin
 
 * ``train_curriculum_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage) -> dict``: train one
   curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
-  step in ``metrics_path`` (what the report's GRPO section reads), return the stage's metrics;
+  step in ``metrics_path`` (``core.results.TrainingStep``'s shape), return the stage's metrics;
 * ``plan_curriculum_stage(cfg, *, base_model, out_dir, stage, rows) -> str``: what it would run (``--dry-run``);
 * ``identity(cfg) -> dict``: what generates its rollouts beyond the config (the fingerprint covers it).
 
