@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 
 import pytest
 from omegaconf import OmegaConf
@@ -83,7 +84,7 @@ def test_a_typo_in_reward_kwargs_is_an_error_not_a_silent_default(gold_rows):
 
 
 def test_the_episode_behaviour_rides_along_for_the_step_dump(gold_rows, tmp_path):
-    from mtsql.engines.verl.main_ppo import ROLLOUTS_DIR, step_behaviour_of
+    from mtsql.engines.verl.main_ppo import ROLLOUTS_DIR, step_samples_of
 
     (first, first_info), (later, later_info) = gold_rows
     a, b = score(first, first_info), score(later, later_info)
@@ -96,7 +97,8 @@ def test_the_episode_behaviour_rides_along_for_the_step_dump(gold_rows, tmp_path
     # what verl writes per step: its own fields, then every key compute_score returned
     lines = [{"input": "...", "output": "...", "score": s["score"], "step": 7, **s} for s in (a, b, broken)]
     (dump / "7.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert step_behaviour_of(tmp_path, 7) == pytest.approx({  # the unreadable episode is left out
-        "tool_calls_per_turn": 1.5, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.0,
+    spread = statistics.pstdev([a["score"], b["score"], broken["score"]])
+    assert spread > 0 and step_samples_of(tmp_path, 7) == pytest.approx({  # the unreadable episode: its score only
+        "reward_std": spread, "tool_calls_per_turn": 1.5, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.0,
         "invalid_message_rate": 0.0, "messages_per_turn": 2.5, "response_length": 300.0})
-    assert step_behaviour_of(tmp_path, 8) == {}, "a step without a dump adds nothing"
+    assert step_samples_of(tmp_path, 8) == {}, "a step without a dump adds nothing"

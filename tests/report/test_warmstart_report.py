@@ -4,13 +4,14 @@ set, the model's own recoveries among kept trajectories, and the RL reward's cha
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import replace
 
 import pytest
 
 from mtsql.app.report import build_report
-from mtsql.app.report.rl_change import reward_change
+from mtsql.app.report.rl_change import change_sentence, reward_change
 from mtsql.app.report.stats import Mean
 from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.core.agent.env import Step
@@ -147,6 +148,15 @@ def test_reward_change_compares_the_first_and_last_quarter():
     assert block == 2 and first.mean == pytest.approx(0.05) and last.mean == pytest.approx(0.65)
     assert difference[1] > 0
     assert reward_change(steps[:1]) is None
+
+
+def test_a_step_without_a_logged_spread_gives_the_change_but_no_interval():
+    steps = [Mean(0.72, math.nan, 8), Mean(0.22, 0.3, 8), Mean(0.19, 0.2, 8)]  # verl before it logged a spread
+    line = change_sentence("rl", steps)
+    assert "first 1 of 3 steps 0.720 (8 samples), of the last 1 0.190 (8 samples)" in line
+    assert "change -0.530, no interval (a step logged no reward spread)" in line
+    assert "[" not in line.split("change")[1], "no interval where the spread is unknown"
+    assert "[" in change_sentence("rl", [Mean(0.72, 0.3, 8), Mean(0.19, 0.2, 8)]).split("change")[1]
 
 
 def test_rl_section_gives_the_reward_change_with_its_interval(shared_run):

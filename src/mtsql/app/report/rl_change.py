@@ -10,18 +10,21 @@ curriculum moves to harder stages as it goes, which pulls the last steps' reward
 
 from __future__ import annotations
 
+import math
+
 from mtsql.app.report.runs import rl_steps, stage_config
 from mtsql.app.report.stats import Mean
 from mtsql.base.artifacts import Artifact
 
 
 def step_means(stages: dict[int, Artifact]) -> list[Mean]:
-    """The reward of every logged step of a chain, in order, as (mean, std, samples)."""
+    """The reward of every logged step of a chain, in order, as (mean, std, samples); the std of a step
+    that logged no spread is NaN, so no interval is drawn from it."""
     out = []
     for art in stages.values():
         rl_cfg = stage_config(art).get("rl", {})
         samples = rl_cfg.get("batch_size", 0) * rl_cfg.get("n", 0)
-        out += [Mean(row.reward_mean, row.reward_std or 0.0, samples)
+        out += [Mean(row.reward_mean, math.nan if row.reward_std is None else row.reward_std, samples)
                 for row in rl_steps(art) if row.reward_mean is not None]
     return out
 
@@ -37,12 +40,17 @@ def reward_change(steps: list[Mean]) -> tuple[int, Mean, Mean, tuple[float, floa
 
 def reward_change_line(name: str, stages: dict[int, Artifact]) -> str | None:
     """One sentence on a chain's reward change, None when it logged fewer than 2 steps."""
-    steps = step_means(stages)
+    return change_sentence(name, step_means(stages))
+
+
+def change_sentence(name: str, steps: list[Mean]) -> str | None:
+    """The sentence of ``reward_change_line`` from a chain's step rewards."""
     found = reward_change(steps)
     if found is None:
         return None
     block, first, last, difference = found
     shown = ("no interval (under 2 samples a block)" if difference is None else
+             f"{difference[0]:+.3f}, no interval (a step logged no reward spread)" if math.isnan(difference[1]) else
              "{:+.3f} [{:+.3f}, {:+.3f}]".format(*difference) + (
                  ": the interval holds 0, no change shown" if difference[1] <= 0 <= difference[2] else ""))
     return (f"* {name}: training reward of the first {block} of {len(steps)} steps {first.mean:.3f} ({first.n} "

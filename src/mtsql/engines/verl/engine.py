@@ -30,7 +30,7 @@ from mtsql.engines.verl.main_ppo import (
     read_metrics,
     render_plan,
     run_stage_plan,
-    step_behaviour_of,
+    step_samples_of,
 )
 
 VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean", "pg_loss": "actor/pg_loss",
@@ -90,7 +90,7 @@ def verl_curve(stage_dir: Path, stage: int) -> list[dict]:
     curve = []
     for row in read_metrics(stage_dir):
         line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()},
-                **step_behaviour_of(stage_dir, row["step"])}
+                **step_samples_of(stage_dir, row["step"])}
         validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
         if validated:
             line["val_reward_mean"] = sum(validated) / len(validated)

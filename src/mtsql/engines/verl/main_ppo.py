@@ -25,7 +25,7 @@ the trainer, possibly on another node. Each run of a stage therefore logs to a n
 ``verl_metrics.<attempt>.jsonl`` in the stage folder (so the run folder must be storage every node
 shares), and ``read_metrics`` merges the attempts by step, a resumed attempt's step replacing the
 earlier one. verl also dumps each step's samples into ``rollouts/<step>.jsonl`` with the keys the
-reward function returned, from which ``step_behaviour_of`` reads the agent's behaviour per step (the
+reward function returned, from which ``step_samples_of`` reads the agent's behaviour per step (the
 dump holds every sample's decoded text too, tens of MB a step at the paper's batch sizes: the rl
 stage removes it once its curve is written).
 """
@@ -38,6 +38,7 @@ import math
 import os
 import re
 import shlex
+import statistics
 import sys
 import warnings
 from collections.abc import Sequence
@@ -341,15 +342,21 @@ def read_metrics(stage_dir: Path) -> list[dict]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def step_behaviour_of(stage_dir: Path, step: int) -> dict[str, float]:
-    """The agent's behaviour in one step (``trajectories.step_behaviour``) from verl's dump of that step's
-    samples, over the episodes the reward function could read; empty when the step left no dump."""
+def step_samples_of(stage_dir: Path, step: int) -> dict[str, float]:
+    """What one step's samples show, from verl's dump of them: the spread of the rewards verl trained on
+    (``reward_std``, over every sample, as the local engine logs it) and the agent's behaviour
+    (``trajectories.step_behaviour``, over the episodes the reward function could read); empty when the
+    step left no dump."""
     path = Path(stage_dir) / ROLLOUTS_DIR / f"{step}.jsonl"
-    episodes = [row for row in (read_jsonl(path) if path.exists() else []) if row.get(OK_KEY)]
-    if not episodes:
+    samples = read_jsonl(path) if path.exists() else []
+    if not samples:
         return {}
-    return step_behaviour([{key: row[key] for key in BEHAVIOUR} for row in episodes],
-                          [row["response_tokens"] for row in episodes])
+    spread = {"reward_std": statistics.pstdev(float(row["score"]) for row in samples)}
+    episodes = [row for row in samples if row.get(OK_KEY)]
+    if not episodes:
+        return spread
+    return {**spread, **step_behaviour([{key: row[key] for key in BEHAVIOUR} for row in episodes],
+                                       [row["response_tokens"] for row in episodes])}
 
 
 def _metrics_rows(path: Path) -> tuple[list[dict], int]:

@@ -24,7 +24,7 @@ from mtsql.core.trajectories import BEHAVIOUR, episode_behaviour
 TRAJECTORY_KEY = "mtsql_trajectory"
 RESPONSE_TOKENS_KEY = "mtsql_response_tokens"
 OK_KEY = "trajectory_ok"
-BEHAVIOUR_KEYS = (*BEHAVIOUR, "response_tokens")  # what the episode did: read back per step by main_ppo.step_behaviour_of
+BEHAVIOUR_KEYS = (*BEHAVIOUR, "response_tokens")  # what the episode did: read back per step by main_ppo.step_samples_of
 VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 logger = logging.getLogger(__name__)
