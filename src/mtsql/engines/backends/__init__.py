@@ -2,8 +2,8 @@
 
     backend = make_backend("hf", model_path, dtype="float32", device="cpu")
 
-Each backend's settings (``backends/settings.py``) name its module and class (``BACKEND``); a
-backend's module is imported only when it is made. A class reads its own settings from a config (``options``, ``training_options``):
+``BACKENDS`` names the module and class of each; a backend's module is imported only when it is
+made. A class reads its own settings from a config (``options``, ``training_options``):
 ``backend_for`` makes the one ``sample.backend`` names, ``training_backend`` the one
 ``rl.local.rollout_backend`` names. ``engine_identity`` is what a generating stage's fingerprint
 records of its engine beyond the config: for the ``vllm`` backend, the vLLM version and the server
@@ -15,22 +15,26 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from mtsql.base.config import SampleConfig, engines_of
 from mtsql.base.errors import UsageError
 from mtsql.engines.backends.base import Backend
 
+BACKENDS = {
+    "hf": ("mtsql.engines.backends.hf", "HFBackend"),  # transformers, CPU or one GPU
+    "vllm": ("mtsql.engines.backends.vllm", "VLLMBackend"),  # a vLLM server mtsql starts (or one you run)
+    "openai": ("mtsql.engines.backends.openai", "OpenAIBackend"),  # any OpenAI-compatible server
+}
+
 
 def backend_class(kind: str) -> type[Backend]:
-    """The class of a backend by name (its settings' ``BACKEND``), its module imported now."""
-    registered = engines_of(SampleConfig)
-    if kind not in registered:
-        raise UsageError(f"unknown backend '{kind}': choose {', '.join(registered)}")
-    module, _, name = registered[kind].BACKEND.partition(":")
+    """The class of a backend by name (``BACKENDS``), its module imported now."""
+    if kind not in BACKENDS:
+        raise UsageError(f"unknown backend '{kind}': choose {', '.join(BACKENDS)}")
+    module, name = BACKENDS[kind]
     return getattr(importlib.import_module(module), name)
 
 
 def make_backend(kind: str, model: str | Path, **options) -> Backend:
-    """A backend by name (``backend_class``); ``options`` go to its constructor."""
+    """A backend by name (``BACKENDS``); ``options`` go to its constructor."""
     return backend_class(kind)(model, **options)
 
 

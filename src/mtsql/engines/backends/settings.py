@@ -1,12 +1,10 @@
 """Each generation backend's own settings: ``sample.<backend>`` in a config (``base.config.owned_by``).
 
-A stage's fingerprint covers the settings of the backend it samples with, and only those. ``BACKEND`` names
-the module and class each name makes (imported only when one is made: ``backends.backend_class``)."""
+A stage's fingerprint covers the settings of the backend it samples with, and only those."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from mtsql.base.config import AtLeast1, Positive, SampleConfig, operational, owned_by, result
 
@@ -16,16 +14,12 @@ from mtsql.base.config import AtLeast1, Positive, SampleConfig, operational, own
 class HfSettings:
     """transformers in this process: ``model.dtype`` and ``model.device`` say all it needs."""
 
-    BACKEND: ClassVar[str] = "mtsql.engines.backends.hf:HFBackend"
-
 
 @owned_by(SampleConfig, "vllm")
 @dataclass(frozen=True)
 class VllmSettings:
     """A vLLM server mtsql starts for each stage's model and stops after it, or one you run (docs/engines.md).
     The fingerprint also covers the engine's identity (the vLLM version, a user-run server's URL)."""
-
-    BACKEND: ClassVar[str] = "mtsql.engines.backends.vllm:VLLMBackend"
 
     base_url: str | None = operational(None)  # a vLLM server you run instead (its /v1 URL): mtsql cannot verify
                                               # it (engine_identity records the URL)
@@ -44,8 +38,6 @@ class VllmSettings:
 @dataclass(frozen=True)
 class OpenAISettings:
     """Any OpenAI-compatible server you run."""
-
-    BACKEND: ClassVar[str] = "mtsql.engines.backends.openai:OpenAIBackend"
 
     base_url: str = operational("http://127.0.0.1:8000/v1")  # where the server listens; what it serves is model
     model: str | None = result(None)  # the name the server serves the model under (default: its path or id)
