@@ -10,9 +10,11 @@ import yaml
 from mtsql.app.runner import STAGES, run_stage, store_for, view_for
 from mtsql.base import provenance
 from mtsql.base.artifacts import ArtifactKey, Store
-from mtsql.base.config import ConfigView, UndeclaredSection, load_config
+from mtsql.base.config import ConfigView, RlConfig, SampleConfig, UndeclaredSection, engines_of, load_config
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA, data_dir
+from mtsql.engines.backends import BACKENDS
+from mtsql.engines.rl_engines import RL_ENGINES
 
 
 def cfg_for(tmp_path, *overrides):
@@ -210,6 +212,20 @@ def test_a_changed_source_line_changes_the_fingerprint_of_the_stages_that_run_it
         provenance.code_digest.cache_clear()
     assert after["sample"] != before["sample"], "sampling generates with the hf backend"
     assert after["reject"] == before["reject"], "reject sampling never runs the backend"
+
+
+def test_the_rl_stage_digest_covers_the_code_of_both_engines():
+    """The stage reaches its engine through a registry (engines.rl_engines.RL_ENGINES): its code digest
+    must still cover the engines' code, or a changed trainer would be served from the store."""
+    closure = provenance.code_closure(STAGES["rl"].__name__)
+    for module in ("mtsql.engines.local_grpo.engine", "mtsql.engines.local_grpo.trainer",
+                   "mtsql.engines.local_grpo.update", "mtsql.engines.verl.engine", "mtsql.engines.verl.main_ppo"):
+        assert module in closure, module
+
+
+def test_each_registered_engine_has_its_code_named():
+    assert set(RL_ENGINES) == set(engines_of(RlConfig))
+    assert set(BACKENDS) == set(engines_of(SampleConfig))
 
 
 def test_comments_and_docstrings_do_not_change_the_code_digest(tmp_path):

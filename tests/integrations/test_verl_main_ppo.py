@@ -313,8 +313,9 @@ def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
     (tmp_path / ROLLOUTS_DIR).mkdir()
     episode = {"tool_calls": 2.0, "memory_calls": 1.0, "messages": 3.0, "invalid_messages": 0.0, "self_corrected": 1.0,
                "response_tokens": 90.0, "trajectory_ok": 1.0}
-    lines = [episode, {**episode, "tool_calls": 0.0, "memory_calls": 0.0, "messages": 2.0, "invalid_messages": 2.0,
-                       "self_corrected": 0.0, "response_tokens": 30.0}]
+    lines = [{**episode, "score": 2.0}, {**episode, "tool_calls": 0.0, "memory_calls": 0.0, "messages": 2.0,
+                                         "invalid_messages": 2.0, "self_corrected": 0.0, "response_tokens": 30.0,
+                                         "score": 0.0}]
     (tmp_path / ROLLOUTS_DIR / "1.jsonl").write_text("".join(json.dumps({"step": 1, **line}) + "\n" for line in lines))
     first, second = _verl_curve(tmp_path, stage=2)
     assert (first["stage"], first["step"], first["reward_mean"]) == (2, 1, 1.0)
@@ -322,4 +323,5 @@ def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
                                         "invalid_message_rate", "messages_per_turn", "response_length")} == {
         "tool_calls_per_turn": 1.0, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.5,
         "invalid_message_rate": 2 / 5, "messages_per_turn": 2.5, "response_length": 60.0}
-    assert "tool_calls_per_turn" not in second, "step 2 left no dump: verl's metrics only"
+    assert first["reward_std"] == 1.0, "the spread of the step's sample scores (2 and 0)"
+    assert "tool_calls_per_turn" not in second and "reward_std" not in second, "step 2 left no dump: verl's only"

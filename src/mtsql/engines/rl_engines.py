@@ -1,7 +1,7 @@
 """The RL engines behind one contract, so that ``stages/rl.py`` knows none of them.
 
-An engine is the package that registers ``rl.<name>`` settings (``engines/settings.py``) and has an
-``engine`` module with
+An engine registers its ``rl.<name>`` settings (``engines/settings.py``) and has a contract module,
+named in ``RL_ENGINES``, with
 
 * ``train_curriculum_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage) -> dict``: train one
   curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
@@ -30,10 +30,14 @@ def pick_engine(name: str) -> str:
     return "verl" if torch.cuda.is_available() else "local"
 
 
+# Each registered engine's contract module, named in full: the code digest of the rl stage follows these
+# strings (provenance.code_closure), so a change in either engine's code reruns its stages.
+RL_ENGINES = {"local": "mtsql.engines.local_grpo.engine", "verl": "mtsql.engines.verl.engine"}
+
+
 def rl_engine(name: str) -> ModuleType:
     """The ``engine`` module of RL engine ``name`` (``auto`` must be resolved first: ``pick_engine``)."""
-    engines = engines_of(RlConfig)
-    if name not in engines:
-        raise UsageError(f"rl.engine={name}: resolve it to one of {', '.join(engines)} before a stage runs")
-    package = engines[name].__module__.rsplit(".", 1)[0]
-    return importlib.import_module(f"{package}.engine")
+    if name not in RL_ENGINES:
+        raise UsageError(f"rl.engine={name}: resolve it to one of {', '.join(engines_of(RlConfig))} before a "
+                         "stage runs")
+    return importlib.import_module(RL_ENGINES[name])
