@@ -131,7 +131,8 @@ def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool
     if cfg.eval_limit is None or cfg.eval_pick == "first":
         return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=with_hardness)
     turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
-    chosen = [t for t in turns if t.interaction_index in spread_pick(turns, cfg.eval_limit, root)]
+    picked = spread_pick(turns, cfg.eval_limit, root)
+    chosen = [t for t in turns if t.interaction_index in picked]
     return _with_hardness(chosen, root) if with_hardness else chosen
 
 
