@@ -24,7 +24,6 @@ from mtsql.core.agent.policies import GoldPolicy
 from mtsql.core.agent.tools import MemoryEntry
 from mtsql.core.chat_format import ChatFormat, render
 from mtsql.core.data import load_turns
-from mtsql.engines.verl.agent_loop import STOP_KEY
 from mtsql.engines.verl.dataset import AGENT_NAME, episode_tools, memory_of, turn_of, write_rl_parquet
 from mtsql.engines.verl.main_ppo import CurriculumParquet, build_stage_plan, compose_train_config
 from mtsql.engines.verl.reward import RESPONSE_TOKENS_KEY, TRAJECTORY_KEY, score_keys
@@ -271,6 +270,8 @@ def test_agent_loop_episode_with_the_tiny_model(stage, rows, tokenizer, model_di
 
 @pytest.mark.parametrize("stop", ["eos", "string"])
 def test_gold_replay_is_token_identical_to_the_rendered_conversation(stop, stage, rows, tokenizer, cfg, turns):
+    from mtsql.engines.verl.agent_loop import STOP_KEY  # imports verl and ray: not at collection
+
     _, config = stage
     chat = ChatFormat(tokenizer)
     for row, expected_tools in zip(rows, (["exec_sql"], ["exec_sql", "memory_retrieve"]), strict=True):
@@ -294,6 +295,8 @@ def test_gold_replay_is_token_identical_to_the_rendered_conversation(stop, stage
 
 
 def test_response_budget_ends_the_episode_without_a_dangling_observation(stage, rows, tokenizer, cfg, turns):
+    from mtsql.engines.verl.agent_loop import STOP_KEY
+
     _, config = stage
     server = ReplayServer(cfg, turns, tokenizer)
     first = len(tokenizer.encode(server.scripts[next(iter(server.scripts))][0], add_special_tokens=False)) + 1

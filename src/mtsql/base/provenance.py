@@ -43,12 +43,19 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def _imported(name: str, path: Path) -> set[str]:
+def _imported(name: str, path: Path) -> frozenset[str]:
     """mtsql modules a file imports (``from mtsql.x import y`` names ``mtsql.x`` and, if it is a
     module, ``mtsql.x.y``), the packages that importing ``name`` runs, and modules named in strings
     (``"mtsql.engines.backends.hf"``, ``"mtsql.x.y.Class"``: imported by name, as registries do)."""
+    return _imported_by(name, path.read_text(encoding="utf-8"), str(path), PACKAGE_ROOT)
+
+
+@functools.lru_cache(maxsize=1024)
+def _imported_by(name: str, source: str, filename: str, root: Path) -> frozenset[str]:
+    """``_imported`` for one source text: several stages share most modules, and each is parsed once per
+    text (``root``, the package the names resolve in, is part of the key)."""
     found = {".".join(name.split(".")[:n]) for n in range(1, name.count(".") + 1)}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("mtsql."):
             parts = node.value.split(".")
             found.update(m for m in (".".join(parts[:n]) for n in range(len(parts), 1, -1)) if module_file(m))
@@ -58,7 +65,7 @@ def _imported(name: str, path: Path) -> set[str]:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names
                          if module_file(f"{node.module}.{alias.name}"))
-    return {m for m in found if module_file(m)}
+    return frozenset(m for m in found if module_file(m))
 
 
 @functools.cache
@@ -85,7 +92,13 @@ def code_digest(name: str) -> str:
 
 def code_text(path: Path) -> str:
     """The syntax tree of a file without its docstrings, as text: what the code does, not how it reads."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return _code_text_of(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_text_of(source: str, filename: str) -> str:
+    """``code_text`` of one source text, parsed once however many stages' digests cover it."""
+    tree = ast.parse(source, filename=filename)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import typing
 from dataclasses import replace
 from pathlib import Path
@@ -101,15 +103,23 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
     """Every turn of a split in file order, as uniform records (hardness from the parsed gold)."""
     root = root or data_dir()
     path = split_file(dataset, split, root)
-    if path.name == RAW_COSQL_TRAIN.name:
-        turns = load_raw_dialogues(path, exclude_dbs=dev_db_ids(dataset, root), split=split)
-    else:
-        turns = load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split)
+    exclude = frozenset(dev_db_ids(dataset, root)) if path.name == RAW_COSQL_TRAIN.name else frozenset()
+    turns = list(_read_split(path, dataset, split, exclude, hashlib.blake2b(path.read_bytes()).hexdigest()))
     if limit is not None:
         turns = [t for t in turns if t.interaction_index < limit]
     if with_hardness:
         turns = _with_hardness(turns, root)
     return turns
+
+
+@functools.lru_cache(maxsize=16)
+def _read_split(path: Path, dataset: str, split: str, exclude_dbs: frozenset[str], digest: str) -> tuple[Turn, ...]:
+    """The turns of one split file, parsed once per content (``digest``: an edited file is read again): a
+    pipeline plans and runs several stages on the same splits."""
+    del digest  # the cache key only
+    if path.name == RAW_COSQL_TRAIN.name:
+        return tuple(load_raw_dialogues(path, exclude_dbs=set(exclude_dbs), split=split))
+    return tuple(load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split))
 
 
 def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> list[Turn]:
@@ -131,7 +141,8 @@ def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool
     if cfg.eval_limit is None or cfg.eval_pick == "first":
         return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=with_hardness)
     turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
-    chosen = [t for t in turns if t.interaction_index in spread_pick(turns, cfg.eval_limit, root)]
+    picked = spread_pick(turns, cfg.eval_limit, root)
+    chosen = [t for t in turns if t.interaction_index in picked]
     return _with_hardness(chosen, root) if with_hardness else chosen
 
 
