@@ -8,9 +8,10 @@ import random
 
 import pytest
 
+import mtsql.engines  # noqa: F401  (registers the engines' settings: SampleConfig() needs them)
 from mtsql.base.config import EnvConfig, SampleConfig, SqlConfig
 from mtsql.base.paths import FIXTURE_DATA, database_path
-from mtsql.core.agent.mutations import misspelled_column
+from mtsql.core.agent.mutations import misnamed_columns
 from mtsql.core.agent.policies import (
     MEASURED_FAILURE_SHARE,
     GroundedPolicy,
@@ -116,13 +117,32 @@ def test_an_empty_result_where_the_gold_has_rows_is_a_failure():
     assert not observed_failure(rows, rows) and not observed_failure(empty, empty)
 
 
-def test_misspelled_column_fails_to_run():
+def test_misnamed_columns_are_guessed_as_a_small_model_guesses_and_fail_to_run():
     tables = load_tables("concert_singer", FIXTURE_DATA)
-    variant = misspelled_column("SELECT Name FROM singer WHERE age > 20", tables)
-    assert variant.sql == "SELECT Names FROM singer WHERE age > 20" and "there is no column Names" in variant.why
-    result = run_sql(database_path("concert_singer", FIXTURE_DATA), variant.sql, SqlConfig(), 200)
-    assert result.error_class == "no_such_column"
-    assert misspelled_column("SELECT count(*) FROM singer", tables) is None
+    variants = misnamed_columns("SELECT T1.Name FROM singer AS T1 WHERE T1.Age > 20 AND Country = 'France'", tables)
+    assert [v.sql for v in variants] == [
+        "SELECT T1.singer_name FROM singer AS T1 WHERE T1.Age > 20 AND Country = 'France'",
+        "SELECT T1.Name FROM singer AS T1 WHERE T1.singer_age > 20 AND Country = 'France'",
+        "SELECT T1.Name FROM singer AS T1 WHERE T1.Age > 20 AND singer_country = 'France'"]
+    assert "there is no column singer_name; the column is Name" in variants[0].why
+    db = database_path("concert_singer", FIXTURE_DATA)
+    assert {run_sql(db, v.sql, SqlConfig(), 200).error_class for v in variants} == {"no_such_column"}
+    assert misnamed_columns("SELECT count(*) FROM singer", tables) == []
+    snake = misnamed_columns("SELECT PetType FROM pets", load_tables("pets_1", FIXTURE_DATA))
+    assert [v.sql for v in snake] == ["SELECT pet_type FROM pets"]
+
+
+def test_most_corrections_misname_a_column_as_the_model_does(train_turns):
+    """The failing first queries follow the measured mix of the SFT model's failures: mostly a missing column."""
+    policy = grounded()
+    kinds = []
+    for turn in train_turns:
+        failing = {v.sql: v.kind for v in policy.variants(turn)}
+        first = policy([{"role": "user", "content": ""}], turn, random.Random(turn.uid))
+        sql = json.loads(first.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]["sql"]
+        if sql in failing:
+            kinds.append(failing[sql])
+    assert len(kinds) >= 30 and kinds.count("misnamed_column") / len(kinds) >= 0.8
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ Each mutation is a mistake models make: a dropped WHERE condition, a missing DIS
 or reversed ORDER BY, a missing GROUP BY or LIMIT, an off-by-one comparison, the wrong aggregate,
 a neighbouring column of the same table, or a table name guessed wrong. ``mutations(sql, tables)`` lists every
 variant that applies, each with a short explanation of the mistake for the policy's reasoning.
-``misspelled_column`` (a selected column's name guessed wrong, which SQLite refuses) is kept apart: the
-``gold_grounded`` policy adds it to the mistakes an observation reveals, ``gold_with_correction`` is unchanged.
+``misnamed_columns`` (a selected or filtered column's name guessed wrong, which SQLite refuses) is kept apart:
+the ``gold_grounded`` policy adds them to the mistakes an observation reveals, ``gold_with_correction`` is
+unchanged.
 """
 
 from __future__ import annotations
@@ -162,19 +163,33 @@ def _wrong_table_name(sql: str, tables: Sequence[Table]) -> Variant | None:
     return None
 
 
-def misspelled_column(sql: str, tables: Sequence[Table]) -> Variant | None:
-    """A selected column of a table the query reads, its name guessed wrong (a plural, or the singular)."""
-    span = _span(sql, "select")
-    if span is None:
-        return None
+def misnamed_columns(sql: str, tables: Sequence[Table]) -> list[Variant]:
+    """Each column the query selects or filters on, its name guessed the ways a small model guesses it (an
+    invented compound ``singer_name`` for ``Name``, the snake case ``pet_type`` for ``PetType``, a plural or
+    singular), so that SQLite refuses it: one variant per column, in the order the query names them."""
     used = {norm for norm, _, _ in tokens(sql)}
     read = [t for t in tables if t.name.lower() in used]
-    existing = {name.lower() for t in read for name, _ in t.columns}
-    for norm, start, end in _top_level(sql, *span):
-        if norm in existing and re.fullmatch(r"\w+", norm):
-            name = sql[start:end]
-            guess = name[:-1] if name.lower().endswith("s") else name + "s"
-            if guess.lower() not in existing:
-                return Variant("misspelled_column", _cut(sql, start, end, guess),
-                               f"there is no column {guess}; the column is {name}")
-    return None
+    owner = {name.lower(): (table, name) for table in read for name, _ in table.columns}
+    out, seen = [], set()
+    for clause in ("select", "where"):
+        span = _span(sql, clause)
+        for norm, start, end in _top_level(sql, *span) if span else ():
+            if norm not in owner or norm in seen or not re.fullmatch(r"\w+", norm):
+                continue
+            seen.add(norm)
+            table, name = owner[norm]
+            guess = _guessed_name(table.name, name)
+            if guess.lower() not in owner:
+                out.append(Variant("misnamed_column", _cut(sql, start, end, guess),
+                                   f"there is no column {guess}; the column is {name}"))
+    return out
+
+
+def _guessed_name(table: str, column: str) -> str:
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", column).lower()
+    if snake != column.lower():
+        return snake
+    if "_" not in column:
+        singular = table[:-1] if table.lower().endswith("s") and not table.lower().endswith("ss") else table
+        return f"{singular.lower()}_{column.lower()}"
+    return column[:-1] if column.lower().endswith("s") else column + "s"
