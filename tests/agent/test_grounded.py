@@ -217,14 +217,46 @@ def test_own_right_attempt_on_a_later_turn_checks_memory(make_env, sparc_turns):
 # env.error_hint
 
 
-def test_schema_hint_names_what_exists():
+def test_schema_hint_names_what_exists_as_the_schema_spells_it():
     db = database_path("concert_singer", FIXTURE_DATA)
     assert schema_hint(db, "SELECT name FROM singers", "no_such_table") == (
         "Hint: the tables of this database are stadium, singer, concert, singer_in_concert.")
     assert schema_hint(db, "SELECT nam FROM singer", "no_such_column") == (
-        "Hint: the columns are singer(singer_id, name, country, song_name, song_release_year, age, is_male).")
+        "Hint: the columns are singer(Singer_ID, Name, Country, Song_Name, Song_release_year, Age, Is_male).")
     assert schema_hint(db, "SELECT nam", "no_such_column").count("(") == 4, "no table named: every table's columns"
     assert schema_hint(db, "SELECT", "syntax") is None
+
+
+@pytest.mark.parametrize(("db_id", "sql", "error_class", "missing", "meant"), [
+    ("concert_singer", "SELECT singer_name FROM singer", "no_such_column", "singer_name", "Name"),
+    ("concert_singer", "SELECT T1.Names FROM singer AS T1", "no_such_column", "T1.Names", "Name"),
+    ("concert_singer", "SELECT stadium_name FROM stadium", "no_such_column", "stadium_name", "Name"),
+    ("pets_1", "SELECT pet_type FROM Pets", "no_such_column", "pet_type", "PetType"),
+    ("concert_singer", "SELECT name FROM singers", "no_such_table", "singers", "singer"),
+])
+def test_schema_hint_says_which_name_was_meant(db_id, sql, error_class, missing, meant):
+    hint = schema_hint(database_path(db_id, FIXTURE_DATA), sql, error_class, missing)
+    assert hint.endswith(f" Did you mean {meant}?")
+
+
+def test_schema_hint_guesses_nothing_far_from_every_name():
+    db = database_path("concert_singer", FIXTURE_DATA)
+    assert "Did you mean" not in schema_hint(db, "SELECT tonnage FROM singer", "no_such_column", "tonnage")
+    assert "Did you mean" not in schema_hint(db, "SELECT x FROM cars", "no_such_table", "cars")
+
+
+def test_every_misnamed_column_of_the_grounded_data_gets_its_column_back(train_turns):
+    """The hint undoes each of gold_grounded's column mistakes: the suggestion is the gold's column."""
+    checked = 0
+    for turn in train_turns:
+        tables = load_tables(turn.db_id, FIXTURE_DATA)
+        for variant in misnamed_columns(runnable(turn.gold_sql), tables):
+            guess, column = variant.why.removeprefix("there is no column ").split("; the column is ")
+            db = database_path(turn.db_id, FIXTURE_DATA)
+            hint = schema_hint(db, variant.sql, "no_such_column", guess)
+            assert hint.lower().endswith(f" did you mean {column.lower()}?"), (variant.sql, hint)
+            checked += 1
+    assert checked >= 30
 
 
 @pytest.mark.parametrize("protocol", ["mtsql", "release"])

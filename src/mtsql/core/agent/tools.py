@@ -13,10 +13,14 @@ first ``RELEASE_MEMORY_ROWS`` result rows.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import re
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.core.agent import prompts
@@ -146,23 +150,61 @@ def exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_c
     return run, prompts.exec_observation(question=question, sql=sql, result=result, has_history=has_history)
 
 
-def schema_hint(db_path: Path, sql: str, error_class: str | None) -> str | None:
+def schema_hint(db_path: Path, sql: str, error_class: str | None, missing: str | None = None) -> str | None:
     """What a good database client adds to a missing-name error: the tables of the database (no such
     table), or the columns of the tables the query names (no such column; every table's when it names
-    none). None for other errors."""
+    none), spelled as the schema spells them; then, when one of them is close to the ``missing`` name
+    (``closest_name``), "Did you mean ...?". None for other errors."""
     if error_class not in ("no_such_table", "no_such_column") or not Path(db_path).is_file():
         return None
-    tables = load_schema(db_path).tables
+    tables = _original_names(str(Path(db_path).resolve()))
     if error_class == "no_such_table":
-        return f"{prompts.HINT_PREFIX}the tables of this database are {', '.join(tables)}."
-    named = set(re.findall(r"\w+", sql.lower()))
-    shown = {t: c for t, c in tables.items() if t in named} or tables
-    columns = "; ".join(f"{t}({', '.join(c)})" for t, c in shown.items())
-    return f"{prompts.HINT_PREFIX}the columns are {columns}."
+        hint, names = f"the tables of this database are {', '.join(tables)}.", list(tables)
+    else:
+        named = set(re.findall(r"\w+", sql.lower()))
+        shown = {t: c for t, c in tables.items() if t.lower() in named} or tables
+        hint = "the columns are " + "; ".join(f"{t}({', '.join(c)})" for t, c in shown.items()) + "."
+        names = [c for columns in shown.values() for c in columns]
+    guess = closest_name(missing, names, tables) if missing else None
+    return prompts.HINT_PREFIX + hint + (f" Did you mean {guess}?" if guess else "")
+
+
+def closest_name(missing: str, names: Sequence[str], tables: Sequence[str] = ()) -> str | None:
+    """The existing name ``missing`` was most likely meant to be: the same letters once case, underscores and
+    a table-name prefix are set aside (``singer_name`` -> ``Name`` in singer, ``pet_type`` -> ``PetType``), else
+    the closest by ``difflib`` (``singers`` -> ``singer``), else None."""
+    def squash(name: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", name.lower())
+    wanted = squash(missing.rsplit(".", 1)[-1])
+    by_squash = {squash(n): n for n in names}
+    stems = [wanted] + [wanted[len(p):] for t in tables for p in {squash(t), squash(t).removesuffix("s")}
+                        if p and wanted.startswith(p) and len(wanted) > len(p)]
+    for stem in stems:
+        if stem in by_squash:
+            return by_squash[stem]
+    close = difflib.get_close_matches(wanted, list(by_squash), n=1, cutoff=0.8)
+    return by_squash[close[0]] if close else None
+
+
+@functools.lru_cache(maxsize=256)
+def _original_names(db_path: str) -> dict[str, list[str]]:
+    """Table -> column names of a SQLite file as its schema spells them (``load_schema`` lower-cases them)."""
+    tables = load_schema(db_path).tables  # refuses an unreadable file with a one-line UsageError
+    conn = sqlite3.connect(f"file:{quote(db_path)}?mode=ro", uri=True)
+    try:
+        names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {name: [str(row[1]) for row in conn.execute(f"PRAGMA table_info('{name.replace(chr(39), chr(39) * 2)}')")]
+                for name in names if name.lower() in tables}
+    finally:
+        conn.close()
+
+
+_MISSING = re.compile(r"no such (?:table|column): (\S+)")
 
 
 def _with_hint(run: SqlRun, db_path: Path, sql: str) -> str:
-    hint = schema_hint(db_path, sql, run.error_class) if run.kind == "error" else None
+    missing = _MISSING.search(run.text)
+    hint = schema_hint(db_path, sql, run.error_class, missing and missing.group(1)) if run.kind == "error" else None
     return f"{run.text}\n{hint}" if hint else run.text
 
 
