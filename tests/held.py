@@ -12,6 +12,7 @@ machine is. Apart from that one wrapped call, the command is the one users run (
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +42,13 @@ sys.argv[0] = "mtsql"
 from mtsql.app.cli import main
 main()
 """
+
+
+def ctrl_c_reaches_it() -> None:
+    """``preexec_fn`` of a child a test sends SIGINT: Ctrl-C at its default, as in a terminal. A suite run as a
+    background job (``make test &``, CI runners) ignores SIGINT, children inherit that, and the signal would
+    be lost (the command then runs to its end)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def held_command(marker: Path, target: str, *args: str) -> list[str]:

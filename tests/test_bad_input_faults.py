@@ -27,7 +27,7 @@ import pytest
 import mtsql
 from mtsql.base.paths import FIXTURE_DATA
 
-from .held import held_command, wait_for
+from .held import ctrl_c_reaches_it, held_command, wait_for
 from .inprocess import mtsql_in_process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -283,7 +283,7 @@ def test_ctrl_c_names_the_partial_folder(tmp_path):
     command = held_command(marker, "mtsql.core.agent.policies:GoldPolicy.__call__", "sample", "--policy", "gold",
                            f"runs_dir={runs}", "run=r")
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=ctrl_c_reaches_it)
     wait_for(marker, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)

@@ -25,6 +25,8 @@ from safetensors.torch import load_file
 
 from mtsql.engines.verl.cleanup import TAG, stop_tagged
 
+from ..held import ctrl_c_reaches_it
+
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 SPREAD_REWARD = Path(__file__).with_name("verl_spread_reward.py")
@@ -43,7 +45,7 @@ def mtsql(runs: Path, *args: str) -> subprocess.Popen:
     env.pop("MTSQL_DATA", None)  # the fixture turns
     return subprocess.Popen([sys.executable, "-m", "mtsql", *args, "--config", str(TINY), f"runs_dir={runs}",
                              "run=verl", *SETTINGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=REPO, start_new_session=True)
+                            env=env, cwd=REPO, start_new_session=True, preexec_fn=ctrl_c_reaches_it)
 
 
 def run_processes(runs: Path) -> list[psutil.Process]:
@@ -127,7 +129,7 @@ def test_ctrl_c_stops_verl_beside_a_ray_cluster_already_up(verl_python, tiny_qwe
         proc = mtsql(runs, "rl", "--curriculum", "--engine", "verl")
         wait_for(has(runs, "VLLM"), START_S, "no vLLM engine started")
         proc.send_signal(signal.SIGINT)
-        code, err = finish(proc)  # RUN_S: a make test beside another CPU-heavy job took over 120 s to get here
+        code, err = finish(proc, timeout=120)
         assert code != 0
         assert "verl stage-1 train interrupted: no Ray or vLLM process of it is left" in err, err[-2000:]
         assert not run_processes(runs), names(run_processes(runs))

@@ -18,7 +18,7 @@ from mtsql.base.files import read_jsonl
 from mtsql.engines.backends.vllm import UNVERIFIED
 from mtsql.engines.backends.vllm_server import SERVED_NAME, signal_group
 
-from ..held import held_command, wait_for
+from ..held import ctrl_c_reaches_it, held_command, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -107,7 +107,7 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
                         f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=16",
                         "sample.max_new_tokens=96", f"sample.vllm.python={vllm_python}", "sample.vllm.kv_cache_gib=1")
     child = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                             env={**os.environ, "COLUMNS": "200"})
+                             env={**os.environ, "COLUMNS": "200"}, preexec_fn=ctrl_c_reaches_it)
     pgid = None
     for line in child.stderr:
         if "starting (pid" in line:
