@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from mtsql.core.sql.errors import SqlParseError
 from mtsql.core.sql.parser import parse_sql
+from mtsql.core.sql.schema import load_schema
 
 
 def parse(sql, schema, **kw):
@@ -101,3 +104,13 @@ def test_strict_mode_fixes_operator_quirks_and_rejects_trailing_tokens(school_sc
 def test_deep_nesting_is_a_parse_error_not_a_crash(school_schema):
     with pytest.raises(SqlParseError):
         parse("SELECT name FROM student WHERE id IN (" * 2000 + "SELECT id FROM student" + ")" * 2000, school_schema)
+
+
+def test_schema_lowercases_names_for_the_parser_and_keeps_their_spelling(tmp_path):
+    db = tmp_path / "pets.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE Pets (PetID INTEGER, PetType TEXT)")
+    schema = load_schema(db)
+    assert schema.tables == {"pets": ("petid", "pettype")}
+    assert schema.spelled == {"Pets": ("PetID", "PetType")}
+    assert parse_sql("SELECT PetType FROM PETS", schema)["select"][1][0][1][1][1] == "__pets.pettype__"

@@ -14,13 +14,10 @@ first ``RELEASE_MEMORY_ROWS`` result rows.
 from __future__ import annotations
 
 import difflib
-import functools
 import re
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.core.agent import prompts
@@ -157,7 +154,7 @@ def schema_hint(db_path: Path, sql: str, error_class: str | None, missing: str |
     (``closest_name``), "Did you mean ...?". None for other errors."""
     if error_class not in ("no_such_table", "no_such_column") or not Path(db_path).is_file():
         return None
-    tables = _original_names(str(Path(db_path).resolve()))
+    tables = load_schema(db_path).spelled  # refuses an unreadable file with a one-line UsageError
     if error_class == "no_such_table":
         hint, names = f"the tables of this database are {', '.join(tables)}.", list(tables)
     else:
@@ -184,19 +181,6 @@ def closest_name(missing: str, names: Sequence[str], tables: Sequence[str] = ())
             return by_squash[stem]
     close = difflib.get_close_matches(wanted, list(by_squash), n=1, cutoff=0.8)
     return by_squash[close[0]] if close else None
-
-
-@functools.lru_cache(maxsize=256)
-def _original_names(db_path: str) -> dict[str, list[str]]:
-    """Table -> column names of a SQLite file as its schema spells them (``load_schema`` lower-cases them)."""
-    tables = load_schema(db_path).tables  # refuses an unreadable file with a one-line UsageError
-    conn = sqlite3.connect(f"file:{quote(db_path)}?mode=ro", uri=True)
-    try:
-        names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {name: [str(row[1]) for row in conn.execute(f"PRAGMA table_info('{name.replace(chr(39), chr(39) * 2)}')")]
-                for name in names if name.lower() in tables}
-    finally:
-        conn.close()
 
 
 _MISSING = re.compile(r"no such (?:table|column): (\S+)")

@@ -1,7 +1,7 @@
 """Database schemas as the official evaluators see them, and the foreign-key map of ``tables.json``.
 
 The parser's schema comes from the SQLite file itself (every ``sqlite_master`` table, then
-``PRAGMA table_info``, names lower-cased), not from ``tables.json``; the foreign-key map used to
+``PRAGMA table_info``, names lower-cased; the original spelling is kept beside them), not from ``tables.json``; the foreign-key map used to
 canonicalise columns in exact match comes from ``tables.json``. Both are cached.
 """
 
@@ -21,7 +21,8 @@ ALL_COLUMNS = "__all__"
 
 @dataclass(frozen=True)
 class Schema:
-    """Tables (lower-cased) with their columns, and the id map of the official parser.
+    """Tables (lower-cased) with their columns, the id map of the official parser, and the same names
+    as the database spells them (``spelled``: what an observation shows the model).
 
     ``ids`` maps ``"*"``, ``"table.column"`` and ``"table"`` to ``"__all__"``, ``"__table.column__"``
     and ``"__table__"``.
@@ -29,6 +30,7 @@ class Schema:
 
     tables: dict[str, tuple[str, ...]]
     ids: dict[str, str]
+    spelled: dict[str, tuple[str, ...]]
 
     @functools.cached_property
     def columns_of_table(self) -> dict[str, frozenset[str]]:
@@ -41,13 +43,15 @@ class Schema:
 
     @classmethod
     def from_tables(cls, tables: dict[str, list[str] | tuple[str, ...]]) -> Schema:
+        """From table -> columns as the database spells them."""
         ids = {"*": ALL_COLUMNS}
         for table, columns in tables.items():
             for column in columns:
                 ids[f"{table.lower()}.{column.lower()}"] = f"__{table.lower()}.{column.lower()}__"
         for table in tables:
             ids[table.lower()] = f"__{table.lower()}__"
-        return cls({t: tuple(c) for t, c in tables.items()}, ids)
+        lowered = {t.lower(): tuple(c.lower() for c in columns) for t, columns in tables.items()}
+        return cls(lowered, ids, {t: tuple(c) for t, c in tables.items()})
 
 
 @functools.lru_cache(maxsize=256)
@@ -57,11 +61,11 @@ def load_schema(db_path: str | Path) -> Schema:
     try:
         conn = sqlite3.connect(uri, uri=True)
         try:
-            names = [row[0].lower() for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
             tables = {}
             for name in names:
                 escaped = name.replace("'", "''")
-                tables[name] = [str(row[1]).lower() for row in conn.execute(f"PRAGMA table_info('{escaped}')")]
+                tables[name] = [str(row[1]) for row in conn.execute(f"PRAGMA table_info('{escaped}')")]
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:  # a truncated or overwritten file: no schema, so no score means anything
