@@ -23,6 +23,7 @@ from mtsql.core.agent.policies import (
 from mtsql.core.agent.schema_prompt import load_tables
 from mtsql.core.agent.tools import run_sql, schema_hint
 from mtsql.core.data import load_turns
+from mtsql.core.sql.clauses import render_breakdown
 
 from ..episodes import run_episode
 from .conftest import find
@@ -53,7 +54,8 @@ def shown_failure(traj, step) -> bool:
 
 def test_every_verdict_follows_what_its_observation_shows(make_env, train_turns):
     """no_pass exactly after an observed failure, pass after every other result; the reasoning of a
-    no_pass quotes the result it judges; every episode ends with the gold and follows the protocol."""
+    no_pass quotes the result it judges and ends on the query it runs next, clause by clause; every episode
+    ends with the gold and follows the protocol."""
     policy = grounded(1.0)
     corrected = 0
     for turn in train_turns:
@@ -67,6 +69,8 @@ def test_every_verdict_follows_what_its_observation_shows(make_env, train_turns)
             judged = traj.steps[executed[0].index + 1].text
             result_line = step_result(executed[0].observation)
             assert f"The result was: {result_line}" in judged
+            fixed = traj.steps[executed[0].index + 1].sql
+            assert judged.split("</think>")[0].rstrip().endswith(f"run it again: {render_breakdown(fixed)}")
     assert corrected >= 0.8 * len(train_turns), corrected  # a table name guessed wrong applies almost everywhere
 
 

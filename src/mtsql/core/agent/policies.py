@@ -266,7 +266,8 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
             seen = self._run_sql(db_path, last.sql)
             if last.sql != gold and observed_failure(seen, self._run_sql(db_path, gold)):
                 why = {v.sql: v.why for v in self.variants(turn)}.get(last.sql)
-                return self._run(turn, gold, think=_failure_reasoning(observation, seen, why), exec_verdict="no_pass")
+                return self._run(turn, gold, think=_failure_reasoning(observation, seen, why, gold),
+                                 exec_verdict="no_pass")
         return GoldPolicy._next(self, last, observation, turn)
 
     def _run_sql(self, db_path: Path, sql: str) -> SqlRun:
@@ -328,10 +329,13 @@ def observed_failure(seen: SqlRun, gold: SqlRun) -> bool:
     return seen.kind == "error" or (seen.kind == "empty" and gold.kind == "ok")
 
 
-def _failure_reasoning(observation: str, seen: SqlRun, why: str | None) -> str:
-    """The no_pass reasoning: the result as the observation showed it, what it reveals, then the fix."""
+def _failure_reasoning(observation: str, seen: SqlRun, why: str | None, fixed: str) -> str:
+    """The no_pass reasoning: the result as the observation showed it, what it reveals, then the fixed query
+    clause by clause, as a first run spells its query before calling exec_sql (without it, the pilots' models
+    said no_pass and then called memory_retrieve, or ran the failed query again)."""
     shown = "The query failed to run." if seen.kind == "error" else (
         "The result is empty, but the question asks for rows." if not seen.row_count
         else "The result holds only NULL values, but the question asks for values.")
     fix = f" The mistake: {why}." if why else ""
-    return f"The result was: {_result_line(observation)}\n{shown}{fix} I correct the query and run it again."
+    return (f"The result was: {_result_line(observation)}\n{shown}{fix} I correct the query and run it again: "
+            f"{render_breakdown(fixed)}")
