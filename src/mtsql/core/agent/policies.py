@@ -331,8 +331,8 @@ def observed_failure(seen: SqlRun, gold: SqlRun) -> bool:
 
 def _failure_reasoning(observation: str, seen: SqlRun, why: str | None, fixed: str) -> str:
     """The no_pass reasoning: the result as the observation showed it, what it reveals, then the fixed query
-    clause by clause, as a first run spells its query before calling exec_sql (without it, the pilots' models
-    said no_pass and then called memory_retrieve, or ran the failed query again)."""
+    clause by clause, as a first run spells its query before calling exec_sql (with ``env.thinking`` off no
+    reasoning is written)."""
     shown = "The query failed to run." if seen.kind == "error" else (
         "The result is empty, but the question asks for rows." if not seen.row_count
         else "The result holds only NULL values, but the question asks for values.")
