@@ -1,8 +1,9 @@
 """Database schemas as the official evaluators see them, and the foreign-key map of ``tables.json``.
 
 The parser's schema comes from the SQLite file itself (every ``sqlite_master`` table, then
-``PRAGMA table_info``, names lower-cased; the original spelling is kept beside them), not from ``tables.json``; the foreign-key map used to
-canonicalise columns in exact match comes from ``tables.json``. Both are cached.
+``PRAGMA table_info``, names lower-cased, their original spelling kept beside them), not from
+``tables.json``; the foreign-key map used to canonicalise columns in exact match comes from
+``tables.json``. Both are cached.
 """
 
 from __future__ import annotations
