@@ -11,6 +11,7 @@ import pytest
 import mtsql.engines  # noqa: F401  (registers the engines' settings: SampleConfig() needs them)
 from mtsql.base.config import EnvConfig, SampleConfig, SqlConfig
 from mtsql.base.paths import FIXTURE_DATA, database_path
+from mtsql.core.agent import prompts
 from mtsql.core.agent.mutations import misnamed_columns
 from mtsql.core.agent.policies import (
     MEASURED_FAILURE_SHARE,
@@ -24,6 +25,7 @@ from mtsql.core.agent.schema_prompt import load_tables
 from mtsql.core.agent.tools import run_sql, schema_hint
 from mtsql.core.data import load_turns
 from mtsql.core.sql.clauses import render_breakdown
+from mtsql.core.sql.executor import execute_cached
 
 from ..episodes import run_episode
 from .conftest import find
@@ -231,16 +233,28 @@ def test_schema_hint_names_what_exists_as_the_schema_spells_it():
     assert schema_hint(db, "SELECT", "syntax") is None
 
 
-@pytest.mark.parametrize(("db_id", "sql", "error_class", "missing", "meant"), [
-    ("concert_singer", "SELECT singer_name FROM singer", "no_such_column", "singer_name", "Name"),
-    ("concert_singer", "SELECT T1.Names FROM singer AS T1", "no_such_column", "T1.Names", "Name"),
-    ("concert_singer", "SELECT stadium_name FROM stadium", "no_such_column", "stadium_name", "Name"),
-    ("pets_1", "SELECT pet_type FROM Pets", "no_such_column", "pet_type", "PetType"),
-    ("concert_singer", "SELECT name FROM singers", "no_such_table", "singers", "singer"),
+@pytest.mark.parametrize(("db_id", "sql", "error_class", "missing", "meant", "fixed"), [
+    ("concert_singer", "SELECT singer_name FROM singer", "no_such_column", "singer_name", "Name",
+     "SELECT Name FROM singer"),
+    ("concert_singer", "SELECT T1.Names FROM singer AS T1 WHERE T1.Names = 'Names'", "no_such_column", "T1.Names",
+     "Name", "SELECT T1.Name FROM singer AS T1 WHERE T1.Name = 'Names'"),
+    ("concert_singer", "SELECT stadium_name FROM stadium", "no_such_column", "stadium_name", "Name",
+     "SELECT Name FROM stadium"),
+    ("pets_1", "SELECT pet_type FROM Pets", "no_such_column", "pet_type", "PetType", "SELECT PetType FROM Pets"),
+    ("concert_singer", "SELECT name FROM singers", "no_such_table", "singers", "singer", "SELECT name FROM singer"),
 ])
-def test_schema_hint_says_which_name_was_meant(db_id, sql, error_class, missing, meant):
+def test_schema_hint_says_which_name_was_meant_and_the_query_with_it(db_id, sql, error_class, missing, meant, fixed):
+    """The suggestion replaces the missing name only, never inside a quoted string."""
     hint = schema_hint(database_path(db_id, FIXTURE_DATA), sql, error_class, missing)
-    assert hint.endswith(f" Did you mean {meant}?")
+    assert hint.endswith(f" Did you mean {meant}?\n{prompts.SUGGESTION_PREFIX}{fixed}")
+
+
+def test_schema_hint_suggests_no_query_that_would_not_change():
+    """``model_list.Model`` where model_list is not in FROM: the name exists, so no query is suggested."""
+    db = database_path("car_1", FIXTURE_DATA)
+    hint = schema_hint(db, "SELECT Horsepower FROM cars_data WHERE model_list.Model = 'a'", "no_such_column",
+                       "model_list.Model")
+    assert hint.endswith("Did you mean Model?") and prompts.SUGGESTION_PREFIX not in hint
 
 
 def test_schema_hint_guesses_nothing_far_from_every_name():
@@ -250,7 +264,8 @@ def test_schema_hint_guesses_nothing_far_from_every_name():
 
 
 def test_every_misnamed_column_of_the_grounded_data_gets_its_column_back(train_turns):
-    """The hint undoes each of gold_grounded's column mistakes: the suggestion is the gold's column."""
+    """The hint undoes each of gold_grounded's column mistakes: the suggestion is the gold's column, and the
+    query it suggests is the gold (up to case)."""
     checked = 0
     for turn in train_turns:
         tables = load_tables(turn.db_id, FIXTURE_DATA)
@@ -258,7 +273,11 @@ def test_every_misnamed_column_of_the_grounded_data_gets_its_column_back(train_t
             guess, column = variant.why.removeprefix("there is no column ").split("; the column is ")
             db = database_path(turn.db_id, FIXTURE_DATA)
             hint = schema_hint(db, variant.sql, "no_such_column", guess)
-            assert hint.lower().endswith(f" did you mean {column.lower()}?"), (variant.sql, hint)
+            meant, _, suggested = hint.partition("\n")
+            assert meant.lower().endswith(f" did you mean {column.lower()}?"), (variant.sql, hint)
+            def words(sql: str) -> list[str]:
+                return sql.removeprefix(prompts.SUGGESTION_PREFIX).lower().split()
+            assert words(suggested) == words(runnable(turn.gold_sql)), (variant.sql, suggested)
             checked += 1
     assert checked >= 30
 
@@ -286,3 +305,49 @@ def test_grounded_reasoning_quotes_the_hint(make_env, train_turns):
     first = exec_steps(traj)[0]
     assert first.result_kind == "error" and "Hint:" in first.observation
     assert "Hint:" in traj.steps[first.index + 1].text
+
+
+@pytest.mark.parametrize("sql", ["SELECT name FROM singers", "SELECT name FROM singer WHERE", "SELECT name FROM singer"])
+def test_error_hint_names_only_a_corrected_query_after_an_error(make_env, cosql_turns, sql):
+    """With the hint on, a refused query's observation ends on exec_sql alone (the small models copy the tool
+    named last); a query that ran, and every observation with the hint off, keep the full checklist."""
+    turn = next(t for t in cosql_turns if t.db_id == "concert_singer" and t.previous_questions)
+    message = json.dumps({"name": "exec_sql", "arguments": {"sql": sql}})
+    seen = {}
+    for hint in (False, True):
+        env = make_env(thinking=False, error_hint=hint)
+        env.reset(turn)
+        observation, _, _ = env.step(f"<tool_call>{message}</tool_call>")
+        seen[hint] = observation["content"]
+    refused = sql != "SELECT name FROM singer"
+    assert seen[True].endswith(prompts.FAILED_CHECKLIST) is refused
+    assert ("memory_retrieve" in seen[True]) is not refused
+    assert "memory_retrieve" in seen[False] and not seen[False].endswith(prompts.FAILED_CHECKLIST)
+
+
+def test_grounded_correction_copies_the_suggested_query_when_it_gives_the_gold_result(make_env, train_turns):
+    """With the hint on, a misnamed column's correction is the query the hint suggests (what the model can
+    copy from its observation); with the hint off it is the gold."""
+    copied = 0
+    for turn in train_turns[:40]:
+        for hint in (False, True):
+            traj = run_episode(make_env(thinking=False, error_hint=hint), grounded(1.0), turn, rng=random.Random(0))
+            runs = exec_steps(traj)
+            if runs[0].result_kind != "error":
+                continue
+            suggested = [line.removeprefix(prompts.SUGGESTION_PREFIX) for line in runs[0].observation.splitlines()
+                         if line.startswith(prompts.SUGGESTION_PREFIX)]
+            gold = runnable(turn.gold_sql)
+            if hint and suggested and same_rows(turn, suggested[0], gold):
+                assert runs[1].sql == suggested[0]
+                copied += 1
+            else:
+                assert runs[1].sql == gold
+            assert traj.protocol_valid and runs[1].result_kind != "error"
+    assert copied >= 10
+
+
+def same_rows(turn, sql: str, gold: str) -> bool:
+    db = database_path(turn.db_id, FIXTURE_DATA)
+    ours, theirs = (execute_cached(db, query, timeout_s=5.0, max_rows=10_000) for query in (sql, gold))
+    return ours.ok and sorted(map(tuple, ours.rows)) == sorted(map(tuple, theirs.rows))

@@ -266,9 +266,20 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
             seen = self._run_sql(db_path, last.sql)
             if last.sql != gold and observed_failure(seen, self._run_sql(db_path, gold)):
                 why = {v.sql: v.why for v in self.variants(turn)}.get(last.sql)
-                return self._run(turn, gold, think=_failure_reasoning(observation, seen, why, gold),
+                fixed = self._suggestion(observation, db_path, gold) or gold
+                return self._run(turn, fixed, think=_failure_reasoning(observation, seen, why, fixed),
                                  exec_verdict="no_pass")
         return GoldPolicy._next(self, last, observation, turn)
+
+    def _suggestion(self, observation: str, db_path: Path, gold: str) -> str | None:
+        """The query ``env.error_hint`` suggested in ``observation``, when it gives the gold's result: the
+        correction a model can copy from what it sees."""
+        lines = [line for line in observation.splitlines() if line.startswith(prompts.SUGGESTION_PREFIX)]
+        if not lines:
+            return None
+        suggested = lines[0][len(prompts.SUGGESTION_PREFIX):].strip()
+        same = not _differs(self._execute(db_path, gold), self._execute(db_path, suggested), "order by" in gold.lower())
+        return suggested if same else None
 
     def _run_sql(self, db_path: Path, sql: str) -> SqlRun:
         return run_sql(db_path, sql, self.sql_cfg, result_chars=1)

@@ -55,11 +55,16 @@ MEMORY_CHECKLIST = """Check the candidate query against the earlier turns:
 Write <memory_verify>pass</memory_verify> or <memory_verify>no_pass</memory_verify>. On no_pass, run a \
 corrected query with exec_sql. On pass, give the final query in <answer_sql>...</answer_sql>."""
 
+FAILED_CHECKLIST = """The query did not run: the database refused it (the error above).
+Write <exec_verify>pass</exec_verify> or <exec_verify>no_pass</exec_verify>. On no_pass, run a corrected \
+query with exec_sql."""
+
 NO_EARLIER_TURNS = ("There are no earlier turns: this is the first question of the conversation. No verdict is "
                     "needed; give the final query in <answer_sql>...</answer_sql>.")
 NEXT_MEMORY = "call memory_retrieve to check the query against the earlier turns."
 NEXT_ANSWER = "give the final query in <answer_sql>...</answer_sql>."
 HINT_PREFIX = "Hint: "  # env.error_hint: the line after a missing-name error that names what exists
+SUGGESTION_PREFIX = "With it the query reads: "  # env.error_hint: the next line, when a name was meant
 LAST_MESSAGE = "This is your last message for this question: give the final query in <answer_sql>...</answer_sql>."
 FORMAT_REMINDER = (
     "Write {think}any verdict tag, then exactly one <tool_call>{{...}}</tool_call> or one "
@@ -99,9 +104,12 @@ def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str 
     return "\n\n".join(parts)
 
 
-def exec_observation(*, question: str, sql: str, result: str, has_history: bool) -> str:
-    """The exec_sql tool response: recap, result or error, then what to verify and do next."""
-    checklist = EXEC_CHECKLIST.format(next_step=NEXT_MEMORY if has_history else NEXT_ANSWER)
+def exec_observation(*, question: str, sql: str, result: str, has_history: bool, refused: bool = False) -> str:
+    """The exec_sql tool response: recap, result or error, then what to verify and do next. ``refused``
+    (``env.error_hint``, a query that raised an error): the next step named is a corrected query only, since
+    the small models copy the tool an observation names last (docs/method.md, the fourth CPU pilot)."""
+    checklist = FAILED_CHECKLIST if refused else EXEC_CHECKLIST.format(
+        next_step=NEXT_MEMORY if has_history else NEXT_ANSWER)
     return f"Question: {question}\nSQL: {sql}\nResult:\n{result}\n\n{checklist}"
 
 

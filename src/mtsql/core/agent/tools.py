@@ -141,17 +141,20 @@ def render_result(result: ExecResult, max_chars: int) -> str:
 def exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_cfg: SqlConfig,
              result_chars: int, error_hint: bool = False) -> tuple[SqlRun, str]:
     """Run the query; the observation recaps the question, the SQL and the result, then asks to verify.
-    ``error_hint``: after a missing table or column, the result names the ones that exist (``schema_hint``)."""
+    ``error_hint``: after a missing table or column, the result names the ones that exist (``schema_hint``),
+    and after any error the observation names a corrected query as the next step, no other tool."""
     run = run_sql(db_path, sql, sql_cfg, result_chars)
     result = _with_hint(run, db_path, sql) if error_hint else run.text
-    return run, prompts.exec_observation(question=question, sql=sql, result=result, has_history=has_history)
+    return run, prompts.exec_observation(question=question, sql=sql, result=result, has_history=has_history,
+                                         refused=error_hint and run.kind == "error")
 
 
 def schema_hint(db_path: Path, sql: str, error_class: str | None, missing: str | None = None) -> str | None:
     """What a good database client adds to a missing-name error: the tables of the database (no such
     table), or the columns of the tables the query names (no such column; every table's when it names
     none), spelled as the schema spells them; then, when one of them is close to the ``missing`` name
-    (``closest_name``), "Did you mean ...?". None for other errors."""
+    (``closest_name``), "Did you mean ...?" and the query with that name (``with_name_replaced``). None for
+    other errors."""
     if error_class not in ("no_such_table", "no_such_column") or not Path(db_path).is_file():
         return None
     tables = load_schema(db_path).spelled  # refuses an unreadable file with a one-line UsageError
@@ -163,7 +166,25 @@ def schema_hint(db_path: Path, sql: str, error_class: str | None, missing: str |
         hint = "the columns are " + "; ".join(f"{t}({', '.join(c)})" for t, c in shown.items()) + "."
         names = [c for columns in shown.values() for c in columns]
     guess = closest_name(missing, names, tables) if missing else None
-    return prompts.HINT_PREFIX + hint + (f" Did you mean {guess}?" if guess else "")
+    if not guess:
+        return prompts.HINT_PREFIX + hint
+    fixed = with_name_replaced(sql, missing, guess)
+    return prompts.HINT_PREFIX + hint + f" Did you mean {guess}?" + (
+        f"\n{prompts.SUGGESTION_PREFIX}{fixed}" if fixed != sql else "")
+
+
+_QUOTED = re.compile(r"""('(?:[^']|'')*'|"(?:[^"]|"")*")""")
+
+
+def with_name_replaced(sql: str, missing: str, guess: str) -> str:
+    """``sql`` with the ``missing`` name spelled ``guess`` (``T1.Names``: that qualified name; ``Names``: also
+    as ``T1.Names``), outside quoted strings: the query a client's "Did you mean" stands for."""
+    qualifier, _, name = missing.rpartition(".")
+    before = rf"(?<![\w.]){re.escape(qualifier)}\." if qualifier else r"(?<!\w)"  # unqualified: T1.x too
+    pattern = re.compile(rf"{before}{re.escape(name)}(?!\w)", re.IGNORECASE)
+    replacement = f"{qualifier}.{guess}" if qualifier else guess
+    parts = _QUOTED.split(sql)
+    return "".join(part if index % 2 else pattern.sub(lambda _: replacement, part) for index, part in enumerate(parts))
 
 
 def closest_name(missing: str, names: Sequence[str], tables: Sequence[str] = ()) -> str | None:
