@@ -30,26 +30,28 @@ def test_dry_run_plans_at_least_three_round_one_designs(tmp_path, capsys):
     pipeline.run_pipeline(ABLATION, CONFIG, [f"runs_dir={tmp_path / 'runs'}"], dry_run=True)
     steps = planned(capsys)
     round_one = [label for label in steps if label.startswith("sft-") and label.endswith("-r1")]
-    assert round_one == ["sft-gold-r1", "sft-correction-r1", "sft-grounded-r1", "sft-grounded3-r1", "sft-own-r1",
-                         "sft-short-r1"]
+    assert round_one == ["sft-gold-r1", "sft-correction-r1", "sft-grounded-r1", "sft-groundedlr-r1", "sft-hinted-r1",
+                         "sft-own-r1", "sft-short-r1"]
     assert steps.count("eval-base") == 1, "the base model is scored once for every design"
     assert steps.index("sample-attempts-own") > steps.index("sft-gold-r1"), "own mistakes are the gold model's"
-    assert {"eval-sft-grounded3-hint", "eval-sft-short", "report"} <= set(steps)
+    assert {"eval-sft-hinted", "eval-sft-short", "report"} <= set(steps)
     assert not list((tmp_path / "runs").rglob("manifest.json")), "a dry run writes no artifact"
 
 
 def test_the_designs_share_items_and_budget():
-    """Every variant trains the same items for one round from the base model; only the policy, the epochs of
-    grounded3 and the short mode differ (the step overrides)."""
+    """Every variant trains the same items for one round from the base model for one epoch; only the policy,
+    the learning rate and hint of the grounded variants and the short mode differ (the step overrides)."""
     steps = pipeline.load_pipeline(ABLATION).steps
     policies = {}
     for step in (s for s in steps if s.stage == "sft-iterate"):
         cfg = load_config(CONFIG, list(step.overrides))
         assert cfg.sft.rounds == 1 and cfg.data.train_limit == 30
-        policies[step.label] = (cfg.sft.first_round_policy, cfg.sft.epochs)
-    assert policies == {"gold": ("gold", 1.0), "correction": ("gold_with_correction", 1.0),
-                        "grounded": ("gold_grounded", 1.0), "grounded3": ("gold_grounded", 3.0),
-                        "own": ("own_mistakes", 1.0), "short": ("gold", 1.0)}
+        assert cfg.sft.epochs == 1.0
+        policies[step.label] = (cfg.sft.first_round_policy, cfg.sft.learning_rate, cfg.env.error_hint)
+    assert policies == {"gold": ("gold", 2e-4, False), "correction": ("gold_with_correction", 2e-4, False),
+                        "grounded": ("gold_grounded", 2e-4, False), "groundedlr": ("gold_grounded", 5e-4, False),
+                        "hinted": ("gold_grounded", 5e-4, True), "own": ("own_mistakes", 2e-4, False),
+                        "short": ("gold", 2e-4, False)}
     assert load_config(CONFIG).sample.failure_share == 0.586
 
 
