@@ -278,8 +278,12 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
         if not lines:
             return None
         suggested = lines[0][len(prompts.SUGGESTION_PREFIX):].strip()
-        same = not _differs(self._execute(db_path, gold), self._execute(db_path, suggested), "order by" in gold.lower())
-        return suggested if same else None
+        return suggested if self._gives_gold(db_path, suggested, gold) else None
+
+    def _gives_gold(self, db_path: Path, sql: str, gold_sql: str) -> bool:
+        """Whether ``sql`` returns the gold's rows (in the gold's order where it orders them)."""
+        ordered = "order by" in gold_sql.lower()
+        return not _differs(self._execute(db_path, gold_sql), self._execute(db_path, sql), ordered)
 
     def _run_sql(self, db_path: Path, sql: str) -> SqlRun:
         return run_sql(db_path, sql, self.sql_cfg, result_chars=1)
@@ -307,9 +311,7 @@ class OwnMistakesPolicy(GroundedPolicy):
         seen, gold = self._run_sql(db_path, sql), self._run_sql(db_path, gold_sql)
         if observed_failure(seen, gold):
             return "failed"
-        ordered = "order by" in gold_sql.lower()
-        same = not _differs(self._execute(db_path, gold_sql), self._execute(db_path, sql), ordered)
-        return "right" if same else "plausible"
+        return "right" if self._gives_gold(db_path, sql, gold_sql) else "plausible"
 
     def _first(self, turn: Turn, rng: random.Random) -> str:
         attempt = self.attempt(turn)
