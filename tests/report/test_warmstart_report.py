@@ -159,6 +159,21 @@ def test_a_step_without_a_logged_spread_gives_the_change_but_no_interval():
     assert "[" in change_sentence("rl", [Mean(0.72, 0.3, 8), Mean(0.19, 0.2, 8)]).split("change")[1]
 
 
+def test_a_rise_the_interval_does_not_show_comes_with_the_chain_length_that_would_show_it():
+    steps = [Mean(0.40, 0.45, 8), Mean(0.42, 0.45, 8), Mean(0.50, 0.45, 8), Mean(0.55, 0.45, 8)]
+    block, first, last, difference = reward_change(steps)
+    assert difference[1] < 0 < difference[0]
+    needed = int(re.search(r"about (\d+) steps in all \(blocks of (\d+)", change_sentence("rl", steps)).group(2))
+    # blocks of `needed` steps, each step as large and as spread: the interval of the same rise clears 0 there
+    # and not at 80 % of it
+    def low(k: int) -> float:
+        return Mean(last.mean, last.std, last.n * k).minus(Mean(first.mean, first.std, first.n * k))[1]
+    assert low(needed) > 0 and low(math.floor(0.8 * needed)) < 0
+    assert "steps in all" not in change_sentence("rl", steps[::-1]), "a fall is not sized"
+    shown = [Mean(0.1, 0.05, 8), Mean(0.9, 0.05, 8)]
+    assert "steps in all" not in change_sentence("rl", shown), "a rise already shown needs no sizing"
+
+
 def test_rl_section_gives_the_reward_change_with_its_interval(shared_run):
     text = section(build_report(shared_run).read_text(), "Curriculum GRPO")
     # conftest: rl-c1 steps 1-3 then rl-c2 steps 1-2, reward 0.5 k + 0.1 s, std 0.2, 2 groups x 4 samples

@@ -10,12 +10,11 @@ which are missing.
 
 For a difference in the paper's direction that the interval does not show, *n needed* is the number
 of turns per group (of revisions, for the self-correction row) at which the same rates would clear 0:
-the interval's lower half-width shrinks as 1/sqrt(n), so n x (half-width / difference)^2.
+the interval's lower half-width shrinks as 1/sqrt(n) (``stats.n_to_clear``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from mtsql.app.report.evaluation import ex_rate, trajectory_rows
@@ -29,7 +28,7 @@ from mtsql.app.report.runs import (
     tally_rate,
 )
 from mtsql.app.report.self_correction import revision_counts, verified_rates
-from mtsql.app.report.stats import Rate
+from mtsql.app.report.stats import Rate, n_to_clear
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import TURN_BUCKETS
@@ -64,10 +63,7 @@ class Finding:
     @property
     def needed(self) -> int | None:
         """Turns per group at which the same difference would clear 0 (None: shown, or not in the paper's direction)."""
-        if self.difference is None or self.verdict != NOT_SHOWN or self.difference[0] <= 0:
-            return None
-        value, low, _ = self.difference
-        return math.ceil(self.n * ((value - low) / value) ** 2)
+        return None if self.difference is None or self.verdict != NOT_SHOWN else n_to_clear(self.n, self.difference)
 
 
 def compare(claim: str, where: str, better_label: str, better: Rate, worse_label: str, worse: Rate) -> Finding:

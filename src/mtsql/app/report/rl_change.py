@@ -5,7 +5,9 @@ max(1, N // 4) steps; each block's reward is the mean over its training samples 
 mean and std of its ``batch_size x n`` samples), and the change is last minus first with the 95 %
 normal interval of a difference of means (``stats.Mean``). The samples of one group share a question,
 so the interval is, if anything, too narrow; a change whose interval holds 0 is not shown. The
-curriculum moves to harder stages as it goes, which pulls the last steps' reward down.
+curriculum moves to harder stages as it goes, which pulls the last steps' reward down. A rise whose
+interval holds 0 comes with the chain length at which a rise of that size would clear 0 (``stats.n_to_clear``
+on the steps per block, times 4): what an RL stage has to be sized to for its change to be read.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import math
 
 from mtsql.app.report.runs import rl_steps, stage_config
-from mtsql.app.report.stats import Mean
+from mtsql.app.report.stats import Mean, n_to_clear
 from mtsql.base.artifacts import Artifact
 
 
@@ -53,5 +55,9 @@ def change_sentence(name: str, steps: list[Mean]) -> str | None:
              f"{difference[0]:+.3f}, no interval (a step logged no reward spread)" if math.isnan(difference[1]) else
              "{:+.3f} [{:+.3f}, {:+.3f}]".format(*difference) + (
                  ": the interval holds 0, no change shown" if difference[1] <= 0 <= difference[2] else ""))
+    needed = n_to_clear(block, difference) if difference is not None and not math.isnan(difference[1]) else None
+    if needed is not None:
+        shown += (f"; a rise this size would clear 0 with about {4 * needed} steps in all (blocks of {needed}, "
+                  f"each step as large as these)")
     return (f"* {name}: training reward of the first {block} of {len(steps)} steps {first.mean:.3f} ({first.n} "
             f"samples), of the last {block} {last.mean:.3f} ({last.n} samples); change {shown} (95 % interval).")
