@@ -172,6 +172,7 @@ def test_a_rise_the_interval_does_not_show_comes_with_the_chain_length_that_woul
     assert "steps in all" not in change_sentence("rl", steps[::-1]), "a fall is not sized"
     shown = [Mean(0.1, 0.05, 8), Mean(0.9, 0.05, 8)]
     assert "steps in all" not in change_sentence("rl", shown), "a rise already shown needs no sizing"
+    assert "steps in all" not in change_sentence("rl", [Mean(0.1, math.nan, 8), Mean(0.2, 0.3, 8)]), "no spread"
 
 
 def test_rl_section_gives_the_reward_change_with_its_interval(shared_run):

@@ -55,7 +55,7 @@ def change_sentence(name: str, steps: list[Mean]) -> str | None:
              f"{difference[0]:+.3f}, no interval (a step logged no reward spread)" if math.isnan(difference[1]) else
              "{:+.3f} [{:+.3f}, {:+.3f}]".format(*difference) + (
                  ": the interval holds 0, no change shown" if difference[1] <= 0 <= difference[2] else ""))
-    needed = n_to_clear(block, difference) if difference is not None and not math.isnan(difference[1]) else None
+    needed = n_to_clear(block, difference) if difference is not None else None
     if needed is not None:
         shown += (f"; a rise this size would clear 0 with about {4 * needed} steps in all (blocks of {needed}, "
                   f"each step as large as these)")

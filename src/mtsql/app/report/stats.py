@@ -104,9 +104,9 @@ class Mean:
 def n_to_clear(n: int, difference: tuple[float, float, float]) -> int | None:
     """The size per group at which a positive ``difference`` (value, low, high: a 95 % interval measured with
     ``n`` per group) would clear 0, its lower half-width shrinking as 1/sqrt(n): n x (half-width / value)^2.
-    None where it already clears 0 or is not above 0."""
+    None where it already clears 0, is not above 0, or has no interval (NaN)."""
     value, low, _ = difference
-    if not value > 0 or low > 0:
+    if not value > 0 or not low <= 0:
         return None
     return math.ceil(n * ((value - low) / value) ** 2)
 
