@@ -107,7 +107,7 @@ def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str 
 def exec_observation(*, question: str, sql: str, result: str, has_history: bool, refused: bool = False) -> str:
     """The exec_sql tool response: recap, result or error, then what to verify and do next. ``refused``
     (``env.error_hint``, a query that raised an error): the next step named is a corrected query only, since
-    the small models copy the tool an observation names last (docs/method.md, the fourth CPU pilot)."""
+    small models copy the tool an observation names last (docs/method.md)."""
     checklist = FAILED_CHECKLIST if refused else EXEC_CHECKLIST.format(
         next_step=NEXT_MEMORY if has_history else NEXT_ANSWER)
     return f"Question: {question}\nSQL: {sql}\nResult:\n{result}\n\n{checklist}"
