@@ -26,7 +26,17 @@ from mtsql.base.artifacts import Store
 from mtsql.base.config import load_config
 
 from .held import wait_for
-from .test_bad_input_store import GOLD, RUNS, SRC, TINY, Ran, evaluation, mtsql, refused, snapshot, verify_problems
+from .test_bad_input_store import (
+    GOLD,
+    SRC,
+    TINY,
+    Ran,
+    evaluation,
+    mtsql,
+    refused,
+    snapshot,
+    verify_problems,
+)
 
 
 @pytest.fixture
@@ -184,7 +194,8 @@ def test_r15_report_out_onto_what_is_not_a_folder_of_its_own(here, run, run_cli)
     (here / "file.txt").write_text("mine\n")
     folder = notes(here)
     (here / "link").symlink_to(folder)
-    cases = (("file.txt", "is a file, not a folder"), (".", "holds the working folder"),
+    cases = (("file.txt", "is a file, not a folder"), ("file.txt/sub", f"{here / 'file.txt'} is a file, not a folder"),
+             (".", "holds the working folder"),
              (str(here), "holds the working folder"), ("/", "holds the working folder"),
              ("runs/tiny/sample/latest", "is a symlink"), ("link", "is a symlink"), ("link/", "is a symlink"))
     before = snapshot(here)

@@ -18,7 +18,7 @@ from mtsql.base.artifacts import MANIFEST, PARTIAL
 
 REPORT_DIR = "report"  # the run's report folder (``mtsql report``); no label may take this name
 _FP12 = r"[0-9a-f]{12}"
-_STORE_ENTRY = re.compile(rf"^(latest|\.latest\.\d+|{_FP12}(\.partial|\.lock|\.old)?)$")
+_STORE_ENTRY = re.compile(rf"^(latest|\.latest\.\d+|{_FP12}(\.lock|\.old)?|[^.]+\.partial)$")
 
 
 def _entries(folder: Path) -> list[Path]:
@@ -44,7 +44,7 @@ def _label_mark(entry: Path) -> bool:
         return entry.is_symlink()
     if re.fullmatch(rf"{_FP12}\.lock", entry.name):
         return entry.is_file()
-    return bool(re.fullmatch(rf"{_FP12}({re.escape(PARTIAL)})?", entry.name)) and is_artifact_folder(entry)
+    return bool(re.fullmatch(rf"{_FP12}|[^.]+{re.escape(PARTIAL)}", entry.name)) and is_artifact_folder(entry)
 
 
 def is_run_folder(folder: Path) -> bool:

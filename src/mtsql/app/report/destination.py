@@ -53,6 +53,9 @@ def destination(run: Path, out: Path | None, runs_dir: Path | None = None) -> tu
                          "link and report again, or give --out a folder")
     if target.exists() and not target.is_dir():
         raise UsageError(f"{given} is a file, not a folder: give --out a folder")
+    existing = next((folder for folder in target.parents if folder.exists()), None)  # None: target is /
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"{given}: {existing} is a file, not a folder: give --out a folder")
     cwd = Path.cwd().resolve()
     if not target.name or target == cwd or target in cwd.parents:
         raise UsageError(f"{given} holds the working folder; the report replaces its folder whole: give --out a "
