@@ -14,12 +14,14 @@ edited since, a link). A run's ``report/`` written before the list existed (``re
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,15 +139,23 @@ def building(target: Path, *, legacy: bool) -> Iterator[Path]:
             if foreign is not None:  # written there since the report started
                 raise UsageError(f"{target} now holds {foreign}; the report deletes only what it wrote: move that "
                                  "away and report again")
-            if target.exists():
-                old = _beside(target, "old")
-                os.rename(target, old)
             try:
-                os.rename(tmp, target)
-            except OSError:
-                if old is not None:
-                    os.rename(old, target)
-                raise
+                if target.exists():
+                    os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))  # the folder keeps its permissions
+                    old = _beside(target, "old")
+                    os.rename(target, old)
+                try:
+                    os.rename(tmp, target)
+                except OSError:
+                    if old is not None:
+                        os.rename(old, target)
+                        old = None
+                    raise
+            except OSError as exc:
+                if exc.errno not in (errno.EBUSY, errno.EINVAL, errno.EXDEV):
+                    raise
+                raise UsageError(f"{target} cannot be replaced ({exc.strerror}; a mount point?): give --out a "
+                                 "folder of its own") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
