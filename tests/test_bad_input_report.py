@@ -279,5 +279,9 @@ def test_r30_status_of_what_is_not_a_run_is_one_line(here, run, run_cli):
     for folder, kind in (("runs/tiny/sample", "a label folder"), ("runs/tiny/sample/latest", "an artifact folder")):
         for command in (("status",), ("report",), ("data", "verify")):
             refused(run_cli(*command, folder), 2, f"{folder} is {kind} of the run {run.resolve()}", "not a run")
+    notes(here)
+    refused(run_cli("status", "notes"), 2, "notes holds no artifact, not a run folder")
+    refused(run_cli("status", "runs"), 2, "runs holds no artifact, not a run folder", "holds the runs tiny, y",
+            "mtsql status runs/tiny")
     line = refused(run_cli("status", str(here / "nowhere")), 2, "no run")
     assert line.count(str(here / "nowhere")) == 2, line  # the run asked for and where it was looked for: once

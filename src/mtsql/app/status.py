@@ -31,7 +31,7 @@ from mtsql.base.artifacts import (
     verify,
 )
 from mtsql.base.errors import UsageError
-from mtsql.base.run_folders import is_artifact_folder, is_label_folder, run_holding
+from mtsql.base.run_folders import is_artifact_folder, is_label_folder, is_run_folder, run_holding
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
 ROUND_STAGES = ("sample", "reject", "sft")
@@ -156,6 +156,13 @@ def _log_lines(entry: Path) -> list[str]:
 
 
 def status_table(folder: Path) -> Table:
+    """The table of ``status_rows``; a folder that is no run (an empty table would say nothing) is a
+    UsageError that says what it holds."""
+    if not is_run_folder(folder):
+        runs = sorted(p.name for p in folder.iterdir() if is_run_folder(p))
+        holds = f"it holds the runs {', '.join(runs)}: `mtsql status {folder / runs[0]}`" if runs else \
+            "a run holds <label>/<fingerprint>/manifest.json"
+        raise UsageError(f"{folder} holds no artifact, not a run folder ({holds})")
     table = Table(title=escape(str(folder)), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     table.add_column("artifact", no_wrap=True)
