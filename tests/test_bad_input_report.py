@@ -11,6 +11,7 @@ concurrent reports are two real processes. A run with a complete ``sample`` arti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -144,6 +145,12 @@ def test_r3_report_out_onto_a_users_folder_deletes_nothing(here, run, run_cli):
     for out in ("fresh/report", "fresh/report", "empty"):
         assert run_cli("report", "tiny", "runs_dir=runs", "--out", out).code == 0
         assert "# mtsql report: tiny" in report_text(here / out)
+    mark = here / "fresh" / "report" / MARK  # a list that names a file outside its folder
+    listed = json.loads(mark.read_text())
+    listed["files"]["../../notes/todo.txt"] = hashlib.sha256((folder / "todo.txt").read_bytes()).hexdigest()
+    mark.write_text(json.dumps(listed))
+    assert run_cli("report", "tiny", "runs_dir=runs", "--out", "fresh/report").code == 0
+    assert snapshot(folder) == before
     (here / "fresh" / "report" / "plots" / "drawn-by-hand.png").write_bytes(b"mine")
     before = snapshot(here / "fresh")
     refused(run_cli("report", "tiny", "runs_dir=runs", "--out", "fresh/report"), 2, "drawn-by-hand.png",

@@ -2,7 +2,7 @@
 
 A report folder holds ``report.md``, ``plots/*.png`` and ``.mtsql-report.json``, the list of the files
 the report wrote with their sha256 (``MARK``). A report is built in a temporary folder of its own
-(``.<name>.<random>.tmp``, beside the destination) and swapped in under a lock on the parent folder:
+(``.<name>.<pid>.<random>.tmp``, beside the destination) and swapped in under a lock on the parent folder:
 the folder before is moved aside, the new one renamed into place, and of the old one only the files
 its list names, unchanged, are deleted. A destination is refused in one line when it is a symlink or a
 file, is or lies in a run (other than the reported run's own ``report/``), lies under ``runs_dir``,
@@ -31,7 +31,7 @@ from mtsql.base.run_folders import REPORT_DIR, run_holding
 
 log = logging.getLogger(__name__)
 
-MARK = ".mtsql-report.json"  # in a report folder: {"files": {relative path: sha256}} of what the report wrote
+MARK = ".mtsql-report.json"  # in a report folder: {"files": {path: sha256}, "folders": [path]} the report wrote
 REPORT_MD = "report.md"
 PLOTS = "plots"
 
@@ -107,7 +107,7 @@ def not_written(folder: Path, legacy: bool) -> str | None:
             return f"{path} (a link; a report makes none)"
         if path.is_dir() and name in folders:
             continue
-        if path.is_dir() or name not in files:
+        if not path.is_file() or name not in files:  # a folder, a file of another name, a FIFO, a device
             return f"{path} (not written by mtsql report)"
         if files[name] is not None and sha256_file(path) != files[name]:
             return f"{path} (changed since the report wrote it)"
@@ -172,9 +172,9 @@ def _remove_written(folder: Path, legacy: bool) -> None:
     """Delete the files of an old report (``folder``, moved aside) that its list names and that are
     unchanged, then its emptied folders; anything else stays, named in a warning."""
     files, _ = _written(folder, legacy)
-    for name, sha in files.items():
-        path = folder / name
-        if path.is_file() and not path.is_symlink() and (sha is None or sha256_file(path) == sha):
+    for path in [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]:  # only what is inside
+        name = str(path.relative_to(folder))
+        if name in files and (files[name] is None or sha256_file(path) == files[name]):
             path.unlink()
     for path in sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
         with contextlib.suppress(OSError):  # not empty: it holds a file the report did not write
