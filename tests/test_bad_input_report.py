@@ -247,6 +247,28 @@ def test_r16_two_reports_of_one_run_at_once_both_end_well(here, run):
     assert leftovers(here / "runs") == []
 
 
+def test_r16_a_report_killed_outright_leaves_nothing_the_next_does_not_clear(here, run, run_cli):
+    """kill -9 while a report builds: the next report removes the dead one's temporary folder (and only
+    that), and `data verify` finds nothing in the run that no stage or report wrote."""
+    marker, gate = here / "building", here / "gate"
+    os.mkfifo(gate)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "COLUMNS": "200", "MTSQL_HOME": str(here / "home")}
+    killed = subprocess.Popen([sys.executable, "-c", HELD_REPORT, str(marker), str(gate), "report", "tiny",
+                               "runs_dir=runs"], cwd=here, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(marker, killed, seconds=120)
+    finally:
+        killed.kill()
+        killed.communicate()
+    assert [path.suffix for path in leftovers(here / "runs")] == [".tmp"]
+    live = run / f".report.{os.getpid()}.0123abcd.tmp"  # a report still at work (this process) is left alone
+    (live / "plots").mkdir(parents=True)
+    assert run_cli("report", "tiny", "runs_dir=runs").code == 0
+    assert leftovers(here / "runs") == [live]
+    shutil.rmtree(live)
+    assert run_cli("data", "verify", "tiny", "runs_dir=runs").code == 0
+
+
 HELD_REPORT = """
 import sys
 from pathlib import Path

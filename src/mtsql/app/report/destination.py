@@ -19,6 +19,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -128,6 +129,7 @@ def building(target: Path, *, legacy: bool) -> Iterator[Path]:
     without an error it replaces ``target`` (see the module), else it is removed. ``legacy``: ``target``
     is the run's own report folder, which a report from before ``MARK`` may hold."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    _sweep(target)
     tmp = _beside(target, "tmp")
     tmp.mkdir()
     old = None
@@ -163,14 +165,40 @@ def building(target: Path, *, legacy: bool) -> Iterator[Path]:
         _remove_written(old, legacy)
 
 
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(tmp|old)$")  # what _beside names
+
+
 def _beside(target: Path, kind: str) -> Path:
     """A name beside ``target`` that no other process uses: ``.<name>.<pid>.<random>.<kind>``."""
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.{kind}")
 
 
+def _sweep(target: Path) -> None:
+    """Remove what reports killed outright (kill -9, a power cut) left beside ``target``: the temporary
+    folders (``_beside``) of processes that no longer run, of their files a report writes only."""
+    for entry in target.parent.iterdir():
+        left = _LEFTOVER.match(entry.name)
+        if left and left["name"] == target.name and entry.is_dir() and not entry.is_symlink() \
+                and not _running(int(left["pid"])):
+            _remove_written(entry, legacy=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OverflowError:  # no process can have that number
+        return False
+    return True
+
+
 def _remove_written(folder: Path, legacy: bool) -> None:
-    """Delete the files of an old report (``folder``, moved aside) that its list names and that are
-    unchanged, then its emptied folders; anything else stays, named in a warning."""
+    """Delete the files of an old report (``folder``, moved aside, or left by a killed report) that its
+    list names and that are unchanged, then its emptied folders; anything else stays, named in a
+    warning. ``legacy``: without a list, ``report.md`` and ``plots/*.png`` are the report's."""
     files, _ = _written(folder, legacy)
     for path in [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]:  # only what is inside
         name = str(path.relative_to(folder))
@@ -182,7 +210,7 @@ def _remove_written(folder: Path, legacy: bool) -> None:
     try:
         folder.rmdir()
     except OSError:
-        log.warning("kept %s: it holds files the report did not write (added while it was replaced)", folder)
+        log.warning("kept %s: it holds files no report wrote", folder)
 
 
 @contextlib.contextmanager
