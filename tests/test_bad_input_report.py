@@ -25,6 +25,7 @@ from mtsql.app.report.destination import MARK
 from mtsql.app.runner import run_stage
 from mtsql.base.artifacts import Store
 from mtsql.base.config import load_config
+from mtsql.base.errors import UsageError
 
 from .held import wait_for
 from .test_bad_input_store import (
@@ -212,6 +213,19 @@ def test_r15_report_out_onto_what_is_not_a_folder_of_its_own(here, run, run_cli)
     refused(run_cli("report", "tiny", "runs_dir=runs"), 2, f"{run / 'report'} is a symlink", "delete the link")
     (run / "report").unlink()
     assert snapshot(here) == before and leftovers(here) == []
+
+
+def test_r15_a_report_that_fails_while_it_builds_leaves_nothing(here, run, run_cli, monkeypatch):
+    from mtsql.app.report import build
+
+    def broken(arts):
+        raise UsageError("a section that cannot be written")
+
+    monkeypatch.setattr(build, "findings_section", broken)
+    before = snapshot(here / "runs")
+    refused(run_cli("report", "tiny", "runs_dir=runs", "--out", "new/deeper/report"), 2, "cannot be written")
+    refused(run_cli("report", "tiny", "runs_dir=runs"), 2, "cannot be written")
+    assert snapshot(here / "runs") == before and not (here / "new").exists()
 
 
 def test_r16_two_reports_of_one_run_at_once_both_end_well(here, run):

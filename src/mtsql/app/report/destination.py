@@ -128,6 +128,7 @@ def building(target: Path, *, legacy: bool) -> Iterator[Path]:
     """A temporary folder of this process beside ``target`` to build the report in; when the block ends
     without an error it replaces ``target`` (see the module), else it is removed. ``legacy``: ``target``
     is the run's own report folder, which a report from before ``MARK`` may hold."""
+    made = [folder for folder in (target.parent, *target.parent.parents) if not folder.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
     _sweep(target)
     tmp = _beside(target, "tmp")
@@ -160,6 +161,9 @@ def building(target: Path, *, legacy: bool) -> Iterator[Path]:
                                  "folder of its own") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:  # deepest first; one that is not empty holds what another process wrote
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
     if old is not None:
         _remove_written(old, legacy)
