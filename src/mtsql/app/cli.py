@@ -29,6 +29,7 @@ from mtsql.base.config import Config, load_config, replace, to_dict
 from mtsql.base.errors import MtsqlError, UsageError
 from mtsql.base.paths import user_path
 from mtsql.base.progress import track
+from mtsql.base.run_folders import strays
 from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.core.data import data_root
 from mtsql.core.data.check import check_split
@@ -239,7 +240,9 @@ def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = 
            out: Annotated[Path | None, typer.Option(help="Report folder (default: <run>/report; elsewhere for a "
                                                     "read-only run).")] = None) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
-    console.print(f"report: {build_report(_run_folder(run, config, overrides), out)}", markup=False)
+    folder = _run_folder(run, config, overrides)
+    runs_dir = runs_root(_cfg(config, _split_run(run, overrides)[1]))
+    console.print(f"report: {build_report(folder, out, runs_dir)}", markup=False)
 
 
 @app.command("run")
@@ -333,11 +336,12 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
         raise UsageError(f"{folder}: no complete artifact to verify ({why})")
     problems += [p for artifact in artifacts for p in verify(artifact)]
     problems += Store(folder).link_problems()
+    problems += strays(folder)
     for problem in problems:
         err_console.print(problem, markup=False, highlight=False, soft_wrap=True)
     if problems:
-        raise UsageError(f"{folder}: {len(problems)} problem(s) above: damaged manifests, or files or metrics "
-                         "that differ from their manifest")
+        raise UsageError(f"{folder}: {len(problems)} problem(s) above: damaged manifests, files or metrics "
+                         "that differ from their manifest, or files no stage wrote")
     skipped = f"; not checked: {len(unfinished)} unfinished .partial folder(s)" if unfinished else ""
     console.print(f"{folder}: all {len(artifacts)} artifacts intact{skipped}", markup=False, highlight=False)
 

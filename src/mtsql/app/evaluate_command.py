@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mtsql.base.artifacts import MANIFEST, PARTIAL
 from mtsql.base.errors import UsageError
+from mtsql.base.run_folders import run_holding
 from mtsql.core.evaluation_files import check_out_dir, evaluate_files, render, write_outputs
 from mtsql.core.sql.evaluation import Evaluation
 
@@ -27,13 +27,13 @@ def run_evaluate(dataset: str, pred_path: Path, out_dir: Path, *, console: Conso
 
 
 def check_outside_runs(out_dir: Path, runs_dir: Path | None) -> None:
-    """A UsageError when ``out_dir`` lies in a run: under ``runs_dir``, or in any artifact folder (one
-    that holds a manifest, or a stage's ``.partial`` folder), through symlinks such as ``latest`` too.
-    A run's folders are written by its stages only, so a score written there would pass for theirs."""
+    """A UsageError when ``out_dir`` lies in a run: under ``runs_dir``, or in a folder that is part of a run
+    by what it holds (``run_folders.run_holding``: an artifact, a label folder, a run), wherever it lies,
+    through symlinks such as ``latest`` too. A run's folders are written by its stages only, so a score
+    written there would pass for theirs."""
     where = Path(out_dir).expanduser().resolve()
-    in_artifact = any((folder / MANIFEST).is_file() or folder.name.endswith(PARTIAL)
-                      for folder in (where, *where.parents))
-    inside = in_artifact or (runs_dir is not None and where.is_relative_to(Path(runs_dir).expanduser().resolve()))
+    inside = run_holding(where) is not None or \
+        (runs_dir is not None and where.is_relative_to(Path(runs_dir).expanduser().resolve()))
     if inside:
         raise UsageError(f"--out {out_dir} is inside a run folder ({where}); a run's folders are written by its "
-                         f"stages only: give --out a folder outside runs_dir ({runs_dir})")
+                         f"stages only: give --out a folder outside runs_dir ({runs_dir}) and outside any run")

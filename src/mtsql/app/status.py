@@ -31,17 +31,26 @@ from mtsql.base.artifacts import (
     verify,
 )
 from mtsql.base.errors import UsageError
+from mtsql.base.run_folders import is_artifact_folder, is_label_folder, is_run_folder, run_holding
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
 ROUND_STAGES = ("sample", "reject", "sft")
 
 
 def run_folder(run: str, runs_dir: Path) -> Path:
-    """A run name under ``runs_dir`` or a path to a run folder; it must exist."""
-    for candidate in (Path(run).expanduser(), runs_dir / run):
+    """A run name under ``runs_dir`` or a path to a run folder; it must exist, and not be a folder inside
+    a run (a label or artifact folder: the run is named instead)."""
+    candidates = list(dict.fromkeys((Path(run).expanduser(), runs_dir / run)))
+    for candidate in candidates:
         if candidate.is_dir():
+            holder = run_holding(candidate)
+            if holder is not None and holder != candidate.resolve():
+                kind = "an artifact folder" if is_artifact_folder(candidate.resolve()) else \
+                    "a label folder" if is_label_folder(candidate.resolve()) else "a folder"
+                raise UsageError(f"{run} is {kind} of the run {holder}, not a run: give the run ({holder})")
             return candidate
-    raise UsageError(f"no run '{run}' (looked for {run} and {runs_dir / run}); `mtsql status` lists runs")
+    looked = " and ".join(str(candidate) for candidate in candidates)
+    raise UsageError(f"no run '{run}' (looked for {looked}); `mtsql status` lists runs")
 
 
 def pipeline_order(key: ArtifactKey | None, label: str = "") -> tuple:
@@ -147,6 +156,13 @@ def _log_lines(entry: Path) -> list[str]:
 
 
 def status_table(folder: Path) -> Table:
+    """The table of ``status_rows``; a folder that is no run (an empty table would say nothing) is a
+    UsageError that says what it holds."""
+    if not is_run_folder(folder):
+        runs = sorted(p.name for p in folder.iterdir() if is_run_folder(p))
+        holds = f"it holds the runs {', '.join(runs)}: `mtsql status {folder / runs[0]}`" if runs else \
+            "a run holds <label>/<fingerprint>/manifest.json"
+        raise UsageError(f"{folder} holds no artifact, not a run folder ({holds})")
     table = Table(title=escape(str(folder)), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     table.add_column("artifact", no_wrap=True)
