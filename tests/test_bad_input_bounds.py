@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from mtsql.engines.models import registry
+
 from .test_bad_input import SMALL, Case, assert_refused, mtsql
 
 TINY = ("--config", "{tiny}", *SMALL)
@@ -76,6 +78,9 @@ SIZES = [
     Case("r12 max_new_tokens past the alias's context",
          ("sample", *TINY, "sample.max_new_tokens=200000", "--dry-run"),
          ("'sample.max_new_tokens'", "200000", "<= 32768", "tiny-qwen3", "max_position_embeddings")),
+    Case("r12 max_new_tokens past the tiny profile's model's context",
+         ("sample", "--config", "{tiny}", "runs_dir={runs}", "sample.max_new_tokens=9000", "--dry-run"),
+         ("'sample.max_new_tokens'", "9000", "<= 8192", "smollm2-135m")),
     Case("r12 max_new_tokens past a folder's context",
          ("sample", *TINY, "model.name=model", "sample.max_new_tokens=5000", "--dry-run"),
          ("'sample.max_new_tokens'", "5000", "<= 4096", "max_position_embeddings"), setup=model_folder(4096)),
@@ -113,6 +118,24 @@ def test_row_12_a_size_at_its_bound_is_accepted(tmp_path):
                    "sample.n=1024"], tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "max_new_tokens: 4096" in shown.stdout and "rounds: 100" in shown.stdout
+
+
+def test_row_12_a_rope_scaling_factor_stretches_the_context(tmp_path):
+    """A config.json with YaRN scaling (as Qwen3's model card suggests for long inputs) holds factor times
+    the original context, as vLLM derives it: a budget past max_position_embeddings but within that is fine."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({
+        "max_position_embeddings": 32768,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}))
+    assert registry.model_context(str(tmp_path / "model")) == 131072
+    shown = mtsql(["config", "show", "model.name=model", "sample.max_new_tokens=100000"], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+
+
+def test_row_12_a_built_alias_has_the_context_its_recipe_declares(tiny_qwen3):
+    """The context the config reads before an alias is built is the one the built folder says."""
+    config = json.loads((tiny_qwen3 / "config.json").read_text())
+    assert config["max_position_embeddings"] == registry.model_context("tiny-qwen3") == 32768
 
 
 # ---------------------------------------------------------------------------------------------

@@ -251,4 +251,4 @@ def verify_model(folder: Path) -> None:
 
 _PULLABLE: dict[str, Callable[[Path], dict]] = {"smollm2-135m": smollm2.build}
 _MAKEABLE: dict[str, Callable[[Path], dict]] = {"tiny-qwen3": tiny_qwen3.build}
-_RECIPE_CONTEXT = {"tiny-qwen3": tiny_qwen3.CONTEXT}  # the context an alias's recipe sets, known before it is built
+_RECIPE_CONTEXT = {"smollm2-135m": smollm2.CONTEXT, "tiny-qwen3": tiny_qwen3.CONTEXT}  # before it is built
