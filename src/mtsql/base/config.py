@@ -2,9 +2,10 @@
 
     cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_messages=6"])
 
-Every knob of every stage lives in one section dataclass below, with its default. An unknown key or
-a value of the wrong type is a ``UsageError`` naming the key, the file and the closest valid key.
-A profile may start with ``base: other.yaml`` (relative to itself) to inherit and override.
+Every knob of every stage lives in one section dataclass below, with its default. An unknown key, a
+value of the wrong type or outside its bounds (every size has a ceiling: ``Range.most``) is a
+``UsageError`` naming the key, the file and the closest valid key or the bound. A profile may start
+with ``base: other.yaml`` (relative to itself) to inherit and override.
 """
 
 from __future__ import annotations
