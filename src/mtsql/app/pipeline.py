@@ -23,7 +23,7 @@ from mtsql.app.runner import STAGES, Pending, latest_input, run_stage, store_for
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.base.config import Config, build, load_config, replace
 from mtsql.base.errors import StageFailed, UsageError
-from mtsql.base.paths import data_dir
+from mtsql.base.paths import data_dir, label_name
 from mtsql.base.user_yaml import read_yaml
 from mtsql.core.data import per_dataset_groups
 from mtsql.core.data.records import read_turns
@@ -237,9 +237,10 @@ STORAGE_KEYS = ("run", "runs_dir")  # what a step may not change: its artifacts 
 
 def step_configs(pipeline: Pipeline, path: Path, config_path: Path | None, overrides: list[str]) -> list[Config]:
     """Each step's config (the profile, ``overrides``, then the step's own), all loaded and checked before
-    the first step runs: a step's invalid override is refused naming the step, a step may not send its
-    artifacts outside the pipeline's run, and no two steps write the same label (the second would replace
-    the first's artifact as that label's latest)."""
+    the first step runs: a step's invalid override or label is refused naming the step, a step may not send
+    its artifacts outside the pipeline's run, and no two steps write the same label (the second would
+    replace the first's artifact as that label's latest). Every step's ``run`` and ``runs_dir`` are the
+    pipeline's."""
     base_cfg = load_config(config_path, overrides)
     configs, writers = [], {}
     for i, step in enumerate(pipeline.steps):
@@ -254,6 +255,10 @@ def step_configs(pipeline: Pipeline, path: Path, config_path: Path | None, overr
         except UsageError as exc:
             raise UsageError(f"{where}: {exc}") from None
         for label in _labels_written(step, cfg):
+            try:
+                label_name(label)
+            except UsageError as exc:
+                raise UsageError(f"{where}: {exc}") from None
             if label in writers:
                 raise UsageError(f"{where} writes label '{label}', which steps[{writers[label]}] writes too, so it "
                                  "would replace that step's artifact: give each step a label of its own")
