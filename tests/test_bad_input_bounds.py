@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mtsql.base.paths import FIXTURE_DATA
 from mtsql.engines.models import registry
 
 from .test_bad_input import SMALL, Case, assert_refused, mtsql
@@ -218,3 +219,24 @@ PIPELINES = [
 @pytest.mark.parametrize("case", PIPELINES, ids=lambda c: c.id)
 def test_rows_9_17_29_a_pipeline_is_checked_whole_before_it_starts(case, tmp_path):
     assert_refused(case, tmp_path)
+
+
+def two_train_splits(tmp: Path) -> None:
+    """``data/``: the packaged data, with SParC's dev split standing in for a train split of its own, so that
+    ``data.per_dataset`` makes two runs (tiny-cosql, then tiny-sparc); and ``p.yaml``."""
+    (tmp / "data" / "sparc").mkdir(parents=True)
+    for entry in FIXTURE_DATA.iterdir():
+        if entry.name != "sparc":
+            (tmp / "data" / entry.name).symlink_to(entry)
+    for entry in (FIXTURE_DATA / "sparc").iterdir():
+        (tmp / "data" / "sparc" / entry.name).symlink_to(entry)
+    (tmp / "data" / "sparc" / "train.json").symlink_to(FIXTURE_DATA / "sparc" / "dev.json")
+    pipeline(GOLD, "stage: sample\nlabel: more\noverrides: [sample.n=0]")(tmp)
+
+
+@pytest.mark.timeout(120)
+def test_row_17_every_run_of_a_per_dataset_pipeline_is_checked_before_the_first(tmp_path):
+    """With data.per_dataset, the first run's steps used to run before a bad step was met."""
+    assert_refused(Case("r17 per dataset", ("run", "p.yaml", *TINY, "data.root={tmp}/data", "data.per_dataset=true",
+                                            "data.eval_datasets=[cosql, sparc]"),
+                        ("steps[1] (sample)", "override 'sample.n=0'"), setup=two_train_splits), tmp_path)
