@@ -159,6 +159,8 @@ YAML = [
     Case("r27 key twice in a base profile", ("sample", "--config", "{tmp}/p.yaml", "--dry-run"),
          ("a.yaml line 3", "'n'", "twice"),
          setup=lambda tmp: (write("a.yaml", "sample:\n  n: 2\n  n: 3\n")(tmp), write("p.yaml", "base: a.yaml\n")(tmp))),
+    Case("r27 key twice in an override's mapping", ("config", "show", "sample={{n: 2, n: 3}}"),
+         ("override 'sample={{n: 2, n: 3}}'", "'n'", "twice")),  # {{ }}: braces, as format() reads them
     Case("r27 key twice in a pipeline step", ("run", "p.yaml", *TINY, "--dry-run"),
          ("p.yaml line 4", "'stage'", "twice"), setup=write("p.yaml", "steps:\n  - stage: sample\n    label: a\n"
                                                             "    stage: evaluate\n")),

@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import folder_name
 from mtsql.base.provenance import cpu_has_fast_bf16, data_digest
 from mtsql.base.slices import CURRICULUM_LABELS
-from mtsql.base.user_yaml import read_yaml
+from mtsql.base.user_yaml import parse_yaml, read_yaml
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
 Dataset = Literal["sparc", "cosql", "spider"]
@@ -436,10 +434,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"override {item!r}: expected key.sub=value")
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"override {item!r}: value is not valid YAML ({exc.__class__.__name__})") from None
+        value = parse_yaml(text, f"override {item!r}") if text.strip() else None
         _set_dotted(raw, key.strip().split("."), value)
         origins[key.strip()] = f"override {item!r}"
     where = _Origins(origins, str(path) if path is not None else "<defaults>")
