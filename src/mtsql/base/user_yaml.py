@@ -39,7 +39,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 def parse_yaml(text: str, path: Path | str) -> Any:
     """The data of YAML ``text`` read from ``path``; invalid YAML or a key given twice is a ``UsageError``."""
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
