@@ -5,8 +5,12 @@ A stage's fingerprint covers the settings of the backend it samples with, and on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from mtsql.base.config import AtLeast1, Positive, SampleConfig, operational, owned_by, result
+from mtsql.base.config import Range, SampleConfig, Seconds, operational, owned_by, result
+
+GiB = Annotated[float, Range(0, low_open=True, most=2**14)]  # a memory size, at most 16 TiB
+Concurrency = Annotated[int, Range(1, most=1024)]  # requests in flight at once
 
 
 @owned_by(SampleConfig, "hf")
@@ -26,12 +30,12 @@ class VllmSettings:
     model: str | None = result(None)  # the name that server serves the model under
     python: str | None = operational(None)  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else this
                                             # one); engine_identity records its vLLM version
-    kv_cache_gib: Positive | None = operational(None)  # CPU: the server's KV cache (None: a quarter of the free
-                                                       # RAM, <= 8)
+    kv_cache_gib: GiB | None = operational(None)  # CPU: the server's KV cache (None: a quarter of the free RAM,
+                                                  # <= 8)
     eager: bool | None = operational(None)  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
     args: tuple[str, ...] = result(())  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"] (any
                                         # server argument, some of which change tokens)
-    start_timeout_s: Positive = operational(600.0)
+    start_timeout_s: Seconds = operational(600.0)
 
 
 @owned_by(SampleConfig, "openai")
@@ -41,5 +45,5 @@ class OpenAISettings:
 
     base_url: str = operational("http://127.0.0.1:8000/v1")  # where the server listens; what it serves is model
     model: str | None = result(None)  # the name the server serves the model under (default: its path or id)
-    concurrency: AtLeast1 = operational(8)
-    timeout_s: Positive = operational(120.0)
+    concurrency: Concurrency = operational(8)
+    timeout_s: Seconds = operational(120.0)
