@@ -29,7 +29,7 @@ from mtsql.base.provenance import cpu_has_fast_bf16, data_digest
 from mtsql.base.slices import CURRICULUM_LABELS
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
-Dataset = Literal["sparc", "cosql", "spider"]
+Dataset = Literal["sparc", "cosql", "spider", "bird"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_mistakes"]
 Logger = Literal["none", "tensorboard", "wandb"]

@@ -61,10 +61,11 @@ def parsed(sql: str, schema_db: Path, semantics: str) -> dict:
                      lambda: parse_sql(sql, load_schema(schema_db), semantics=semantics))
 
 
-def executed(db_path: Path, sql: str, *, timeout_s: float, max_rows: int) -> ExecResult:
+def executed(db_path: Path, sql: str, *, timeout_s: float, max_rows: int, lossy_text: bool = True) -> ExecResult:
     """The result of a gold query on one database file."""
-    return _memoised(("exec", str(db_path), sql, float(timeout_s), int(max_rows)),
-                     lambda: execute(db_path, sql, timeout_s=timeout_s, max_rows=max_rows))
+    kind = "exec" if lossy_text else "exec strict-text"
+    return _memoised((kind, str(db_path), sql, float(timeout_s), int(max_rows)),
+                     lambda: execute(db_path, sql, timeout_s=timeout_s, max_rows=max_rows, lossy_text=lossy_text))
 
 
 def derived(kind: str, db_path: Path, sql: str, compute: Callable[[], object]):
