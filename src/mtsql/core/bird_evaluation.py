@@ -6,7 +6,8 @@ stage on ``bird`` alike.
     write_outputs(Path("out"), result)                                # items.jsonl + summary.json
     render_bird(result.summary, console)                              # the official table
 
-Each item is one question: ``question_id``, ``difficulty``, ``db_id``, ``gold``, ``pred``,
+Each item is one question: ``question_id``, ``difficulty`` (and its position, ``interaction_index``, with
+``turn_index`` 0, as for Spider), ``db_id``, ``gold``, ``pred``,
 ``exec_match`` (1 or 0, :mod:`mtsql.core.sql.bird_exec`) and ``error``. The summary is BIRD's table:
 EX by ``simple`` / ``moderate`` / ``challenging`` and ``total``, each with its count (the
 official evaluator prints percentages with two decimals); a difficulty outside those three counts in
@@ -102,6 +103,7 @@ def _score(pairs: list[tuple[Turn, str]], databases: Path, options: BirdOptions,
             scores[index] = score
             bar.advance(task)
     items = [{"question_id": turn.extra.get("question_id", turn.interaction_index),
+              "interaction_index": turn.interaction_index, "turn_index": 0,
               "difficulty": turn.extra.get("difficulty"), "db_id": turn.db_id, "gold": turn.gold_sql, "pred": sql,
               "exec_match": ex, "error": error}
              for (turn, sql), (ex, error) in zip(pairs, scores, strict=True)]

@@ -15,6 +15,7 @@ official evaluator runs), else the record's ``SQL``.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,12 @@ from mtsql.base.errors import UsageError
 from mtsql.base.files import expect, read_json, read_text
 from mtsql.base.paths import bird_dir
 from mtsql.core.data.records import Turn
-from mtsql.core.sql.bird_exec import prediction_sql
+from mtsql.core.sql.bird_exec import BIRD_TIMEOUT_S, MAX_ROWS, prediction_sql
+from mtsql.core.sql.executor import execute
 from mtsql.core.sql.official_format import read_questions
 
 DIFFICULTIES = ("simple", "moderate", "challenging")
+SLOW_GOLD_S = 5.0  # a gold slower than this is listed by the data check (BIRD's limit is 30 s an item)
 
 
 @dataclass(frozen=True)
@@ -125,3 +128,33 @@ def read_predictions(path: Path) -> list[str]:
                              "BIRD's predictions are one JSON object") from None
         return [prediction_sql(value) for value in data.values()]
     return [turns[0].sql for turns in read_questions(path, gold=False)]
+
+
+def check_bird(split: str, root: Path | None = None, *, progress=None, timeout_s: float = BIRD_TIMEOUT_S,
+               slow_s: float = SLOW_GOLD_S) -> dict:
+    """`mtsql data check --dataset bird`: counts, the difficulty mix, questions with evidence, missing
+    databases, and golds that fail, return nothing, or run slowly (over ``slow_s``; past ``timeout_s``,
+    BIRD's limit for an item, they fail), each run as BIRD's evaluator runs it (:mod:`mtsql.core.sql.bird_exec`)."""
+    found = bird_split(split, root)
+    turns = load_bird(found)
+    dbs = sorted({t.db_id for t in turns})
+    missing = [db for db in dbs if not found.database(db).is_file()]
+    runnable = [t for t in turns if t.db_id not in missing]
+    failing, empty, slow = [], [], []
+    for turn in progress(runnable) if progress else runnable:
+        result = execute(found.database(turn.db_id), turn.gold_sql, timeout_s=timeout_s, max_rows=MAX_ROWS,
+                         lossy_text=False)
+        where = {"question_id": turn.extra["question_id"], "db_id": turn.db_id}
+        if not result.ok:
+            failing.append(where | {"error": result.error_class, "message": result.error_message})
+        elif not result.rows:
+            empty.append(where)
+        if result.elapsed_s > slow_s:
+            slow.append(where | {"seconds": round(result.elapsed_s, 1)})
+    return {"dataset": "bird", "split": split, "root": str(found.folder), "unit": "questions",
+            "questions": len(turns), "databases": len(dbs),
+            "difficulty": dict(Counter(str(t.extra["difficulty"]) for t in turns)),
+            "with_evidence": sum(bool(t.evidence) for t in turns),
+            "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
+            "questions_without_database": sum(t.db_id in missing for t in turns),
+            "gold_fail": failing, "gold_empty": empty, "gold_slow": slow, "slow_s": slow_s}

@@ -40,7 +40,10 @@ class Turn:
         return replace(self, interaction_id=self.uid, turn_index=0, previous_questions=(), previous_sql=())
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        row = asdict(self)
+        if not self.evidence:  # rows of datasets without evidence keep the shape (and bytes) they had
+            del row["evidence"]
+        return row
 
     @classmethod
     def from_dict(cls, row: dict) -> Turn:
