@@ -95,7 +95,7 @@ def _score(pairs: list[tuple[Turn, str]], databases: Path, options: BirdOptions,
     check_databases([turn for turn, _ in pairs], databases)
     rows = [{"db_id": turn.db_id, "db_path": str(Path(databases) / turn.db_id / f"{turn.db_id}.sqlite"),
              "gold": turn.gold_sql, "pred": sql} for turn, sql in pairs]
-    scores: list[tuple] = [(0, None)] * len(rows)
+    scores: list[tuple] = [(0, None, 0.0)] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with progress_bar(*columns, transient=True, disable=not progress) as bar:
         task = bar.add_task("scoring", total=len(rows))
@@ -106,7 +106,7 @@ def _score(pairs: list[tuple[Turn, str]], databases: Path, options: BirdOptions,
               "interaction_index": turn.interaction_index, "turn_index": 0,
               "difficulty": turn.extra.get("difficulty"), "db_id": turn.db_id, "gold": turn.gold_sql, "pred": sql,
               "exec_match": ex, "error": error}
-             for (turn, sql), (ex, error) in zip(pairs, scores, strict=True)]
+             for (turn, sql), (ex, error, _) in zip(pairs, scores, strict=True)]
     return Evaluation(items, bird_summary(items, options))
 
 

@@ -26,6 +26,7 @@ holds up only the few queued behind it (:mod:`mtsql.core.sql.workers`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -83,8 +84,8 @@ class BirdOptions:
 
 
 def score_bird_rows(rows: list[dict], options: BirdOptions) -> Iterator[tuple[int, tuple]]:
-    """``(index, (ex, error))`` of every row (``db_id``, ``db_path``, ``gold``, ``pred``), in
-    completion order."""
+    """``(index, (ex, error, seconds))`` of every row (``db_id``, ``db_path``, ``gold``, ``pred``), in
+    completion order (``seconds``: the time the item took, gold included unless the gold cache had it)."""
     groups: dict[tuple[str, int], list[tuple[int, dict]]] = {}
     per_db: dict[str, int] = {}
     for index, row in enumerate(rows):
@@ -112,5 +113,6 @@ def _score_groups(groups: dict, options: BirdOptions) -> Iterator[tuple[int, tup
         folder = Path(members[0][1]["db_path"]).parent.parent
         with gold_cache.persisted(db_id, (folder,)) if options.gold_cache else nullcontext():
             for index, row in members:
-                yield index, bird_exec_match(row["gold"], row["pred"], Path(row["db_path"]),
-                                             timeout_s=options.timeout_s)
+                started = time.perf_counter()
+                ex, error = bird_exec_match(row["gold"], row["pred"], Path(row["db_path"]), timeout_s=options.timeout_s)
+                yield index, (ex, error, time.perf_counter() - started)
