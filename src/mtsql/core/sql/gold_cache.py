@@ -95,8 +95,8 @@ def persisted(db_id: str, folders: Sequence[Path]) -> Iterator[None]:
                and not (isinstance(value, ExecResult) and value.error_class == "timeout")}
     finally:
         _used = None
-    if new:
-        write_bytes(path, pickle.dumps(saved | new, protocol=pickle.HIGHEST_PROTOCOL))
+    if new:  # with what another process saved for this database meanwhile (BIRD splits a database's items)
+        write_bytes(path, pickle.dumps(_load(path) | saved | new, protocol=pickle.HIGHEST_PROTOCOL))
         for old in path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*.pickle"):
             if old != path:  # entries of an older database file or evaluator: never served again
                 old.unlink(missing_ok=True)
