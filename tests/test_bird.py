@@ -94,6 +94,14 @@ def test_the_prompt_shows_the_evidence_with_the_question_and_none_without(mode):
     assert "Table singer" in with_it or "singer" in with_it.split("Current question")[0], "the schema is BIRD's db"
 
 
+def test_a_bird_only_data_folder_gives_the_schema_from_birds_tables_and_databases(tmp_path):
+    shutil.copytree(BIRD, tmp_path / "bird" / "dev")  # no Spider tables.json, no database/ folder
+    turn = load_turns("bird", "dev", root=tmp_path)[0]
+    prompt = SqlAgentEnv(EnvConfig(mode="short"), SqlConfig(), data_root=tmp_path).reset(turn)[1]["content"]
+    assert 'CREATE TABLE "singer"' in prompt or "CREATE TABLE singer" in prompt
+    assert "-- e.g." in prompt, "sample values come from BIRD's database file"
+
+
 def test_the_exec_sql_observation_repeats_the_evidence():
     turn = load_turns("bird", "dev", root=FIXTURE_DATA)[0]
     env = SqlAgentEnv(EnvConfig(mode="long"), SqlConfig(), data_root=FIXTURE_DATA)
@@ -309,3 +317,41 @@ BAD = [
 @pytest.mark.parametrize("case", BAD, ids=lambda case: case.id)
 def test_bad_bird_input_is_one_line_and_writes_nothing(case, tmp_path):
     assert_refused(case, tmp_path)
+
+
+# --- the evaluate stage ------------------------------------------------------------------------------
+
+
+def test_the_evaluate_stage_on_bird_gives_birds_table_by_difficulty(tmp_path, models_home, tiny_qwen3):
+    from mtsql.app import pipeline
+    from mtsql.base.files import read_jsonl
+
+    from .test_pipeline import cfg_for
+    cfg = cfg_for(tmp_path, "model.name=tiny-qwen3", "sample.max_new_tokens=8", "data.eval_datasets=[bird]",
+                  "data.eval_limit=3", "data.eval_pick=spread")
+    art = pipeline.evaluate(cfg, label="eval-base")
+    block = art.metrics["datasets"]["bird"]
+    items = read_jsonl(art.path / "bird" / "items.jsonl")
+    assert len(items) == 3 and {"question_id", "difficulty", "exec_match"} <= set(items[0])
+    assert {item["db_id"] for item in items} == {"concert_singer", "pets_1", "poker_player"}
+    assert block["em"] is None and block["scored_em"] == 0
+    assert set(block["by_difficulty"]) == {"simple", "moderate", "challenging", "total"}
+    assert block["by_difficulty"]["total"]["count"] == 3
+    assert block["ex"] == block["by_difficulty"]["total"]["ex"] == sum(i["exec_match"] for i in items) / 3
+
+
+def test_two_tasks_of_one_database_keep_each_others_saved_golds(tmp_path, monkeypatch):
+    """BIRD's items of one database are scored in several tasks, maybe at once: the one that saves last
+    keeps what the other saved meanwhile."""
+    import pickle
+
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
+    folder = BIRD / "dev_databases"
+    with gold_cache.persisted("concert_singer", (folder,)):
+        gold_cache.executed(DB, "SELECT 1", timeout_s=5, max_rows=10)
+        other = gold_cache.cache_file("concert_singer", (folder,))  # another task saves meanwhile
+        other.parent.mkdir(parents=True)
+        key = ("exec", str(DB), "SELECT 2", 5.0, 10)
+        other.write_bytes(pickle.dumps({key: "saved by the other task"}))
+    saved = pickle.loads(other.read_bytes())
+    assert saved[key] == "saved by the other task" and ("exec", str(DB), "SELECT 1", 5.0, 10) in saved

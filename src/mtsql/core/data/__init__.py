@@ -33,7 +33,7 @@ SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
 __all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
-           "gold_file", "load_turns", "split_file", "tables_file", "train_pool"]
+           "gold_file", "load_turns", "split_file", "tables_file", "tables_files", "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -98,6 +98,15 @@ def gold_file(dataset: str, root: Path | None = None) -> Path:
 def tables_file(dataset: str, root: Path | None = None) -> Path:
     _check(dataset, "dev")
     return (root or data_dir()) / dataset / "tables.json"
+
+
+def tables_files(root: Path | None = None) -> list[Path]:
+    """Every tables.json of the data folder a schema may come from, in the order of ``DATASETS``
+    (BIRD's: its dev then its train split's)."""
+    root = root or data_dir()
+    return [path for dataset in DATASETS for path in (
+        [bird_dir(root) / split / f"{split}_tables.json" for split in SPLITS] if dataset == "bird"
+        else [tables_file(dataset, root)])]
 
 
 def dev_db_ids(dataset: str, root: Path | None = None) -> set[str]:
