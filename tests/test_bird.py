@@ -355,3 +355,16 @@ def test_two_tasks_of_one_database_keep_each_others_saved_golds(tmp_path, monkey
         other.write_bytes(pickle.dumps({key: "saved by the other task"}))
     saved = pickle.loads(other.read_bytes())
     assert saved[key] == "saved by the other task" and ("exec", str(DB), "SELECT 1", 5.0, 10) in saved
+
+
+def test_a_bird_episode_is_rewarded_with_birds_ex_and_no_em(tmp_path):
+    from mtsql.core.rewards import outcome_terms
+
+    turn = load_turns("bird", "dev", root=FIXTURE_DATA)[0]
+    env = SqlAgentEnv(EnvConfig(mode="short"), SqlConfig(), data_root=FIXTURE_DATA)
+    env.reset(turn)
+    env.step(f"<think>t</think><answer_sql>SELECT * FROM ({turn.gold_sql}) UNION ALL {turn.gold_sql}</answer_sql>")
+    assert outcome_terms(env.trajectory, turn.gold_sql, data_root=FIXTURE_DATA) == (1.0, 0.0, 1.0, 0.0)
+    shutil.copytree(BIRD, tmp_path / "bird" / "dev")
+    shutil.rmtree(tmp_path / "bird" / "dev" / "dev_databases" / turn.db_id)
+    assert outcome_terms(env.trajectory, turn.gold_sql, data_root=tmp_path) == (0.0, 0.0, 0.0, 0.0), "no database"
