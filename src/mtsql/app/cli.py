@@ -200,11 +200,14 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str | None, typer.Option(help="sparc, cosql or spider (picks the gold and tables).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="sparc, cosql, spider or bird (picks the gold and tables; "
+                                                "bird: BIRD's EX by difficulty, docs/bird.md).")] = None,
     pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, a blank line "
-                                              "between interactions (none for spider).")] = None,
+                                              "between interactions (none for spider); bird: BIRD's prediction "
+                                              "JSON too.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
-    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>).")] = None,
+    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>); bird: "
+                                              "a BIRD split folder (default <data>/bird/dev).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
     tables: Annotated[Path | None, typer.Option(help="tables.json (default: the one in <data>/<dataset>).")] = None,
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
