@@ -338,6 +338,12 @@ def test_the_evaluate_stage_on_bird_gives_birds_table_by_difficulty(tmp_path, mo
     assert set(block["by_difficulty"]) == {"simple", "moderate", "challenging", "total"}
     assert block["by_difficulty"]["total"]["count"] == 3
     assert block["ex"] == block["by_difficulty"]["total"]["ex"] == sum(i["exec_match"] for i in items) / 3
+    from mtsql.app.report.evaluation import evaluation_table
+    row = next(line for line in evaluation_table({"eval-base": art}) if "| bird |" in line)
+    assert row.count("| – |") >= 2, "no EM and no interaction EX for BIRD"
+    from mtsql.app.report.build import build_report
+    report = build_report(art.path.parents[1], tmp_path / "report")
+    assert "| bird |" in Path(report).read_text()
 
 
 def test_two_tasks_of_one_database_keep_each_others_saved_golds(tmp_path, monkeypatch):
