@@ -374,3 +374,19 @@ def test_a_bird_episode_is_rewarded_with_birds_ex_and_no_em(tmp_path):
     shutil.copytree(BIRD, tmp_path / "bird" / "dev")
     shutil.rmtree(tmp_path / "bird" / "dev" / "dev_databases" / turn.db_id)
     assert outcome_terms(env.trajectory, turn.gold_sql, data_root=tmp_path) == (0.0, 0.0, 0.0, 0.0), "no database"
+
+
+def test_a_bird_folder_outside_the_data_folder_counts_in_the_fingerprint(tmp_path, monkeypatch):
+    import mtsql.engines  # noqa: F401  (registers the engines' settings)
+    from mtsql.base.config import ConfigView, load_config
+
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
+    shutil.copytree(BIRD, tmp_path / "elsewhere" / "dev")
+    cfg = load_config(None, [f"runs_dir={tmp_path / 'runs'}"])
+    view = ConfigView(cfg, ("data",), owner="test", data_root=FIXTURE_DATA)
+    assert "bird_digest" not in view.hashed(), "the packaged fixture's bird/ is inside the data folder"
+    monkeypatch.setenv("MTSQL_BIRD", str(tmp_path / "elsewhere"))
+    before = view.hashed()["bird_digest"]
+    with sqlite3.connect(tmp_path / "elsewhere" / "dev" / "dev_databases" / "pets_1" / "pets_1.sqlite") as conn:
+        conn.execute("CREATE TABLE added (x)")
+    assert view.hashed()["bird_digest"] != before

@@ -24,7 +24,7 @@ import yaml
 
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_text
-from mtsql.base.paths import folder_name
+from mtsql.base.paths import bird_dir, folder_name
 from mtsql.base.provenance import cpu_has_fast_bf16, data_digest
 from mtsql.base.slices import CURRICULUM_LABELS
 
@@ -704,6 +704,9 @@ class ConfigView:
             del covered[section][key]
         if "data" in names:
             covered["data_digest"] = data_digest(self._data_root)
+            bird = bird_dir(Path(self._data_root))
+            if bird.is_dir() and not bird.resolve().is_relative_to(Path(self._data_root).resolve()):
+                covered["bird_digest"] = data_digest(bird)  # BIRD kept elsewhere ($MTSQL_BIRD) counts too
         return covered
 
     def unhashed(self) -> dict:
