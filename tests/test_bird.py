@@ -390,3 +390,16 @@ def test_a_bird_folder_outside_the_data_folder_counts_in_the_fingerprint(tmp_pat
     with sqlite3.connect(tmp_path / "elsewhere" / "dev" / "dev_databases" / "pets_1" / "pets_1.sqlite") as conn:
         conn.execute("CREATE TABLE added (x)")
     assert view.hashed()["bird_digest"] != before
+
+
+def test_gold_may_name_a_train_folder(tmp_path):
+    train = tmp_path / "train"
+    train.mkdir()
+    records = json.loads((BIRD / "dev.json").read_text())[:2]
+    (train / "train.json").write_text(json.dumps([{k: r[k] for k in ("db_id", "question", "evidence", "SQL")}
+                                                  for r in records]))
+    shutil.copytree(BIRD / "dev_databases", train / "train_databases")
+    (tmp_path / "p.json").write_text(json.dumps({"0": records[0]["SQL"], "1": "SELECT 1"}))
+    result = evaluate_bird(tmp_path / "p.json", gold_path=train)
+    assert [(i["question_id"], i["difficulty"], i["exec_match"]) for i in result.items] == [(0, None, 1), (1, None, 0)]
+    assert result.summary["execution"]["by_difficulty"]["total"]["count"] == 2

@@ -39,8 +39,10 @@ DEFAULT_BIRD = BirdOptions()  # the official 30 s an item, in this process
 def evaluate_bird(pred_path: Path, *, data_root: Path | None = None, gold_path: Path | None = None,
                   db_dir: Path | None = None, workers: int = 1, gold_cache: bool = False,
                   progress: bool = False) -> Evaluation:
-    """`mtsql evaluate --dataset bird`: ``gold_path`` a BIRD split folder (default: ``<bird>/dev``)."""
-    found = bird_split("dev", data_root, gold_path)
+    """`mtsql evaluate --dataset bird`: ``gold_path`` a BIRD split folder (default: ``<bird>/dev``; a folder
+    named ``train`` is read as a train split: ``train.json``, ``train.sql``, ``train_databases/``)."""
+    split = "train" if gold_path is not None and Path(gold_path).name == "train" else "dev"
+    found = bird_split(split, data_root, gold_path)
     options = BirdOptions(workers=workers, gold_cache=gold_cache)
     return evaluate_bird_file(pred_path, found, db_dir=db_dir, options=options, progress=progress)
 
