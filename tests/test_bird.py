@@ -403,3 +403,27 @@ def test_gold_may_name_a_train_folder(tmp_path):
     result = evaluate_bird(tmp_path / "p.json", gold_path=train)
     assert [(i["question_id"], i["difficulty"], i["exec_match"]) for i in result.items] == [(0, None, 1), (1, None, 0)]
     assert result.summary["execution"]["by_difficulty"]["total"]["count"] == 2
+
+
+def test_the_gold_and_the_prediction_share_one_time_budget(monkeypatch):
+    """The official limit covers the whole item: what the gold took is not left to the prediction."""
+    from dataclasses import replace
+
+    real = gold_cache.executed
+
+    def slow_gold(*args, **kwargs):
+        return replace(real(*args, **kwargs), elapsed_s=kwargs["timeout_s"])
+
+    monkeypatch.setattr(gold_cache, "executed", slow_gold)
+    assert bird_exec_match(GOLD, f"{GOLD} ", DB, timeout_s=5.0) == (
+        0, "timeout: the gold used the item's whole time budget")
+    assert bird_exec_match(GOLD, GOLD, DB, timeout_s=5.0)[0] == 0, "twice the gold's time passes the budget"
+
+
+def test_data_check_prints_birds_table(tmp_path):
+    from .test_bad_input import mtsql
+    result = mtsql(["data", "check", "--dataset", "bird"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    for words in ("questions", "12", "simple: 6, moderate: 4, challenging: 2", "gold fail", "gold return nothing",
+                  "gold slower than 5 s"):
+        assert words in result.stdout, words
