@@ -201,11 +201,14 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str | None, typer.Option(help="sparc, cosql or spider (picks the gold and tables).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="sparc, cosql, spider or bird (picks the gold and tables; "
+                                                "bird: BIRD's EX by difficulty, docs/bird.md).")] = None,
     pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, a blank line "
-                                              "between interactions (none for spider).")] = None,
+                                              "between interactions (none for spider); bird: BIRD's prediction "
+                                              "JSON too.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
-    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>).")] = None,
+    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>); bird: "
+                                              "a BIRD split folder (default <data>/bird/dev).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
     tables: Annotated[Path | None, typer.Option(help="tables.json (default: the one in <data>/<dataset>).")] = None,
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
@@ -302,11 +305,14 @@ for _name in STAGES.keys() - {c.name or c.callback.__name__.replace("_", "-") fo
 
 
 @data_app.command("check")
-def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider")],
+def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql, spider or bird")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases, gold queries that fail to execute or return nothing (vacuous), as a table."""
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, "executing gold", console=err_console))
+    if dataset == "bird":
+        console.print(bird_check_table(report_))
+        return
     table = Table(title=escape(f"{dataset} {split} ({report_['root']})"), show_header=False)
     unit = report_["unit"]
     for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written", "gold_vacuous"):
@@ -321,6 +327,22 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
     if "turns_per_interaction" in report_:
         table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
     console.print(table)
+
+
+def bird_check_table(report_: dict) -> Table:
+    table = Table(title=escape(f"bird {report_['split']} ({report_['root']})"), show_header=False)
+    for key in ("questions", "databases", "questions_without_database", "with_evidence"):
+        table.add_row(key.replace("_", " "), str(report_[key]))
+    table.add_row("difficulty", ", ".join(f"{k}: {v}" for k, v in report_["difficulty"].items()))
+    missing = ", ".join(f"{db} ({n} questions)" for db, n in report_["missing_databases"].items())
+    table.add_row("missing databases", escape(missing) or "none")
+    for key, label in (("gold_fail", "gold fail"), ("gold_empty", "gold return nothing"),
+                       ("gold_slow", f"gold slower than {report_['slow_s']:g} s")):
+        table.add_row(label, str(len(report_[key])))
+        for item in report_[key][:20]:
+            detail = item.get("message") or (f"{item['seconds']} s" if "seconds" in item else "")
+            table.add_row("", escape(f"question {item['question_id']} ({item['db_id']}) {detail}".strip()))
+    return table
 
 
 @data_app.command("verify")

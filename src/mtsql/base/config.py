@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mtsql.base.errors import UsageError
-from mtsql.base.paths import folder_name
+from mtsql.base.paths import bird_dir, folder_name
 from mtsql.base.provenance import cpu_has_fast_bf16, data_digest
 from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.base.user_yaml import parse_yaml, read_yaml
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
-Dataset = Literal["sparc", "cosql", "spider"]
+Dataset = Literal["sparc", "cosql", "spider", "bird"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_mistakes"]
 Logger = Literal["none", "tensorboard", "wandb"]
@@ -748,6 +748,9 @@ class ConfigView:
             del covered[section][key]
         if "data" in names:
             covered["data_digest"] = data_digest(self._data_root)
+            bird = bird_dir(Path(self._data_root))
+            if bird.is_dir() and not bird.resolve().is_relative_to(Path(self._data_root).resolve()):
+                covered["bird_digest"] = data_digest(bird)  # BIRD kept elsewhere ($MTSQL_BIRD) counts too
         return covered
 
     def unhashed(self) -> dict:

@@ -1,6 +1,7 @@
-"""Where things live: the data folder (MTSQL_DATA) and the cache/model home (MTSQL_HOME).
+"""Where things live: the data folder (MTSQL_DATA), BIRD's folder (MTSQL_BIRD, else ``<data>/bird``) and
+the cache/model home (MTSQL_HOME).
 
-These two environment variables are read here and nowhere else.
+These environment variables are read here and nowhere else.
 """
 
 from __future__ import annotations
@@ -27,10 +28,29 @@ def home_dir() -> Path:
     return root.resolve()
 
 
+def bird_dir(root: Path | None = None) -> Path:
+    """BIRD's folder, holding ``dev/`` and ``train/`` as BIRD distributes them: $MTSQL_BIRD, else
+    ``<data folder>/bird``."""
+    value = os.environ.get("MTSQL_BIRD")
+    return Path(value).expanduser().resolve() if value else (root or data_dir()) / "bird"
+
+
+def bird_databases(split: str, root: Path | None = None) -> Path:
+    """The databases folder of a BIRD split: ``<bird>/<split>/<split>_databases``."""
+    return bird_dir(root) / split / f"{split}_databases"
+
+
 def database_path(db_id: str, root: Path | None = None) -> Path:
-    """The SQLite file of a Spider database (it may not exist: check before executing)."""
+    """The SQLite file of a database (it may not exist: check before executing): Spider's layout
+    (``<data>/database/<db_id>/<db_id>.sqlite``), else a BIRD split's databases folder that has it."""
     root = root or data_dir()
-    return root / "database" / db_id / f"{db_id}.sqlite"
+    path = root / "database" / db_id / f"{db_id}.sqlite"
+    if not path.is_file():
+        for split in ("dev", "train"):
+            bird = bird_databases(split, root) / db_id / f"{db_id}.sqlite"
+            if bird.is_file():
+                return bird
+    return path
 
 
 RESERVED_LABELS = ("report", "latest")  # folders of a run (or of a label) that are not artifacts

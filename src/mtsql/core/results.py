@@ -57,6 +57,7 @@ class DatasetBlock:
     decodings: dict[str, dict] | None = None
     pass_at_k: dict | None = None
     prompt_filter: dict | None = None
+    by_difficulty: dict[str, dict] | None = None  # BIRD: {simple|moderate|challenging|total: {"count", "ex"}}
 
     def headline(self) -> dict:
         return {key: getattr(self, key) for key in HEADLINE}

@@ -41,7 +41,8 @@ from rich.console import Console
 from mtsql.base.artifacts import Artifact, StageContext
 from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
-from mtsql.base.paths import database_path
+from mtsql.base.paths import bird_databases, database_path
+from mtsql.core.bird_evaluation import render_bird, score_bird_pairs
 from mtsql.core.data import eval_turns
 from mtsql.core.evaluation_files import render, score_pairs, write_outputs
 from mtsql.core.measures.cost import cost_per_turn
@@ -52,6 +53,7 @@ from mtsql.core.measures.vacuous import non_empty_gold_ex
 from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.results import Budgets, DatasetBlock, EvaluationResult
 from mtsql.core.sql import score_turn
+from mtsql.core.sql.bird_exec import bird_exec_match
 from mtsql.core.sql.evaluation import EvaluateOptions
 from mtsql.core.sql.vacuous import is_vacuous
 from mtsql.core.trajectories import ScoredRow, scorer, summarize_trajectories, vote, write_rows
@@ -66,6 +68,8 @@ INPUTS = {"model": None}
 def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
     def ex(row: ScoredRow, sql: str) -> int | None:
+        if row.turn.dataset == "bird":  # BIRD's own EX (its databases are in BIRD's folder)
+            return bird_exec_match(row.turn.gold_sql, sql, database_path(row.turn.db_id, cfg.data_root))[0]
         return score_turn(row.turn.gold_sql, sql, row.turn.db_id, data_root=cfg.data_root,
                           exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
                           timeout_s=cfg.sql.timeout_s).execution
@@ -88,7 +92,7 @@ def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measu
         return accuracy(summary, metric, *path)
 
     def breakdown(key: str) -> dict:
-        table = summary["exact"].get(key, {})
+        table = (summary["exact"] or {}).get(key, {})
         return {bucket: {"count": table[bucket]["count"], "ex": acc("execution", key, bucket) or 0.0,
                          "em": acc("exact", key, bucket) or 0.0} for bucket in table}
 
@@ -97,13 +101,17 @@ def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measu
         turns=summary["turns"], interactions=summary.get("interactions"),
         ex=acc("execution", "question"), em=acc("exact", "question"),
         interaction_ex=acc("execution", "interaction"), interaction_em=acc("exact", "interaction"),
-        scored_ex=summary["execution"]["question"]["scored"], scored_em=summary["exact"]["question"]["scored"],
+        scored_ex=summary["execution"]["question"]["scored"],
+        scored_em=summary["exact"]["question"]["scored"] if summary["exact"] else 0,
         unscorable_ex=summary["execution"]["question"]["unscorable"],
         by_hardness=breakdown("by_hardness"), by_turn=breakdown("by_turn"),
         protocol={key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
                                                  "self_correction_rate", "self_correction_success")}
         | {"verification_accuracy": calibration["exec_verify"]["accuracy"]},
-        generated_tokens=protocol["generated_tokens"], verdict_calibration=calibration, **measures)
+        generated_tokens=protocol["generated_tokens"], verdict_calibration=calibration,
+        by_difficulty={level: {"count": cell["count"], "ex": cell["accuracy"]}
+                       for level, cell in summary["execution"]["by_difficulty"].items()}
+        if "by_difficulty" in summary["execution"] else None, **measures)
 
 
 def hashed(cfg: ConfigView) -> dict:
@@ -222,12 +230,15 @@ def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: lis
     """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
     The measures beside the official figures: verdict calibration, revisions and cost over every trajectory (``rows``),
     error propagation and EX without vacuous golds over the official items."""
-    evaluation = score_pairs([(t, row.final_sql or "") for t, row in zip(turns, chosen, strict=True)],
-                             data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
+    pairs = [(t, row.final_sql or "") for t, row in zip(turns, chosen, strict=True)]
+    if name == "bird":  # BIRD's official EX by difficulty; no exact match
+        evaluation = score_bird_pairs(pairs, bird_databases(cfg.data.eval_split, cfg.data_root))
+    else:
+        evaluation = score_pairs(pairs, data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
     evaluation.summary["dataset"] = name
     write_outputs(folder, evaluation)
     write_rows(folder / "trajectories.jsonl", rows)
-    render(evaluation.summary, Console(stderr=True))
+    (render_bird if name == "bird" else render)(evaluation.summary, Console(stderr=True))
     ex_of = judge(cfg)
     vacuous = {(t.interaction_index, t.turn_index) for t in turns
                if is_vacuous(database_path(t.db_id, cfg.data_root), t.gold_sql, cfg.sql.timeout_s)}

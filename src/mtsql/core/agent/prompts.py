@@ -87,9 +87,16 @@ def system_prompt(*, mode: str, max_messages: int, result_chars: int, thinking: 
     return f"{ROLE}\n\n{steps}"
 
 
+def with_evidence(question: str, evidence: str) -> str:
+    """The question, and on the next line BIRD's evidence when the item has one (as BIRD-style prompts
+    show it); a question without evidence is shown alone."""
+    return f"{question}\nEvidence: {evidence.strip()}" if evidence.strip() else question
+
+
 def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str | None]],
-                show_history_sql: bool) -> str:
-    """Schema, the earlier questions (with their SQL in the short mode), and the current question."""
+                show_history_sql: bool, evidence: str = "") -> str:
+    """Schema, the earlier questions (with their SQL in the short mode), and the current question with
+    its evidence (BIRD's external knowledge; none shown when there is none)."""
     parts = [f"Database schema:\n{schema}"]
     if history:
         lines = ["Earlier questions in this conversation:"]
@@ -100,7 +107,7 @@ def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str 
         parts.append("\n".join(lines))
     else:
         parts.append("This is the first question of the conversation.")
-    parts.append(f"Current question: {question}")
+    parts.append(f"Current question: {with_evidence(question, evidence)}")
     return "\n\n".join(parts)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns
+from mtsql.core.data.bird import check_bird
 from mtsql.core.sql.executor import execute_cached
 from mtsql.core.sql.vacuous import is_vacuous
 
@@ -23,8 +24,11 @@ def join_spaced_operators(sql: str) -> str:
 
 def check_split(dataset: str, split: str, root: Path | None = None, *, progress=None) -> dict:
     """Report on one split: interactions and turns (questions for a single-turn dataset), databases,
-    missing DBs, failing gold SQL, and gold SQL with an empty or all-NULL result (``gold_vacuous``)."""
+    missing DBs, failing gold SQL, and gold SQL with an empty or all-NULL result (``gold_vacuous``); BIRD's
+    report is :func:`mtsql.core.data.bird.check_bird`'s."""
     root = root or data_dir()
+    if dataset == "bird":
+        return check_bird(split, root, progress=progress)
     turns = load_turns(dataset, split, root=root, with_hardness=False)
     single = dataset in SINGLE_TURN_DATASETS
     unit = "questions" if single else "turns"
