@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from mtsql.base.errors import UsageError
+from mtsql.base.files import check_folder
 
 FIXTURE_DATA = Path(__file__).parent.parent / "fixtures" / "data"
 
@@ -21,10 +22,12 @@ def data_dir(override: str | Path | None = None) -> Path:
 
 
 def home_dir() -> Path:
-    """Caches and converted models: $MTSQL_HOME, else ~/.cache/mtsql."""
+    """Caches and converted models: $MTSQL_HOME, else ~/.cache/mtsql (it need not exist yet); a file on
+    its path is a one-line ``UsageError``."""
     value = os.environ.get("MTSQL_HOME")
     root = Path(value).expanduser() if value else Path.home() / ".cache" / "mtsql"
-    return root.resolve()
+    setting = f"MTSQL_HOME={value}" if value else f"MTSQL_HOME (unset: {root})"
+    return check_folder(root, setting, "set MTSQL_HOME to a folder for mtsql's caches and models").resolve()
 
 
 def database_path(db_id: str, root: Path | None = None) -> Path:
@@ -33,7 +36,8 @@ def database_path(db_id: str, root: Path | None = None) -> Path:
     return root / "database" / db_id / f"{db_id}.sqlite"
 
 
-RESERVED_LABELS = ("report", "latest")  # folders of a run (or of a label) that are not artifacts
+RESERVED_LABELS = ("report", "latest")  # folders of a run (or of a label) that are not artifacts, in any case
+STORE_SUFFIXES = (".partial", ".lock", ".old")  # what the store adds to an artifact folder's name
 
 
 def folder_name(value: str, what: str) -> str:
@@ -45,11 +49,13 @@ def folder_name(value: str, what: str) -> str:
 
 def label_name(value: str, what: str = "label") -> str:
     """``value``, an artifact label (one folder of a run, never a path), or a UsageError saying why not:
-    a reserved name (``report``: the report folder a run holds) or one that starts with a dot."""
+    a reserved name in any case (``report``: the report folder a run holds; on a case-insensitive disk
+    ``REPORT`` is that folder), one that starts with a dot, or one that ends as the store's own folders
+    and files do (``<fp12>.partial``, ``.lock``, ``.old``)."""
     folder_name(value, what)
-    if value in RESERVED_LABELS or value.startswith("."):
-        raise UsageError(f"{what} {value!r} is reserved for a run's own folders ({', '.join(RESERVED_LABELS)}, "
-                         "names starting with '.'): choose another label")
+    if value.lower() in RESERVED_LABELS or value.startswith(".") or value.lower().endswith(STORE_SUFFIXES):
+        raise UsageError(f"{what} {value!r} is reserved for a run's own folders ({', '.join(RESERVED_LABELS)} in any "
+                         f"case, names starting with '.' or ending in {', '.join(STORE_SUFFIXES)}): choose another label")
     return value
 
 
