@@ -225,7 +225,7 @@ def test_r10_an_unreadable_database_is_named_not_dropped(here, run_cli, how):
     spoil(train_db, how)
     before = snapshot(data)
     refused(run_cli("sample", *RUNS, *GOLD_POLICY, f"data.root={data}"), 2, str(train_db), words)
-    assert not (here / "runs").exists() and snapshot(data) == before
+    assert not (here / "runs").exists() and not (here / "out").exists() and snapshot(data) == before
 
 
 def train_database(data: Path) -> str:
@@ -251,6 +251,9 @@ def test_r11_a_database_locked_by_another_process_says_so(here, run_cli):
     data = data_copy(here)
     train, dev = train_database(data), json.loads((data / "sparc" / "dev.json").read_text())[0]["database_id"]
     train_db, dev_db = (data / "database" / name / f"{name}.sqlite" for name in (train, dev))
+    (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
+    scored = ("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--workers", "1", f"data.root={data}")
+    assert run_cli(*scored, "--out", "warm").code == 0  # the gold cache now answers for the gold queries
     before = snapshot(data)
     holder = subprocess.Popen([sys.executable, "-c", LOCKER, str(train_db), str(dev_db)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -259,6 +262,7 @@ def test_r11_a_database_locked_by_another_process_says_so(here, run_cli):
         line = refused(run_cli("sample", *RUNS, *GOLD_POLICY, f"data.root={data}"), 2, str(train_db),
                        "another process")
         assert "copy it again" not in line
+        refused(run_cli(*scored, "--out", "out"), 2, str(dev_db), "another process")
         found = check_split("sparc", "dev", data)
         assert "another process" in found["unreadable_databases"][dev]["why"]
         assert not any(item["db_id"] == dev for item in found["gold_fail_after_joining_operators"])
@@ -266,7 +270,7 @@ def test_r11_a_database_locked_by_another_process_says_so(here, run_cli):
         holder.stdin.close()
         holder.wait(timeout=60)
     assert holder.returncode == 0
-    assert not (here / "runs").exists() and snapshot(data) == before
+    assert not (here / "runs").exists() and not (here / "out").exists() and snapshot(data) == before
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -439,15 +443,33 @@ def test_r25_a_read_only_home_says_to_move_mtsql_home(here):
 # 26. a non-ASCII label on an ASCII terminal
 
 
-def test_r26_status_of_a_non_ascii_label_in_the_c_locale(run):
+def test_r26_a_non_ascii_label_in_the_c_locale(run):
+    """``status`` and ``show`` of a run with a non-ASCII label (the label typed as the terminal sends it),
+    and a pipeline step that would make one where no file name can hold it: escapes, or one line."""
     Store(run).run(ArtifactKey("sample", name="café"), {"n": 2}, {}, lambda ctx: {"count": 0})
-    shown = subprocess.run([sys.executable, "-m", "mtsql", "status", "tiny", "runs_dir=runs"], cwd=run.parent.parent,
-                           capture_output=True, timeout=120,
-                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "LC_ALL": "C", "PYTHONUTF8": "0",
-                                "COLUMNS": "200", "MTSQL_HOME": str(run.parent.parent / "home")})
-    out, err = shown.stdout.decode("ascii"), shown.stderr.decode("ascii")
-    assert shown.returncode == 0 and "Traceback" not in err, err
+    Store(run).run(ArtifactKey("sample", variant="éé"), {"n": 3}, {},  # an artifact with trajectories to show
+                   lambda ctx: shutil.copy(sample_folder(run) / "trajectories.jsonl", ctx.out) and {})
+    (run.parent.parent / "p.yaml").write_text("steps:\n  - stage: sample\n    label: thé\n"
+                                              "    overrides: [sample.policy=gold, data.train_limit=2]\n")
+    before = snapshot(run)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "LC_ALL": "C", "PYTHONUTF8": "0", "COLUMNS": "200",
+           "MTSQL_HOME": str(run.parent.parent / "home")}
+
+    def mtsql_c(*args: str) -> tuple[int, str, str]:
+        done = subprocess.run([sys.executable, "-m", "mtsql", *args], cwd=run.parent.parent, capture_output=True,
+                              timeout=120, env=env)
+        return done.returncode, done.stdout.decode("utf-8"), done.stderr.decode("ascii")
+
+    code, out, err = mtsql_c("status", "tiny", "runs_dir=runs")
+    assert code == 0 and "Traceback" not in err, err
     assert "caf\\xe9" in out and "sample" in out, out
+    code, out, err = mtsql_c("show", "tiny", "sample-éé", "runs_dir=runs")
+    assert code == 0 and "Traceback" not in err and "gold SQL" in out, err
+    code, out, err = mtsql_c("run", "p.yaml", "--config", TINY, "runs_dir=runs")
+    last = err.strip().splitlines()[-1]  # after the line that names the pipeline
+    assert code == 2 and "Traceback" not in err and last.startswith("error: "), err
+    assert "th\\xe9" in last and "LC_ALL=C.UTF-8" in last, err
+    assert snapshot(run) == before
 
 
 # ---------------------------------------------------------------------------------------------------

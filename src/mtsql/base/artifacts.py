@@ -170,7 +170,7 @@ class StageContext:
     extra_manifest: dict = field(default_factory=dict)
 
     def log(self, line: str) -> None:
-        with self.log_path.open("a") as handle:
+        with self.log_path.open("a", encoding="utf-8") as handle:
             handle.write(line.rstrip("\n") + "\n")
 
 
@@ -195,7 +195,7 @@ def read_manifest(folder: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: damaged manifest ({exc}); delete that folder or rerun with --force") from None
     for key in ("stage", "label", "fingerprint", "outputs"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 from mtsql.base.errors import UsageError
@@ -41,8 +42,15 @@ STORE_SUFFIXES = (".partial", ".lock", ".old")  # what the store adds to an arti
 
 
 def folder_name(value: str, what: str) -> str:
-    """``value``, a run name or artifact label that becomes one folder, or a UsageError saying why not."""
-    if not re.fullmatch(r"[\w.-]+", value) or value in (".", ".."):
+    """``value``, a run name or artifact label that becomes one folder, or a UsageError saying why not.
+    Read as the file name it makes: under an ASCII locale (LC_ALL=C) ``café`` makes none, and a name
+    typed there arrives as its UTF-8 bytes (``os.fsencode`` gives them back)."""
+    try:
+        spelled = os.fsencode(value).decode("utf-8")
+    except UnicodeError:
+        raise UsageError(f"{what} {value!r} cannot be a file name in this locale ({sys.getfilesystemencoding()}): "
+                         "use ASCII letters, or a UTF-8 locale (LC_ALL=C.UTF-8)") from None
+    if not re.fullmatch(r"[\w.-]+", spelled) or value in (".", ".."):
         raise UsageError(f"{what} {value!r} names a folder: use letters, digits, '.', '-' and '_' only")
     return value
 

@@ -10,7 +10,7 @@ from mtsql.base.errors import UsageError
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns
 from mtsql.core.sql.executor import execute_cached
-from mtsql.core.sql.schema import load_schema
+from mtsql.core.sql.schema import read_schema
 from mtsql.core.sql.vacuous import is_vacuous
 
 SPACED_OPERATORS = (("! =", "!="), ("> =", ">="), ("< =", "<="))
@@ -25,9 +25,9 @@ def join_spaced_operators(sql: str) -> str:
 
 def unreadable_why(db: Path) -> str | None:
     """Why a database file that exists cannot be read (empty, not SQLite, locked by another process,
-    without a table: ``load_schema``'s line), or None."""
+    without a table: ``read_schema``'s line), or None."""
     try:
-        load_schema(db)
+        read_schema(db)
     except UsageError as exc:
         return str(exc)
     return None

@@ -58,10 +58,14 @@ class Schema:
 
 @functools.lru_cache(maxsize=256)
 def load_schema(db_path: str | Path) -> Schema:
-    """The schema of a SQLite file, read once per path (opened read-only). A file that cannot be read is
-    a one-line UsageError saying why: empty, not SQLite (truncated, overwritten), without a table, or
-    locked by another process that writes to it (SQLite's busy wait, 5 s, is over); without a schema no
-    score means anything."""
+    """The schema of a SQLite file, read once per path (``read_schema``)."""
+    return read_schema(db_path)
+
+
+def read_schema(db_path: str | Path) -> Schema:
+    """The schema of a SQLite file, opened read-only. A file that cannot be read is a one-line UsageError
+    saying why: empty, not SQLite (truncated, overwritten), without a table, or locked by another process
+    that writes to it (SQLite's busy wait, 5 s, is over); without a schema no score means anything."""
     copy_again = "copy it again from the dataset (`mtsql data check` names every database it cannot read)"
     if Path(db_path).is_file() and Path(db_path).stat().st_size == 0:
         raise UsageError(f"{db_path}: an empty file (0 bytes), not a SQLite database; {copy_again}")
@@ -89,11 +93,12 @@ def load_schema(db_path: str | Path) -> Schema:
 
 
 def check_databases(paths: Iterable[Path]) -> None:
-    """A one-line UsageError (``load_schema``'s) for the first of ``paths`` that exists and cannot be read:
-    a stage names such a database rather than leaving its turns out, or scoring them against nothing."""
+    """A one-line UsageError (``read_schema``'s) for the first of ``paths`` that exists and cannot be read
+    now (read again, not from ``load_schema``'s cache): a stage names such a database rather than leaving
+    its turns out, or scoring them against nothing when the gold cache answers for its queries."""
     for path in paths:
         if Path(path).is_file():
-            load_schema(path)
+            read_schema(path)
 
 
 def foreign_key_map(entry: dict) -> dict[str, str]:
