@@ -357,6 +357,16 @@ def test_r21_a_utf16_file_is_named_as_such(here, run_cli, encoding, which):
     assert not (here / "out").exists()
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-16"])
+def test_r21_a_utf16_tables_json_is_named_as_such(here, run_cli, encoding):
+    tables = here / "tables.json"
+    tables.write_bytes((FIXTURE_DATA / "sparc" / "tables.json").read_text().encode(encoding))
+    (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
+    refused(run_cli("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--tables", "tables.json", "--out", "out"),
+            2, "tables.json: UTF-16", "save it as UTF-8")
+    assert not (here / "out").exists()
+
+
 # ---------------------------------------------------------------------------------------------------
 # 22. kill -9: the attempt is recorded as killed, and its time counts
 

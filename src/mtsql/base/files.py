@@ -14,9 +14,12 @@ from mtsql.base.errors import UsageError
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file; a missing or malformed file is a one-line ``UsageError``."""
+    """Parse a JSON file; a missing, UTF-16 or malformed file is a one-line ``UsageError``."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
+        if utf16 := _utf16(data):
+            raise UsageError(f"{path}: {utf16} text, not UTF-8; save it as UTF-8")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: file not found (set MTSQL_DATA to a data folder that has it)") from None
     except (OSError, UnicodeDecodeError) as exc:
