@@ -159,7 +159,7 @@ def test_r6_a_home_that_is_a_file_is_one_line(here, run_cli, monkeypatch, args):
     home.write_text("not a folder\n")
     monkeypatch.setenv("MTSQL_HOME", str(home))
     (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
-    refused(run_cli(*args), 2, f"MTSQL_HOME={home}", "is a file, not a folder")
+    refused(run_cli(*args), 2, f"MTSQL_HOME: {home} is a file, not a folder", "set MTSQL_HOME to a folder")
     assert home.read_text() == "not a folder\n" and not (here / "out").exists()
 
 

@@ -27,7 +27,7 @@ def home_dir() -> Path:
     its path is a one-line ``UsageError``."""
     value = os.environ.get("MTSQL_HOME")
     root = Path(value).expanduser() if value else Path.home() / ".cache" / "mtsql"
-    setting = f"MTSQL_HOME={value}" if value else f"MTSQL_HOME (unset: {root})"
+    setting = "MTSQL_HOME" if value else "MTSQL_HOME (unset: the default ~/.cache/mtsql)"
     return check_folder(root, setting, "set MTSQL_HOME to a folder for mtsql's caches and models").resolve()
 
 
