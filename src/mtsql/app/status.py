@@ -4,7 +4,8 @@ One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial``: ``runnin
 holds the stage's lock, else ``partial`` with how its last attempt ended; a damaged manifest is a row
 that names it, not an error for the whole run; an artifact whose files do not verify against its
 manifest, checked with cached hashes, is ``edited``, a ``latest`` link that leads out of the run
-or nowhere a ``bad link`` row, and a label whose ``latest`` is another label's artifact an ``alias`` row): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
+or nowhere a ``bad link`` row, and a label whose ``latest`` is another label's artifact an ``alias``
+row): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
 then the evaluations (base → sft → rl), as the artifacts' keys (``ArtifactKey``) say. Other folders of
 a run (``report/``) are not stages.
 """
@@ -111,7 +112,7 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
     return [row for _, _, row in found]
 
 
-def _alias(label: str, target: Path) -> list:
+def _alias(label: str, target: Path) -> list[tuple]:
     """The row of a label whose ``latest`` is another label's artifact (the same work asked for under
     this label), beside that artifact; none when its manifest cannot be read (its own row says why)."""
     try:

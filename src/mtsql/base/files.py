@@ -45,9 +45,9 @@ def read_text(path: Path) -> str:
 
 
 def _utf16(data: bytes) -> str | None:
-    """``UTF-16LE`` / ``UTF-16BE`` (with ``with a byte-order mark``) when ``data`` reads as UTF-16 text, else
-    None: its byte-order mark, or, without one, a NUL byte in most odd (LE) or even (BE) places, as
-    ASCII characters leave them (UTF-8 text has no NUL)."""
+    """``UTF-16LE`` or ``UTF-16BE`` when ``data`` reads as UTF-16 text, else None: its byte-order mark,
+    or, without one, a NUL byte in most odd (LE) or even (BE) places, as ASCII characters leave them
+    (UTF-8 text has no NUL)."""
     marks = {b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}
     if data[:2] in marks:
         return f"{marks[data[:2]]} (with a byte-order mark)"
