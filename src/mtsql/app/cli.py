@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import inspect
+import io
 import logging
 import os
 import signal
@@ -27,7 +28,7 @@ from mtsql.app.trajectory_text import find_trajectory, render_trajectory
 from mtsql.base.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
 from mtsql.base.config import Config, load_config, replace, to_dict
 from mtsql.base.errors import MtsqlError, UsageError
-from mtsql.base.paths import user_path
+from mtsql.base.paths import home_dir, user_path
 from mtsql.base.progress import track
 from mtsql.base.run_folders import strays
 from mtsql.base.slices import CURRICULUM_LABELS
@@ -320,6 +321,10 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql, spider o
             table.add_row(key.replace("_", " "), str(report_[key]))
     missing = ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items())
     table.add_row("missing databases", escape(missing) or "none")
+    unreadable = report_["unreadable_databases"]
+    table.add_row("unreadable databases", str(len(unreadable)) if unreadable else "none")
+    for db, found in unreadable.items():
+        table.add_row("", escape(f"{db} ({found[unit]} {unit}): {found['why']}"))
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:
@@ -433,6 +438,20 @@ DISK_ERRORS = {  # errno: how to fix; any other OSError is a bug to report, with
     errno.EROFS: "the folder is read-only: write elsewhere (runs_dir=, report --out) or remount it",
     errno.EACCES: "check the folder's permissions, or write elsewhere (runs_dir=, --out)",
 }
+HOME_ERRORS = (errno.EROFS, errno.EACCES)  # under MTSQL_HOME, the fix is another MTSQL_HOME, not runs_dir=
+
+
+def _disk_fix(exc: OSError) -> str:
+    """How to fix a disk error: under MTSQL_HOME (caches, models), set MTSQL_HOME to a writable folder."""
+    if exc.errno in HOME_ERRORS and exc.filename:
+        try:
+            home = home_dir()
+        except UsageError:
+            home = None
+        if home is not None and Path(os.fsdecode(exc.filename)).resolve().is_relative_to(home):
+            return (f"it is under MTSQL_HOME ({home}), where mtsql keeps its caches and models: set MTSQL_HOME to "
+                    "a writable folder")
+    return DISK_ERRORS[exc.errno]
 
 
 def main() -> None:
@@ -442,6 +461,9 @@ def main() -> None:
     # transformers draws its own bars for loading and writing weights; mtsql's bars say what is happening
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     signal.signal(signal.SIGTERM, _terminate)
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character (LC_ALL=C) gets \xe9
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         app()
     except SystemExit as exc:
@@ -461,7 +483,7 @@ def main() -> None:
         if exc.errno not in DISK_ERRORS or os.environ.get("MTSQL_DEBUG") == "1":
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        err_console.print(f"error: {where}{exc.strerror}; {DISK_ERRORS[exc.errno]}", markup=False, highlight=False,
+        err_console.print(f"error: {where}{exc.strerror}; {_disk_fix(exc)}", markup=False, highlight=False,
                           soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:  # before a command started (imports, argument parsing)

@@ -3,8 +3,9 @@
 One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial``: ``running`` while a process
 holds the stage's lock, else ``partial`` with how its last attempt ended; a damaged manifest is a row
 that names it, not an error for the whole run; an artifact whose files do not verify against its
-manifest, checked with cached hashes, is ``edited``, and a ``latest`` link that leads out of the run
-or nowhere a ``bad link`` row): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
+manifest, checked with cached hashes, is ``edited``, a ``latest`` link that leads out of the run
+or nowhere a ``bad link`` row, and a label whose ``latest`` is another label's artifact an ``alias``
+row): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
 then the evaluations (base → sft → rl), as the artifacts' keys (``ArtifactKey``) say. Other folders of
 a run (``report/``) are not stages.
 """
@@ -86,6 +87,8 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
             latest = None
             found.append(((pipeline_order(None, stage_dir.name), 2), "",
                           (stage_dir.name, "bad link", "", "", "", str(exc))))
+        if latest is not None and latest.parent != stage_dir.resolve():
+            found += _alias(stage_dir.name, latest)
         manifests, unreadable = {}, []
         for entry in entries:  # none: not a stage folder (the report, a user's notes)
             try:
@@ -116,6 +119,21 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
     found.sort(key=lambda item: item[1], reverse=True)
     found.sort(key=lambda item: item[0])
     return [row for _, _, row in found]
+
+
+def _alias(label: str, target: Path) -> list[tuple]:
+    """The row of a label whose ``latest`` is another label's artifact (the same work asked for under
+    this label), beside that artifact; none when its manifest cannot be read (its own row says why)."""
+    try:
+        manifest = read_manifest(target)
+    except UsageError:
+        return []
+    if manifest is None:
+        return []
+    created = manifest.get("created_at", "")
+    return [((pipeline_order(key_of(manifest)), 1), created,
+             (label, "alias", manifest["fingerprint"][:12], created[5:16].replace("T", " "), "",
+              f"the same artifact as {target.parent.name} ({target.parent.name}/{target.name})"))]
 
 
 def unfinished(entry: Path) -> tuple[str, str]:

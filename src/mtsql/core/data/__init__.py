@@ -26,6 +26,7 @@ from mtsql.core.data.official import load_official
 from mtsql.core.data.records import Turn
 from mtsql.core.data.spider import load_spider
 from mtsql.core.sql import hardness_of
+from mtsql.core.sql.schema import check_databases
 
 DATASETS = typing.get_args(Dataset)
 SINGLE_TURN_DATASETS = ("spider", "bird")  # no dialogues: no interaction match, no turn buckets
@@ -149,6 +150,7 @@ def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> li
                        with_hardness=with_hardness)
     if cfg.train_flatten:
         turns = [t.alone() for t in turns]
+    check_databases(database_path(db, root) for db in sorted({t.db_id for t in turns}))  # named, never left out
     return [t for t in turns if (t.hardness is not None or not with_hardness or t.dataset == "bird")
             and database_path(t.db_id, root).is_file()]
 
@@ -157,10 +159,12 @@ def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool
     """The evaluation slice of ``dataset``: ``eval_limit`` interactions of ``eval_split`` (all
     without a limit), the first ones or, with ``eval_pick: spread``, those of :func:`spread_pick`."""
     if cfg.eval_limit is None or cfg.eval_pick == "first":
-        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=with_hardness)
-    turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
-    picked = spread_pick(turns, cfg.eval_limit, root)
-    chosen = [t for t in turns if t.interaction_index in picked]
+        chosen = load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=False)
+    else:
+        turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
+        picked = spread_pick(turns, cfg.eval_limit, root)
+        chosen = [t for t in turns if t.interaction_index in picked]
+    check_databases(database_path(db, root) for db in sorted({t.db_id for t in chosen}))  # named, never scored as 0
     return _with_hardness(chosen, root) if with_hardness and dataset != "bird" else chosen
 
 
