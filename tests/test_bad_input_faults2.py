@@ -480,6 +480,9 @@ def test_r26_a_non_ascii_label_in_the_c_locale(run):
     assert code == 2 and "Traceback" not in err and last.startswith("error: "), err
     assert "th\\xe9" in last and "LC_ALL=C.UTF-8" in last, err
     assert snapshot(run) == before
+    code, out, err = mtsql_c("report", "tiny", "runs_dir=runs")  # report.md holds non-ASCII text whatever the locale
+    assert code == 0 and "Traceback" not in err, err
+    assert "caf" in (run / "report" / "report.md").read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def _write(tmp: Path, run: Path, arts: dict[str, Artifact], damaged: list[str], 
     lines += provenance_section(arts)
     lines += published_section({name for a in evals.values() for name in datasets(a)},
                                {label: evaluation_of(a) for label, a in evals.items()})
-    (tmp / "report.md").write_text("\n".join(lines))
+    (tmp / "report.md").write_text("\n".join(lines), encoding="utf-8")
 
 
 def _rl_plots(arts: dict[str, Artifact], variant: str | None, folder: Path) -> tuple[str | None, str | None]:
