@@ -133,7 +133,7 @@ def stage_config(art: Artifact) -> dict:
     path = art.path / "config.yaml"
     if not path.exists():
         return {}
-    return yaml.safe_load(path.read_text()) or {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def numbered(arts: dict[str, Artifact], stage: str, variant: str | None = None) -> dict[int, Artifact]:
