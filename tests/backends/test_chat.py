@@ -178,3 +178,32 @@ def test_a_missing_key_a_wrong_model_or_a_missing_model_name_is_one_line_before_
     with pytest.raises(UsageError, match="set sample.chat.model"):
         ChatBackend("", server.url, api_key_env="MTSQL_TEST_KEY")
     assert server.requests == []
+
+
+def test_the_fingerprint_holds_the_model_the_url_and_the_sampling_not_the_key_variable_or_the_prices(tmp_path):
+    from ..test_fingerprints import cfg_for, planned
+
+    def evaluate(*overrides):
+        return planned("evaluate", cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test", *overrides))
+
+    served = evaluate()
+    for changed in ("sample.chat.model=gpt-other", "sample.chat.base_url=http://127.0.0.1:9/v1",
+                    "sample.max_new_tokens=64", "sample.chat.observation_role=tool"):
+        assert evaluate(changed) != served, changed
+    assert evaluate("sample.chat.api_key_env=OTHER_KEY", "sample.chat.price_input_per_mtok=3",
+                    "sample.chat.concurrency=2", "sample.chat.max_retries=1") == served
+
+
+def test_a_chat_api_is_given_no_trained_model_and_no_prompt_filter(tmp_path):
+    from mtsql.app.runner import Pending, run_stage
+
+    from ..test_fingerprints import cfg_for
+
+    cfg = cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test")
+    with pytest.raises(UsageError, match="not a trained artifact"):
+        run_stage("evaluate", cfg, inputs={"model": Pending("sft-r1", None)}, dry_run=True)
+    with pytest.raises(UsageError, match="prompt_filter_tokens .* chat API"):
+        run_stage("evaluate", cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test",
+                                      "evaluate.prompt_filter_tokens=100"), dry_run=True)
+    with pytest.raises(UsageError, match="set sample.chat.model"):
+        run_stage("evaluate", cfg_for(tmp_path, "sample.backend=chat"), dry_run=True)
