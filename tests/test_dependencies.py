@@ -11,8 +11,9 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import pytest
 
 from mtsql.base.paths import FIXTURE_DATA
 
@@ -20,6 +21,7 @@ from .backends.test_chat import Server, completion
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "mtsql"
+tomllib = pytest.importorskip("tomllib", reason="Python 3.11's TOML reader")
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # Declared, needed at run time, and imported by the engines' libraries rather than by mtsql: tiktoken (transformers
 # builds the tiny Qwen3 tokenizer from tiktoken ranks with it) and cachetools (verl's agent loop imports it

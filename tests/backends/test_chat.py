@@ -207,3 +207,23 @@ def test_a_chat_api_is_given_no_trained_model_and_no_prompt_filter(tmp_path):
                                       "evaluate.prompt_filter_tokens=100"), dry_run=True)
     with pytest.raises(UsageError, match="set sample.chat.model"):
         run_stage("evaluate", cfg_for(tmp_path, "sample.backend=chat"), dry_run=True)
+
+
+def test_a_sample_stage_through_a_chat_api_keeps_the_apis_token_counts(tmp_path, serve):
+    from mtsql.app.runner import run_stage
+    from mtsql.base.files import read_jsonl
+
+    from ..test_fingerprints import cfg_for
+
+    server = serve((200, completion("<answer_sql>SELECT count(*) FROM singer", usage=(120, 9))))
+    cfg = cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test", f"sample.chat.base_url={server.url}",
+                  "sample.chat.api_key_env=MTSQL_TEST_KEY", "sample.policy=model", "sample.n=2")
+    sampled = run_stage("sample", cfg)
+    rows = read_jsonl(sampled.path / "trajectories.jsonl")
+    assert rows and len(rows) == len(server.requests) == sampled.metrics["usage"]["requests"]
+    for row in rows:
+        assert row["trajectory"]["final_sql"] == "SELECT count(*) FROM singer" and row["prompt_ids"] is None
+        assert row["generations"] == [{"tokens": 9, "prompt_tokens": 120, "finish_reason": "stop"}]
+        assert row["generated_tokens"] == 9
+    assert len({body["seed"] for body in server.requests}) == len(rows), "a seed of its own per episode"
+    assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
