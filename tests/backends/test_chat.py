@@ -124,7 +124,8 @@ def test_the_reply_text_gets_back_the_stop_string_and_any_tool_call_the_server_p
 def test_429_and_5xx_are_retried_and_usage_and_cost_are_summed(serve):
     server = serve((429, {"error": "slow down"}, [("Retry-After", "0")]), (503, {"error": "busy"}),
                    (200, completion("<answer_sql>SELECT 1")), (200, completion("x", usage=(50, 3))))
-    backend = client(server, price_input_per_mtok=2.0, price_output_per_mtok=10.0)
+    backend = client(server, price_input_per_mtok=2.0, price_output_per_mtok=10.0,
+                     extra_body={"skip_special_tokens": False})
     try:
         first = backend.submit_messages(CHAT, [], PARAMS, seed=5).result()
         second = backend.submit_messages(CHAT, [], PARAMS, seed=6).result()
@@ -136,6 +137,7 @@ def test_429_and_5xx_are_retried_and_usage_and_cost_are_summed(serve):
     body = server.requests[-1]
     assert body["model"] == "gpt-test" and body["seed"] == 6 and body["stop"] == list(STOP)
     assert body["max_tokens"] == 32 and body["temperature"] == 0.0 and body["messages"][1] == CHAT[1]
+    assert body["skip_special_tokens"] is False
     usage = backend.usage()
     assert (usage["requests"], usage["prompt_tokens"], usage["completion_tokens"]) == (2, 150, 10)
     assert usage["cost_usd"] == pytest.approx((150 * 2.0 + 10 * 10.0) / 1e6)
@@ -177,6 +179,8 @@ def test_a_missing_key_a_wrong_model_or_a_missing_model_name_is_one_line_before_
         ChatBackend("gpt-other", server.url, api_key_env="MTSQL_TEST_KEY")
     with pytest.raises(UsageError, match="set sample.chat.model"):
         ChatBackend("", server.url, api_key_env="MTSQL_TEST_KEY")
+    with pytest.raises(UsageError, match="extra_body sets seed, temperature, which mtsql sets itself"):
+        client(server, extra_body={"temperature": 1.0, "seed": 1, "top_k": 5})
     assert server.requests == []
 
 

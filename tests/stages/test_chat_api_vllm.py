@@ -19,6 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 KEY = "sk-mtsql-acceptance-4f9c2d7e1b"
 PRICES = (0.5, 2.0)  # USD per million prompt / completion tokens
+# What the token path asks vLLM for beyond the sampling settings: special tokens kept in the text, and a stop at
+# either end-of-turn id of the tiny Qwen3 (<|im_end|>, <|endoftext|>: the managed server reads no generation config).
+SAME_AS_TOKENS = ("{skip_special_tokens: false, spaces_between_special_tokens: false, "
+                  "stop_token_ids: [151643, 151645]}")
 
 
 def evaluate(runs: Path, tiny_qwen3, label: str, *overrides: str):
@@ -37,7 +41,8 @@ def test_a_chat_api_evaluation_scores_like_the_token_backends_and_keeps_no_key(t
     runs = tmp_path / "runs"
     chat = evaluate(runs, tiny_qwen3, "eval-chat", "sample.backend=chat", f"sample.chat.base_url={tiny_server.base_url}",
                     f"sample.chat.model={SERVED_NAME}", "sample.chat.api_key_env=MTSQL_TEST_CHAT_KEY",
-                    "sample.chat.observation_role=tool", f"sample.chat.price_input_per_mtok={PRICES[0]}",
+                    "sample.chat.observation_role=tool", f"sample.chat.extra_body={SAME_AS_TOKENS}",
+                    f"sample.chat.price_input_per_mtok={PRICES[0]}",
                     f"sample.chat.price_output_per_mtok={PRICES[1]}")
     assert chat.returncode == 0, chat.stderr
     tokens = evaluate(runs, tiny_qwen3, "eval-tokens", "sample.backend=vllm",

@@ -10,7 +10,7 @@ user's question, the assistant's earlier messages as written, and each tool answ
 message wrapped in ``<tool_response>`` tags (how Qwen's template renders a tool message; every chat API
 takes it) or, with ``observation_role: tool``, as a ``tool`` message for a server whose chat template
 renders tool messages itself. The reply's text goes to the environment; a stop string the API cut off
-is put back.
+is put back. ``extra_body`` adds a server's own request fields (vLLM's ``skip_special_tokens``).
 
 The key is read from the environment variable the config names when the backend starts and is sent in
 the ``Authorization`` header only: no artifact, manifest or log holds it, and an API's error text is
@@ -44,6 +44,8 @@ from mtsql.engines.backends.base import Backend, Generation, Reply, SamplingPara
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})  # busy or failing for now: worth another try
 MAX_WAIT_S = 60.0  # the longest pause between two attempts
+SET_BY_MTSQL = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
+                          "stop", "n", "stream"})
 
 
 def api_messages(messages: Sequence[dict], tools: Sequence[dict], observation_role: str = "user") -> list[dict]:
@@ -106,13 +108,18 @@ class ChatBackend(Backend):
     def __init__(self, model: str | Path, base_url: str = "https://api.openai.com/v1", *,
                  api_key_env: str | None = "OPENAI_API_KEY", observation_role: str = "user",
                  concurrency: int = 8, timeout_s: float = 120.0, max_retries: int = 6, backoff_s: float = 1.0,
-                 price_input_per_mtok: float | None = None, price_output_per_mtok: float | None = None):
+                 price_input_per_mtok: float | None = None, price_output_per_mtok: float | None = None,
+                 extra_body: dict | None = None):
         import httpx
 
         if not model:
             raise UsageError("the chat backend needs the model name the API serves: set sample.chat.model")
         if observation_role not in ("user", "tool"):
             raise UsageError(f"sample.chat.observation_role: '{observation_role}': choose user or tool")
+        if taken := sorted(set(extra_body or {}) & SET_BY_MTSQL):
+            raise UsageError(f"sample.chat.extra_body sets {', '.join(taken)}, which mtsql sets itself (the model, the "
+                             "messages and the sampling settings of sample)")
+        self.extra_body = dict(extra_body or {})
         self._key = os.environ.get(api_key_env) if api_key_env else None
         if api_key_env and not self._key:
             raise UsageError(f"the chat backend reads its API key from ${api_key_env}, which is not set: export it, "
@@ -139,7 +146,8 @@ class ChatBackend(Backend):
         chat = cfg.sample.chat
         return {"base_url": chat.base_url, "api_key_env": chat.api_key_env, "observation_role": chat.observation_role,
                 "concurrency": chat.concurrency, "timeout_s": chat.timeout_s, "max_retries": chat.max_retries,
-                "price_input_per_mtok": chat.price_input_per_mtok, "price_output_per_mtok": chat.price_output_per_mtok}
+                "price_input_per_mtok": chat.price_input_per_mtok, "price_output_per_mtok": chat.price_output_per_mtok,
+                "extra_body": chat.extra_body}
 
     def generate(self, prompts, params, seeds=None) -> list[Generation]:
         raise UsageError("the chat backend takes messages, not token ids: it samples and evaluates through the "
@@ -152,6 +160,7 @@ class ChatBackend(Backend):
                 "seed": seed}
         if params.stop:
             body["stop"] = list(params.stop)
+        body |= self.extra_body
         return self.pool.submit(self._chat, body, params.stop)
 
     def usage(self) -> dict:

@@ -5,7 +5,7 @@ A stage's fingerprint covers the settings of the backend it samples with, and on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from mtsql.base.config import (
     AtLeast0,
@@ -68,6 +68,9 @@ class ChatSettings:
                                                               # <tool_response> tags, as Qwen's template renders
                                                               # it; any API takes it) or tool (for a server whose
                                                               # chat template renders tool messages itself)
+    extra_body: dict[str, Any] = result(default_factory=dict)  # more fields of each request, a server's own options
+                                                              # (vLLM: {skip_special_tokens: false}); never the
+                                                              # fields mtsql sets
     api_key_env: str | None = operational("OPENAI_API_KEY")  # the environment variable holding the key (None or
                                                               # unset: no key sent); the key is never written
     price_input_per_mtok: NonNegative | None = operational(None)  # USD per million prompt tokens (None: no cost)
