@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 
 from mtsql.app import pipeline
 from mtsql.app.evaluate_command import run_evaluate
+from mtsql.app.export import FORMATS, export_run
 from mtsql.app.report import build_report
 from mtsql.app.runner import STAGES, latest_input, run_stage, runs_root, store_for
 from mtsql.app.status import run_folder, status_table
@@ -247,6 +248,15 @@ def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = 
     folder = _run_folder(run, config, overrides)
     runs_dir = runs_root(_cfg(config, _split_run(run, overrides)[1]))
     console.print(f"report: {build_report(folder, out, runs_dir)}", markup=False)
+
+
+@app.command()
+def export(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
+           out: Annotated[Path | None, typer.Option(help="Export folder (default: <run>/export).")] = None,
+           fmt: Annotated[str, typer.Option("--format", help=f"{' or '.join(FORMATS)}.")] = "parquet") -> None:
+    """Every evaluation of a run as two tables (per official item, per trajectory), Parquet or CSV, for pandas."""
+    for name, path in export_run(_run_folder(run, config, overrides), out, fmt).items():
+        console.print(f"{name}: {path}", markup=False, highlight=False)
 
 
 @app.command("run")

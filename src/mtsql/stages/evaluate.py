@@ -18,8 +18,9 @@ voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the 
 ``results.DatasetBlock``), EX / EM (question and interaction), the
 breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
 self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``, ``pass_at_k``,
-``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the
-settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``.
+``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); the
+settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``; and,
+for a billed chat API (``sample.backend: chat``), its ``usage``: requests, tokens and cost.
 
 Budgets: ``sample.max_new_tokens`` per message and ``evaluate.max_response_tokens`` for a whole
 turn. ``evaluate.prompt_filter_tokens``: nothing is dropped, but the items whose prompt (the system
@@ -127,18 +128,24 @@ def engine_identity(cfg: ConfigView) -> dict:
 
 
 def check(cfg: ConfigView, *, model=None) -> None:
-    """Every eval slice has turns, and the base model exists when no trained one is given."""
+    """Every eval slice has turns, the base model exists when no trained one is given, and a chat API is
+    asked for nothing it cannot do (a trained artifact, prompt lengths in the model's tokens)."""
     for name in cfg.data.eval_datasets:
         if not eval_turns(cfg.data, name, cfg.data_root, with_hardness=False):
             raise UsageError(f"evaluate: {name} {cfg.data.eval_split} of {cfg.data_root} has no turn to evaluate "
                              "(with data.eval_pick=spread, only dialogues whose database has a file count)")
-    if model is None:
-        stage_model(cfg.model.name, resolve=False)
+    if backends.api_model(cfg, model) is None:
+        if model is None:
+            stage_model(cfg.model.name, resolve=False)
+    elif cfg.evaluate.prompt_filter_tokens is not None:
+        raise UsageError("evaluate.prompt_filter_tokens counts prompt tokens with the model's tokenizer, which a "
+                         f"chat API does not share: leave it unset with sample.backend={cfg.sample.backend}")
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
     with RolloutEngine.from_config(cfg.replace(sample={"temperature": 0.0}), data_root=cfg.data_root,
-                                   policy="model", model=stage_model(cfg.model.name, model),
+                                   policy="model",
+                                   model=backends.api_model(cfg, model) or stage_model(cfg.model.name, model),
                                    max_response_tokens=cfg.evaluate.max_response_tokens,
                                    log_path=ctx.out / SERVER_LOG) as greedy:
         return _evaluate(ctx, cfg, greedy, model)
@@ -180,10 +187,11 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     budgets = Budgets(max_messages=cfg.env.max_messages, max_new_tokens=cfg.sample.max_new_tokens,
                       max_response_tokens=budget, prompt_filter_tokens=cfg.evaluate.prompt_filter_tokens,
                       observation_chars=cfg.env.observation_chars)
-    return EvaluationResult(model=model.label if model else "base", model_name=cfg.model.name, mode=cfg.env.mode,
+    return EvaluationResult(model=model.label if model else "base",
+                            model_name=backends.api_model(cfg) or cfg.model.name, mode=cfg.env.mode,
                             protocol=cfg.env.protocol, memory=cfg.env.memory, max_messages=cfg.env.max_messages,
                             decoding=f"vote@{n_vote}" if n_vote > 1 else "greedy", budgets=budgets,
-                            datasets=blocks).to_dict()
+                            datasets=blocks, usage=greedy.backend.usage()).to_dict()
 
 
 def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
