@@ -73,8 +73,8 @@ def test_ids_equal_llamafactory(tiny_qwen3, tiny_tokenizer, template, strip_thin
 
 
 def test_thinking_template_adds_an_empty_think_block_only_where_missing():
-    plain = render(CONVERSATION, TOOLS, thinking=False)
-    thinking = render(CONVERSATION, TOOLS, thinking=True)
+    plain = render(CONVERSATION, TOOLS, "qwen3_nothink")
+    thinking = render(CONVERSATION, TOOLS, "qwen3")
     assert thinking.count(EMPTY_THINK) == 1  # only the last assistant message has no <think>
     assert thinking.replace(EMPTY_THINK, "", 1) == plain
 
@@ -127,4 +127,4 @@ def test_prompt_and_observation_roles_checked(tiny_tokenizer):
     with pytest.raises(ValueError, match="observation"):
         chat.observation_ids({"role": "assistant", "content": "x"})
     with pytest.raises(ValueError, match="unsupported chat template"):
-        ChatFormat.for_template(tiny_tokenizer, "llama3")
+        ChatFormat.for_template(tiny_tokenizer, "mistral")
