@@ -46,6 +46,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mtsql.base.errors import UsageError
+
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
@@ -255,14 +257,14 @@ class AutoChatFormat:
     Prompts are ``apply_chat_template`` with the generation prompt. The end-of-turn token and what
     follows an observation are read off renderings of a probe conversation: the text after a
     closed assistant message up to the next generation prompt, so a template must render earlier
-    messages the same whatever comes after them (checked).
+    messages the same whatever comes after them. A template it cannot follow is a ``UsageError``.
     """
 
     PROBE = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "PROBE"}]
 
     def __init__(self, tokenizer):
         if not isinstance(getattr(tokenizer, "chat_template", None), str):
-            raise ValueError("model.template=auto: the tokenizer has no chat_template; name a template family")
+            raise UsageError("model.template=auto: the tokenizer has no chat_template; name a template family")
         self.tokenizer = tokenizer
         self.thinking = False
         closed = self._render(self.PROBE, add_generation_prompt=False)
@@ -270,10 +272,11 @@ class AutoChatFormat:
         tail_ids = self._encode(tail)
         if not tail_ids or tail_ids[0] not in tokenizer.all_special_ids and \
                 tail_ids[0] not in tokenizer.added_tokens_decoder:
-            raise ValueError(f"model.template=auto: the chat template closes an assistant message with {tail!r}, "
+            raise UsageError(f"model.template=auto: the chat template closes an assistant message with {tail!r}, "
                              "not a special token a model can generate")
         self.end_of_turn_id = tail_ids[0]
         self._closed_probe = closed
+        self.observation_ids({"role": "tool", "content": "?"})  # a template it cannot follow fails here, first
 
     def _render(self, messages, tools=None, add_generation_prompt: bool = True) -> str:
         return self.tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None,
@@ -300,7 +303,7 @@ class AutoChatFormat:
         after_end = closed[closed.rindex(end) + len(end):]
         opened = self._render([*self.PROBE, message])
         if not opened.startswith(closed):
-            raise ValueError("model.template=auto: the chat template renders earlier messages differently once "
+            raise UsageError("model.template=auto: the chat template renders earlier messages differently once "
                              "a message follows; name a template family instead")
         return self._encode(after_end + opened[len(closed):])
 
