@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from mtsql.base.errors import UsageError
 from mtsql.core.chat_format import EMPTY_THINK, ChatFormat, render, segments, tools_block
 
 TOOLS = [
@@ -73,8 +74,8 @@ def test_ids_equal_llamafactory(tiny_qwen3, tiny_tokenizer, template, strip_thin
 
 
 def test_thinking_template_adds_an_empty_think_block_only_where_missing():
-    plain = render(CONVERSATION, TOOLS, thinking=False)
-    thinking = render(CONVERSATION, TOOLS, thinking=True)
+    plain = render(CONVERSATION, TOOLS, "qwen3_nothink")
+    thinking = render(CONVERSATION, TOOLS, "qwen3")
     assert thinking.count(EMPTY_THINK) == 1  # only the last assistant message has no <think>
     assert thinking.replace(EMPTY_THINK, "", 1) == plain
 
@@ -127,4 +128,31 @@ def test_prompt_and_observation_roles_checked(tiny_tokenizer):
     with pytest.raises(ValueError, match="observation"):
         chat.observation_ids({"role": "assistant", "content": "x"})
     with pytest.raises(ValueError, match="unsupported chat template"):
-        ChatFormat.for_template(tiny_tokenizer, "llama3")
+        ChatFormat.for_template(tiny_tokenizer, "mistral")
+
+
+def test_auto_refuses_templates_it_cannot_follow_token_by_token(tiny_tokenizer):
+    import copy
+
+    from mtsql.core.chat_format import AutoChatFormat
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = None
+    with pytest.raises(UsageError, match="no chat_template"):
+        AutoChatFormat(tokenizer)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} END\n{% endfor %}"
+    with pytest.raises(UsageError, match="not a special token"):
+        AutoChatFormat(tokenizer)
+    # a template whose header counts the messages renders the earlier ones differently once more follow
+    tokenizer.chat_template = ("{{ messages | length }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+                               "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    with pytest.raises(UsageError, match="renders earlier messages differently"):
+        AutoChatFormat(tokenizer)
+
+
+def test_auto_on_the_tiny_qwen3_is_its_chatml(tiny_tokenizer):
+    auto, named = ChatFormat.for_template(tiny_tokenizer, "auto"), ChatFormat(tiny_tokenizer)
+    assert auto.prompt_ids(CONVERSATION[:2], TOOLS) == named.prompt_ids(CONVERSATION[:2], TOOLS)
+    assert auto.observation_ids(CONVERSATION[3]) == named.observation_ids(CONVERSATION[3])
+    assert auto.end_of_turn_id == named.end_of_turn_id

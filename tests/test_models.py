@@ -68,7 +68,7 @@ def test_building_again_is_instant(tiny_qwen3, monkeypatch):
 def test_list_models_reports_the_cache(tiny_qwen3):
     rows = {row["alias"]: row for row in registry.list_models()}
     assert rows["tiny-qwen3"]["present"] and rows["tiny-qwen3"]["bytes"] > 30_000_000
-    assert set(rows) == {"smollm2-135m", "tiny-qwen3"}
+    assert set(rows) == {"smollm2-135m", "tiny-qwen3", "tiny-qwen25", "tiny-llama3"}
 
 
 def test_resolve_model_passes_folders(tmp_path):
@@ -146,6 +146,26 @@ def test_resolve_model_rejects_unknown_names(name, message):
 def test_resolve_model_rejects_a_folder_that_is_not_a_model(tmp_path):
     with pytest.raises(UsageError, match="no config.json"):
         registry.resolve_model(str(tmp_path))
+
+
+def test_tiny_family_models_carry_their_familys_tokens_and_template(tiny_qwen25, tiny_llama3):
+    from transformers import AutoConfig, AutoTokenizer
+
+    qwen25, llama3 = AutoTokenizer.from_pretrained(tiny_qwen25), AutoTokenizer.from_pretrained(tiny_llama3)
+    # Qwen2.5: Qwen's BPE with its 22 special tokens (no <think> / <tool_response>), a Qwen2 model
+    assert len(qwen25) == 151_665 and qwen25.convert_tokens_to_ids("<tool_call>") == 151_657
+    assert qwen25.convert_tokens_to_ids("<think>") is None and qwen25.eos_token == "<|im_end|>"
+    assert AutoConfig.from_pretrained(tiny_qwen25).model_type == "qwen2"
+    hello = [{"role": "user", "content": "Hi"}]
+    assert qwen25.apply_chat_template(hello, tokenize=False, add_generation_prompt=True).startswith(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>")
+    # Llama-3: the end of a chat turn is its eos, the template opens with <|begin_of_text|>
+    assert (llama3.bos_token, llama3.eos_token, len(llama3)) == ("<|begin_of_text|>", "<|eot_id|>", 128_257)
+    assert llama3.apply_chat_template(hello, tokenize=True, add_generation_prompt=True, return_dict=False) == [
+        128000, 128006, *llama3.encode("user", add_special_tokens=False), 128007,
+        *llama3.encode("\n\nHi", add_special_tokens=False), 128009, 128006,
+        *llama3.encode("assistant", add_special_tokens=False), 128007, *llama3.encode("\n\n", add_special_tokens=False)]
+    assert AutoConfig.from_pretrained(tiny_llama3).model_type == "llama"
 
 
 def test_unknown_aliases_are_usage_errors():

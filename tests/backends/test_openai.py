@@ -192,6 +192,15 @@ def test_the_tokenizer_is_loaded_from_the_model_by_default(serve, tiny_qwen3):
     backend.close()
 
 
+def test_a_llama3_message_ends_at_eot_even_when_the_tokenizers_eos_is_the_end_of_text(serve, tiny_llama3):
+    from transformers import AutoTokenizer
+
+    base = AutoTokenizer.from_pretrained(tiny_llama3, eos_token="<|end_of_text|>")  # as a base model ships it
+    backend = OpenAIBackend(tiny_llama3, serve(lambda body: (500, {})).url, tokenizer=base)
+    assert backend.end_of_turn_ids == {128001, 128009} and backend.end_of_turn_id == 128009  # <|eot_id|>
+    backend.close()
+
+
 def test_server_down_is_one_line_before_any_work(client):
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(UsageError, match=rf"cannot reach the server at {url} \(ConnectError\): start it"):

@@ -24,7 +24,7 @@ from mtsql.engines.llamafactory import (
     train_command,
     train_config,
 )
-from mtsql.engines.llamafactory.plan import LABELLED_LOGITS_ENTRY
+from mtsql.engines.llamafactory.plan import LABELLED_LOGITS_ENTRY, merge_config
 from mtsql.engines.llamafactory.train import (
     TrainWatcher,
     check_model_dir,
@@ -257,6 +257,18 @@ def test_train_config_is_accepted_by_llamafactorys_argument_parser(tmp_path, tin
     assert finetuning_args.finetuning_type == finetuning_type
     if finetuning_type == "freeze":
         assert (finetuning_args.freeze_trainable_layers, finetuning_args.freeze_trainable_modules) == (1, ["all"])
+
+
+@pytest.mark.parametrize(("template", "given"), [("qwen", "qwen"), ("llama3", "llama3"), ("auto", None)])
+def test_the_family_names_llamafactorys_template_and_auto_leaves_it_to_parse_the_tokenizers(
+        tmp_path, tiny_qwen3, template, given):
+    from llamafactory.hparams import get_train_args
+
+    config = train_config(SftConfig(max_steps=1, use_cpu=True), model_path=tiny_qwen3, template=template,
+                          dataset_dir=tmp_path, dataset="d", output_dir=tmp_path / "out")
+    merge = merge_config(model_path=tiny_qwen3, adapter_dir=tmp_path / "a", template=template, export_dir=tmp_path / "m")
+    assert config.get("template") == merge.get("template") == given
+    assert get_train_args(config)[1].template == given  # None: LLaMA-Factory parses tokenizer.chat_template
 
 
 def test_epochs_when_no_max_steps_and_bad_values_are_usage_errors(tmp_path):

@@ -154,10 +154,13 @@ class Backend(ABC):
         return Generation(list(token_ids), text, finish_reason, logprobs)
 
 
+CHAT_TURN_ENDS = ("<|im_end|>", "<|eot_id|>")  # ChatML's (Qwen, SmolLM2) and Llama-3's end of a chat turn
+
+
 def end_of_turn_ids(tokenizer, *extra: int | Sequence[int] | None) -> frozenset[int]:
-    """The ids that end an assistant message: the tokenizer's end of sequence, ChatML's ``<|im_end|>``
-    and any ``extra`` ids (a model's generation config), less unknown-token stand-ins."""
-    ids = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    """The ids that end an assistant message: the tokenizer's end of sequence, the chat families' ends of
+    turn (``CHAT_TURN_ENDS``) and any ``extra`` ids (a model's generation config), less unknown-token stand-ins."""
+    ids = {tokenizer.eos_token_id, *(tokenizer.convert_tokens_to_ids(t) for t in CHAT_TURN_ENDS)}
     for item in extra:
         ids.update(item if isinstance(item, (list, tuple, set, frozenset)) else [item])
     return frozenset(i for i in ids if i is not None and i != tokenizer.unk_token_id)

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from mtsql.base.errors import StageFailed, UsageError
-from mtsql.engines.backends.base import Backend, Generation, SamplingParams, end_of_turn_ids
+from mtsql.engines.backends.base import CHAT_TURN_ENDS, Backend, Generation, SamplingParams, end_of_turn_ids
 
 
 class OpenAIBackend(Backend):
@@ -56,8 +56,8 @@ class OpenAIBackend(Backend):
         self._check_served()
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-backend")
         self.end_of_turn_ids = end_of_turn_ids(self.tokenizer)
-        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.end_of_turn_id = im_end if im_end in self.end_of_turn_ids else self.tokenizer.eos_token_id
+        turn_ends = [self.tokenizer.convert_tokens_to_ids(t) for t in CHAT_TURN_ENDS]
+        self.end_of_turn_id = next((i for i in turn_ends if i in self.end_of_turn_ids), self.tokenizer.eos_token_id)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[Generation]:

@@ -11,6 +11,8 @@ One trajectory (OpenAI-style ``messages``) becomes one example::
 Assistant texts are kept whole (reasoning, verdict tags, the tool call, the answer): LLaMA-Factory
 trains every gpt/function_call turn and masks every human/observation turn. For a function_call
 turn it re-renders the call as ``<tool_call>\\n{json}\\n</tool_call>`` after the rest of the text;
+a family without Qwen's hermes tool section (``llama3``, ``auto``) gets no ``tools`` and every
+assistant turn as ``gpt``, kept verbatim (LLaMA-Factory would rewrite a call into its own format);
 ``ExportStats.rewritten`` counts examples whose trained tokens therefore differ from the verbatim
 conversation (``mtsql.core.chat_format``), which is what a rollout shows the model.
 
@@ -31,7 +33,7 @@ from pathlib import Path
 from mtsql.base.errors import StageFailed
 from mtsql.base.files import iter_jsonl, write_json, write_jsonl
 from mtsql.core.agent.tools import TOOL_SCHEMAS
-from mtsql.core.chat_format import TEMPLATES, ChatFormat
+from mtsql.core.chat_format import AUTO, FAMILIES, TEMPLATES, ChatFormat
 
 ROLE_TAGS = {"user": "human", "tool": "observation"}  # assistant -> gpt or function_call
 SOURCE_TAGS = ("human", "observation")  # LLaMA-Factory wants these at even positions, the rest at odd
@@ -72,12 +74,13 @@ def export_sharegpt(trajectories: Iterable[dict], out_dir: Path, name: str = "mt
     """
     if tools is None:
         tools = TOOL_SCHEMAS
-    tools_json = json.dumps(list(tools), ensure_ascii=False) if tools else ""
+    hermes = hermes_tools(template)
+    tools_json = json.dumps(list(tools), ensure_ascii=False) if tools and hermes else ""
     given, rows, sources, dropped = 0, [], [], Counter()
     for trajectory in trajectories:
         given += 1
         messages = trajectory.get("messages") if isinstance(trajectory, dict) else None
-        row, reason = to_sharegpt(messages, tools_json)
+        row, reason = to_sharegpt(messages, tools_json, function_calls=hermes)
         if reason:
             dropped[reason] += 1
         else:
@@ -103,6 +106,17 @@ def export_sharegpt(trajectories: Iterable[dict], out_dir: Path, name: str = "mt
     )
 
 
+def hermes_tools(template: str) -> bool:
+    """Whether ``template`` lists the tools in Qwen's hermes block and trains calls as function_call turns."""
+    return template in FAMILIES and FAMILIES[template].hermes_tools
+
+
+def llamafactory_template(template: str) -> str | None:
+    """The ``template`` LLaMA-Factory is given for ``model.template``: None for ``auto`` (it then parses
+    the tokenizer's chat template itself)."""
+    return None if template == AUTO else template
+
+
 def dataset_entry(name: str) -> dict:
     """The ``dataset_info.json`` entry registering ``<name>.jsonl`` (tags spelled out)."""
     return {
@@ -114,8 +128,9 @@ def dataset_entry(name: str) -> dict:
     }
 
 
-def to_sharegpt(messages: object, tools_json: str) -> tuple[dict | None, str | None]:
-    """(example, None) or (None, reason it cannot be trained on)."""
+def to_sharegpt(messages: object, tools_json: str, *, function_calls: bool = True) -> tuple[dict | None, str | None]:
+    """(example, None) or (None, reason it cannot be trained on). ``function_calls`` off: a tool-call
+    message is a ``gpt`` turn too."""
     if not isinstance(messages, list) or not messages:
         return None, "no messages"
     system = ""
@@ -137,6 +152,7 @@ def to_sharegpt(messages: object, tools_json: str) -> tuple[dict | None, str | N
             tag, problem = _assistant_tag(content)
             if problem:
                 return None, problem
+            tag = tag if function_calls else "gpt"
         else:
             tag = ROLE_TAGS[role]
         if (tag in SOURCE_TAGS) != (position % 2 == 0):
@@ -182,7 +198,7 @@ def encode_dataset(dataset_dir: Path, name: str, *, tokenizer_path: str | Path, 
     from llamafactory.hparams import DataArguments
 
     tokenizer, chat_template, processor = _load_tokenizer(str(tokenizer_path), template)
-    data_args = DataArguments(template=template, dataset=name, dataset_dir=str(dataset_dir), cutoff_len=cutoff_len)
+    data_args = DataArguments(template=llamafactory_template(template), dataset=name, dataset_dir=str(dataset_dir), cutoff_len=cutoff_len)
     attr = get_dataset_list([name], str(dataset_dir))[0]
     convert = get_dataset_converter(attr.formatting, attr, data_args)
     encoder = SupervisedDatasetProcessor(template=chat_template, tokenizer=tokenizer, processor=processor,
@@ -200,7 +216,8 @@ def _load_tokenizer(tokenizer_path: str, template: str) -> tuple:
 
     try:
         modules = _tokenizer_modules(tokenizer_path)
-        chat_template = get_template_and_fix_tokenizer(modules["tokenizer"], DataArguments(template=template))
+        chat_template = get_template_and_fix_tokenizer(modules["tokenizer"],
+                                                       DataArguments(template=llamafactory_template(template)))
     except Exception as exc:  # LLaMA-Factory and transformers raise many types: quote the message
         raise StageFailed(f"LLaMA-Factory cannot load the tokenizer of {tokenizer_path} with template "
                           f"'{template}': {type(exc).__name__}: {_one_line(exc)}") from exc

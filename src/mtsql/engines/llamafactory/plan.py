@@ -29,6 +29,7 @@ import yaml
 from mtsql.base.config import SftConfig
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.engines.commands import Command
+from mtsql.engines.llamafactory.dataset import llamafactory_template
 from mtsql.engines.models.registry import is_hub_id
 from mtsql.engines.passthrough import check_extra
 
@@ -131,7 +132,7 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
     config.update(
         dataset=dataset,
         dataset_dir=str(dataset_dir),
-        template=template,
+        **_template_key(template),
         cutoff_len=sft_cfg.cutoff_len,
         train_on_prompt=False,  # no loss on system/user/observation tokens
         mask_history=False,  # true would train only the last assistant turn of a trajectory
@@ -207,7 +208,7 @@ def merge_config(*, model_path: str | Path, adapter_dir: Path, template: str, ex
     return {
         "model_name_or_path": str(model_path),
         "adapter_name_or_path": str(adapter_dir),
-        "template": template,
+        **_template_key(template),
         "finetuning_type": "lora",
         "export_dir": str(export_dir),
         "export_device": "cpu",
@@ -267,3 +268,10 @@ def cli_path() -> str:
 def yaml_text(config: dict) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
+
+
+def _template_key(template: str) -> dict:
+    """LLaMA-Factory's ``template`` setting for ``model.template``; none for ``auto``, so that it parses
+    the tokenizer's own chat template."""
+    name = llamafactory_template(template)
+    return {} if name is None else {"template": name}

