@@ -33,7 +33,7 @@ def database_path(db_id: str, root: Path | None = None) -> Path:
     return root / "database" / db_id / f"{db_id}.sqlite"
 
 
-RESERVED_LABELS = ("report", "latest")  # folders of a run (or of a label) that are not artifacts
+RESERVED_LABELS = ("report", "latest", "trackers")  # folders of a run (or of a label) that are not artifacts
 
 
 def folder_name(value: str, what: str) -> str:

@@ -169,6 +169,8 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
         if cfg.evaluate.prompt_filter_tokens is not None:
             block = replace(block, prompt_filter=_prompt_filter(cfg, turns, rows, greedy.chat))
         blocks[name] = block
+        ctx.trackers.log_metrics(0, {f"eval/{name}/{key}": value for key, value in  # the dashboards (trackers.*)
+                                     {**block.headline(), "protocol_valid": block.protocol["protocol_valid"]}.items()})
     budgets = Budgets(max_messages=cfg.env.max_messages, max_new_tokens=cfg.sample.max_new_tokens,
                       max_response_tokens=budget, prompt_filter_tokens=cfg.evaluate.prompt_filter_tokens,
                       observation_chars=cfg.env.observation_chars)

@@ -53,7 +53,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     base = stage_model(cfg.model.name, model)
     return {"engine": cfg.rl.engine, "items": len(turns),
             **engine.train_curriculum_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
-                                 stage=stage)}
+                                            stage=stage, trackers=ctx.trackers)}
 
 
 def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:
