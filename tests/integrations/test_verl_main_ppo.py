@@ -336,3 +336,19 @@ def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
         "invalid_message_rate": 2 / 5, "messages_per_turn": 2.5, "response_length": 60.0}
     assert first["reward_std"] == 1.0, "the spread of the step's sample scores (2 and 0)"
     assert "tool_calls_per_turn" not in second and "reward_std" not in second, "step 2 left no dump: verl's only"
+
+
+def test_verls_steps_reach_the_trackers_under_the_local_engines_names(tmp_path):
+    from mtsql.engines.rl_engines import step_metrics
+    from mtsql.engines.verl.engine import verl_curve as _verl_curve
+
+    logged = {"critic/score/mean": 0.5, "actor/kl_loss": 0.01, "actor/grad_norm": 2.0, "actor/pg_clipfrac": 0.125,
+              "actor/pg_loss": -0.2, "response_length/mean": 40.0}
+    next_metrics_file(tmp_path).write_text(json.dumps({"step": 1, "data": logged}) + "\n")
+    (line,) = _verl_curve(tmp_path, stage=1)
+    shown = step_metrics(line)
+    assert {name: shown[name] for name in ("rl/reward_mean", "rl/kl", "rl/grad_norm", "rl/clipfrac", "rl/pg_loss",
+                                            "rl/response_length")} == {
+        "rl/reward_mean": 0.5, "rl/kl": 0.01, "rl/grad_norm": 2.0, "rl/clipfrac": 0.125, "rl/pg_loss": -0.2,
+        "rl/response_length": 40.0}
+    assert "rl/stage" not in shown and "rl/step" not in shown

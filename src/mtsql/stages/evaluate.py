@@ -20,6 +20,7 @@ breakdowns by hardness and turn, the protocol abilities (tool calls, verificatio
 self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``, ``pass_at_k``,
 ``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the
 settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``.
+Logs (``trackers.*``): each dataset's headline and protocol validity as ``eval/<dataset>/<name>``.
 
 Budgets: ``sample.max_new_tokens`` per message and ``evaluate.max_response_tokens`` for a whole
 turn. ``evaluate.prompt_filter_tokens``: nothing is dropped, but the items whose prompt (the system

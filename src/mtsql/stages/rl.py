@@ -11,6 +11,7 @@ training artifact; none: the base model); config sections ``data``, ``sql``, ``e
 engine's own settings), ``seed``. ``rl.engine`` must be resolved (``engines.rl_engines.pick_engine``)
 before the stage runs.
 Writes: ``model/``, ``metrics.jsonl`` (one ``results.TrainingStep`` line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
+Logs (``trackers.*``): each step as ``rl/<field>``, the same names for both engines (``rl_engines.step_metrics``).
 The stage calls the engine through one contract (``engines.rl_engines``) and knows neither:
 ``mtsql.engines.local_grpo.engine`` and ``mtsql.engines.verl.engine``.
 

@@ -12,6 +12,7 @@ protocol), ``seed``, and for the held-out check ``data``, ``sample``, ``sql``, `
 fingerprint covers those four only with ``sft.heldout`` > 0, and then not the sampling settings the
 greedy check overrides (``hashed``), so a change of sample.temperature or sample.n reruns no SFT.
 Writes: ``data/`` (the exported dataset), ``train.yaml`` (+ ``merge.yaml`` with LoRA), ``model/``.
+Logs (``trackers.*``): the HF Trainer's own loggers as it trains (``report_to``), then ``sft/loss`` per step.
 """
 
 from __future__ import annotations
