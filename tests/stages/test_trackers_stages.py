@@ -13,6 +13,7 @@ from mtsql.base.config import TrackersConfig, load_config
 from mtsql.base.trackers import Trackers
 from mtsql.core.data import train_pool
 
+from ..inprocess import mtsql_in_process
 from ..tracker_files import mlflow_run, tensorboard_scalars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +57,18 @@ def test_a_stage_logs_its_config_fingerprints_and_metrics_and_trackers_rerun_not
     assert run.params["fingerprint"] == done.fingerprint and run.params["stage"] == "sample"
     assert run.params["config.sample.policy"] == "gold" and run.params["config.data.train_limit"] == "2"
     assert run.params["config.trackers.mlflow"] == "True"
+
+
+def test_an_mlflow_server_is_refused_in_one_line_and_nothing_is_written(tmp_path, home):
+    ran = mtsql_in_process(["sample", "--config", str(TINY), f"runs_dir={tmp_path / 'runs'}", "run=t", "--policy",
+                            "gold", "data.train_limit=2", "trackers.mlflow=true",
+                            "trackers.mlflow_uri=http://mlflow.example:5000"], cwd=tmp_path,
+                           env={"MTSQL_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    assert ran.stderr.strip().splitlines() == [
+        "error: trackers.mlflow_uri=http://mlflow.example:5000: give a file: URI (a folder); mtsql logs to no "
+        "MLflow server"]
+    assert not (tmp_path / "runs").exists()
 
 
 def test_an_evaluation_logs_each_datasets_headline(tmp_path, home, tiny_qwen3):

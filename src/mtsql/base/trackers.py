@@ -105,6 +105,8 @@ class Trackers:
 
     def log_params(self, params: dict) -> None:
         """Log ``params`` (nested mappings become dotted keys) as the run's parameters."""
+        if not self:
+            return
         values = {key: value if isinstance(value, (int, float, str, bool)) else json.dumps(value, default=str)
                   for key, value in flat(params).items()}
         for tracker in self._trackers():
