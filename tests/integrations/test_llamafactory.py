@@ -517,3 +517,15 @@ def test_failed_training_quotes_llamafactorys_error(tmp_path, tiny_qwen3):
     with pytest.raises(StageFailed, match=r"llamafactory train failed \(exit 1\): \S*SafetensorError: "):
         run_sft(plan, log_path=tmp_path / "log.txt")
     assert not plan.model_dir.exists()
+
+
+def test_training_curve_is_each_logged_step_without_the_final_summary(tmp_path):
+    from mtsql.engines.llamafactory import training_curve
+
+    history = [{"loss": 1.5, "grad_norm": 2.0, "learning_rate": 1e-4, "epoch": 0.5, "step": 1},
+               {"loss": 1.25, "grad_norm": 1.0, "learning_rate": 5e-5, "epoch": 1.0, "step": 2},
+               {"train_loss": 1.375, "train_runtime": 3.2, "epoch": 1.0, "step": 2}]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    assert training_curve(tmp_path) == [
+        (1, {"loss": 1.5, "grad_norm": 2.0, "learning_rate": 1e-4, "epoch": 0.5}),
+        (2, {"loss": 1.25, "grad_norm": 1.0, "learning_rate": 5e-5, "epoch": 1.0})]
