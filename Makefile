@@ -19,12 +19,12 @@ VERL_VENV := .venv-verl
 VERL_STAMP := $(VERL_VENV)/.installed
 ifeq ($(HAS_GPU),1)
   CONSTRAINTS := -c constraints/common.txt
-  EXTRAS := dev,gpu
+  EXTRAS := engines,dev,gpu
   VLLM_SETUP :=
   VERL_SETUP :=
 else
   CONSTRAINTS := -c constraints/common.txt -c constraints/cpu.txt
-  EXTRAS := dev
+  EXTRAS := engines,dev
   VLLM_SETUP := $(VLLM_STAMP)
   VERL_SETUP := $(VERL_STAMP)
 endif

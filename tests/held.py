@@ -15,8 +15,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from .waiting import wait_until
 
 HOLD_S = 120
 
@@ -58,8 +59,8 @@ def held_command(marker: Path, target: str, *args: str) -> list[str]:
 
 def wait_for(marker: Path, process: subprocess.Popen, seconds: float = 300) -> None:
     """Until ``marker`` exists; fails if ``process`` ends first or ``seconds`` pass."""
-    deadline = time.monotonic() + seconds
-    while not marker.exists():
+    def held() -> bool:
         assert process.poll() is None, f"the command ended before it was held: {process.communicate()}"
-        assert time.monotonic() < deadline, f"the command was not held within {seconds} s"
-        time.sleep(0.05)
+        return marker.exists()
+
+    wait_until(held, seconds, "the command was not held")

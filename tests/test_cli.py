@@ -61,7 +61,7 @@ def test_data_check_on_fixture(dataset):
 
 
 def test_data_check_unknown_dataset():
-    result = mtsql("data", "check", "--dataset", "bird")
+    result = mtsql("data", "check", "--dataset", "wikisql")
     assert result.returncode == 2 and "unknown dataset" in result.stderr
 
 

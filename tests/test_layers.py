@@ -12,7 +12,7 @@ import mtsql
 ROOT = Path(mtsql.__file__).parent
 LAYERS = ("base", "core", "engines", "stages", "app")
 CORE_ORDER = ("sql", "data", "agent", "rewards", "trajectories", "measures", "chat_format", "episode_tokens",
-              "evaluation_files", "results")  # the folders and modules of core/, lowest first
+              "evaluation_files", "bird_evaluation", "results")  # the folders and modules of core/, lowest first
 
 
 def modules() -> dict[str, Path]:

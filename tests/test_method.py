@@ -43,7 +43,9 @@ def write(tmp_path, steps: str) -> Path:
     ("  - stage: evaluate\n    model: sft-short\n  - stage: sft-iterate\n    label: short\n", "must be one of"),
     ("  - stage: evaluate\n    model: sft-r1\n  - stage: sft-iterate\n", "must be one of"),
     ("  - stage: sft-iterate\n    label: short\n  - stage: evaluate\n    model: sft-r1\n", "must be one of"),
-    ("  - stage: rl\n    label: outcome\n  - stage: rl\n    label: outcome\n", "a second rl step labelled 'outcome'"),
+    ("  - stage: curriculum\n  - stage: rl\n    label: outcome\n  - stage: rl\n    label: outcome\n",
+     "a second rl step labelled 'outcome'"),
+    ("  - stage: rl\n    label: outcome\n", "needs a curriculum step before it"),
 ])
 def test_variant_and_round_references_are_checked_when_the_pipeline_loads(tmp_path, steps, message):
     with pytest.raises(UsageError, match=message):

@@ -14,6 +14,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from make_bird_fixture import FIXTURE_DBS as BIRD_DBS
+from make_bird_fixture import FIXTURE_PER_DB as BIRD_PER_DB
+from make_bird_fixture import build as build_bird
+
 DEV_DBS = ["concert_singer", "pets_1", "car_1", "poker_player", "battle_death", "wta_1"]
 TRAIN_DBS = [
     "network_2", "dorm_1", "activity_1", "game_1", "movie_1", "allergy_1", "ship_1", "student_1",
@@ -35,6 +39,10 @@ stand-in, as in the full folder).
 Licence: CC BY-SA 4.0, like the data it is cut from. Spider (Yu et al., EMNLP 2018),
 SParC (Yu et al., ACL 2019) and CoSQL (Yu et al., EMNLP 2019), by Yale LILY and Salesforce.
 CoSQL train dialogues as repackaged by the QDA-SQL project (full-dialogue format).
+
+`bird/dev/` is a BIRD-format stand-in (12 of the Spider questions above on concert_singer, pets_1 and
+poker_player, with BIRD's fields, difficulties from the Spider hardness and a generated evidence), rebuilt
+by `tools/make_bird_fixture.py`.
 """
 
 
@@ -66,6 +74,7 @@ def main(src: Path, dst: Path) -> None:
     raw = [d for d in json.loads((src / RAW_TRAIN).read_text()) if d["db_name"] in keep]
     (dst / RAW_TRAIN).parent.mkdir(parents=True)
     (dst / RAW_TRAIN).write_text(json.dumps(raw))
+    build_bird(dst, dst / "bird", dbs=BIRD_DBS, per_db=BIRD_PER_DB)  # BIRD's layout, from the databases above
     (dst / "README.md").write_text(ATTRIBUTION.format(dev=", ".join(DEV_DBS), ntrain=len(TRAIN_DBS),
                                                       per_db=SPIDER_PER_DB, nspider=nspider))
 

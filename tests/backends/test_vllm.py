@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,8 @@ from mtsql.engines.backends.hf import HFBackend
 from mtsql.engines.backends.openai import OpenAIBackend
 from mtsql.engines.backends.vllm import UNVERIFIED, VLLMBackend, server_spec
 from mtsql.engines.backends.vllm_server import SERVED_NAME, signal_group
+
+from ..waiting import wait_until
 
 TOOL_STOP = ("</tool_call>", "</answer_sql>")
 
@@ -45,13 +46,8 @@ def group_alive(pgid: int) -> bool:
     return signal_group(pgid, 0)
 
 
-def wait_gone(pgid: int, seconds: float = 60.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not group_alive(pgid):
-            return True
-        time.sleep(0.5)
-    return False
+def wait_gone(pgid: int, seconds: float = 60.0) -> None:
+    wait_until(lambda: not group_alive(pgid), seconds, f"process group {pgid} did not end", every=0.5)
 
 
 def test_tiny_model_greedy_ids_and_logprobs_match_the_hf_backend(tiny_server, tiny_backend):
@@ -176,7 +172,7 @@ def test_a_killed_process_leaves_no_server(how, tiny_qwen3, vllm_python):
         assert group_alive(pgid)
         child.send_signal(how)
         child.wait(30)
-        assert wait_gone(pgid), "the vLLM server outlived the process that started it"
+        wait_gone(pgid)  # the vLLM server must not outlive the process that started it
     finally:
         child.kill()
 

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
@@ -26,6 +25,7 @@ from safetensors.torch import load_file
 from mtsql.engines.verl.cleanup import TAG, stop_tagged
 
 from ..held import ctrl_c_reaches_it
+from ..waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -61,13 +61,7 @@ def run_processes(runs: Path) -> list[psutil.Process]:
 
 
 def wait_for(what, timeout: float, message: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{message} within {timeout:.0f} s")
+    return wait_until(what, timeout, message, every=0.5)
 
 
 def names(processes: list[psutil.Process]) -> set[str]:

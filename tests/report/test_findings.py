@@ -3,6 +3,7 @@ method run (pipelines/method.yaml's labels) whose rates were chosen to give each
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -24,6 +25,7 @@ from mtsql.app.report.runs import latest_artifacts
 from mtsql.app.report.self_correction import is_verified, self_correction_section
 from mtsql.app.report.self_taught import kept_rows, kept_section
 from mtsql.app.report.stats import Rate
+from mtsql.base import artifacts
 from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.core.agent.env import Step, Trajectory
 from mtsql.core.data.records import Turn
@@ -65,13 +67,35 @@ def evaluation(store: Store, label: str, scored: ArtifactKey | None, right, *, m
                revisions: dict | None = None, rows: list[ScoredRow] | None = None) -> None:
     """An evaluation of the model ``scored`` (its key; None: the base model), as the pipeline keys it."""
     def work(ctx):
-        time.sleep(0.002)  # a wall time the manifest's 3 decimals keep (the report's pace reads it)
         (ctx.out / "cosql").mkdir()
         (ctx.out / "cosql" / "summary.json").write_text(json.dumps(summary(right)))
         write_rows(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
         counts = summary(right)["execution"]["question"]["correct"]
         return metrics({"cosql": block(100, counts, **({"revisions": revisions} if revisions else {}))}, mode=mode)
-    store.run(ArtifactKey.evaluation(scored, name=label), {"label": label}, {}, work)
+    with stepping_clock():  # each evaluation takes one second of the store's clock (the report's pace reads it)
+        store.run(ArtifactKey.evaluation(scored, name=label), {"label": label}, {}, work)
+
+
+@contextlib.contextmanager
+def stepping_clock(step: float = 0.5):
+    """The store's ``time.time`` advances ``step`` seconds per call, so a stage's wall time is non-zero and
+    known without waiting; every other ``time`` function is the real one."""
+    class Clock:
+        now = 1_000_000.0
+
+        def time(self):
+            self.now += step
+            return self.now
+
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+    real = artifacts.time
+    artifacts.time = Clock()
+    try:
+        yield
+    finally:
+        artifacts.time = real
 
 
 def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
@@ -209,6 +233,7 @@ def test_pace_is_wall_time_over_evaluated_turns(run):
     arts = latest_artifacts(run)
     evals = [art for label, art in arts.items() if label.startswith("eval-")]
     assert len(evals) == 6
+    assert all(a.manifest["duration_s"] > 0 for a in evals)
     assert evals_pace(arts) == pytest.approx(sum(a.manifest["duration_s"] for a in evals) / 600)
     assert evals_pace({}) is None
 

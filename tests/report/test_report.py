@@ -135,12 +135,20 @@ def test_breakdown_tells_zero_from_no_items():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["base", "no turns (n=0)"]
 
 
-def test_rebuild_replaces_the_folder(run_folder):
+def test_rebuild_replaces_what_it_wrote_and_nothing_else(run_folder):
+    """A report replaces the one before whole; a file it did not write is never deleted (the report is
+    refused instead) and no temporary folder stays."""
     run = run_folder
     build_report(run)
-    (run / "report" / "stale.txt").write_text("old")
+    (run / "report" / "report.md").write_text("# an older report\n")
+    (run / "report" / ".mtsql-report.json").unlink()  # as written before the report listed its files
     build_report(run)
-    assert not (run / "report" / "stale.txt").exists() and not (run / ".report.tmp").exists()
+    assert "an older report" not in (run / "report" / "report.md").read_text()
+    (run / "report" / "stale.txt").write_text("mine")
+    with pytest.raises(UsageError, match="stale.txt .not written by mtsql report"):
+        build_report(run)
+    assert (run / "report" / "stale.txt").read_text() == "mine"
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
 
 
 def test_report_of_nothing_is_a_clear_error(tmp_path):

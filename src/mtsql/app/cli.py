@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import inspect
+import io
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from typer.core import TyperGroup
 
 from mtsql.app import pipeline
 from mtsql.app.evaluate_command import run_evaluate
+from mtsql.app.export import FORMATS, export_run
 from mtsql.app.report import build_report
 from mtsql.app.runner import STAGES, latest_input, run_stage, runs_root, store_for
 from mtsql.app.status import run_folder, status_table
@@ -27,8 +29,9 @@ from mtsql.app.trajectory_text import find_trajectory, render_trajectory
 from mtsql.base.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
 from mtsql.base.config import Config, load_config, replace, to_dict
 from mtsql.base.errors import MtsqlError, UsageError
-from mtsql.base.paths import user_path
+from mtsql.base.paths import home_dir, user_path
 from mtsql.base.progress import track
+from mtsql.base.run_folders import strays
 from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.core.data import data_root
 from mtsql.core.data.check import check_split
@@ -200,11 +203,14 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str | None, typer.Option(help="sparc, cosql or spider (picks the gold and tables).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="sparc, cosql, spider or bird (picks the gold and tables; "
+                                                "bird: BIRD's EX by difficulty, docs/bird.md).")] = None,
     pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, a blank line "
-                                              "between interactions (none for spider).")] = None,
+                                              "between interactions (none for spider); bird: BIRD's prediction "
+                                              "JSON too.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
-    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>).")] = None,
+    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>); bird: "
+                                              "a BIRD split folder (default <data>/bird/dev).")] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
     tables: Annotated[Path | None, typer.Option(help="tables.json (default: the one in <data>/<dataset>).")] = None,
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
@@ -239,7 +245,18 @@ def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = 
            out: Annotated[Path | None, typer.Option(help="Report folder (default: <run>/report; elsewhere for a "
                                                     "read-only run).")] = None) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
-    console.print(f"report: {build_report(_run_folder(run, config, overrides), out)}", markup=False)
+    folder = _run_folder(run, config, overrides)
+    runs_dir = runs_root(_cfg(config, _split_run(run, overrides)[1]))
+    console.print(f"report: {build_report(folder, out, runs_dir)}", markup=False)
+
+
+@app.command()
+def export(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
+           out: Annotated[Path | None, typer.Option(help="Export folder (default: <run>/export).")] = None,
+           fmt: Annotated[str, typer.Option("--format", help=f"{' or '.join(FORMATS)}.")] = "parquet") -> None:
+    """Every evaluation of a run as two tables (per official item, per trajectory), Parquet or CSV, for pandas."""
+    for name, path in export_run(_run_folder(run, config, overrides), out, fmt).items():
+        console.print(f"{name}: {path}", markup=False, highlight=False)
 
 
 @app.command("run")
@@ -299,11 +316,14 @@ for _name in STAGES.keys() - {c.name or c.callback.__name__.replace("_", "-") fo
 
 
 @data_app.command("check")
-def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider")],
+def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql, spider or bird")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
     """Counts, missing databases, gold queries that fail to execute or return nothing (vacuous), as a table."""
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, "executing gold", console=err_console))
+    if dataset == "bird":
+        console.print(bird_check_table(report_))
+        return
     table = Table(title=escape(f"{dataset} {split} ({report_['root']})"), show_header=False)
     unit = report_["unit"]
     for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written", "gold_vacuous"):
@@ -311,6 +331,10 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
             table.add_row(key.replace("_", " "), str(report_[key]))
     missing = ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items())
     table.add_row("missing databases", escape(missing) or "none")
+    unreadable = report_["unreadable_databases"]
+    table.add_row("unreadable databases", str(len(unreadable)) if unreadable else "none")
+    for db, found in unreadable.items():
+        table.add_row("", escape(f"{db} ({found[unit]} {unit}): {found['why']}"))
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:
@@ -318,6 +342,22 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
     if "turns_per_interaction" in report_:
         table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
     console.print(table)
+
+
+def bird_check_table(report_: dict) -> Table:
+    table = Table(title=escape(f"bird {report_['split']} ({report_['root']})"), show_header=False)
+    for key in ("questions", "databases", "questions_without_database", "with_evidence"):
+        table.add_row(key.replace("_", " "), str(report_[key]))
+    table.add_row("difficulty", ", ".join(f"{k}: {v}" for k, v in report_["difficulty"].items()))
+    missing = ", ".join(f"{db} ({n} questions)" for db, n in report_["missing_databases"].items())
+    table.add_row("missing databases", escape(missing) or "none")
+    for key, label in (("gold_fail", "gold fail"), ("gold_empty", "gold return nothing"),
+                       ("gold_slow", f"gold slower than {report_['slow_s']:g} s")):
+        table.add_row(label, str(len(report_[key])))
+        for item in report_[key][:20]:
+            detail = item.get("message") or (f"{item['seconds']} s" if "seconds" in item else "")
+            table.add_row("", escape(f"question {item['question_id']} ({item['db_id']}) {detail}".strip()))
+    return table
 
 
 @data_app.command("verify")
@@ -333,11 +373,12 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
         raise UsageError(f"{folder}: no complete artifact to verify ({why})")
     problems += [p for artifact in artifacts for p in verify(artifact)]
     problems += Store(folder).link_problems()
+    problems += strays(folder)
     for problem in problems:
         err_console.print(problem, markup=False, highlight=False, soft_wrap=True)
     if problems:
-        raise UsageError(f"{folder}: {len(problems)} problem(s) above: damaged manifests, or files or metrics "
-                         "that differ from their manifest")
+        raise UsageError(f"{folder}: {len(problems)} problem(s) above: damaged manifests, files or metrics "
+                         "that differ from their manifest, or files no stage wrote")
     skipped = f"; not checked: {len(unfinished)} unfinished .partial folder(s)" if unfinished else ""
     console.print(f"{folder}: all {len(artifacts)} artifacts intact{skipped}", markup=False, highlight=False)
 
@@ -407,6 +448,20 @@ DISK_ERRORS = {  # errno: how to fix; any other OSError is a bug to report, with
     errno.EROFS: "the folder is read-only: write elsewhere (runs_dir=, report --out) or remount it",
     errno.EACCES: "check the folder's permissions, or write elsewhere (runs_dir=, --out)",
 }
+HOME_ERRORS = (errno.EROFS, errno.EACCES)  # under MTSQL_HOME, the fix is another MTSQL_HOME, not runs_dir=
+
+
+def _disk_fix(exc: OSError) -> str:
+    """How to fix a disk error: under MTSQL_HOME (caches, models), set MTSQL_HOME to a writable folder."""
+    if exc.errno in HOME_ERRORS and exc.filename:
+        try:
+            home = home_dir()
+        except UsageError:
+            home = None
+        if home is not None and Path(os.fsdecode(exc.filename)).resolve().is_relative_to(home):
+            return (f"it is under MTSQL_HOME ({home}), where mtsql keeps its caches and models: set MTSQL_HOME to "
+                    "a writable folder")
+    return DISK_ERRORS[exc.errno]
 
 
 def main() -> None:
@@ -416,6 +471,9 @@ def main() -> None:
     # transformers draws its own bars for loading and writing weights; mtsql's bars say what is happening
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     signal.signal(signal.SIGTERM, _terminate)
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character (LC_ALL=C) gets \xe9
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         app()
     except SystemExit as exc:
@@ -435,7 +493,7 @@ def main() -> None:
         if exc.errno not in DISK_ERRORS or os.environ.get("MTSQL_DEBUG") == "1":
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        err_console.print(f"error: {where}{exc.strerror}; {DISK_ERRORS[exc.errno]}", markup=False, highlight=False,
+        err_console.print(f"error: {where}{exc.strerror}; {_disk_fix(exc)}", markup=False, highlight=False,
                           soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:  # before a command started (imports, argument parsing)

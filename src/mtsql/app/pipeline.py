@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -24,8 +23,8 @@ from mtsql.app.runner import STAGES, Pending, latest_input, run_stage, store_for
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.base.config import Config, build, load_config, replace
 from mtsql.base.errors import StageFailed, UsageError
-from mtsql.base.files import read_text
-from mtsql.base.paths import data_dir
+from mtsql.base.paths import data_dir, label_name
+from mtsql.base.user_yaml import read_yaml
 from mtsql.core.data import per_dataset_groups
 from mtsql.core.data.records import read_turns
 from mtsql.engines.rl_engines import pick_engine
@@ -187,12 +186,13 @@ class Pipeline:
 
 
 def load_pipeline(path: Path) -> Pipeline:
+    """The steps of a pipeline file, checked as a whole: known stages, models that an earlier step trains,
+    distinct variant labels, a curriculum step before any rl step (``step_configs`` checks each step's
+    config)."""
     try:
-        raw = yaml.safe_load(read_text(Path(path))) or {}
+        raw = read_yaml(Path(path)) or {}
     except OSError as exc:
         raise UsageError(f"cannot read pipeline {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: invalid YAML ({exc})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list) or not raw["steps"]:
         raise UsageError(f"{path}: a pipeline is a mapping with a 'steps' list of one or more steps")
     unknown = set(raw) - {"steps"}
@@ -201,10 +201,14 @@ def load_pipeline(path: Path) -> Pipeline:
     pipeline = Pipeline(tuple(build(Step, s, source=str(path), prefix=f"steps[{i}].") for i, s in enumerate(raw["steps"])))
     variants: list[str] = []  # the models of the variant steps so far
     rounds = False  # an sft-iterate step (not a variant) came before: its rounds' models may be named
+    curriculum = False  # a curriculum step came before: an rl step trains on its stages
     for i, step in enumerate(pipeline.steps):
         if step.stage not in (*COMPOSITE_STEPS, *STAGES):
             raise UsageError(f"{path}: steps[{i}].stage '{step.stage}' is not one of "
                              f"{', '.join((*COMPOSITE_STEPS, *STAGES))}")
+        if step.stage == "rl" and not curriculum:
+            raise UsageError(f"{path}: steps[{i}] (rl) needs a curriculum step before it")
+        curriculum = curriculum or step.stage == "curriculum"
         if step.model not in (*MODEL_REFS, *variants) and not (rounds and ROUND_REF.fullmatch(step.model)):
             raise UsageError(f"{path}: steps[{i}].model must be one of {', '.join((*MODEL_REFS, *variants))}"
                              + (", sft-r<k>" if rounds else "") + " (a round's or a variant's model after the "
@@ -228,6 +232,55 @@ def load_pipeline(path: Path) -> Pipeline:
 TRAINS = {"sft-iterate": "sft", "rl": "rl"}  # the pipeline steps that train a model, and its kind
 ROUND_REF = re.compile(r"sft-r[1-9][0-9]*")  # one self-taught round's model
 VARIANT = re.compile(r"[a-z][a-z0-9]*")  # a variant label: one word, so sft-<variant>-r1 reads back unambiguously
+STORAGE_KEYS = ("run", "runs_dir")  # what a step may not change: its artifacts belong to the pipeline's run
+
+
+def step_configs(pipeline: Pipeline, path: Path, config_path: Path | None, overrides: list[str]) -> list[Config]:
+    """Each step's config (the profile, ``overrides``, then the step's own), all loaded and checked before
+    the first step runs: a step's invalid override or label is refused naming the step, a step may not send
+    its artifacts outside the pipeline's run, and no two steps write the same label (the second would
+    replace the first's artifact as that label's latest). Every step's ``run`` and ``runs_dir`` are the
+    pipeline's."""
+    base_cfg = load_config(config_path, overrides)
+    configs, writers = [], {}
+    for i, step in enumerate(pipeline.steps):
+        where = f"{path}: steps[{i}] ({step.stage})"
+        moved = [item for item in step.overrides if item.partition("=")[0].strip() in STORAGE_KEYS]
+        if moved:
+            raise UsageError(f"{where}: override {moved[0]!r} would put this step's artifacts outside run "
+                             f"'{base_cfg.run}'; set run / runs_dir for the whole pipeline, or run this step as a "
+                             "pipeline of its own")
+        try:
+            cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        for label in _labels_written(step, cfg):
+            try:
+                label_name(label)
+            except UsageError as exc:
+                raise UsageError(f"{where}: {exc}") from None
+            if label in writers:
+                raise UsageError(f"{where} writes label '{label}', which steps[{writers[label]}] writes too, so it "
+                                 "would replace that step's artifact: give each step a label of its own")
+            writers[label] = i
+        configs.append(cfg)
+    return configs
+
+
+def _labels_written(step: Step, cfg: Config) -> list[str]:
+    """The labels of the artifacts a step makes (as the functions above key them)."""
+    if step.stage == "sft-iterate":
+        attempts = [ArtifactKey("sample", variant="-".join(filter(None, ("attempts", step.label)))).label]
+        return [*(attempts if step.attempts else []),
+                *(ArtifactKey(stage, k, step.label).label for k in range(1, cfg.sft.rounds + 1)
+                  for stage in ("sample", "reject", "sft"))]
+    if step.stage == "rl":
+        return [ArtifactKey("rl", k, step.label).label for k in range(1, len(cfg.curriculum.stages) + 1)]
+    if step.stage == "curriculum":
+        return ["curriculum"]
+    if step.stage == "evaluate":
+        return [step.label or f"eval-{step.model}"]
+    return [] if step.stage == "report" else [step.label or step.stage]
 
 
 def _check_model_refs(pipeline: Pipeline, path: Path, cfg: Config) -> None:
@@ -281,30 +334,31 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     RL stages (a labelled one: a variant, see ``Step``), ``evaluate`` a model picked by the step's
     ``model``, ``report`` builds the report; any other stage of ``runner.STAGES`` runs on the latest
     artifacts of its ``INPUTS``' default labels (the ones this pipeline made first). With ``data.per_dataset`` and more than one group of
-    ``data.per_dataset_groups``, the whole pipeline runs once per group, as run ``<run>-<train dataset>``."""
+    ``data.per_dataset_groups``, the whole pipeline runs once per group, as run ``<run>-<train dataset>``.
+    Every step of every group is checked (``step_configs``, ``_check_model_refs``) before the first runs."""
     pipeline = load_pipeline(path)
     base_cfg = load_config(config_path, overrides)
     groups = per_dataset_groups(base_cfg.data, data_dir(base_cfg.data.root)) if base_cfg.data.per_dataset else []
-    if len(groups) < 2:
-        _run_steps(pipeline, path, config_path, overrides, force=force, dry_run=dry_run)
-        return
-    for train, evals in groups:
-        group = [f"run={base_cfg.run}-{train}", f"data.train_dataset={train}",
-                 f"data.eval_datasets=[{', '.join(evals)}]", "data.per_dataset=false"]
-        console.print(f"[bold]{train}[/]: a model trained on {train}, scored on {', '.join(evals)}")
-        _run_steps(pipeline, path, config_path, [*overrides, *group], force=force, dry_run=dry_run)
+    runs = [(None, overrides)] if len(groups) < 2 else [
+        (f"[bold]{train}[/]: a model trained on {train}, scored on {', '.join(evals)}",
+         [*overrides, f"run={base_cfg.run}-{train}", f"data.train_dataset={train}",
+          f"data.eval_datasets=[{', '.join(evals)}]", "data.per_dataset=false"]) for train, evals in groups]
+    checked = [(title, step_configs(pipeline, path, config_path, group)) for title, group in runs]
+    for _, configs in checked:
+        _check_model_refs(pipeline, path, configs[0])
+    for title, configs in checked:
+        if title:
+            console.print(title)
+        _run_steps(pipeline, path, config_path, configs, force=force, dry_run=dry_run)
 
 
-def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrides: list[str], *, force: bool,
+def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, configs: list[Config], *, force: bool,
                dry_run: bool) -> None:
-    base_cfg = load_config(config_path, overrides)
-    _check_model_refs(pipeline, path, base_cfg)
     models: dict[str, object] = dict.fromkeys(MODEL_REFS)
     made: dict[str, object] = {}
-    what = f"with {config_path or 'defaults'}: run '{base_cfg.run}'" + (" (dry run)" if dry_run else "")
+    what = f"with {config_path or 'defaults'}: run '{configs[0].run}'" + (" (dry run)" if dry_run else "")
     console.print(f"[bold]{escape(str(path))}[/] {escape(what)}", soft_wrap=True)
-    for i, step in enumerate(pipeline.steps):
-        cfg = load_config(config_path, [*overrides, *step.overrides]) if step.overrides else base_cfg
+    for i, (step, cfg) in enumerate(zip(pipeline.steps, configs, strict=True)):
         where = f"{path}: steps[{i}] ({step.stage})"
         if step.stage == "sft-iterate":
             rounds: dict = {}
@@ -319,8 +373,6 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, overrid
             made["curriculum"] = curriculum(cfg, model=_model(models, "sft", cfg, where), force=force,
                                             dry_run=dry_run)
         elif step.stage == "rl":
-            if "curriculum" not in made:
-                raise UsageError(f"{path}: an rl step needs a curriculum step before it")
             trained = rl(cfg, curriculum_art=made["curriculum"], model=_model(models, "sft", cfg, where),
                          variant=step.label, force=force, dry_run=dry_run)
             _keep_model(models, "rl", step.label, trained)

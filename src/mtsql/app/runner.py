@@ -33,7 +33,7 @@ from types import ModuleType
 from rich.console import Console
 from rich.markup import escape
 
-from mtsql.base.artifacts import Artifact, ArtifactKey, StageContext, Store, fingerprint
+from mtsql.base.artifacts import Artifact, ArtifactKey, StageContext, Store, check_inputs, fingerprint
 from mtsql.base.config import Config, ConfigView, to_dict
 from mtsql.base.errors import UsageError
 from mtsql.base.files import check_folder
@@ -185,7 +185,10 @@ def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dic
 
 
 def _plan(key, module, view, store, config, inputs, params, code, force) -> Artifact | Pending:
+    """A dry run's line for one stage: cached (its artifact verifies), or will run; what the real run
+    would refuse (an input or a cached output that does not verify) is refused the same way."""
     label = key.label
+    check_inputs(inputs)
     waiting = [a.label for a in inputs.values() if isinstance(a, Pending)]
     fp = None if waiting else fingerprint(key.stage, config, inputs, code)
     done = store.find(label, fp) if fp and not force else None

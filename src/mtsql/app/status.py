@@ -3,8 +3,9 @@
 One row per artifact folder (``<label>/<fp12>``, or ``<fp12>.partial``: ``running`` while a process
 holds the stage's lock, else ``partial`` with how its last attempt ended; a damaged manifest is a row
 that names it, not an error for the whole run; an artifact whose files do not verify against its
-manifest, checked with cached hashes, is ``edited``, and a ``latest`` link that leads out of the run
-or nowhere a ``bad link`` row): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
+manifest, checked with cached hashes, is ``edited``, a ``latest`` link that leads out of the run
+or nowhere a ``bad link`` row, and a label whose ``latest`` is another label's artifact an ``alias``
+row): SFT rounds (sample, reject, sft), the RL pool sample, the curriculum, the RL stages,
 then the evaluations (base → sft → rl), as the artifacts' keys (``ArtifactKey``) say. Other folders of
 a run (``report/``) are not stages.
 """
@@ -31,17 +32,26 @@ from mtsql.base.artifacts import (
     verify,
 )
 from mtsql.base.errors import UsageError
+from mtsql.base.run_folders import is_artifact_folder, is_label_folder, is_run_folder, run_holding
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
 ROUND_STAGES = ("sample", "reject", "sft")
 
 
 def run_folder(run: str, runs_dir: Path) -> Path:
-    """A run name under ``runs_dir`` or a path to a run folder; it must exist."""
-    for candidate in (Path(run).expanduser(), runs_dir / run):
+    """A run name under ``runs_dir`` or a path to a run folder; it must exist, and not be a folder inside
+    a run (a label or artifact folder: the run is named instead)."""
+    candidates = list(dict.fromkeys((Path(run).expanduser(), runs_dir / run)))
+    for candidate in candidates:
         if candidate.is_dir():
+            holder = run_holding(candidate)
+            if holder is not None and holder != candidate.resolve():
+                kind = "an artifact folder" if is_artifact_folder(candidate.resolve()) else \
+                    "a label folder" if is_label_folder(candidate.resolve()) else "a folder"
+                raise UsageError(f"{run} is {kind} of the run {holder}, not a run: give the run ({holder})")
             return candidate
-    raise UsageError(f"no run '{run}' (looked for {run} and {runs_dir / run}); `mtsql status` lists runs")
+    looked = " and ".join(str(candidate) for candidate in candidates)
+    raise UsageError(f"no run '{run}' (looked for {looked}); `mtsql status` lists runs")
 
 
 def pipeline_order(key: ArtifactKey | None, label: str = "") -> tuple:
@@ -77,6 +87,8 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
             latest = None
             found.append(((pipeline_order(None, stage_dir.name), 2), "",
                           (stage_dir.name, "bad link", "", "", "", str(exc))))
+        if latest is not None and latest.parent != stage_dir.resolve():
+            found += _alias(stage_dir.name, latest)
         manifests, unreadable = {}, []
         for entry in entries:  # none: not a stage folder (the report, a user's notes)
             try:
@@ -107,6 +119,21 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
     found.sort(key=lambda item: item[1], reverse=True)
     found.sort(key=lambda item: item[0])
     return [row for _, _, row in found]
+
+
+def _alias(label: str, target: Path) -> list[tuple]:
+    """The row of a label whose ``latest`` is another label's artifact (the same work asked for under
+    this label), beside that artifact; none when its manifest cannot be read (its own row says why)."""
+    try:
+        manifest = read_manifest(target)
+    except UsageError:
+        return []
+    if manifest is None:
+        return []
+    created = manifest.get("created_at", "")
+    return [((pipeline_order(key_of(manifest)), 1), created,
+             (label, "alias", manifest["fingerprint"][:12], created[5:16].replace("T", " "), "",
+              f"the same artifact as {target.parent.name} ({target.parent.name}/{target.name})"))]
 
 
 def unfinished(entry: Path) -> tuple[str, str]:
@@ -147,6 +174,13 @@ def _log_lines(entry: Path) -> list[str]:
 
 
 def status_table(folder: Path) -> Table:
+    """The table of ``status_rows``; a folder that is no run (an empty table would say nothing) is a
+    UsageError that says what it holds."""
+    if not is_run_folder(folder):
+        runs = sorted(p.name for p in folder.iterdir() if is_run_folder(p))
+        holds = f"it holds the runs {', '.join(runs)}: `mtsql status {folder / runs[0]}`" if runs else \
+            "a run holds <label>/<fingerprint>/manifest.json"
+        raise UsageError(f"{folder} holds no artifact, not a run folder ({holds})")
     table = Table(title=escape(str(folder)), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     table.add_column("artifact", no_wrap=True)

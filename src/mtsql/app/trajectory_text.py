@@ -4,11 +4,13 @@
     print(render_trajectory(row))           # `mtsql show`; the report renders its examples the same way
 
 Rows are the scored rollout records of ``trajectories.jsonl`` (sample artifacts) and
-``<dataset>/trajectories.jsonl`` (evaluation artifacts). Only decoded text is shown, never token ids.
+``<dataset>/trajectories.jsonl`` (evaluation artifacts). Only decoded text is shown, never token ids, and
+characters a terminal would obey rather than show (NUL, BEL, CR, ESC, bidi overrides) are escaped.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from mtsql.core.trajectories import ScoredRow, read_rows
 TRAJECTORIES = "trajectories.jsonl"
 RULE_WIDTH = 78
 SHOWN_UIDS = 8
+HIDDEN_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")  # control, format (bidi, zero-width), line and paragraph separators
 
 
 def trajectory_files(artifact: Artifact) -> dict[str | None, Path]:
@@ -93,7 +96,15 @@ def render_trajectory(row: ScoredRow, *, limit: int | None = None, system: bool 
         if step.observation is not None:
             source = f"tool · {step.tool}" if step.action == "tool_call" else "environment · protocol error"
             lines += _section(source, step.observation, limit)
-    return "\n".join(lines + _outcome(row)) + "\n"
+    return visible("\n".join(lines + _outcome(row))) + "\n"
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters (newlines and tabs aside), format characters (bidi overrides
+    such as U+202E, zero-width ones) and line separators written as escapes (``\\x07``, ``\\r``,
+    ``\\u202e``): a terminal shows what the data holds instead of obeying it."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if ch not in "\n\t" and
+                   unicodedata.category(ch) in HIDDEN_CATEGORIES else ch for ch in text)
 
 
 def _section(title: str, text: str, limit: int | None) -> list[str]:

@@ -173,7 +173,7 @@ class StageContext:
     trackers: Trackers = field(default_factory=Trackers.off)
 
     def log(self, line: str) -> None:
-        with self.log_path.open("a") as handle:
+        with self.log_path.open("a", encoding="utf-8") as handle:
             handle.write(line.rstrip("\n") + "\n")
 
 
@@ -198,7 +198,7 @@ def read_manifest(folder: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: damaged manifest ({exc}); delete that folder or rerun with --force") from None
     for key in ("stage", "label", "fingerprint", "outputs"):
@@ -219,7 +219,8 @@ class Store:
         return self.root / label / fp[:12]
 
     def find(self, label: str, fp: str) -> Artifact | None:
-        """The complete artifact with fingerprint ``fp``: under ``label``, else under any label."""
+        """The complete artifact with fingerprint ``fp``: under ``label``, else under any label; one whose
+        files do not verify is a UsageError (``reusable``), never a cached result."""
         for folder in (self.folder(label, fp), *sorted(self.root.glob(f"*/{fp[:12]}"))):
             _not_a_symlink(folder)
             manifest = read_manifest(folder)
@@ -228,7 +229,7 @@ class Store:
             if manifest["fingerprint"] != fp:
                 raise UsageError(f"{folder / MANIFEST}: fingerprint does not match its folder (edited by hand?); "
                                  "delete that folder or rerun with --force")
-            return Artifact(folder.resolve(), manifest)
+            return reusable(Artifact(folder.resolve(), manifest))
         return None
 
     def latest(self, label: str) -> Artifact | None:
@@ -378,9 +379,14 @@ class Store:
         if force and partial.exists():
             shutil.rmtree(partial)
         resumed = partial.exists()
+        if resumed:
+            _own_copies(partial)
         partial.mkdir(exist_ok=True)
         ctx = StageContext(label, partial, inputs, partial / "log.txt")
         attempts = _Attempts(partial / ATTEMPTS, key)
+        for killed in attempts.mark_killed():
+            ctx.log(f"=== the attempt started {killed['started_at']} was killed before it recorded its end; its "
+                    f"wall time counts up to its last write ({killed['duration_s']}s)")
         ctx.log(f"=== {label}: attempt started {attempts.start()}"
                 + (" (resuming the .partial folder)" if resumed else ""))
         shown = {**config, "not_hashed": unhashed} if unhashed else config
@@ -438,13 +444,31 @@ class Store:
 class _Attempts:
     """The attempts at one artifact, kept in its ``.partial`` folder while it is built and moved into
     the manifest when it completes: each one's start, wall time and outcome. An attempt killed
-    outright (kill -9, a power cut) keeps the outcome ``running`` and no duration. The file also holds
-    the artifact's key, so that ``mtsql status`` knows what a partial folder is."""
+    outright (kill -9, a power cut) keeps the outcome ``running`` and no duration until the next
+    attempt starts (holding the lock, so the other is dead): it becomes ``killed``, its wall time up to
+    the last file written in the folder before the attempt after it. The file also holds the
+    artifact's key, so that ``mtsql status`` knows what a partial folder is."""
 
     def __init__(self, path: Path, key: ArtifactKey):
         self.path, self.key = path, key
         self.history: list[dict] = read_attempts(path)[1] if path.exists() else []
         self.started = 0.0
+
+    def mark_killed(self) -> list[dict]:
+        """Record the attempts still ``running`` (their process died without a word) as ``killed``, with
+        the wall time to their last write; returns them. Call before this attempt writes anything."""
+        writes = [p.stat().st_mtime for p in self.path.parent.rglob("*") if p.is_file() and not p.is_symlink()]
+        killed = []
+        for index, attempt in enumerate(self.history):
+            if attempt["outcome"] != "running":
+                continue
+            began = dt.datetime.fromisoformat(attempt["started_at"]).timestamp()
+            ended = max(writes, default=began)
+            if index + 1 < len(self.history):
+                ended = min(ended, dt.datetime.fromisoformat(self.history[index + 1]["started_at"]).timestamp())
+            attempt.update(outcome="killed", duration_s=round_(max(0.0, ended - began)))
+            killed.append(attempt)
+        return killed
 
     def start(self) -> str:
         self.started = time.time()
@@ -476,6 +500,16 @@ def read_attempts(path: Path) -> tuple[ArtifactKey | None, list[dict]]:
     if isinstance(data, list):
         return None, data
     return ArtifactKey(**data["key"]), data["attempts"]
+
+
+def _own_copies(partial: Path) -> None:
+    """Give each file of a ``.partial`` folder that shares its data with another path (a run copied with
+    ``cp -al``) a copy of its own, mtime kept, so that resuming appends to this run's files only."""
+    for path in partial.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_nlink > 1:
+            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+            shutil.copy2(path, tmp)
+            os.replace(tmp, path)
 
 
 def _holds_no_work(partial: Path) -> bool:
@@ -542,6 +576,18 @@ def verify(artifact: Artifact, *, cached: bool = False) -> list[str]:
         shown = ", ".join(extra[:5]) + (f", … ({len(extra)} in all)" if len(extra) > 5 else "")
         problems.append(f"{folder}: file(s) the manifest does not record (added since the stage wrote it): {shown}")
     return problems
+
+
+def reusable(artifact: Artifact) -> Artifact:
+    """``artifact``, found complete with the fingerprint asked for, if its files verify (cached hashes);
+    else a UsageError naming the first problem: an artifact edited since the stage wrote it is never
+    served as ``cached``, and a rerun would delete the edit, so the user decides (--force)."""
+    problems = verify(artifact, cached=True)
+    if problems:
+        raise UsageError(f"{problems[0]}; artifact '{artifact.label}' of this work does not verify, so it is not "
+                         f"reused: see `mtsql data verify {artifact.path.parent.parent}`, then rerun with --force "
+                         "to make it again")
+    return artifact
 
 
 def check_inputs(inputs: dict) -> None:

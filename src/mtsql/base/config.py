@@ -2,9 +2,10 @@
 
     cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_messages=6"])
 
-Every knob of every stage lives in one section dataclass below, with its default. An unknown key or
-a value of the wrong type is a ``UsageError`` naming the key, the file and the closest valid key.
-A profile may start with ``base: other.yaml`` (relative to itself) to inherit and override.
+Every knob of every stage lives in one section dataclass below, with its default. An unknown key, a
+value of the wrong type or outside its bounds (every size has a ceiling: ``Range.most``) is a
+``UsageError`` naming the key, the file and the closest valid key or the bound. A profile may start
+with ``base: other.yaml`` (relative to itself) to inherit and override.
 """
 
 from __future__ import annotations
@@ -20,16 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-
 from mtsql.base.errors import UsageError
-from mtsql.base.files import read_text
-from mtsql.base.paths import folder_name
+from mtsql.base.paths import bird_dir, folder_name
 from mtsql.base.provenance import cpu_has_fast_bf16, data_digest
 from mtsql.base.slices import CURRICULUM_LABELS
+from mtsql.base.user_yaml import parse_yaml, read_yaml
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
-Dataset = Literal["sparc", "cosql", "spider"]
+Dataset = Literal["sparc", "cosql", "spider", "bird"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_mistakes"]
 
@@ -37,17 +36,23 @@ Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_
 @dataclass(frozen=True)
 class Range:
     """The bounds of a numeric setting, checked when the config loads: ``low`` and ``high`` are
-    inclusive unless ``low_open`` / ``high_open``; None is unbounded."""
+    inclusive unless ``low_open`` / ``high_open``; None is unbounded. ``most``: a ceiling that is no part of
+    the setting's meaning, only far above any sensible value (a size with a few zeros too many)."""
 
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
+    most: float | None = None
 
     def holds(self, value: float) -> bool:
         above = self.low is None or (value > self.low if self.low_open else value >= self.low)
         below = self.high is None or (value < self.high if self.high_open else value <= self.high)
-        return above and below
+        return above and below and (self.most is None or value <= self.most)
+
+    def broken_by(self, value: float) -> str:
+        """The bound ``value`` breaks, as the error says it: ``>= 1``, ``in (0, 1]``, ``<= 1024``."""
+        return f"<= {self.most}" if self.most is not None and value > self.most else str(self)
 
     def __str__(self) -> str:
         if self.high is None:
@@ -62,6 +67,23 @@ Positive = Annotated[float, Range(0, low_open=True)]
 NonNegative = Annotated[float, Range(0)]
 Share = Annotated[float, Range(0, 1, low_open=True)]  # (0, 1]: a probability mass or a memory share
 Port = Annotated[int, Range(1, 65535)]
+
+# Sizes a user types, bounded above as well: a few zeros too many is refused in one line when the config
+# loads, before anything is allocated or planned. Each ceiling is far above any run mtsql is meant for.
+MAX_TOKENS = 2**20  # 1,048,576: above the context of any model (sample.max_new_tokens is also held to the
+                    # model's own context: ``model_context``)
+Tokens = Annotated[int, Range(1, most=MAX_TOKENS)]  # token lengths and budgets
+Chars = Annotated[int, Range(1, most=10**7)]  # characters of an observation or a result preview
+Samples = Annotated[int, Range(1, most=1024)]  # samples (or kept trajectories) per question
+Messages = Annotated[int, Range(1, most=1024)]  # assistant messages of one question's episode
+Rounds = Annotated[int, Range(1, most=100)]  # self-taught SFT rounds: each is three artifacts
+Items = Annotated[int, Range(1, most=10**7)]  # interactions, turns or training steps: the datasets hold ~10**4
+Items0 = Annotated[int, Range(0, most=10**7)]
+Batch = Annotated[int, Range(1, most=2**16)]  # batch sizes, gradient accumulation, requests in flight
+Devices = Annotated[int, Range(1, most=1024)]  # machines, GPUs or processes per machine
+Layers = Annotated[int, Range(0, most=1024)]  # decoder layers
+Rank = Annotated[int, Range(1, most=2**16)]  # LoRA rank and alpha
+Seconds = Annotated[float, Range(0, low_open=True, most=7 * 24 * 3600)]  # timeouts: at most a week
 
 
 # The fingerprint policy, field by field. A ``result`` setting can change what a stage produces: the
@@ -79,6 +101,18 @@ def result(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
 def operational(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
     """A setting that changes how a stage runs, never what it produces: fingerprints leave it out."""
     return field(default=default, metadata={HASHED: False}, **kwargs)
+
+
+# How many tokens a model's context holds, by ``model.name``, where that is known without building or
+# fetching anything (None: not known yet). ``mtsql.engines`` registers the model registry's reader, which
+# reads ``max_position_embeddings`` from the model folder's config.json.
+_CONTEXT_READERS: list[typing.Callable[[str], int | None]] = []
+
+
+def context_reader(read: typing.Callable[[str], int | None]) -> typing.Callable[[str], int | None]:
+    """Register how the config learns a model's context (``sample.max_new_tokens`` is held to it)."""
+    _CONTEXT_READERS[:] = [read]
+    return read
 
 
 # Engine-owned sub-sections. A section with a ``SELECTOR`` (``sample.backend``, ``rl.engine``) holds one
@@ -147,7 +181,7 @@ class DataConfig:
                                              # full data); a check, and the data digest tells the two apart
     train_dataset: Dataset = result("cosql")
     train_split: Split = result("train")
-    train_limit: AtLeast1 | None = result(None)  # first N interactions (a slice for small profiles)
+    train_limit: Items | None = result(None)  # first N interactions (a slice for small profiles)
     train_flatten: bool = result(False)  # every training turn as a question of its own, without its dialogue
     per_dataset: bool = operational(False)  # `mtsql run`: one model per eval dataset that has a train split (run
                                             # <run>-<dataset>, scored on that dataset), as MTSQL-R1's release trains;
@@ -155,7 +189,7 @@ class DataConfig:
                                             # pipeline reads it: each run's stages see its datasets in the fields above
     eval_datasets: tuple[Dataset, ...] = result(("cosql", "sparc"))
     eval_split: Split = result("dev")
-    eval_limit: AtLeast1 | None = result(None)  # N interactions, picked by eval_pick
+    eval_limit: Items | None = result(None)  # N interactions, picked by eval_pick
     eval_pick: Literal["first", "spread"] = result("first")  # spread: one database after another, those with a file
 
 
@@ -163,8 +197,8 @@ class DataConfig:
 class SqlConfig:
     """The SQL sandbox and the evaluator."""
 
-    timeout_s: Positive = result(5.0)  # a query that runs longer fails: it decides observations and scores
-    max_rows: AtLeast1 = result(10_000)
+    timeout_s: Seconds = result(5.0)  # a query that runs longer fails: it decides observations and scores
+    max_rows: Items = result(10_000)
     semantics: Literal["official", "strict"] = result("official")
     exec_semantics: Literal["testsuite", "sparc"] = result("testsuite")
 
@@ -174,18 +208,19 @@ class EnvConfig:
     """The agent environment (docs/protocol.md)."""
 
     mode: Literal["long", "short"] = result("long")  # long: tools and verification; short: a direct SQL answer
-    max_messages: AtLeast1 = result(4)  # assistant messages per question (a dialogue turn's episode)
-    max_invalid: AtLeast1 | None = result(None)  # end the episode after this many unparseable messages in a row
+    max_messages: Messages = result(4)  # assistant messages per question (a dialogue turn's episode)
+    max_invalid: Messages | None = result(None)  # end the episode after this many unparseable messages in a row
     memory: Literal["gold", "predicted"] = result("gold")  # gold: the paper's oracle; predicted: the agent's own
                                                            # answers
-    result_chars: AtLeast1 = result(200)  # rendered result preview in an observation
-    sample_values: AtLeast0 = result(3)  # example values per column in the schema prompt
+    result_chars: Chars = result(200)  # rendered result preview in an observation
+    sample_values: Annotated[int, Range(0, most=1000)] = result(3)  # example values per column in the schema prompt
     thinking: bool = result(True)
     protocol: Literal["mtsql", "release"] = result("mtsql")  # release: the released MTSQL-R1 checkpoints' tool
                                                              # calls (exec_sql(code), memory_retrieve(code)) and
                                                              # observation shape, first call of a message run
                                                              # (docs/paper.md)
-    observation_chars: int | None = result(None)  # cap on a whole observation, cut in the middle (release RL: 8000)
+    # cap on a whole observation, cut in the middle (release RL: 8000); at least agent.env.MIN_OBSERVATION_CHARS
+    observation_chars: Annotated[int, Range(100, most=10**7)] | None = result(None)
     error_hint: bool = result(False)  # an exec_sql error for a missing table / column also names the tables /
                                       # columns that exist, as a database client would; default off until the
                                       # warm-start ablation measures it (configs/experiments/warmstart-ablation.yaml)
@@ -236,12 +271,12 @@ class SampleConfig(EngineOwned):
                                           # the share of failed exec_sql turns the SFT model meets)
     backend: str = result("hf")  # a registered generation backend (engines/backends/settings.py: hf, vllm, openai);
                                  # its settings are sample.<backend>
-    n: AtLeast1 = result(1)
+    n: Samples = result(1)
     temperature: NonNegative = result(0.7)  # 0: greedy
     top_p: Share = result(1.0)
-    max_new_tokens: AtLeast1 = result(512)
-    batch_size: AtLeast1 = operational(16)  # conversations per backend call: each record's seed derives from its
-                                            # turn, sample and message, so records do not depend on batching
+    max_new_tokens: Tokens = result(512)
+    batch_size: Batch = operational(16)  # conversations per backend call: each record's seed derives from its
+                                         # turn, sample and message, so records do not depend on batching
 
 
 @dataclass(frozen=True)
@@ -249,8 +284,8 @@ class RejectConfig:
     """Difficulty-aware reject sampling (``mtsql.stages.reject``)."""
 
     require: tuple[Literal["ex", "em"], ...] = result(("ex", "em"))
-    keep_easy: AtLeast1 = result(2)
-    keep_hard: AtLeast1 = result(3)
+    keep_easy: Samples = result(2)
+    keep_hard: Samples = result(3)
     keep_recoveries: bool = result(True)  # a model-written recovery (a failed exec_sql, then a query that ran and
                                           # a right answer) of an item is kept even where the shortest or the
                                           # most diverse choice left it out (measures.revisions.is_recovery)
@@ -262,27 +297,28 @@ class SftConfig:
 
     finetuning_type: Literal["lora", "full", "freeze"] = result("lora")  # freeze: only the last trainable_layers
                                                                         # train
-    trainable_layers: AtLeast0 = result(0)  # freeze: how many of the model's last decoder layers train (the rest
-                                            # stay fixed)
-    lora_rank: AtLeast1 = result(8)
-    lora_alpha: AtLeast1 = result(16)
+    trainable_layers: Layers = result(0)  # freeze: how many of the model's last decoder layers train (the rest
+                                          # stay fixed)
+    lora_rank: Rank = result(8)
+    lora_alpha: Rank = result(16)
     lora_target: str = result("all")  # LLaMA-Factory: all linear layers, or comma-separated module names
-    cutoff_len: AtLeast1 = result(4096)
+    cutoff_len: Tokens = result(4096)
     learning_rate: Positive = result(1e-4)
     lr_scheduler_type: str = result("cosine")
     warmup_ratio: Annotated[float, Range(0, 1, high_open=True)] = result(0.0)
-    epochs: Positive = result(1.0)
-    max_steps: AtLeast1 | None = result(None)
-    batch_size: AtLeast1 = result(1)  # per device: with grad_accum and the world size, the examples of one step
-    grad_accum: AtLeast1 = result(4)
-    rounds: AtLeast1 = operational(3)  # how many rounds `sft-iterate` runs, not what one round produces
+    epochs: Annotated[float, Range(0, low_open=True, most=10_000)] = result(1.0)
+    max_steps: Items | None = result(None)
+    batch_size: Batch = result(1)  # per device: with grad_accum and the world size, the examples of one step
+    grad_accum: Batch = result(4)
+    rounds: Rounds = operational(3)  # how many rounds `sft-iterate` runs, not what one round produces
     first_round_policy: Policy = operational("model")  # the pipeline passes it to round 1's sample stage as
                                                        # sample.policy, which that stage's fingerprint covers
-    heldout: AtLeast0 = result(32)  # eval turns scored after each round
-    nnodes: AtLeast1 = result(1)  # the world size (nnodes x nproc_per_node) multiplies the examples of a step
-    nproc_per_node: AtLeast1 = result(1)
-    node_rank: AtLeast0 = operational(0)  # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1);
-                                          # every rank must compute the same fingerprint, hence the same folder
+    heldout: Items0 = result(32)  # eval turns scored after each round
+    nnodes: Devices = result(1)  # the world size (nnodes x nproc_per_node) multiplies the examples of a step
+    nproc_per_node: Devices = result(1)
+    # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1); every rank must compute the same
+    # fingerprint, hence the same folder
+    node_rank: Annotated[int, Range(0, most=1023)] = operational(0)
     master_addr: str = operational("127.0.0.1")
     master_port: Port = operational(29500)
     use_cpu: bool = result(True)
@@ -316,32 +352,33 @@ class RlConfig(EngineOwned):
 
     engine: str = result("auto")  # a registered RL engine (verl, local: engines/*/settings.py); auto: verl where
                                   # CUDA is visible, else local (resolved before a stage runs)
-    n: AtLeast1 = result(5)
+    n: Samples = result(5)
     lr: Positive = result(1e-6)
     kl_coef: NonNegative = result(0.0)
     clip_ratio: Positive = result(0.2)
-    steps_per_stage: AtLeast1 = result(60)
-    epochs_per_stage: AtLeast1 | None = result(None)  # curriculum by epochs: passes over a stage's items, each of
-                                                      # items // batch_size steps, at least 1 (None: steps_per_stage)
-    val_every: AtLeast0 = result(0)  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and
-                                     # at the last step of a stage (0: never; mtsql evaluate scores the models
-                                     # afterwards); the validations are part of the stage's metrics
-    val_limit: AtLeast1 | None = result(None)  # dialogues per eval dataset in a validation (None: all)
+    steps_per_stage: Items = result(60)
+    # curriculum by epochs: passes over a stage's items, each of items // batch_size steps, at least 1 (None:
+    # steps_per_stage)
+    epochs_per_stage: Annotated[int, Range(1, most=10_000)] | None = result(None)
+    val_every: Items0 = result(0)  # validate on the dev sets (greedy, eval_datasets' eval split) every N steps and
+                                   # at the last step of a stage (0: never; mtsql evaluate scores the models
+                                   # afterwards); the validations are part of the stage's metrics
+    val_limit: Items | None = result(None)  # dialogues per eval dataset in a validation (None: all)
     val_pick: Literal["last", "best"] = result("last")  # a stage's model: its last step's, or the best validated
                                                         # one (highest mean reward; needs val_every)
-    batch_size: AtLeast1 = result(256)  # questions per GRPO step (unlike sample.batch_size, this is the math)
-    mini_batch_size: AtLeast1 = result(256)
-    max_prompt_len: AtLeast1 = result(4000)
-    max_response_len: AtLeast1 = result(8000)
+    batch_size: Batch = result(256)  # questions per GRPO step (unlike sample.batch_size, this is the math)
+    mini_batch_size: Batch = result(256)
+    max_prompt_len: Tokens = result(4000)
+    max_response_len: Tokens = result(8000)
     temperature: Positive = result(1.0)  # GRPO learns from the spread of a group's samples: greedy would have none
-    lora_rank: AtLeast0 = result(0)  # 0 = full parameters
-    lora_alpha: AtLeast1 = result(32)
-    micro_batch_size_per_gpu: AtLeast1 = operational(1)  # actor update and log-prob micro-batches,
-                                                         # accumulated into the same step
+    lora_rank: Annotated[int, Range(0, most=2**16)] = result(0)  # 0 = full parameters
+    lora_alpha: Rank = result(32)
+    micro_batch_size_per_gpu: Batch = operational(1)  # actor update and log-prob micro-batches,
+                                                      # accumulated into the same step
     gpu_memory_utilization: Share = operational(0.5)  # share of GPU memory a rollout server may take (verl's, or
                                                       # the local engine's vLLM rollouts)
-    max_message_tokens: AtLeast1 | None = result(None)  # cap per assistant message (None: the remaining response
-                                                        # budget)
+    max_message_tokens: Tokens | None = result(None)  # cap per assistant message (None: the remaining response
+                                                      # budget)
 
 
 @dataclass(frozen=True)
@@ -361,14 +398,14 @@ class TrackersConfig:
 class EvaluateConfig:
     """Scoring a model on the eval sets."""
 
-    vote: AtLeast1 = result(1)  # >1: self-consistency voting over this many samples by execution result
-    max_response_tokens: AtLeast1 | None = result(None)  # tokens one turn may generate over all its messages
-                                                         # (release: 8000)
-    prompt_filter_tokens: AtLeast1 | None = result(None)  # also report the metrics without the items whose prompt
-                                                          # is longer, as verl's filter_overlong_prompts drops them
-                                                          # (release: 4000)
-    samples: AtLeast1 = result(1)  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared
-                                   # with vote)
+    vote: Samples = result(1)  # >1: self-consistency voting over this many samples by execution result
+    max_response_tokens: Tokens | None = result(None)  # tokens one turn may generate over all its messages
+                                                       # (release: 8000)
+    prompt_filter_tokens: Tokens | None = result(None)  # also report the metrics without the items whose prompt
+                                                        # is longer, as verl's filter_overlong_prompts drops them
+                                                        # (release: 4000)
+    samples: Samples = result(1)  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared
+                                  # with vote)
 
 
 @dataclass(frozen=True)
@@ -409,16 +446,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"override {item!r}: expected key.sub=value")
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"override {item!r}: value is not valid YAML ({exc.__class__.__name__})") from None
+        value = parse_yaml(text, f"override {item!r}") if text.strip() else None
         _set_dotted(raw, key.strip().split("."), value)
         origins[key.strip()] = f"override {item!r}"
     where = _Origins(origins, str(path) if path is not None else "<defaults>")
     cfg = build(Config, raw, source=where, prefix="")
     _check_curriculum(cfg.curriculum, where)
     _check_together(cfg, where)
+    _check_context(cfg, where)
     if cfg.sft.bf16 == "auto":  # resolved here, so config.yaml and the fingerprint show what runs
         cfg = replace(cfg, sft={"bf16": not cfg.sft.use_cpu or cpu_has_fast_bf16()})
     return cfg
@@ -480,6 +515,18 @@ def _check_together(cfg: Config, where: _Origins) -> None:
                          f"(ranks count from 0); got {cfg.sft.node_rank}")
 
 
+def _check_context(cfg: Config, where: _Origins) -> None:
+    """What one assistant message may generate fits in the model's context (when it is known)."""
+    context = _CONTEXT_READERS[0](cfg.model.name) if _CONTEXT_READERS else None
+    if context is None:
+        return
+    for key, value in (("sample.max_new_tokens", cfg.sample.max_new_tokens),
+                       ("rl.max_message_tokens", cfg.rl.max_message_tokens)):
+        if value is not None and value > context:
+            raise UsageError(f"{where.of(key)}: '{key}' must be <= {context}, the context of model "
+                             f"{cfg.model.name!r} (max_position_embeddings); got {value}")
+
+
 def hashed_settings(value: Any) -> Any:
     """What fingerprints cover of a section: its ``result`` fields and, where engines own sub-sections,
     the ``result`` fields of the selected engine's only (a top-level setting: its value)."""
@@ -523,18 +570,15 @@ def _read_yaml_chain(path: Path, seen: tuple[Path, ...], origins: dict[str, str]
     if path.resolve() in seen:
         raise UsageError(f"{path}: 'base:' chain loops back to itself")
     try:
-        text = read_text(path)
+        data = read_yaml(path) or {}
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UsageError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a config must be a mapping of sections, got {type(data).__name__}")
     base = data.pop("base", None)
+    if base is not None and not isinstance(base, str):
+        raise UsageError(f"{path}: 'base' names one profile to inherit from (a path relative to this file); "
+                         f"got {base!r} ({type(base).__name__})")
     parent = {} if base is None else _read_yaml_chain(path.parent / base, seen + (path.resolve(),), origins)
     origins.update(dict.fromkeys(_leaf_keys(data), str(path)))
     return _deep_merge(parent, data)
@@ -630,7 +674,7 @@ def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
         value = _coerce(args[0], value, where=where, key=key)
         for bounds in (a for a in tp.__metadata__ if isinstance(a, Range)):
             if not bounds.holds(value):
-                raise UsageError(f"{where.of(key)}: '{key}' must be {bounds}; got {value!r}")
+                raise UsageError(f"{where.of(key)}: '{key}' must be {bounds.broken_by(value)}; got {value!r}")
         return value
     if origin is dict:
         if not isinstance(value, dict):
@@ -719,6 +763,9 @@ class ConfigView:
             del covered[section][key]
         if "data" in names:
             covered["data_digest"] = data_digest(self._data_root)
+            bird = bird_dir(Path(self._data_root))
+            if bird.is_dir() and not bird.resolve().is_relative_to(Path(self._data_root).resolve()):
+                covered["bird_digest"] = data_digest(bird)  # BIRD kept elsewhere ($MTSQL_BIRD) counts too
         return covered
 
     def unhashed(self) -> dict:

@@ -14,9 +14,12 @@ from mtsql.base.errors import UsageError
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file; a missing or malformed file is a one-line ``UsageError``."""
+    """Parse a JSON file; a missing, UTF-16 or malformed file is a one-line ``UsageError``."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
+        if utf16 := _utf16(data):
+            raise UsageError(f"{path}: {utf16} text, not UTF-8; save it as UTF-8")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: file not found (set MTSQL_DATA to a data folder that has it)") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -28,14 +31,33 @@ def read_json(path: Path) -> Any:
 
 
 def read_text(path: Path) -> str:
-    """A UTF-8 text file; bytes that are not UTF-8 are a one-line ``UsageError`` naming the line
-    (an ``OSError`` is left to the caller, who knows what the file is for)."""
+    """A UTF-8 text file; UTF-16 text (a byte-order mark, or a NUL byte beside most characters) or bytes
+    that are not UTF-8 are a one-line ``UsageError`` naming the encoding or the line (an ``OSError`` is
+    left to the caller, who knows what the file is for)."""
     data = Path(path).read_bytes()
+    if utf16 := _utf16(data):
+        raise UsageError(f"{path}: {utf16} text, not UTF-8; save it as UTF-8")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise UsageError(f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8") from None
+
+
+def _utf16(data: bytes) -> str | None:
+    """``UTF-16LE`` or ``UTF-16BE`` when ``data`` reads as UTF-16 text, else None: its byte-order mark,
+    or, without one, a NUL byte in most odd (LE) or even (BE) places, as ASCII characters leave them
+    (UTF-8 text has no NUL)."""
+    marks = {b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}
+    if data[:2] in marks:
+        return f"{marks[data[:2]]} (with a byte-order mark)"
+    pairs = len(data) // 2
+    if pairs == 0 or b"\0" not in data:
+        return None
+    for order, start in (("LE", 1), ("BE", 0)):
+        if data[start::2].count(0) > pairs / 2:
+            return f"UTF-16{order}"
+    return None
 
 
 def check_folder(path: Path, setting: str, fix: str) -> Path:

@@ -57,6 +57,7 @@ class DatasetBlock:
     decodings: dict[str, dict] | None = None
     pass_at_k: dict | None = None
     prompt_filter: dict | None = None
+    by_difficulty: dict[str, dict] | None = None  # BIRD: {simple|moderate|challenging|total: {"count", "ex"}}
 
     def headline(self) -> dict:
         return {key: getattr(self, key) for key in HEADLINE}
@@ -83,8 +84,8 @@ class Budgets:
 @dataclass(frozen=True)
 class EvaluationResult:
     """An evaluate artifact's metrics: the model scored (its label and name), the protocol, memory, message
-    limit, decoding (``greedy`` or ``vote@n``) and budgets the numbers depend on, and one ``DatasetBlock``
-    per eval dataset."""
+    limit, decoding (``greedy`` or ``vote@n``) and budgets the numbers depend on, one ``DatasetBlock``
+    per eval dataset, and what a billed chat API counted (``usage``; None for other backends)."""
 
     model: str
     model_name: str
@@ -95,6 +96,7 @@ class EvaluationResult:
     decoding: str
     budgets: Budgets
     datasets: dict[str, DatasetBlock]
+    usage: dict | None = None  # a billed chat API's requests, prompt / completion tokens, prices and cost_usd
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

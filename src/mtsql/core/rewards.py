@@ -50,6 +50,7 @@ from mtsql.base.config import RewardConfig, SqlConfig
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent.env import Trajectory
 from mtsql.core.sql import gold_cache, score_turn
+from mtsql.core.sql.bird_exec import bird_exec_match
 from mtsql.core.sql.clauses import clause_f1
 from mtsql.core.sql.errors import SqlParseError
 from mtsql.core.sql.executor import execute_cached
@@ -165,7 +166,15 @@ def _family(cfg: RewardConfig) -> Family:
 
 def outcome_terms(trajectory: Trajectory, gold_sql: str, *, sql_cfg: SqlConfig = SqlConfig(),
                   data_root: Path | None = None) -> tuple[float, float, float, float]:
-    """(EX, EM, EX scorable, EM scorable) of the final SQL; an unscorable item counts 0."""
+    """(EX, EM, EX scorable, EM scorable) of the final SQL; an unscorable item counts 0. A BIRD item is
+    scored by BIRD's EX (under ``sql.timeout_s``), has no EM, and is unscorable without its database."""
+    if trajectory.dataset == "bird":
+        db_path = database_path(trajectory.db_id, data_dir(data_root))
+        if not db_path.is_file():
+            return 0.0, 0.0, 0.0, 0.0
+        answered = trajectory.final_sql is not None
+        ex = answered and bird_exec_match(gold_sql, trajectory.final_sql, db_path, timeout_s=sql_cfg.timeout_s)[0]
+        return float(ex), 0.0, 1.0, 0.0
     score = score_turn(gold_sql, trajectory.final_sql or "", trajectory.db_id, data_root=data_root,
                        exec_semantics=sql_cfg.exec_semantics, semantics=sql_cfg.semantics,
                        timeout_s=sql_cfg.timeout_s)

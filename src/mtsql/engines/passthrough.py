@@ -1,6 +1,6 @@
 """The ``extra`` pass-through both training engines take the same way.
 
-``sft.extra`` (LLaMA-Factory YAML keys) and ``rl.extra`` (verl Hydra overrides) reach the engine
+``sft.extra`` (LLaMA-Factory YAML keys) and ``rl.verl.extra`` (verl Hydra overrides) reach the engine
 as given, but a key mtsql already sets is an error unless ``extra_override`` allows it: a stray
 ``learning_rate`` in ``extra`` must not silently replace ``sft.learning_rate``.
 """
@@ -24,7 +24,7 @@ def clashes(extra_keys: Iterable[str], own_keys: Iterable[str]) -> list[str]:
 
 
 def check_extra(extra_keys: Iterable[str], own_keys: Iterable[str], *, setting: str, allowed: bool) -> None:
-    """Fail when ``setting`` (``sft.extra`` or ``rl.extra``) would replace keys mtsql sets, unless
+    """Fail when ``setting`` (``sft.extra`` or ``rl.verl.extra``) would replace keys mtsql sets, unless
     ``allowed`` (its ``extra_override``)."""
     found = clashes(extra_keys, own_keys)
     if found and not allowed:

@@ -19,6 +19,12 @@ the record's ``stop`` says ``response_length`` when it ended an episode). A mess
 ``max_new_tokens`` still goes to the environment (which can reject it) and marks the record
 ``truncated``. With a scripted ``policy`` instead of a backend, the same loop runs without tokens.
 
+A chat-API backend (``takes_messages``) gets each conversation's messages instead of its ids and
+answers with text and the tokens the API counted: an episode's record then has no ids, its
+``generations`` hold those counts, and the response budget counts what the API reports after the
+prompt (the growth of its prompt tokens since the first message, plus the last completion's), so an
+episode ends with ``stop == "response_length"`` once a reply reaches it.
+
 Episodes are keyed ``uid#sample``; each finished one is appended at once to a JSONL shard in
 ``out_dir``, and a rerun skips the keys already there. Sampling seeds are derived from (seed, uid,
 sample, message index), so a record does not depend on batching, on timing or on being resumed.
@@ -38,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mtsql.base.errors import UsageError
@@ -47,9 +53,9 @@ from mtsql.core.agent.policies import SCRIPTED, make_policy
 from mtsql.core.agent.tools import MemoryEntry, env_tools
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data.records import Turn
-from mtsql.core.episode_tokens import EPISODE_END, EpisodeTokens
+from mtsql.core.episode_tokens import EPISODE_END, RESPONSE_LENGTH, EpisodeTokens
 from mtsql.engines.backends import backend_for
-from mtsql.engines.backends.base import Backend, SamplingParams
+from mtsql.engines.backends.base import Backend, Reply, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +110,10 @@ class _Episode:
     key: str
     env: object
     seed: int
-    tokens: EpisodeTokens | None = None  # model policies
+    tokens: EpisodeTokens | None = None  # model policies of token-id backends
+    first_prompt: int | None = None  # message backends: the prompt tokens of the first request
+    spent: int = 0  # message backends: response tokens so far, as the API counts them
+    stop: str = EPISODE_END  # message backends: why the episode ended
     generations: list[dict] = field(default_factory=list)
     steps: int = 0  # environment steps taken
     started: float = field(default_factory=time.perf_counter)
@@ -142,8 +151,8 @@ class RolloutEngine:
                  max_response_tokens: int | None = None, tool_workers: int = TOOL_WORKERS):
         if (backend is None) == (policy is None):
             raise ValueError("give either a model backend (with chat and params) or a scripted policy")
-        if backend is not None and (chat is None or params is None):
-            raise ValueError("a model backend needs a chat format and sampling params")
+        if backend is not None and (params is None or (chat is None and not backend.takes_messages)):
+            raise ValueError("a model backend needs a chat format (unless it takes messages) and sampling params")
         if memory not in ("gold", "predicted"):
             raise ValueError(f"memory must be gold or predicted, got {memory!r}")
         if batch_size < 1 or tool_workers < 1:
@@ -190,7 +199,7 @@ class RolloutEngine:
             params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
                                     top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
                                     seed=cfg.seed, stop=STOP_STRINGS)
-            chat = ChatFormat.for_template(backend.tokenizer, cfg.model.template)
+            chat = None if backend.takes_messages else ChatFormat.for_template(backend.tokenizer, cfg.model.template)
             engine = cls(make_env, backend=backend, chat=chat, params=params, tools=env_tools(cfg.env),
                          max_response_tokens=max_response_tokens, **common)
         except BaseException:
@@ -251,7 +260,7 @@ class RolloutEngine:
 
     def _record(self, episode: _Episode) -> dict:
         """The episode's record: the first fields of ``trajectories.ScoredRow``, in its order."""
-        model, tokens = self.backend is not None, episode.tokens
+        tokens = episode.tokens
         return {
             "key": episode.key,
             "uid": episode.turn.uid,
@@ -259,13 +268,13 @@ class RolloutEngine:
             "turn": episode.turn.to_dict(),
             "trajectory": episode.env.trajectory.to_dict(),
             "truncated": any(g["finish_reason"] == "length" for g in episode.generations),
-            "stop": tokens.stop if model else EPISODE_END,
+            "stop": tokens.stop if tokens is not None else episode.stop,
             "generations": episode.generations,
             "generated_tokens": sum(g["tokens"] for g in episode.generations),
-            "prompt_ids": tokens.prompt_ids if model else None,
-            "response_ids": tokens.ids if model else None,
-            "response_mask": tokens.mask if model else None,
-            "response_logprobs": tokens.logprobs if model and self.params.logprobs else None,
+            "prompt_ids": tokens.prompt_ids if tokens is not None else None,
+            "response_ids": tokens.ids if tokens is not None else None,
+            "response_mask": tokens.mask if tokens is not None else None,
+            "response_logprobs": tokens.logprobs if tokens is not None and self.params.logprobs else None,
             "elapsed_s": round(time.perf_counter() - episode.started, 3),
         }
 
@@ -384,14 +393,41 @@ class _Rollout:
             self.generating += 1
             self.with_workers += 1
             self.calls += 1
-            future = backend.submit(episode.tokens.sequence, params, derive_seed(episode.seed, len(episode.generations)))
+            seed = derive_seed(episode.seed, len(episode.generations))
+            if backend.takes_messages:
+                future = backend.submit_messages(list(episode.env.trajectory.messages), self.engine.tools,
+                                                 self._message_params(episode), seed)
+            else:
+                future = backend.submit(episode.tokens.sequence, params, seed)
             future.add_done_callback(lambda done, episode=episode: self.events.put((episode, done)))
 
     def _generated(self, episode: _Episode, generation) -> None:
         self.generating -= 1
         if not self.generating:
             self.generate_s += time.perf_counter() - self.busy_since
-        self._submit(self._step, episode, self._take(episode, generation))
+        take = self._take_reply if self.engine.backend.takes_messages else self._take
+        text = take(episode, generation)
+        self._submit(self._step, episode, text)
+
+    def _message_params(self, episode: _Episode) -> SamplingParams:
+        """A message backend's sampling params for the episode's next message: at most what is left of its
+        response budget."""
+        params, budget = self.engine.params, self.engine.max_response_tokens
+        if budget is None or budget - episode.spent >= params.max_new_tokens:
+            return params
+        return replace(params, max_new_tokens=max(1, budget - episode.spent))
+
+    def _take_reply(self, episode: _Episode, reply: Reply) -> str:
+        """Count a chat API's reply in the episode (its tokens as the API counted them); the text for the environment."""
+        completion, prompt = reply.completion_tokens or 0, reply.prompt_tokens
+        if prompt is not None and episode.first_prompt is None:
+            episode.first_prompt = prompt
+        grown = prompt - episode.first_prompt if prompt is not None and episode.first_prompt is not None else None
+        episode.spent = (grown if grown is not None else episode.spent) + completion
+        episode.generations.append({"tokens": completion, "prompt_tokens": prompt or 0,
+                                    "finish_reason": reply.finish_reason})
+        self.generated += completion
+        return reply.text
 
     def _call_size(self) -> int | None:
         """Conversations the next call takes; updates the batch target."""
@@ -464,7 +500,7 @@ class _Rollout:
     def _reset(self, episode: _Episode, memory: list[MemoryEntry] | None) -> _Episode:
         messages = episode.env.reset(episode.turn, memory)
         engine = self.engine
-        if engine.backend is not None:
+        if engine.backend is not None and not engine.backend.takes_messages:
             episode.tokens = EpisodeTokens(engine.chat, engine.chat.prompt_ids(messages, engine.tools),
                                            engine.max_response_tokens)
         return episode
@@ -472,6 +508,9 @@ class _Rollout:
     def _step(self, episode: _Episode, text: str) -> _Episode | _Finished:
         observation, ended, _ = episode.env.step(text)
         episode.steps += 1
+        budget = self.engine.max_response_tokens
+        if not ended and episode.tokens is None and budget is not None and episode.spent >= budget:
+            ended, episode.stop = True, RESPONSE_LENGTH  # a message backend's reply reached the budget
         if ended or (episode.tokens is not None and not episode.tokens.add_observation(observation)):
             line = json.dumps(self.engine._record(episode), ensure_ascii=False)
             return self._scored(_Finished(episode, line, json.loads(line)))  # exactly what a resume reads

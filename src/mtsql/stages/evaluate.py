@@ -18,8 +18,9 @@ voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the 
 ``results.DatasetBlock``), EX / EM (question and interaction), the
 breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
 self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``, ``pass_at_k``,
-``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); and the
-settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``.
+``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); the
+settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``; and,
+for a billed chat API (``sample.backend: chat``), its ``usage``: requests, tokens and cost.
 Logs (``trackers.*``): each dataset's headline and protocol validity as ``eval/<dataset>/<name>``.
 
 Budgets: ``sample.max_new_tokens`` per message and ``evaluate.max_response_tokens`` for a whole
@@ -42,7 +43,8 @@ from rich.console import Console
 from mtsql.base.artifacts import Artifact, StageContext
 from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
-from mtsql.base.paths import database_path
+from mtsql.base.paths import bird_databases, database_path
+from mtsql.core.bird_evaluation import render_bird, score_bird_pairs
 from mtsql.core.data import eval_turns
 from mtsql.core.evaluation_files import render, score_pairs, write_outputs
 from mtsql.core.measures.cost import cost_per_turn
@@ -53,6 +55,7 @@ from mtsql.core.measures.vacuous import non_empty_gold_ex
 from mtsql.core.measures.verdicts import verdict_calibration
 from mtsql.core.results import Budgets, DatasetBlock, EvaluationResult
 from mtsql.core.sql import score_turn
+from mtsql.core.sql.bird_exec import bird_exec_match
 from mtsql.core.sql.evaluation import EvaluateOptions
 from mtsql.core.sql.vacuous import is_vacuous
 from mtsql.core.trajectories import ScoredRow, scorer, summarize_trajectories, vote, write_rows
@@ -67,6 +70,8 @@ INPUTS = {"model": None}
 def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
     def ex(row: ScoredRow, sql: str) -> int | None:
+        if row.turn.dataset == "bird":  # BIRD's own EX (its databases are in BIRD's folder)
+            return bird_exec_match(row.turn.gold_sql, sql, database_path(row.turn.db_id, cfg.data_root))[0]
         return score_turn(row.turn.gold_sql, sql, row.turn.db_id, data_root=cfg.data_root,
                           exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
                           timeout_s=cfg.sql.timeout_s).execution
@@ -89,7 +94,7 @@ def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measu
         return accuracy(summary, metric, *path)
 
     def breakdown(key: str) -> dict:
-        table = summary["exact"].get(key, {})
+        table = (summary["exact"] or {}).get(key, {})
         return {bucket: {"count": table[bucket]["count"], "ex": acc("execution", key, bucket) or 0.0,
                          "em": acc("exact", key, bucket) or 0.0} for bucket in table}
 
@@ -98,13 +103,17 @@ def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measu
         turns=summary["turns"], interactions=summary.get("interactions"),
         ex=acc("execution", "question"), em=acc("exact", "question"),
         interaction_ex=acc("execution", "interaction"), interaction_em=acc("exact", "interaction"),
-        scored_ex=summary["execution"]["question"]["scored"], scored_em=summary["exact"]["question"]["scored"],
+        scored_ex=summary["execution"]["question"]["scored"],
+        scored_em=summary["exact"]["question"]["scored"] if summary["exact"] else 0,
         unscorable_ex=summary["execution"]["question"]["unscorable"],
         by_hardness=breakdown("by_hardness"), by_turn=breakdown("by_turn"),
         protocol={key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
                                                  "self_correction_rate", "self_correction_success")}
         | {"verification_accuracy": calibration["exec_verify"]["accuracy"]},
-        generated_tokens=protocol["generated_tokens"], verdict_calibration=calibration, **measures)
+        generated_tokens=protocol["generated_tokens"], verdict_calibration=calibration,
+        by_difficulty={level: {"count": cell["count"], "ex": cell["accuracy"]}
+                       for level, cell in summary["execution"]["by_difficulty"].items()}
+        if "by_difficulty" in summary["execution"] else None, **measures)
 
 
 def hashed(cfg: ConfigView) -> dict:
@@ -120,18 +129,24 @@ def engine_identity(cfg: ConfigView) -> dict:
 
 
 def check(cfg: ConfigView, *, model=None) -> None:
-    """Every eval slice has turns, and the base model exists when no trained one is given."""
+    """Every eval slice has turns, the base model exists when no trained one is given, and a chat API is
+    asked for nothing it cannot do (a trained artifact, prompt lengths in the model's tokens)."""
     for name in cfg.data.eval_datasets:
         if not eval_turns(cfg.data, name, cfg.data_root, with_hardness=False):
             raise UsageError(f"evaluate: {name} {cfg.data.eval_split} of {cfg.data_root} has no turn to evaluate "
                              "(with data.eval_pick=spread, only dialogues whose database has a file count)")
-    if model is None:
-        stage_model(cfg.model.name, resolve=False)
+    if backends.api_model(cfg, model) is None:
+        if model is None:
+            stage_model(cfg.model.name, resolve=False)
+    elif cfg.evaluate.prompt_filter_tokens is not None:
+        raise UsageError("evaluate.prompt_filter_tokens counts prompt tokens with the model's tokenizer, which a "
+                         f"chat API does not share: leave it unset with sample.backend={cfg.sample.backend}")
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
     with RolloutEngine.from_config(cfg.replace(sample={"temperature": 0.0}), data_root=cfg.data_root,
-                                   policy="model", model=stage_model(cfg.model.name, model),
+                                   policy="model",
+                                   model=backends.api_model(cfg, model) or stage_model(cfg.model.name, model),
                                    max_response_tokens=cfg.evaluate.max_response_tokens,
                                    log_path=ctx.out / SERVER_LOG) as greedy:
         return _evaluate(ctx, cfg, greedy, model)
@@ -175,10 +190,11 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     budgets = Budgets(max_messages=cfg.env.max_messages, max_new_tokens=cfg.sample.max_new_tokens,
                       max_response_tokens=budget, prompt_filter_tokens=cfg.evaluate.prompt_filter_tokens,
                       observation_chars=cfg.env.observation_chars)
-    return EvaluationResult(model=model.label if model else "base", model_name=cfg.model.name, mode=cfg.env.mode,
+    return EvaluationResult(model=model.label if model else "base",
+                            model_name=backends.api_model(cfg) or cfg.model.name, mode=cfg.env.mode,
                             protocol=cfg.env.protocol, memory=cfg.env.memory, max_messages=cfg.env.max_messages,
                             decoding=f"vote@{n_vote}" if n_vote > 1 else "greedy", budgets=budgets,
-                            datasets=blocks).to_dict()
+                            datasets=blocks, usage=greedy.backend.usage()).to_dict()
 
 
 def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
@@ -225,12 +241,15 @@ def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: lis
     """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
     The measures beside the official figures: verdict calibration, revisions and cost over every trajectory (``rows``),
     error propagation and EX without vacuous golds over the official items."""
-    evaluation = score_pairs([(t, row.final_sql or "") for t, row in zip(turns, chosen, strict=True)],
-                             data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
+    pairs = [(t, row.final_sql or "") for t, row in zip(turns, chosen, strict=True)]
+    if name == "bird":  # BIRD's official EX by difficulty; no exact match
+        evaluation = score_bird_pairs(pairs, bird_databases(cfg.data.eval_split, cfg.data_root))
+    else:
+        evaluation = score_pairs(pairs, data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql))
     evaluation.summary["dataset"] = name
     write_outputs(folder, evaluation)
     write_rows(folder / "trajectories.jsonl", rows)
-    render(evaluation.summary, Console(stderr=True))
+    (render_bird if name == "bird" else render)(evaluation.summary, Console(stderr=True))
     ex_of = judge(cfg)
     vacuous = {(t.interaction_index, t.turn_index) for t in turns
                if is_vacuous(database_path(t.db_id, cfg.data_root), t.gold_sql, cfg.sql.timeout_s)}

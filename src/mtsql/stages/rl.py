@@ -27,7 +27,9 @@ from pathlib import Path
 from mtsql.base.artifacts import Artifact, StageContext
 from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
+from mtsql.base.paths import database_path
 from mtsql.core.data.records import read_turns
+from mtsql.core.sql.schema import check_databases
 from mtsql.engines.models.registry import stage_model
 from mtsql.engines.rl_engines import rl_engine
 
@@ -50,6 +52,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     turns = read_turns(curriculum.path / f"stage-{stage}.jsonl")
     if not turns:
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
+    check_databases(database_path(db, cfg.data_root) for db in sorted({t.db_id for t in turns}))  # named, not 0
     engine = rl_engine(cfg.rl.engine)
     base = stage_model(cfg.model.name, model)
     return {"engine": cfg.rl.engine, "items": len(turns),

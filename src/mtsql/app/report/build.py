@@ -1,16 +1,17 @@
 """Assemble the report: sections in reading order, plots next to the text that discusses them.
 
-Writes ``<run>/report/report.md`` and ``<run>/report/plots/*.png``, replaced as a whole: it is
-built in ``<run>/.report.tmp`` and renamed into place, so a reader never sees half a report.
+Writes ``<run>/report/report.md`` and ``<run>/report/plots/*.png`` (or into ``--out``), replaced as a
+whole: built in a temporary folder of its own beside it and swapped in, so a reader never sees half a
+report, and nothing the report did not write is deleted (``destination``).
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 from mtsql.app.report import evaluation, measures, plots, training
+from mtsql.app.report.destination import building, destination
 from mtsql.app.report.findings import findings_section
 from mtsql.app.report.provenance import provenance_section
 from mtsql.app.report.published import published_section
@@ -25,21 +26,28 @@ from mtsql.core.sql.metrics import TURN_BUCKETS
 log = logging.getLogger(__name__)
 
 
-def build_report(run: Path, out: Path | None = None) -> Path:
+def build_report(run: Path, out: Path | None = None, runs_dir: Path | None = None) -> Path:
     """Build the report of ``run`` into ``out`` (default ``<run>/report``, replaced whole); returns the
     path of report.md. Only ``out`` and a sibling temporary folder are written: a run on a read-only
-    disk can be reported elsewhere."""
+    disk can be reported elsewhere. ``out`` that is a link, a file, in a run or under ``runs_dir``,
+    or that holds files the report did not write, is refused (``destination``)."""
     run = Path(run)
+    target, legacy = destination(run, out, runs_dir)
     damaged: list[str] = []
     arts = run_artifacts(run, damaged)
     for problem in damaged:
         log.warning("left out of the report: %s", problem)
     evals = evaluations(arts)
     heads = headline(evals)
-    out = Path(out) if out is not None else run / "report"
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "plots").mkdir(parents=True)
+    with building(target, legacy=legacy) as tmp:
+        _write(tmp, run, arts, damaged, evals, heads)
+    return target / "report.md"
+
+
+def _write(tmp: Path, run: Path, arts: dict[str, Artifact], damaged: list[str], evals: dict[str, Artifact],
+           heads: dict[str, Artifact]) -> None:
+    """Write report.md and its plots into ``tmp``."""
+    (tmp / "plots").mkdir()
     model = next((evaluation_of(a).model_name for a in evals.values()), None)
     lines = [f"# mtsql report: {run.name}", "",
              f"Model {model or '(no evaluation)'}; {len(arts)} artifacts. Every rate is given in % with its 95 % "
@@ -81,10 +89,7 @@ def build_report(run: Path, out: Path | None = None) -> Path:
     lines += provenance_section(arts)
     lines += published_section({name for a in evals.values() for name in datasets(a)},
                                {label: evaluation_of(a) for label, a in evals.items()})
-    (tmp / "report.md").write_text("\n".join(lines))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out / "report.md"
+    (tmp / "report.md").write_text("\n".join(lines), encoding="utf-8")
 
 
 def _rl_plots(arts: dict[str, Artifact], variant: str | None, folder: Path) -> tuple[str | None, str | None]:

@@ -75,10 +75,10 @@ def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
         result = evaluation_of(art)
         for dataset in datasets(art):
             for decoding, summary in decodings(art, dataset):
-                ex, em = summary["execution"], summary["exact"]
-                joint = [tally_rate(t["interaction"]).cell() if "interaction" in t else "–" for t in (ex, em)]
+                ex, em = summary["execution"], summary["exact"]  # BIRD defines no EM: None
+                joint = [tally_rate(t["interaction"]).cell() if t and "interaction" in t else "–" for t in (ex, em)]
                 rows.append([label, result.mode, result.memory, decoding, dataset, summary["turns"],
-                             tally_rate(ex["question"]).cell(), tally_rate(em["question"]).cell(), *joint,
+                             tally_rate(ex["question"]).cell(), tally_rate(em["question"]).cell() if em else "–", *joint,
                              ex["question"]["unscorable"]])
     return ["## Evaluations", "",
             "Official metrics on the profile's dev slices, in % with the 95 % Wilson interval and "

@@ -167,6 +167,9 @@ def cost_section(evals: dict[str, Artifact], plots: list[str]) -> list[str]:
                 if cost:
                     rows.append([label, dataset, decoding, tally_rate(summary["execution"]["question"]).cell(),
                                  *(_amount(cost[key]) for key in COST_COLUMNS)])
+    billed = [[label, usage["model"], f"{usage['requests']:,}", f"{usage['prompt_tokens']:,}",
+               f"{usage['completion_tokens']:,}", "-" if usage["cost_usd"] is None else f"{usage['cost_usd']:.4f}"]
+              for label, usage in ((label, evaluation_of(art).usage) for label, art in evals.items()) if usage]
     if not rows:
         return []
     lines = ["## Cost against accuracy", "",
@@ -175,6 +178,11 @@ def cost_section(evals: dict[str, Artifact], plots: list[str]) -> list[str]:
              "memory_retrieve ran), assistant messages and the rollout's wall seconds (its share for the dataset: "
              "one rollout serves every dataset). vote@n counts all n samples.",
              "", *table(["evaluation", "dataset", "decoding", "EX", *COST_COLUMNS.values()], rows, numeric_from=3)]
+    if billed:
+        lines += ["", "Chat-API evaluations: requests and tokens as the API counted them, and their cost at the "
+                  "prices the config gave (sample.chat.price_*_per_mtok; - where none was given).", "",
+                  *table(["evaluation", "model", "requests", "prompt tokens", "completion tokens", "cost USD"], billed,
+                         numeric_from=2)]
     for path in plots:
         lines += [f"![EX against cost](plots/{path})", ""]
     return lines

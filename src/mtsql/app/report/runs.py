@@ -42,12 +42,14 @@ def latest_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, A
 
 def run_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Artifact]:
     """``latest_artifacts`` of a run folder that must exist and hold a complete artifact: anything else
-    is a ``UsageError`` naming the folder, rather than empty tables."""
+    is a ``UsageError`` naming the folder (and the first artifact left out, if any), rather than empty
+    tables."""
     if not Path(run).is_dir():
         raise UsageError(f"no run folder {Path(run).resolve()}")
     arts = latest_artifacts(run, damaged)
     if not arts:
-        raise UsageError(f"{Path(run).resolve()}: no complete artifacts to report on")
+        why = f"; {len(damaged)} left out, as they are damaged or do not verify: {damaged[0]}" if damaged else ""
+        raise UsageError(f"{Path(run).resolve()}: no complete artifacts to report on{why}")
     return arts
 
 
@@ -131,7 +133,7 @@ def stage_config(art: Artifact) -> dict:
     path = art.path / "config.yaml"
     if not path.exists():
         return {}
-    return yaml.safe_load(path.read_text()) or {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def numbered(arts: dict[str, Artifact], stage: str, variant: str | None = None) -> dict[int, Artifact]:

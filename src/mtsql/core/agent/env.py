@@ -168,7 +168,8 @@ class SqlAgentEnv:
                                        thinking=cfg.thinking, protocol=cfg.protocol)
         user = prompts.user_prompt(
             schema=render_schema(turn.db_id, self.data_root, cfg.sample_values), question=turn.question,
-            history=[(m.question, m.sql) for m in memory], show_history_sql=cfg.mode == "short")
+            history=[(m.question, m.sql) for m in memory], show_history_sql=cfg.mode == "short",
+            evidence=turn.evidence)
         self._turn, self._pending = turn, None
         self.trajectory = Trajectory(
             uid=turn.uid, dataset=turn.dataset, db_id=turn.db_id, question=turn.question, mode=cfg.mode,
@@ -287,8 +288,8 @@ class SqlAgentEnv:
         turn, cfg = self._turn, self.env_cfg
         db_path = database_path(turn.db_id, self.data_root)
         release = cfg.protocol == "release"
-        common = {"db_path": db_path, "question": turn.question, "sql_cfg": self.sql_cfg,
-                  "result_chars": cfg.result_chars}
+        common = {"db_path": db_path, "question": prompts.with_evidence(turn.question, turn.evidence),
+                  "sql_cfg": self.sql_cfg, "result_chars": cfg.result_chars}
         if action.tool == "exec_sql":
             run_exec = tools.release_exec_sql if release else tools.exec_sql
             run, observation = run_exec(sql=action.sql, has_history=bool(turn.previous_questions),

@@ -48,13 +48,12 @@ from mtsql.core.sql.executor import ExecResult, execute_cached
 
 Policy = Callable[[list[dict], Turn, random.Random], str]
 SCRIPTED = ("gold", "gold_with_correction", "gold_grounded", "own_mistakes")
-# The share of turns of the SFT model whose exec_sql failed in the last measured `make reproduce` (README, 2026-11-27,
-# fresh clone, quiet 2-core CPU): 63 of 114 CoSQL and 63 of 101 SParC dev turns, 126/215. sample.failure_share's
-# default: gold_grounded's data hold as many failures as the model meets.
+# The share of dev turns on which the tiny profile's SFT model ran a query that failed (126 of 215; the run is in
+# docs/results.md, "What make reproduce shows"). sample.failure_share's default: gold_grounded's data hold as
+# many failures as the model meets.
 MEASURED_FAILURE_SHARE = round(126 / 215, 3)
-# Of those failed queries, the share refused for a column that does not exist (no_such_column: 55 CoSQL + 60 SParC
-# of 126; the rest: 5 missing tables, 5 syntax errors, 1 other): gold_grounded's failing first queries misname a
-# column in this share of its corrections where the gold has a column to misname.
+# Of those failed queries, the share refused for a column that does not exist (115 of 126): gold_grounded's
+# failing first queries misname a column in this share of its corrections where the gold has one to misname.
 MEASURED_COLUMN_SHARE = round(115 / 126, 3)
 _SPACED_OPERATOR = re.compile(r"([!<>])\s+=")
 

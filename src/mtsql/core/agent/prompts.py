@@ -87,9 +87,16 @@ def system_prompt(*, mode: str, max_messages: int, result_chars: int, thinking: 
     return f"{ROLE}\n\n{steps}"
 
 
+def with_evidence(question: str, evidence: str) -> str:
+    """The question, and on the next line BIRD's evidence when the item has one (as BIRD-style prompts
+    show it); a question without evidence is shown alone."""
+    return f"{question}\nEvidence: {evidence.strip()}" if evidence.strip() else question
+
+
 def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str | None]],
-                show_history_sql: bool) -> str:
-    """Schema, the earlier questions (with their SQL in the short mode), and the current question."""
+                show_history_sql: bool, evidence: str = "") -> str:
+    """Schema, the earlier questions (with their SQL in the short mode), and the current question with
+    its evidence (BIRD's external knowledge; none shown when there is none)."""
     parts = [f"Database schema:\n{schema}"]
     if history:
         lines = ["Earlier questions in this conversation:"]
@@ -100,14 +107,14 @@ def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str 
         parts.append("\n".join(lines))
     else:
         parts.append("This is the first question of the conversation.")
-    parts.append(f"Current question: {question}")
+    parts.append(f"Current question: {with_evidence(question, evidence)}")
     return "\n\n".join(parts)
 
 
 def exec_observation(*, question: str, sql: str, result: str, has_history: bool, refused: bool = False) -> str:
     """The exec_sql tool response: recap, result or error, then what to verify and do next. ``refused``
     (``env.error_hint``, a query that raised an error): the next step named is a corrected query only, since
-    the small models copy the tool an observation names last (docs/method.md, the fourth CPU pilot)."""
+    small models copy the tool an observation names last (docs/method.md)."""
     checklist = FAILED_CHECKLIST if refused else EXEC_CHECKLIST.format(
         next_step=NEXT_MEMORY if has_history else NEXT_ANSWER)
     return f"Question: {question}\nSQL: {sql}\nResult:\n{result}\n\n{checklist}"

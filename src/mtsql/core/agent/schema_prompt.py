@@ -17,7 +17,7 @@ from pathlib import Path
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_json
 from mtsql.base.paths import data_dir, database_path
-from mtsql.core.data import DATASETS, tables_file
+from mtsql.core.data import tables_files
 from mtsql.core.sql.executor import execute
 from mtsql.core.sql.schema import check_tables_json
 
@@ -68,8 +68,7 @@ def _render(db_id: str, root: Path, sample_values: int) -> str:
 
 @lru_cache(maxsize=512)
 def _tables(root: Path, db_id: str) -> tuple[Table, ...]:
-    for dataset in DATASETS:
-        path = tables_file(dataset, root)
+    for path in tables_files(root):
         if path.exists():
             entry = _by_db(str(path)).get(db_id)
             if entry is not None:

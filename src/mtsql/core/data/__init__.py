@@ -1,8 +1,10 @@
-"""Datasets: SParC, CoSQL and Spider turns from a data folder of the shared layout.
+"""Datasets: SParC, CoSQL and Spider turns from a data folder of the shared layout, and BIRD's from
+its own folder (:mod:`mtsql.core.data.bird`).
 
     turns = load_turns("cosql", "dev")            # official dev.json, gold-file order
     turns = load_turns("cosql", "train", limit=50)  # official train.json, else the raw dialogues
     turns = load_turns("spider", "dev")           # every question an interaction of one turn
+    turns = load_turns("bird", "dev")             # <data>/bird/dev (or $MTSQL_BIRD/dev), with evidence
 
 ``limit`` keeps the first N interactions (whole dialogues, never a cut one).
 """
@@ -17,20 +19,22 @@ from pathlib import Path
 
 from mtsql.base.config import DataConfig, Dataset, Split
 from mtsql.base.errors import UsageError
-from mtsql.base.paths import FIXTURE_DATA, data_dir, database_path
+from mtsql.base.paths import FIXTURE_DATA, bird_dir, data_dir, database_path
+from mtsql.core.data.bird import BirdSplit, bird_split, load_bird
 from mtsql.core.data.cosql_raw import load_raw_dialogues
 from mtsql.core.data.official import load_official
 from mtsql.core.data.records import Turn
 from mtsql.core.data.spider import load_spider
 from mtsql.core.sql import hardness_of
+from mtsql.core.sql.schema import check_databases
 
 DATASETS = typing.get_args(Dataset)
-SINGLE_TURN_DATASETS = ("spider",)  # no dialogues: no interaction match, no turn buckets
+SINGLE_TURN_DATASETS = ("spider", "bird")  # no dialogues: no interaction match, no turn buckets
 SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
 __all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
-           "gold_file", "load_turns", "split_file", "tables_file", "train_pool"]
+           "gold_file", "load_turns", "split_file", "tables_file", "tables_files", "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -58,6 +62,8 @@ def dataset_file(dataset: str, split: str, root: Path | None = None) -> Path:
     """The file a split is read from: ``<root>/<dataset>/<split>.json``, or CoSQL's raw train dialogues."""
     _check(dataset, split)
     root = root or data_dir()
+    if dataset == "bird":
+        return bird_dir(root) / split / f"{split}.json"
     official = root / dataset / f"{split}.json"
     if official.exists() or not (dataset == "cosql" and split == "train"):
         return official
@@ -76,6 +82,8 @@ def per_dataset_groups(cfg: DataConfig, root: Path) -> list[tuple[str, tuple[str
     return [*([(cfg.train_dataset, rest)] if rest else []), *((name, (name,)) for name in own)]
 def split_file(dataset: str, split: str, root: Path) -> Path:
     """The file of a split (:func:`dataset_file`), which must exist."""
+    if dataset == "bird":
+        return bird_split(split, root).questions
     path = dataset_file(dataset, split, root)
     if not path.exists():
         hint = "only CoSQL has a raw train split here" if split == "train" else f"is {root} the data folder?"
@@ -93,6 +101,15 @@ def tables_file(dataset: str, root: Path | None = None) -> Path:
     return (root or data_dir()) / dataset / "tables.json"
 
 
+def tables_files(root: Path | None = None) -> list[Path]:
+    """Every tables.json of the data folder a schema may come from, in the order of ``DATASETS``
+    (BIRD's: its dev then its train split's)."""
+    root = root or data_dir()
+    return [path for dataset in DATASETS for path in (
+        [bird_dir(root) / split / f"{split}_tables.json" for split in SPLITS] if dataset == "bird"
+        else [tables_file(dataset, root)])]
+
+
 def dev_db_ids(dataset: str, root: Path | None = None) -> set[str]:
     path = (root or data_dir()) / dataset / "dev_db_ids.txt"
     return set(path.read_text().split()) if path.exists() else set()
@@ -107,7 +124,7 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
     turns = list(_read_split(path, dataset, split, exclude, hashlib.blake2b(path.read_bytes()).hexdigest()))
     if limit is not None:
         turns = [t for t in turns if t.interaction_index < limit]
-    if with_hardness:
+    if with_hardness and dataset != "bird":  # BIRD's golds have difficulties, not Spider's hardness
         turns = _with_hardness(turns, root)
     return turns
 
@@ -119,6 +136,8 @@ def _read_split(path: Path, dataset: str, split: str, exclude_dbs: frozenset[str
     del digest  # the cache key only
     if path.name == RAW_COSQL_TRAIN.name:
         return tuple(load_raw_dialogues(path, exclude_dbs=set(exclude_dbs), split=split))
+    if dataset == "bird":
+        return tuple(load_bird(BirdSplit(path.parent, split)))
     return tuple(load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split))
 
 
@@ -131,7 +150,8 @@ def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> li
                        with_hardness=with_hardness)
     if cfg.train_flatten:
         turns = [t.alone() for t in turns]
-    return [t for t in turns if (t.hardness is not None or not with_hardness)
+    check_databases(database_path(db, root) for db in sorted({t.db_id for t in turns}))  # named, never left out
+    return [t for t in turns if (t.hardness is not None or not with_hardness or t.dataset == "bird")
             and database_path(t.db_id, root).is_file()]
 
 
@@ -139,11 +159,13 @@ def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool
     """The evaluation slice of ``dataset``: ``eval_limit`` interactions of ``eval_split`` (all
     without a limit), the first ones or, with ``eval_pick: spread``, those of :func:`spread_pick`."""
     if cfg.eval_limit is None or cfg.eval_pick == "first":
-        return load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=with_hardness)
-    turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
-    picked = spread_pick(turns, cfg.eval_limit, root)
-    chosen = [t for t in turns if t.interaction_index in picked]
-    return _with_hardness(chosen, root) if with_hardness else chosen
+        chosen = load_turns(dataset, cfg.eval_split, root=root, limit=cfg.eval_limit, with_hardness=False)
+    else:
+        turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
+        picked = spread_pick(turns, cfg.eval_limit, root)
+        chosen = [t for t in turns if t.interaction_index in picked]
+    check_databases(database_path(db, root) for db in sorted({t.db_id for t in chosen}))  # named, never scored as 0
+    return _with_hardness(chosen, root) if with_hardness and dataset != "bird" else chosen
 
 
 def spread_pick(turns: list[Turn], limit: int, root: Path) -> set[int]:

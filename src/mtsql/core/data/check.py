@@ -1,14 +1,17 @@
-"""`mtsql data check`: counts, missing databases, gold queries that fail to execute, and gold queries
-whose result is empty or all NULL (vacuous: any prediction returning nothing matches them)."""
+"""`mtsql data check`: counts, missing and unreadable databases, gold queries that fail to execute, and
+gold queries whose result is empty or all NULL (vacuous: any prediction returning nothing matches them)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
 
+from mtsql.base.errors import UsageError
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns
+from mtsql.core.data.bird import check_bird
 from mtsql.core.sql.executor import execute_cached
+from mtsql.core.sql.schema import read_schema
 from mtsql.core.sql.vacuous import is_vacuous
 
 SPACED_OPERATORS = (("! =", "!="), ("> =", ">="), ("< =", "<="))
@@ -21,17 +24,32 @@ def join_spaced_operators(sql: str) -> str:
     return sql
 
 
+def unreadable_why(db: Path) -> str | None:
+    """Why a database file that exists cannot be read (empty, not SQLite, locked by another process,
+    without a table: ``read_schema``'s line), or None."""
+    try:
+        read_schema(db)
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
 def check_split(dataset: str, split: str, root: Path | None = None, *, progress=None) -> dict:
     """Report on one split: interactions and turns (questions for a single-turn dataset), databases,
-    missing DBs, failing gold SQL, and gold SQL with an empty or all-NULL result (``gold_vacuous``)."""
+    missing DBs, DBs that cannot be read (and why; their turns are not executed), failing gold SQL, and gold
+    SQL with an empty or all-NULL result (``gold_vacuous``); BIRD's report is
+    :func:`mtsql.core.data.bird.check_bird`'s."""
     root = root or data_dir()
+    if dataset == "bird":
+        return check_bird(split, root, progress=progress)
     turns = load_turns(dataset, split, root=root, with_hardness=False)
     single = dataset in SINGLE_TURN_DATASETS
     unit = "questions" if single else "turns"
     dbs = sorted({t.db_id for t in turns})
     missing = [db for db in dbs if not database_path(db, root).is_file()]
+    unreadable = {db: why for db in dbs if db not in missing and (why := unreadable_why(database_path(db, root)))}
     failing_raw, failing_joined, vacuous = [], [], []
-    executable = [t for t in turns if t.db_id not in missing]
+    executable = [t for t in turns if t.db_id not in missing and t.db_id not in unreadable]
     for turn in progress(executable) if progress else executable:
         db = database_path(turn.db_id, root)
         if not execute_cached(db, turn.gold_sql).ok:
@@ -47,6 +65,8 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
     report.update({
         unit: len(turns), "databases": len(dbs),
         "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
+        "unreadable_databases": {db: {unit: sum(t.db_id == db for t in turns), "why": why}
+                                 for db, why in unreadable.items()},
         f"{unit}_without_database": sum(t.db_id in missing for t in turns),
         "gold_fail_as_written": len(failing_raw),
         "gold_vacuous": len(vacuous),

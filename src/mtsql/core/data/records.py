@@ -1,5 +1,5 @@
-"""The uniform record every stage works on: one turn of one SParC / CoSQL interaction (a Spider
-question is an interaction of one turn)."""
+"""The uniform record every stage works on: one turn of one SParC / CoSQL interaction (a Spider or
+BIRD question is an interaction of one turn)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class Turn:
     gold file, so predictions line up with ``dev_gold.txt``.
     """
 
-    dataset: str  # "sparc" | "cosql" | "spider"
+    dataset: str  # "sparc" | "cosql" | "spider" | "bird"
     split: str  # "dev" | "train"
     interaction_id: str  # stable id, e.g. "cosql-dev-0042"
     interaction_index: int
@@ -28,6 +28,7 @@ class Turn:
     previous_questions: tuple[str, ...] = ()
     previous_sql: tuple[str, ...] = ()  # gold SQL of the earlier turns, same length as above
     hardness: str | None = None  # easy | medium | hard | extra, filled from the parsed gold
+    evidence: str = ""  # BIRD's external knowledge, shown with the question ("" for the other datasets)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -39,7 +40,10 @@ class Turn:
         return replace(self, interaction_id=self.uid, turn_index=0, previous_questions=(), previous_sql=())
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        row = asdict(self)
+        if not self.evidence:  # rows of datasets without evidence keep the shape (and bytes) they had
+            del row["evidence"]
+        return row
 
     @classmethod
     def from_dict(cls, row: dict) -> Turn:

@@ -33,7 +33,7 @@ from mtsql.core.sql.official_format import (
     replace_value_placeholder,
 )
 from mtsql.core.sql.parser import SEMANTICS
-from mtsql.core.sql.schema import load_foreign_key_maps
+from mtsql.core.sql.schema import check_databases, load_foreign_key_maps
 from mtsql.core.sql.scoring import ETYPES, EXEC_SEMANTICS, DataSources, hardness_of, score
 from mtsql.core.sql.tokenizer import tokenize
 from mtsql.core.sql.workers import GroupWorkers, available_cores
@@ -164,6 +164,7 @@ def score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions,
     groups: dict[str, list[tuple[int, dict]]] = {}
     for index, row in enumerate(rows):
         groups.setdefault(row["db_id"], []).append((index, row))
+    check_databases(sources.database(db_id) for db_id in groups)  # not scored against nothing (a gold cache hit)
     workers = min(options.workers or available_cores(), len(groups), len(rows) // MIN_ROWS_PER_PROCESS)
     scores: list[dict] = [{}] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())

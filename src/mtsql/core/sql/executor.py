@@ -87,11 +87,14 @@ def _failure(error_class: str, message: str, started: float, rows: tuple = (), c
     return ExecResult(False, columns, rows, error_class, message, bool(rows), time.perf_counter() - started)
 
 
-def execute(db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000) -> ExecResult:
+def execute(db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000,
+            lossy_text: bool = True) -> ExecResult:
     """Run ``sql`` read-only on the SQLite file ``db_path``; never raises, never modifies the file.
 
     More than ``max_rows`` rows (or more than ``MAX_RESULT_BYTES`` bytes) is a ``too_many_rows``
     failure that keeps the first rows (``truncated``); running past ``timeout_s`` is ``timeout``.
+    Text that is not UTF-8 is decoded dropping the bad bytes, or with ``lossy_text=False`` fails as
+    Python's ``sqlite3`` fails on it (what BIRD's evaluator sees).
     """
     started = time.perf_counter()
     if not isinstance(sql, str):
@@ -107,7 +110,7 @@ def execute(db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000
     deadline = started + timeout_s
     conn.set_progress_handler(lambda: int(time.perf_counter() > deadline), _PROGRESS_STEPS)
     try:
-        return _run(conn, sql, started, deadline, max_rows)
+        return _run(conn, sql, started, deadline, max_rows, lossy_text)
     finally:
         conn.set_progress_handler(None, 0)
         conn.text_factory = str
@@ -162,12 +165,15 @@ def _authorize(action: int, arg1, arg2, _db, _trigger) -> int:
     return sqlite3.SQLITE_DENY
 
 
-def _run(conn: sqlite3.Connection, sql: str, started: float, deadline: float, max_rows: int) -> ExecResult:
+def _run(conn: sqlite3.Connection, sql: str, started: float, deadline: float, max_rows: int,
+         lossy_text: bool) -> ExecResult:
     try:
         return _fetch(conn, sql, started, deadline, max_rows)
     except sqlite3.OperationalError as exc:
         if "could not decode" not in str(exc).lower():
             raise
+        if not lossy_text:
+            return _failure("other", str(exc), started)
     conn.text_factory = _decode_lossy  # rare: text that is not UTF-8; decode it dropping bad bytes
     return _fetch(conn, sql, started, deadline, max_rows)
 

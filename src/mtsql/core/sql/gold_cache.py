@@ -61,10 +61,11 @@ def parsed(sql: str, schema_db: Path, semantics: str) -> dict:
                      lambda: parse_sql(sql, load_schema(schema_db), semantics=semantics))
 
 
-def executed(db_path: Path, sql: str, *, timeout_s: float, max_rows: int) -> ExecResult:
+def executed(db_path: Path, sql: str, *, timeout_s: float, max_rows: int, lossy_text: bool = True) -> ExecResult:
     """The result of a gold query on one database file."""
-    return _memoised(("exec", str(db_path), sql, float(timeout_s), int(max_rows)),
-                     lambda: execute(db_path, sql, timeout_s=timeout_s, max_rows=max_rows))
+    kind = "exec" if lossy_text else "exec strict-text"
+    return _memoised((kind, str(db_path), sql, float(timeout_s), int(max_rows)),
+                     lambda: execute(db_path, sql, timeout_s=timeout_s, max_rows=max_rows, lossy_text=lossy_text))
 
 
 def derived(kind: str, db_path: Path, sql: str, compute: Callable[[], object]):
@@ -94,8 +95,8 @@ def persisted(db_id: str, folders: Sequence[Path]) -> Iterator[None]:
                and not (isinstance(value, ExecResult) and value.error_class == "timeout")}
     finally:
         _used = None
-    if new:
-        write_bytes(path, pickle.dumps(saved | new, protocol=pickle.HIGHEST_PROTOCOL))
+    if new:  # with what another process saved for this database meanwhile (BIRD splits a database's items)
+        write_bytes(path, pickle.dumps(_load(path) | saved | new, protocol=pickle.HIGHEST_PROTOCOL))
         for old in path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*.pickle"):
             if old != path:  # entries of an older database file or evaluator: never served again
                 old.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -57,7 +58,17 @@ class Schema:
 
 @functools.lru_cache(maxsize=256)
 def load_schema(db_path: str | Path) -> Schema:
-    """The schema of a SQLite file, read once per path (opened read-only)."""
+    """The schema of a SQLite file, read once per path (``read_schema``)."""
+    return read_schema(db_path)
+
+
+def read_schema(db_path: str | Path) -> Schema:
+    """The schema of a SQLite file, opened read-only. A file that cannot be read is a one-line UsageError
+    saying why: empty, not SQLite (truncated, overwritten), without a table, or locked by another process
+    that writes to it (SQLite's busy wait, 5 s, is over); without a schema no score means anything."""
+    copy_again = "copy it again from the dataset (`mtsql data check` names every database it cannot read)"
+    if Path(db_path).is_file() and Path(db_path).stat().st_size == 0:
+        raise UsageError(f"{db_path}: an empty file (0 bytes), not a SQLite database; {copy_again}")
     uri = f"file:{quote(str(Path(db_path).resolve()))}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True)
@@ -69,10 +80,25 @@ def load_schema(db_path: str | Path) -> Schema:
                 tables[name] = [str(row[1]) for row in conn.execute(f"PRAGMA table_info('{escaped}')")]
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:  # a truncated or overwritten file: no schema, so no score means anything
-        raise UsageError(f"{db_path}: not a readable SQLite database ({exc}); copy it again from the dataset "
-                         "(`mtsql data check` lists the databases whose gold queries fail)") from None
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise UsageError(f"{db_path}: not a readable SQLite database ({exc}); {copy_again}") from None
+        raise UsageError(f"{db_path}: locked by another process that is writing to it ({exc}); let that process "
+                         "finish or stop it, then rerun (do not copy over a database in use)") from None
+    except sqlite3.DatabaseError as exc:  # a truncated or overwritten file
+        raise UsageError(f"{db_path}: not a readable SQLite database ({exc}); {copy_again}") from None
+    if not tables:
+        raise UsageError(f"{db_path}: a SQLite database without any table; {copy_again}")
     return Schema.from_tables(tables)
+
+
+def check_databases(paths: Iterable[Path]) -> None:
+    """A one-line UsageError (``read_schema``'s) for the first of ``paths`` that exists and cannot be read
+    now (read again, not from ``load_schema``'s cache): a stage names such a database rather than leaving
+    its turns out, or scoring them against nothing when the gold cache answers for its queries."""
+    for path in paths:
+        if Path(path).is_file():
+            read_schema(path)
 
 
 def foreign_key_map(entry: dict) -> dict[str, str]:

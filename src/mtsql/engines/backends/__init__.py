@@ -22,6 +22,7 @@ BACKENDS = {
     "hf": ("mtsql.engines.backends.hf", "HFBackend"),  # transformers, CPU or one GPU
     "vllm": ("mtsql.engines.backends.vllm", "VLLMBackend"),  # a vLLM server mtsql starts (or one you run)
     "openai": ("mtsql.engines.backends.openai", "OpenAIBackend"),  # any OpenAI-compatible server
+    "chat": ("mtsql.engines.backends.chat", "ChatBackend"),  # a chat API: messages in, text out (no RL)
 }
 
 
@@ -44,6 +45,24 @@ def backend_for(cfg, model: str | Path, *, log_path: Path | None = None) -> Back
     return cls(model, **cls.options(cfg, log_path=log_path))
 
 
+def api_model(cfg, trained=None) -> str | None:
+    """The model name a chat-API backend (``takes_messages``) asks its server for, or None for a backend that
+    generates with a local model (a folder, or a trained artifact ``trained``). A chat API cannot be given a
+    trained artifact: that is one line."""
+    cls = backend_class(cfg.sample.backend)
+    if not cls.takes_messages:
+        return None
+    settings = getattr(cfg.sample, cfg.sample.backend)
+    if trained is not None:
+        raise UsageError(f"sample.backend={cfg.sample.backend} generates with the model its API serves "
+                         f"(sample.{cfg.sample.backend}.model), not a trained artifact: evaluate or sample that with "
+                         "hf, vllm or openai")
+    if not settings.model:
+        raise UsageError(f"sample.backend={cfg.sample.backend}: set sample.{cfg.sample.backend}.model to the model "
+                         "name the API serves")
+    return settings.model
+
+
 def training_backend(cfg, model: str | Path, *, dtype: str, log_path: Path | None = None) -> Backend:
     """The ``rl.local.rollout_backend`` a config names, to roll out the local RL engine's model
     (``Backend.training_options``; ``dtype``: the one the model trains in)."""
@@ -59,7 +78,7 @@ def server_options(cfg) -> dict:
 
 
 def engine_identity(cfg) -> dict:
-    """What generated a stage's tokens, beyond its config: {} for hf and openai (the config says it
+    """What generated a stage's tokens, beyond its config: {} for hf, openai and chat (the config says it
     all, or nothing can be known); for vllm, the managed server's version and token-changing
     settings, or a user-run server's URL with a note that it cannot be verified."""
     if cfg.sample.backend != "vllm":

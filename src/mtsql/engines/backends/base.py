@@ -9,6 +9,10 @@ A generation stops at an end-of-turn token (kept as the last id, not in ``text``
 stop string (kept in both), or after ``max_new_tokens`` ids (``finish_reason == "length"``).
 Each prompt has its own seed, so a sampled continuation does not depend on what else is in the batch.
 
+A chat backend (``takes_messages``) is the exception: it sends the conversation's messages to a chat API
+and gets text back (``submit_messages``, a ``Reply`` with the token usage the API reports); it has no
+tokenizer, generates for evaluation and sampling only, and ``usage`` sums what it was billed for.
+
 The local RL engine rolls out with the model it trains through this interface only: it trains the
 backend's own model where there is one (``in_process_model``), hands the weights over after each
 update (``load_weights``) and ``close``s the backend at the end.
@@ -55,17 +59,32 @@ class Generation:
         return self.finish_reason == "length"
 
 
+@dataclass(frozen=True)
+class Reply:
+    """One assistant message from a chat API: its text, why it ended ("stop" | "length"), and the tokens the
+    API counted for the request (None where it did not say)."""
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
 class Backend(ABC):
     """A model that continues token-id prompts. ``end_of_turn_ids``: ids that end an assistant message.
 
     ``schedules_requests``: the backend queues and schedules any number of prompts itself (a vLLM or
     other server): a caller hands it each prompt as soon as it is ready (``submit``) rather than a
     fixed batch, and takes each continuation as soon as it is done.
+
+    ``takes_messages``: a chat API (messages in, text out: ``submit_messages``); its model is the one its
+    server names, not a local folder, so a stage gives it no model path and no trained artifact.
     """
 
     tokenizer: object
     end_of_turn_ids: frozenset[int]
     schedules_requests: bool = False
+    takes_messages: bool = False
 
     @abstractmethod
     def generate(
@@ -76,6 +95,16 @@ class Backend(ABC):
     def submit(self, prompt: Sequence[int], params: SamplingParams, seed: int) -> Future[Generation]:
         """One continuation, computed in the background (backends that ``schedules_requests``)."""
         raise NotImplementedError(f"{type(self).__name__} generates in batches: call generate")
+
+    def submit_messages(self, messages: Sequence[dict], tools: Sequence[dict], params: SamplingParams,
+                        seed: int) -> Future[Reply]:
+        """The next assistant message of a conversation (``system``, ``user``, ``assistant``, ``tool``
+        messages; ``tools``: the schemas the agent may call), computed in the background (``takes_messages``)."""
+        raise NotImplementedError(f"{type(self).__name__} continues token ids: call generate")
+
+    def usage(self) -> dict | None:
+        """What a billed API counted so far (requests, tokens, cost); None: nothing is billed."""
+        return None
 
     def batch_limit(self, tokens_per_row: int) -> int | None:
         """The most rows of ``tokens_per_row`` ids (prompt + new) one call can hold; None: no limit of its own."""

@@ -5,8 +5,13 @@ A stage's fingerprint covers the settings of the backend it samples with, and on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from mtsql.base.config import AtLeast1, Positive, SampleConfig, operational, owned_by, result
+from mtsql.base.config import NonNegative, Range, SampleConfig, Seconds, operational, owned_by, result
+
+GiB = Annotated[float, Range(0, low_open=True, most=2**14)]  # a memory size, at most 16 TiB
+Concurrency = Annotated[int, Range(1, most=1024)]  # requests in flight at once
+Retries = Annotated[int, Range(0, most=100)]  # attempts after the first
 
 
 @owned_by(SampleConfig, "hf")
@@ -26,12 +31,12 @@ class VllmSettings:
     model: str | None = result(None)  # the name that server serves the model under
     python: str | None = operational(None)  # the Python with vLLM (None: .venv-vllm beside mtsql's venv, else this
                                             # one); engine_identity records its vLLM version
-    kv_cache_gib: Positive | None = operational(None)  # CPU: the server's KV cache (None: a quarter of the free
-                                                       # RAM, <= 8)
+    kv_cache_gib: GiB | None = operational(None)  # CPU: the server's KV cache (None: a quarter of the free RAM,
+                                                  # <= 8)
     eager: bool | None = operational(None)  # None: eager on CPU (ready in ~30 s), compiled graphs on CUDA
     args: tuple[str, ...] = result(())  # more `vllm ... api_server` arguments, e.g. ["--max-num-seqs", "128"] (any
                                         # server argument, some of which change tokens)
-    start_timeout_s: Positive = operational(600.0)
+    start_timeout_s: Seconds = operational(600.0)
 
 
 @owned_by(SampleConfig, "openai")
@@ -41,5 +46,30 @@ class OpenAISettings:
 
     base_url: str = operational("http://127.0.0.1:8000/v1")  # where the server listens; what it serves is model
     model: str | None = result(None)  # the name the server serves the model under (default: its path or id)
-    concurrency: AtLeast1 = operational(8)
-    timeout_s: Positive = operational(120.0)
+    concurrency: Concurrency = operational(8)
+    timeout_s: Seconds = operational(120.0)
+
+
+@owned_by(SampleConfig, "chat")
+@dataclass(frozen=True)
+class ChatSettings:
+    """A chat model behind an OpenAI-style ``/chat/completions`` API (a hosted model, or any server with a chat
+    template): messages in, text out; evaluation and sampling only (docs/engines.md, "The chat backend").
+    What answers is the model the server names ``model`` at ``base_url``, so both are in the fingerprint."""
+
+    base_url: str = result("https://api.openai.com/v1")  # another URL is another provider's model
+    model: str | None = result(None)  # the model name the API serves (required)
+    observation_role: Literal["user", "tool"] = result("user")  # the role of a tool's answer: user (wrapped in
+                                                              # <tool_response> tags, as Qwen's template renders
+                                                              # it; any API takes it) or tool (for a server whose
+                                                              # chat template renders tool messages itself)
+    extra_body: dict[str, Any] = result(default_factory=dict)  # more fields of each request, a server's own options
+                                                              # (vLLM: {skip_special_tokens: false}); never the
+                                                              # fields mtsql sets
+    api_key_env: str | None = operational("OPENAI_API_KEY")  # the environment variable holding the key (None or
+                                                              # unset: no key sent); the key is never written
+    price_input_per_mtok: NonNegative | None = operational(None)  # USD per million prompt tokens (None: no cost)
+    price_output_per_mtok: NonNegative | None = operational(None)  # USD per million completion tokens
+    concurrency: Concurrency = operational(8)
+    timeout_s: Seconds = operational(120.0)
+    max_retries: Retries = operational(6)  # attempts after the first, on connection errors, 429 and 5xx

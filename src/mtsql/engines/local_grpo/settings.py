@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mtsql.base.config import AtLeast0, RlConfig, owned_by, result
+from mtsql.base.config import Layers, RlConfig, owned_by, result
 
 
 @owned_by(RlConfig, "local")
@@ -13,6 +13,6 @@ from mtsql.base.config import AtLeast0, RlConfig, owned_by, result
 class LocalSettings:
     """GRPO in this process (CPU or one GPU, no Ray)."""
 
-    trainable_layers: AtLeast0 = result(0)  # only the last trainable_layers decoder layers train (0: every weight)
+    trainable_layers: Layers = result(0)  # only the last trainable_layers decoder layers train (0: every weight)
     rollout_backend: Literal["hf", "vllm"] = result("hf")  # vllm restarts a managed server on each step's weights
                                                            # (sample.vllm settings)

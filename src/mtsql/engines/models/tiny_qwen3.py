@@ -29,6 +29,7 @@ QWEN3_SPECIAL_TOKENS = (
 QWEN3_FIRST_SPECIAL_ID = 151643
 QWEN3_VOCAB_SIZE = 151936  # the embedding size of real Qwen3 checkpoints (padded past the tokenizer)
 TINY_QWEN3_SEED = 1234
+CONTEXT = 32768  # max_position_embeddings, as Qwen3's own checkpoints have it
 
 
 def build(folder: Path) -> dict:
@@ -43,7 +44,7 @@ def build(folder: Path) -> dict:
     ids = {text: tokenizer.convert_tokens_to_ids(text) for text in ("<|endoftext|>", "<|im_end|>")}
     config = Qwen3Config(
         vocab_size=QWEN3_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=CONTEXT,
         tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
     )
@@ -74,7 +75,7 @@ def qwen3_tokenizer(tiktoken_path: Path):
         tokenizer_object=backend,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        model_max_length=32768,
+        model_max_length=CONTEXT,
         chat_template=CHAT_TEMPLATE,
         clean_up_tokenization_spaces=False,
     )
