@@ -247,7 +247,7 @@ def test_h4_evaluate_out_refuses_a_folder_inside_a_run(here, run, run_cli):
     assert (snapshot(here / "runs"), snapshot(here / "elsewhere")) == before
 
 
-@pytest.mark.parametrize("label", ["report", "latest", ".hidden"])
+@pytest.mark.parametrize("label", ["report", "latest", "trackers", ".hidden"])
 def test_h5_reserved_labels_are_refused(here, run, run_cli, label):
     """`--label report` would make an artifact the report replaces (deleting it)."""
     before = snapshot(run)

@@ -128,7 +128,8 @@ def test_fingerprints_cover_result_settings_and_leave_operational_ones_out():
     settings = dict(every_setting())
     operational = sorted(name for name, f in settings.items() if not f.metadata[HASHED])
     for name in ("sample.batch_size", "sample.openai.timeout_s", "sft.node_rank", "sft.master_addr", "sft.master_port",
-                 "sft.logger", "rl.verl.logger", "sample.vllm.python", "data.root", "run", "runs_dir"):
+                 "trackers.tensorboard", "trackers.mlflow", "trackers.dir", "sample.vllm.python", "data.root", "run",
+                 "runs_dir"):
         assert name in operational
     for name in ("sample.temperature", "sample.n", "sft.nnodes", "sft.batch_size", "rl.batch_size", "seed",
                  "sql.timeout_s", "env.max_messages"):

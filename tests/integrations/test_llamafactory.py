@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtsql.base.config import SftConfig, load_config
+from mtsql.base.config import SftConfig, TrackersConfig, load_config
 from mtsql.base.errors import StageFailed, UsageError
+from mtsql.base.trackers import Trackers
 from mtsql.core.agent.tools import TOOL_SCHEMAS
 from mtsql.engines.llamafactory import (
     encode_dataset,
@@ -419,15 +420,19 @@ def test_sft_extra_is_merged_but_cannot_silently_replace_a_key_mtsql_sets(tmp_pa
         config(extra=["learning_rate=1"])
 
 
-def test_sft_logger_reports_to_tensorboard_under_the_artifact(tmp_path, tiny_qwen3):
+def test_sft_reports_to_the_trackers_that_are_on_in_the_stages_folder(tmp_path, tiny_qwen3):
     from llamafactory.hparams import get_train_args
 
-    plan = plan_sft(SftConfig(use_cpu=True, max_steps=1, logger="tensorboard"), model_path=tiny_qwen3,
-                    template="qwen3", work_dir=tmp_path)
-    assert plan.train.env["TENSORBOARD_LOGGING_DIR"] == str(tmp_path / "tensorboard")
-    assert get_train_args(plan.train_config)[2].report_to == ["tensorboard"]
-    with pytest.raises(UsageError, match="'sft.logger' must be one of none, tensorboard, wandb"):
-        load_config(None, ["sft.logger=mlflow"])
+    settings = TrackersConfig(tensorboard=True, wandb=True)
+    trackers = Trackers.for_folder(settings, run="demo", folder=tmp_path / "demo" / "sft-r1" / "0123456789ab")
+    plan = plan_sft(SftConfig(use_cpu=True, max_steps=1), model_path=tiny_qwen3, template="qwen3",
+                    work_dir=tmp_path, trackers=trackers)
+    assert plan.train.env["TENSORBOARD_LOGGING_DIR"] == str(trackers.tensorboard_dir)
+    assert plan.train.env["WANDB_MODE"] == "offline"
+    args = get_train_args(plan.train_config)[2]
+    assert args.report_to == ["tensorboard", "wandb"] and args.run_name == "demo/sft-r1"
+    off = plan_sft(SftConfig(use_cpu=True, max_steps=1), model_path=tiny_qwen3, template="qwen3", work_dir=tmp_path)
+    assert off.train_config["report_to"] == "none" and "run_name" not in off.train_config
 
 
 def test_dry_run_shows_the_exact_files_and_commands(tmp_path):
@@ -524,3 +529,15 @@ def test_failed_training_quotes_llamafactorys_error(tmp_path, tiny_qwen3):
     with pytest.raises(StageFailed, match=r"llamafactory train failed \(exit 1\): \S*SafetensorError: "):
         run_sft(plan, log_path=tmp_path / "log.txt")
     assert not plan.model_dir.exists()
+
+
+def test_training_curve_is_each_logged_step_without_the_final_summary(tmp_path):
+    from mtsql.engines.llamafactory import training_curve
+
+    history = [{"loss": 1.5, "grad_norm": 2.0, "learning_rate": 1e-4, "epoch": 0.5, "step": 1},
+               {"loss": 1.25, "grad_norm": 1.0, "learning_rate": 5e-5, "epoch": 1.0, "step": 2},
+               {"train_loss": 1.375, "train_runtime": 3.2, "epoch": 1.0, "step": 2}]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    assert training_curve(tmp_path) == [
+        (1, {"loss": 1.5, "grad_norm": 2.0, "learning_rate": 1e-4, "epoch": 0.5}),
+        (2, {"loss": 1.25, "grad_norm": 1.0, "learning_rate": 5e-5, "epoch": 1.0})]

@@ -14,6 +14,7 @@ import yaml
 
 from mtsql.base.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
+from mtsql.base.trackers import Trackers
 from mtsql.engines.commands import Command
 from mtsql.engines.verl.dataset import AGENT_NAME
 from mtsql.engines.verl.main_ppo import (
@@ -112,13 +113,23 @@ def test_rl_extra_is_appended_but_cannot_silently_replace_an_override(tmp_path):
         plan_for(tmp_path, "rl.verl.extra=[trainer.use_v1]")
 
 
-def test_rl_logger_adds_the_backend_and_keeps_tensorboard_in_the_stage_folder(tmp_path):
-    plan = plan_for(tmp_path, "rl.verl.logger=tensorboard")
+def test_trackers_reach_verls_own_loggers_in_the_stages_folder_and_mlflow_run(tmp_path):
+    cfg = load_config(None, ["run=paper", "trackers.tensorboard=true", "trackers.mlflow=true", "trackers.project=p"])
+    trackers = Trackers.for_folder(cfg.trackers, run="paper", folder=tmp_path / "paper" / "rl-c1" / "0123456789ab")
+    data = [CurriculumParquet("stage-0", tmp_path / "stage-0.parquet", 512)]
+    with trackers:  # open, as the runner opens them: verl joins the stage's MLflow run
+        plan = build_stage_plan(cfg, data, model_path="m", out_dir=tmp_path / "rl", data_root=DATA_ROOT,
+                                python="python", trackers=trackers)
+        run_id = trackers.env()["MLFLOW_RUN_ID"]
     config = compose_train_config(plan[0].argv[3:])
-    assert list(config.trainer.logger) == ["console", "file", "tensorboard"]
-    assert config.ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR == str(tmp_path / "rl" / "stage-0" / "tensorboard")
-    with pytest.raises(UsageError, match="'rl.verl.logger' must be one of none, tensorboard, wandb"):
-        plan_for(tmp_path, "rl.verl.logger=mlflow")
+    assert list(config.trainer.logger) == ["console", "file", "tensorboard", "mlflow"]
+    assert config.trainer.project_name == "p"
+    env = config.ray_kwargs.ray_init.runtime_env.env_vars  # what every Ray worker's loggers read
+    assert env.TENSORBOARD_DIR == str(tmp_path / "paper" / "trackers" / "tensorboard" / "paper" / "rl-c1" / "0123456789ab")
+    assert env.MLFLOW_TRACKING_URI == trackers.mlflow_uri and env.MLFLOW_RUN_ID == run_id
+    assert env.MLFLOW_ALLOW_FILE_STORE == "true"
+    off = compose_train_config(plan_for(tmp_path)[0].argv[3:])
+    assert list(off.trainer.logger) == ["console", "file"] and "MLFLOW_RUN_ID" not in off.ray_kwargs.ray_init.runtime_env.env_vars
 
 
 def test_a_misspelt_or_inconsistent_override_is_rejected_before_launch(composed):
@@ -325,3 +336,19 @@ def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
         "invalid_message_rate": 2 / 5, "messages_per_turn": 2.5, "response_length": 60.0}
     assert first["reward_std"] == 1.0, "the spread of the step's sample scores (2 and 0)"
     assert "tool_calls_per_turn" not in second and "reward_std" not in second, "step 2 left no dump: verl's only"
+
+
+def test_verls_steps_reach_the_trackers_under_the_local_engines_names(tmp_path):
+    from mtsql.engines.rl_engines import step_metrics
+    from mtsql.engines.verl.engine import verl_curve as _verl_curve
+
+    logged = {"critic/score/mean": 0.5, "actor/kl_loss": 0.01, "actor/grad_norm": 2.0, "actor/pg_clipfrac": 0.125,
+              "actor/pg_loss": -0.2, "response_length/mean": 40.0}
+    next_metrics_file(tmp_path).write_text(json.dumps({"step": 1, "data": logged}) + "\n")
+    (line,) = _verl_curve(tmp_path, stage=1)
+    shown = step_metrics(line)
+    assert {name: shown[name] for name in ("rl/reward_mean", "rl/kl", "rl/grad_norm", "rl/clipfrac", "rl/pg_loss",
+                                            "rl/response_length")} == {
+        "rl/reward_mean": 0.5, "rl/kl": 0.01, "rl/grad_norm": 2.0, "rl/clipfrac": 0.125, "rl/pg_loss": -0.2,
+        "rl/response_length": 40.0}
+    assert "rl/stage" not in shown and "rl/step" not in shown

@@ -33,12 +33,13 @@ from types import ModuleType
 from rich.console import Console
 from rich.markup import escape
 
-from mtsql.base.artifacts import Artifact, ArtifactKey, Store, check_inputs, fingerprint
-from mtsql.base.config import Config, ConfigView
+from mtsql.base.artifacts import Artifact, ArtifactKey, StageContext, Store, check_inputs, fingerprint
+from mtsql.base.config import Config, ConfigView, to_dict
 from mtsql.base.errors import UsageError
 from mtsql.base.files import check_folder
 from mtsql.base.paths import folder_name, label_name, user_path
 from mtsql.base.provenance import code_digest, data_digest
+from mtsql.base.trackers import Trackers
 from mtsql.core.data import data_root
 from mtsql.engines.models.registry import local_model_folder
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
@@ -121,8 +122,9 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
         return _plan(key, module, view, store, config, inputs, params, code, force)
     local = _local_model(module, view)
     unhashed = {**view.unhashed(), **({"model_folder": str(local)} if local else {})}
-    artifact, cached = store.run(key, config, inputs, lambda ctx: module.run(ctx, view, **inputs, **params),
-                                 code=code, force=force, unhashed=unhashed)
+    work = _tracked(key.stage, cfg, fingerprint(key.stage, config, inputs, code), inputs, params,
+                    lambda ctx: module.run(ctx, view, **inputs, **params))
+    artifact, cached = store.run(key, config, inputs, work, code=code, force=force, unhashed=unhashed)
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
@@ -131,6 +133,22 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
                       f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")
     return artifact
+
+
+def _tracked(stage: str, cfg: Config, fp: str, inputs: dict, params: dict, work):
+    """``work`` with the stage's trackers open (``trackers.*``; off by default): the resolved config, the
+    fingerprint and the inputs' fingerprints as parameters, what the stage logs as it runs, and at the
+    end the numbers among its metrics as ``<stage>/<name>``."""
+    def tracked(ctx: StageContext) -> dict:
+        ctx.trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=ctx.out)
+        with ctx.trackers as trackers:
+            trackers.log_params({"stage": stage, "fingerprint": fp, "params": params, "config": to_dict(cfg),
+                                 "inputs": {name: artifact.fingerprint for name, artifact in inputs.items()}})
+            metrics = work(ctx)
+            if isinstance(metrics, dict):
+                trackers.log_metrics(trackers.last_step, {f"{stage}/{name}": value for name, value in metrics.items()})
+        return metrics
+    return tracked
 
 
 def fingerprinted(module: ModuleType, view: ConfigView, params: dict, *, dry_run: bool = False) -> dict:

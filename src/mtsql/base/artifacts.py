@@ -43,6 +43,7 @@ from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_json, write_json, write_text
 from mtsql.base.paths import label_name
 from mtsql.base.provenance import cached_sha256, code_version, hardware, package_versions
+from mtsql.base.trackers import Trackers
 
 SCHEMA_VERSION = 4  # 3: the manifest records its ArtifactKey ("key"); 4: an evaluation's key its model's variant
 KEYED = 3  # the first schema whose manifests record their key: older ones are refused
@@ -161,13 +162,15 @@ class Artifact:
 
 @dataclass
 class StageContext:
-    """What a stage function gets: where to write, its inputs, a log file."""
+    """What a stage function gets: where to write, its inputs, a log file, the dashboards it logs to
+    (``trackers``: the runner opens them; off where a stage runs without the runner)."""
 
     label: str
     out: Path
     inputs: dict[str, Artifact]
     log_path: Path
     extra_manifest: dict = field(default_factory=dict)
+    trackers: Trackers = field(default_factory=Trackers.off)
 
     def log(self, line: str) -> None:
         with self.log_path.open("a", encoding="utf-8") as handle:

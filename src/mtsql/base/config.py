@@ -31,7 +31,6 @@ from mtsql.base.user_yaml import parse_yaml, read_yaml
 Dataset = Literal["sparc", "cosql", "spider", "bird"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_mistakes"]
-Logger = Literal["none", "tensorboard", "wandb"]
 
 
 @dataclass(frozen=True)
@@ -334,7 +333,6 @@ class SftConfig:
     deepspeed: Literal["none", "z2", "z3", "z3_offload"] = result("none")  # DeepSpeed ZeRO stage (GPU, through
                                                                            # torchrun); its optimizer differs
                                                                            # from torch's
-    logger: Logger = operational("none")  # tensorboard logs go to the SFT artifact's tensorboard/
     extra: dict[str, Any] = result(default_factory=dict)  # more LLaMA-Factory YAML keys, merged into train.yaml
     extra_override: bool = operational(False)  # let sft.extra replace keys mtsql sets (else that is an error);
                                                # sft.extra, hashed, holds the values that win
@@ -388,6 +386,19 @@ class RlConfig(EngineOwned):
 
 
 @dataclass(frozen=True)
+class TrackersConfig:
+    """The dashboards every stage logs to (``base/trackers.py``, docs/trackers.md), each off until turned on;
+    readable by every stage (like ``run``), they change what is shown, never what is produced."""
+
+    tensorboard: bool = operational(False)
+    wandb: bool = operational(False)  # offline only (WANDB_MODE=offline): `wandb sync` uploads a run by hand
+    mlflow: bool = operational(False)
+    dir: str | None = operational(None)  # event files, W&B runs, the MLflow store (None: the run folder's trackers/)
+    mlflow_uri: str | None = operational(None)  # a file: URI, no server (None: file:<dir>/mlruns)
+    project: str = operational("mtsql")  # the W&B project and MLflow experiment
+
+
+@dataclass(frozen=True)
 class EvaluateConfig:
     """Scoring a model on the eval sets."""
 
@@ -420,6 +431,7 @@ class Config:
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     rl: RlConfig = field(default_factory=RlConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    trackers: TrackersConfig = field(default_factory=TrackersConfig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,13 +623,15 @@ REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
         ("env.max_turns", "env.max_messages", "it counts assistant messages; a turn is a dialogue turn"),
         ("rl.max_turn_tokens", "rl.max_message_tokens", "the cap is per assistant message"),
     )},
+    **{old: "moved: trackers.tensorboard / trackers.wandb / trackers.mlflow turn each dashboard on, for every stage"
+       for old in ("sft.logger", "rl.logger", "rl.verl.logger")},
     # settings that moved into the sub-section of the engine that reads them
     **{f"{section}.{old}": f"moved: use '{section}.{engine}.{new}' (a setting of the {engine} engine only)"
        for section, engine, names in (
            ("sample", "vllm", ("base_url", "model", "python", "kv_cache_gib", "eager", "args", "start_timeout_s")),
            ("sample", "openai", ("base_url", "model", "concurrency", "timeout_s")),
-           ("rl", "verl", ("n_gpus_per_node", "nnodes", "ray_address", "rollout_name", "rollout_tp", "logger",
-                           "extra", "extra_override")),
+           ("rl", "verl", ("n_gpus_per_node", "nnodes", "ray_address", "rollout_name", "rollout_tp", "extra",
+                           "extra_override")),
            ("rl", "local", ("trainable_layers", "rollout_backend")))
        for new in names for old in ((f"{engine}_{new}",) if section == "sample" else (new,))},
 }
@@ -712,12 +726,13 @@ class ConfigView:
 
     What a stage reads and what its fingerprint covers are the same thing by construction: the runner
     hashes ``view.hashed()`` (the ``result`` settings of those sections), and reading any other section
-    raises ``UndeclaredSection``. ``run`` and ``runs_dir`` (where results are stored, not what they are)
-    are always readable. ``data_root``, the resolved data folder, is readable with section ``data``, whose
-    fingerprint covers what the folder holds (``data_digest``), not where it is.
+    raises ``UndeclaredSection``. ``run``, ``runs_dir`` (where results are stored, not what they are) and
+    ``trackers`` (where they are shown) are always readable. ``data_root``, the resolved data folder, is
+    readable with section ``data``, whose fingerprint covers what the folder holds (``data_digest``), not
+    where it is.
     """
 
-    STORAGE = ("run", "runs_dir")
+    STORAGE = ("run", "runs_dir", "trackers")
 
     def __init__(self, cfg: Config, sections: typing.Iterable[str], *, owner: str, data_root: Path):
         unknown = set(sections) - {f.name for f in dataclasses.fields(Config)}

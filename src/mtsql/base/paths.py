@@ -57,7 +57,7 @@ def database_path(db_id: str, root: Path | None = None) -> Path:
     return path
 
 
-RESERVED_LABELS = ("report", "latest")  # folders of a run (or of a label) that are not artifacts, in any case
+RESERVED_LABELS = ("report", "latest", "trackers")  # folders of a run (or of a label) that are not artifacts, in any case
 STORE_SUFFIXES = (".partial", ".lock", ".old")  # what the store adds to an artifact folder's name
 
 

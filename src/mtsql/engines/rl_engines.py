@@ -3,9 +3,10 @@
 An engine registers its ``rl.<name>`` settings (``engines/settings.py``) and has a contract module,
 named in ``RL_ENGINES``, with
 
-* ``train_curriculum_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage) -> dict``: train one
-  curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
-  step in ``metrics_path`` (``core.results.TrainingStep``'s shape), return the stage's metrics;
+* ``train_curriculum_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage, trackers) -> dict``: train
+  one curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
+  step in ``metrics_path`` (``core.results.TrainingStep``'s shape), log each step to ``trackers``
+  (``step_metrics``: the same names for every engine), return the stage's metrics;
 * ``plan_curriculum_stage(cfg, *, base_model, out_dir, stage, rows) -> str``: what it would run (``--dry-run``);
 * ``identity(cfg) -> dict``: what generates its rollouts beyond the config (the fingerprint covers it).
 
@@ -19,6 +20,7 @@ from types import ModuleType
 
 from mtsql.base.config import RlConfig, engines_of
 from mtsql.base.errors import UsageError
+from mtsql.core.results import TrainingStep
 
 
 def pick_engine(name: str) -> str:
@@ -41,3 +43,11 @@ def rl_engine(name: str) -> ModuleType:
         raise UsageError(f"rl.engine={name}: resolve it to one of {', '.join(engines_of(RlConfig))} before a "
                          "stage runs")
     return importlib.import_module(RL_ENGINES[name])
+
+
+def step_metrics(line: dict) -> dict:
+    """One step line as the dashboards show it, the same for every engine: ``rl/<field>`` for the fields of
+    ``TrainingStep`` (reward, KL, grad norm, clip fraction, response length, ...) and what else the engine
+    logged beside them at the top level (numbers only reach the trackers)."""
+    fields = TrainingStep.from_dict(line).to_dict()
+    return {f"rl/{name}": value for name, value in fields.items() if name not in ("stage", "step")}

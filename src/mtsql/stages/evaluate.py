@@ -21,6 +21,7 @@ self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibrat
 ``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); the
 settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``; and,
 for a billed chat API (``sample.backend: chat``), its ``usage``: requests, tokens and cost.
+Logs (``trackers.*``): each dataset's headline and protocol validity as ``eval/<dataset>/<name>``.
 
 Budgets: ``sample.max_new_tokens`` per message and ``evaluate.max_response_tokens`` for a whole
 turn. ``evaluate.prompt_filter_tokens``: nothing is dropped, but the items whose prompt (the system
@@ -184,6 +185,8 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
         if cfg.evaluate.prompt_filter_tokens is not None:
             block = replace(block, prompt_filter=_prompt_filter(cfg, turns, rows, greedy.chat))
         blocks[name] = block
+        ctx.trackers.log_metrics(0, {f"eval/{name}/{key}": value for key, value in  # the dashboards (trackers.*)
+                                     {**block.headline(), "protocol_valid": block.protocol["protocol_valid"]}.items()})
     budgets = Budgets(max_messages=cfg.env.max_messages, max_new_tokens=cfg.sample.max_new_tokens,
                       max_response_tokens=budget, prompt_filter_tokens=cfg.evaluate.prompt_filter_tokens,
                       observation_chars=cfg.env.observation_chars)

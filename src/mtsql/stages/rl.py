@@ -11,6 +11,7 @@ training artifact; none: the base model); config sections ``data``, ``sql``, ``e
 engine's own settings), ``seed``. ``rl.engine`` must be resolved (``engines.rl_engines.pick_engine``)
 before the stage runs.
 Writes: ``model/``, ``metrics.jsonl`` (one ``results.TrainingStep`` line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
+Logs (``trackers.*``): each step as ``rl/<field>``, the same names for both engines (``rl_engines.step_metrics``).
 The stage calls the engine through one contract (``engines.rl_engines``) and knows neither:
 ``mtsql.engines.local_grpo.engine`` and ``mtsql.engines.verl.engine``.
 
@@ -56,7 +57,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     base = stage_model(cfg.model.name, model)
     return {"engine": cfg.rl.engine, "items": len(turns),
             **engine.train_curriculum_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
-                                 stage=stage)}
+                                            stage=stage, trackers=ctx.trackers)}
 
 
 def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:

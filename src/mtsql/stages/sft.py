@@ -12,6 +12,7 @@ protocol), ``seed``, and for the held-out check ``data``, ``sample``, ``sql``, `
 fingerprint covers those four only with ``sft.heldout`` > 0, and then not the sampling settings the
 greedy check overrides (``hashed``), so a change of sample.temperature or sample.n reruns no SFT.
 Writes: ``data/`` (the exported dataset), ``train.yaml`` (+ ``merge.yaml`` with LoRA), ``model/``.
+Logs (``trackers.*``): the HF Trainer's own loggers as it trains (``report_to``), then ``sft/loss`` per step.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from pathlib import Path
 from mtsql.base.artifacts import Artifact, StageContext
 from mtsql.base.config import ConfigView
 from mtsql.base.errors import StageFailed
+from mtsql.base.trackers import Trackers
 from mtsql.core.agent.tools import env_tools
 from mtsql.core.data import eval_turns
 from mtsql.core.data.records import Turn
 from mtsql.core.trajectories import read_rows, scorer, summarize_trajectories
 from mtsql.engines import backends
-from mtsql.engines.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft
+from mtsql.engines.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft, training_curve
 from mtsql.engines.models.registry import stage_model
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
 
@@ -61,8 +63,10 @@ def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact
     stats = export_sharegpt(({"messages": r.trajectory.messages} for r in rows), ctx.out / "data",
                             tokenizer_path=base, template=cfg.model.template, cutoff_len=cfg.sft.cutoff_len,
                             tools=env_tools(cfg.env))
-    sft_plan = _plan(cfg, ctx.out, base)
+    sft_plan = _plan(cfg, ctx.out, base, ctx.trackers)
     result = run_sft(sft_plan, log_path=ctx.log_path, expected_examples=stats.examples)
+    for step, logged in training_curve(sft_plan.trainer_dir):  # the HF Trainer's loggers used their own names
+        ctx.trackers.log_metrics(step, {f"sft/{name}": value for name, value in logged.items()})
     metrics = {"examples": stats.examples, "dropped": stats.dropped, "over_cutoff": stats.over_cutoff,
                "max_tokens": stats.max_tokens, "mean_tokens": stats.mean_tokens, "rewritten": stats.rewritten,
                "train_loss": result.train_loss, "steps": result.steps, "train_runtime_s": result.runtime_s}
@@ -74,11 +78,13 @@ def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact
 
 def plan(cfg: ConfigView, out: Path, *, reject: Artifact, model: Artifact | None = None) -> str:
     """The files and commands this stage would write and run (``--dry-run``)."""
-    return _plan(cfg, out, stage_model(cfg.model.name, model, resolve=False)).describe()
+    trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=out)
+    return _plan(cfg, out, stage_model(cfg.model.name, model, resolve=False), trackers).describe()
 
 
-def _plan(cfg: ConfigView, out: Path, base: str) -> SftPlan:
-    return plan_sft(cfg.sft, model_path=base, template=cfg.model.template, work_dir=out, seed=cfg.seed)
+def _plan(cfg: ConfigView, out: Path, base: str, trackers: Trackers) -> SftPlan:
+    return plan_sft(cfg.sft, model_path=base, template=cfg.model.template, work_dir=out, seed=cfg.seed,
+                    trackers=trackers)
 
 
 def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str, log_path: Path | None = None) -> dict:

@@ -9,7 +9,6 @@ then writes and executes. Layout inside a stage's work folder::
     adapter/          LoRA adapter (lora) | model/ the trained model itself (full)
     merge.yaml        llamafactory-cli export (lora only)
     model/            the merged Hugging Face model folder
-    tensorboard/      training curves (sft.logger: tensorboard)
 
 ``HF_HUB_OFFLINE=1`` is set only when the model is a local folder (``mtsql.engines.models.registry.resolve_model``
 downloads Hub models first), so a Hub id given by hand is still fetched by LLaMA-Factory.
@@ -28,6 +27,7 @@ import yaml
 
 from mtsql.base.config import SftConfig
 from mtsql.base.errors import StageFailed, UsageError
+from mtsql.base.trackers import Trackers
 from mtsql.engines.commands import Command
 from mtsql.engines.llamafactory.dataset import llamafactory_template
 from mtsql.engines.models.registry import is_hub_id
@@ -39,7 +39,7 @@ MISSING = "LLaMA-Factory (llamafactory-cli) not found: install llamafactory==0.9
 # keys train_config sets only in some configurations: sft.extra may not set them either
 CONDITIONAL_KEYS = ("max_steps", "num_train_epochs", "use_cpu", "disable_gradient_checkpointing", "save_only_model",
                     "lora_rank", "lora_alpha", "lora_target", "freeze_trainable_layers", "freeze_trainable_modules",
-                    "deepspeed")
+                    "deepspeed", "run_name")
 
 
 @dataclass(frozen=True)
@@ -83,18 +83,21 @@ class SftPlan:
 
 
 def plan_sft(sft_cfg: SftConfig, *, model_path: str | Path, template: str, work_dir: Path,
-             dataset: str = "mtsql_sft", seed: int = 0) -> SftPlan:
-    """The files and commands that fine-tune ``model_path`` on ``work_dir/data/<dataset>``."""
+             dataset: str = "mtsql_sft", seed: int = 0, trackers: Trackers | None = None) -> SftPlan:
+    """The files and commands that fine-tune ``model_path`` on ``work_dir/data/<dataset>``; ``trackers``: the
+    stage's dashboards, which the HF Trainer's loggers (``report_to``) write to as well."""
+    trackers = trackers or Trackers.off()
     work_dir = Path(work_dir)
     dataset_dir, model_dir = work_dir / "data", work_dir / "model"
     trainer_dir = work_dir / "adapter" if sft_cfg.finetuning_type == "lora" else model_dir
     ds_config = deepspeed_config(sft_cfg.deepspeed)
     ds_json = work_dir / "deepspeed.json" if ds_config else None
     config = train_config(sft_cfg, model_path=model_path, template=template, dataset_dir=dataset_dir,
-                          dataset=dataset, output_dir=trainer_dir, seed=seed, deepspeed_json=ds_json)
+                          dataset=dataset, output_dir=trainer_dir, seed=seed, deepspeed_json=ds_json, trackers=trackers)
     train_yaml = work_dir / "train.yaml"
     plan = SftPlan(dataset_dir=dataset_dir, dataset=dataset, train_yaml=train_yaml, train_config=config,
-                   train=train_command(train_yaml, sft_cfg, model_path=model_path), trainer_dir=trainer_dir,
+                   train=train_command(train_yaml, sft_cfg, model_path=model_path, trackers=trackers),
+                   trainer_dir=trainer_dir,
                    model_dir=model_dir, deepspeed_json=ds_json, deepspeed_config=ds_config)
     if sft_cfg.finetuning_type != "lora":  # full and freeze write a whole model: nothing to merge
         return plan
@@ -106,9 +109,11 @@ def plan_sft(sft_cfg: SftConfig, *, model_path: str | Path, template: str, work_
 
 
 def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, dataset_dir: Path,
-                 dataset: str, output_dir: Path, seed: int = 0, deepspeed_json: Path | None = None) -> dict:
+                 dataset: str, output_dir: Path, seed: int = 0, deepspeed_json: Path | None = None,
+                 trackers: Trackers | None = None) -> dict:
     """The ``llamafactory-cli train`` YAML as a dict: loss on every assistant turn, none on prompts;
-    ``sft.extra`` merged in last."""
+    ``report_to`` the trackers that are on (their run named as the stage's); ``sft.extra`` merged in last."""
+    trackers = trackers or Trackers.off()
     if sft_cfg.finetuning_type not in FINETUNING_TYPES:
         raise UsageError(f"sft.finetuning_type must be one of {', '.join(FINETUNING_TYPES)}, "
                          f"got {sft_cfg.finetuning_type!r}")
@@ -143,7 +148,7 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         overwrite_output_dir=True,
         logging_steps=1,
         save_strategy="no",
-        report_to=sft_cfg.logger,
+        report_to=list(trackers.names) or "none",
         per_device_train_batch_size=sft_cfg.batch_size,
         gradient_accumulation_steps=sft_cfg.grad_accum,
         learning_rate=sft_cfg.learning_rate,
@@ -165,6 +170,8 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         config["save_only_model"] = True
     if deepspeed_json is not None:
         config["deepspeed"] = str(deepspeed_json)
+    if trackers:
+        config["run_name"] = trackers.run_name
     check_extra(sft_cfg.extra, [*config, *CONDITIONAL_KEYS], setting="sft.extra", allowed=sft_cfg.extra_override)
     return {**config, **sft_cfg.extra}
 
@@ -216,13 +223,13 @@ def merge_config(*, model_path: str | Path, adapter_dir: Path, template: str, ex
     }
 
 
-def train_command(yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path) -> Command:
+def train_command(yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path,
+                  trackers: Trackers | None = None) -> Command:
     """``llamafactory-cli train YAML``, through torchrun when more than one process is asked for or
     DeepSpeed is on (LLaMA-Factory runs DeepSpeed only under torchrun). A single CPU process runs
-    LLaMA-Factory's trainer through ``labelled_logits`` instead (same YAML, same trainer)."""
-    env = engine_env(model_path)
-    if sft_cfg.logger == "tensorboard":
-        env["TENSORBOARD_LOGGING_DIR"] = str(Path(yaml_path).parent / "tensorboard")
+    LLaMA-Factory's trainer through ``labelled_logits`` instead (same YAML, same trainer). Its environment
+    holds where the ``trackers`` write (``Trackers.env``)."""
+    env = engine_env(model_path) | (trackers or Trackers.off()).env()
     if sft_cfg.deepspeed != "none" and sft_cfg.use_cpu:
         raise UsageError(f"sft.deepspeed={sft_cfg.deepspeed} trains on GPUs: set sft.use_cpu: false "
                          "(or sft.deepspeed: none on a CPU machine)")

@@ -122,6 +122,14 @@ def read_train_result(output_dir: Path, *, examples: int | None = None, wall_s: 
                           f"{type(exc).__name__}: {exc}") from None
 
 
+def training_curve(output_dir: Path) -> list[tuple[int, dict]]:
+    """What the trainer logged each step (loss, grad_norm, learning_rate, epoch), from ``trainer_state.json``
+    of a finished ``output_dir``: ``[(step, {name: value}), ...]``; the final summary entry is left out."""
+    state = json.loads((Path(output_dir) / "trainer_state.json").read_text())
+    return [(int(entry["step"]), {key: value for key, value in entry.items() if key != "step"})
+            for entry in state.get("log_history", []) if "loss" in entry]
+
+
 def check_model_dir(folder: Path) -> None:
     """Fail unless ``folder`` holds a model config, weights and a tokenizer."""
     folder = Path(folder)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtsql.base.trackers import Trackers
 from mtsql.engines import backends
 from mtsql.engines.rl_schedule import epochs_note
 
 
-def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1) -> dict:
+def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1,
+                           trackers: Trackers | None = None) -> dict:
     """GRPO in this process (``trainer.train_curriculum_stage``; imports torch)."""
     from mtsql.engines.local_grpo.trainer import train_curriculum_stage as train
 
-    return train(cfg, turns, base_model=base_model, out_dir=out_dir, metrics_path=metrics_path, stage=stage)
+    return train(cfg, turns, base_model=base_model, out_dir=out_dir, metrics_path=metrics_path, stage=stage,
+                 trackers=trackers)
 
 
 def plan_curriculum_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:

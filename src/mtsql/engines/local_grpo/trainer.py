@@ -15,15 +15,18 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from mtsql.base.progress import progress_bar
+from mtsql.base.trackers import Trackers
 from mtsql.core.trajectories import episode_behaviour, scorer, step_behaviour
 from mtsql.engines.backends import training_backend
 from mtsql.engines.local_grpo.update import Episode, fit_lengths, grpo_settings, grpo_update, signal_share
 from mtsql.engines.local_grpo.weights import load_model, save_model, trainable
+from mtsql.engines.rl_engines import step_metrics
 from mtsql.engines.rl_schedule import LocalValidation, stage_steps
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine, derive_seed
 
 
-def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: int = 1) -> dict:
+def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir, metrics_path, stage: int = 1,
+                           trackers: Trackers | None = None) -> dict:
     """GRPO on ``turns`` for ``stage_steps`` steps (``rl.steps_per_stage``, or ``rl.epochs_per_stage``
     epochs) from ``base_model``; saves ``out_dir/model``: the last step's weights, or with
     ``rl.val_pick: best`` those of the best step validated every ``rl.val_every`` steps (``rl_schedule``).
@@ -34,7 +37,8 @@ def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir, metrics_path
     optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). Within a step, the backend's
     prefix cache spares recomputing each conversation's earlier messages; every update clears it.
     One JSON line per step goes to ``metrics_path``, which starts empty (this engine keeps no
-    checkpoint: a rerun starts again at step 1); a progress bar shows the step and its mean reward.
+    checkpoint: a rerun starts again at step 1) and to ``trackers`` (``rl_engines.step_metrics``); a
+    progress bar shows the step and its mean reward.
     """
 
     torch.manual_seed(cfg.seed)
@@ -42,7 +46,8 @@ def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir, metrics_path
     backend = training_backend(cfg, base_model, dtype=dtype, log_path=Path(out_dir) / SERVER_LOG)
     try:
         model = trained_model(cfg, backend, base_model, dtype, Path(out_dir) / "rollout-weights")
-        return _train(cfg, turns, backend, model, out_dir=Path(out_dir), metrics_path=metrics_path, stage=stage)
+        return _train(cfg, turns, backend, model, out_dir=Path(out_dir), metrics_path=metrics_path, stage=stage,
+                      trackers=trackers or Trackers.off())
     finally:
         backend.close()
 
@@ -59,7 +64,7 @@ def trained_model(cfg, backend, base_model: str, dtype: str, folder: Path):
     return model
 
 
-def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: int) -> dict:
+def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: int, trackers: Trackers) -> dict:
     ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
     pad_id = backend.tokenizer.pad_token_id
     pad_id = min(backend.end_of_turn_ids) if pad_id is None else pad_id
@@ -107,6 +112,7 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
             history.append(line)
             with open(metrics_path, "a") as handle:
                 handle.write(json.dumps(line) + "\n")
+            trackers.log_metrics(step, step_metrics(line))
             progress.update(task, completed=step, reward=f"{line['reward_mean']:.3f}")
     picked = validation.finish(model) if validation else steps
     save_model(model, backend.tokenizer, out_dir / "model")

@@ -15,9 +15,11 @@ import shutil
 from pathlib import Path
 
 from mtsql.base.artifacts import MODEL_DIR
+from mtsql.base.trackers import Trackers
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data.records import Turn
 from mtsql.engines.commands import run_logged
+from mtsql.engines.rl_engines import step_metrics
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_turns
 from mtsql.engines.verl.dataset import write_rl_parquet
 from mtsql.engines.verl.main_ppo import (
@@ -34,20 +36,23 @@ from mtsql.engines.verl.main_ppo import (
 )
 
 VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean", "pg_loss": "actor/pg_loss",
-             "kl": "actor/kl_loss", "grad_norm": "actor/grad_norm"}
+             "kl": "actor/kl_loss", "grad_norm": "actor/grad_norm", "clipfrac": "actor/pg_clipfrac"}
 VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
 
 
 def train_curriculum_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1,
-                log_path: Path | None = None) -> dict:
+                           log_path: Path | None = None, trackers: Trackers | None = None) -> dict:
     """Train curriculum stage ``stage`` on ``turns`` from ``base_model`` with verl; leaves ``out_dir/model``
-    and ``metrics_path``; the engines' output goes to ``log_path`` (default: ``out_dir/log.txt``)."""
+    and ``metrics_path``; the engines' output goes to ``log_path`` (default: ``out_dir/log.txt``). verl's
+    own loggers write to ``trackers`` as it trains (its names); the steps of ``metrics_path`` follow
+    there once it is done, under the names the local engine logs (``rl_engines.step_metrics``)."""
+    trackers = trackers or Trackers.off()
     out_dir = Path(out_dir)
     log_path = Path(log_path or out_dir / "log.txt")
     rows = _write_parquet(cfg, turns, base_model, _train_file(out_dir, stage))
     if cfg.rl.val_every:
         _write_parquet(cfg, validation_turns(cfg), base_model, _val_file(out_dir))
-    commands, stage_data = _plan(cfg, base_model=base_model, out=out_dir, stage=stage, rows=rows)
+    commands, stage_data = _plan(cfg, base_model=base_model, out=out_dir, stage=stage, rows=rows, trackers=trackers)
     steps = stage_steps(cfg.rl, rows)
     run_stage_plan(commands, log_path, steps=steps)
     stage_dir = out_dir / "verl" / stage_data.name
@@ -61,6 +66,8 @@ def train_curriculum_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: 
     else:
         shutil.move(str(stage_dir / "merged"), out_dir / MODEL_DIR)
     Path(metrics_path).write_text("".join(json.dumps(row) + "\n" for row in curve))
+    for row in curve:
+        trackers.log_metrics(row["step"], step_metrics(row))
     dump = stage_dir / ROLLOUTS_DIR
     if dump.exists():  # read into metrics.jsonl; every sample's text, tens of MB a step at the paper's sizes
         shutil.rmtree(dump)
@@ -71,7 +78,8 @@ def train_curriculum_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: 
 
 def plan_curriculum_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
     """The verl files and commands of one stage as a shell script (``rows``: None when not known yet)."""
-    commands, _ = _plan(cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows)
+    trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=Path(out_dir))
+    commands, _ = _plan(cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows, trackers=trackers)
     items = f"{rows} items" if rows is not None else "its items"
     return (f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n"
             + render_plan(commands))
@@ -116,9 +124,9 @@ def _write_parquet(cfg, turns: list[Turn], base_model: str, path: Path) -> int:
                             chat=chat, max_prompt_len=cfg.rl.max_prompt_len).rows
 
 
-def _plan(cfg, *, base_model: str, out: Path, stage: int, rows: int | None):
+def _plan(cfg, *, base_model: str, out: Path, stage: int, rows: int | None, trackers: Trackers):
     """The train + merge commands of one curriculum stage and its ``CurriculumParquet``."""
     stage_data = CurriculumParquet(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
                            val_file=_val_file(out) if cfg.rl.val_every else None)
     return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
-                            data_root=cfg.data_root, cpu=not has_cuda()), stage_data
+                            data_root=cfg.data_root, cpu=not has_cuda(), trackers=trackers), stage_data

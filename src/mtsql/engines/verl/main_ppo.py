@@ -50,6 +50,7 @@ import yaml
 from mtsql.base.config import Config, to_dict
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_jsonl
+from mtsql.base.trackers import Trackers
 from mtsql.core.trajectories import BEHAVIOUR, step_behaviour
 from mtsql.engines.commands import Command, OutputLines, run_logged
 from mtsql.engines.passthrough import check_extra, clashes
@@ -61,7 +62,6 @@ from mtsql.engines.verl.reward import OK_KEY
 AGENT_LOOP_TARGET = "mtsql.engines.verl.agent_loop.SqlAgentLoop"
 REWARD_MODULE = "pkg://mtsql.engines.verl.reward"
 REWARD_FUNCTION = "compute_score"
-PROJECT = "mtsql"
 METRICS_PREFIX = "verl_metrics"
 ROLLOUTS_DIR = "rollouts"  # verl's dump of each step's samples, <step>.jsonl, with compute_score's keys
 RUNTIME_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"  # environment of every Ray worker, on every node
@@ -163,14 +163,15 @@ class CurriculumParquet:
 
 
 def build_stage_plan(cfg: Config, stages: Sequence[CurriculumParquet], *, model_path: str, out_dir: Path,
-                     data_root: Path, cpu: bool = False, python: str | None = None) -> list[Command]:
+                     data_root: Path, cpu: bool = False, python: str | None = None,
+                     trackers: Trackers | None = None) -> list[Command]:
     """Train + merge commands for every stage, each stage starting from the previous merged model.
 
     ``model_path``: the first stage's model, an absolute folder or an HF id. Each stage works in
     ``out_dir/<stage name>``: ``checkpoints/``, ``merged/`` (with ``lora_adapter/`` under LoRA) and
     this attempt's ``verl_metrics.<k>.jsonl``; ``data_root`` is where the agent loop and the reward
     find the databases; ``cpu``: train on the CPUs (the CPU platform; ``python`` defaults to ``.venv-verl``'s
-    there, this interpreter elsewhere).
+    there, this interpreter elsewhere); ``trackers``: the stage's dashboards (``train_overrides``).
     """
     _check(cfg, stages)
     python = python or (verl_python() if cpu else sys.executable)
@@ -185,7 +186,8 @@ def build_stage_plan(cfg: Config, stages: Sequence[CurriculumParquet], *, model_
         merged = stage_dir / "merged"
         metrics = next_metrics_file(stage_dir)
         overrides = train_overrides(cfg, stage, model_path=current, lora_adapter=adapter, stage_dir=stage_dir,
-                                    agent_loop_file=agent_loop_file, data_root=data_root, metrics_file=metrics, cpu=cpu)
+                                    agent_loop_file=agent_loop_file, data_root=data_root, metrics_file=metrics, cpu=cpu,
+                                    trackers=trackers)
         plan.append(Command(
             name=f"{stage.name} train", argv=(python, "-m", "verl.trainer.main_ppo", *overrides), cwd=stage_dir,
             env=_train_env(cfg, cpu), files={agent_loop_file: agent_loop_yaml(cfg, data_root)},
@@ -228,14 +230,14 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
 
 def train_overrides(cfg: Config, stage: CurriculumParquet, *, model_path: str, lora_adapter: str | None,
                     stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path,
-                    cpu: bool = False) -> list[str]:
+                    cpu: bool = False, trackers: Trackers | None = None) -> list[str]:
     """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.verl.extra``;
-    ``cpu``: ``cpu_overrides`` replace the ones they name."""
-    rl = cfg.rl
+    ``cpu``: ``cpu_overrides`` replace the ones they name; ``trackers``: the dashboards verl's own loggers
+    write to (none: console and the metrics file only)."""
+    rl, trackers = cfg.rl, trackers or Trackers.off()
     steps = stage_steps(rl, stage.rows)  # None: epochs over a stage whose size is not known yet (dry run)
     actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
     reward_kwargs = "+reward.custom_reward_function.reward_kwargs"
-    logger = rl.verl.logger
     pairs: list[tuple[str, object]] = [
         *PINNED,
         ("algorithm.adv_estimator", "grpo"),
@@ -279,11 +281,12 @@ def train_overrides(cfg: Config, stage: CurriculumParquet, *, model_path: str, l
         *((f"{reward_kwargs}.reward.{k}", v) for k, v in to_dict(cfg.reward).items()),
         *((f"{reward_kwargs}.sql.{k}", v) for k, v in to_dict(cfg.sql).items()),
         (f"{reward_kwargs}.data_root", str(data_root)),
-        ("trainer.project_name", PROJECT),
+        ("trainer.project_name", cfg.trackers.project),
         ("trainer.experiment_name", f"{cfg.run}-{stage.name}"),
-        ("trainer.logger", ["console", "file", *([logger] if logger != "none" else [])]),
+        # the trackers that are on (trackers.*), where the stage's own log: the same TensorBoard folder and MLflow run
+        ("trainer.logger", ["console", "file", *trackers.names]),
         (f"{RUNTIME_ENV}.VERL_FILE_LOGGER_PATH", str(metrics_file)),
-        *([(f"{RUNTIME_ENV}.TENSORBOARD_DIR", str(stage_dir / "tensorboard"))] if logger == "tensorboard" else []),
+        *((f"{RUNTIME_ENV}.{key}", value) for key, value in trackers.env().items()),
         ("trainer.default_local_dir", str(stage_dir / "checkpoints")),
         ("trainer.rollout_data_dir", str(stage_dir / ROLLOUTS_DIR)),  # per-step samples: the agent's behaviour
         ("trainer.resume_mode", "auto"),

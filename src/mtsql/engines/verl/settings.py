@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mtsql.base.config import Devices, Logger, RlConfig, operational, owned_by, result
+from mtsql.base.config import Devices, RlConfig, operational, owned_by, result
 
 
 @owned_by(RlConfig, "verl")
@@ -19,7 +19,6 @@ class VerlSettings:
     rollout_name: Literal["vllm", "sglang"] = result("vllm")
     rollout_tp: Devices = operational(1)  # tensor parallel size of the rollout server: the same model split over
                                           # GPUs
-    logger: Logger = operational("none")  # besides the metrics file
     extra: tuple[str, ...] = result(())  # more Hydra overrides for main_ppo, appended to the command
     extra_override: bool = operational(False)  # let rl.verl.extra replace overrides mtsql sets (else that is an
                                                # error); extra, hashed, holds the values that win
