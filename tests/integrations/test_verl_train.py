@@ -171,6 +171,25 @@ def test_a_changed_version_under_a_patch_fails_loudly(monkeypatch):
         cpu_platform.check_version("verl")
 
 
+def test_a_packed_layer_is_not_dispatched_again():
+    """A bucket's weight reload re-runs vLLM's CPU linear dispatch on layers it already packed (their weight
+    an empty 1-D tensor): the patch leaves those alone and passes every other layer on."""
+    from mtsql.engines.verl.cpu_platform import keep_packed
+
+    seen = []
+    dispatch = keep_packed(lambda layer, remove_weight: seen.append((layer, remove_weight)))
+    packed = torch.nn.Linear(4, 2)
+    packed.cpu_linear = torch.nn.functional.linear
+    packed.weight = torch.nn.Parameter(torch.empty(0), requires_grad=False)
+    fresh = torch.nn.Linear(4, 2)  # a layer the bucket reloaded: its 2-D weight is dispatched
+    bare = torch.nn.Linear(4, 2)
+    bare.weight = torch.nn.Parameter(torch.empty(0), requires_grad=False)  # never dispatched: passed on
+    for layer in (packed, fresh, bare):
+        dispatch(layer, True)
+    assert seen == [(fresh, True), (bare, True)]
+    assert dispatch.mtsql_cpu_patch
+
+
 def test_cpu_platform_does_nothing_where_cuda_is_visible(monkeypatch):
     from mtsql.engines.verl import cpu_platform
 

