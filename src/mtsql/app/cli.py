@@ -311,6 +311,10 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql or spider
             table.add_row(key.replace("_", " "), str(report_[key]))
     missing = ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items())
     table.add_row("missing databases", escape(missing) or "none")
+    differing = report_["schema_differences"]
+    table.add_row("tables.json differs from database", escape(", ".join(differing)) or "none")
+    for db_id, differences in differing.items():
+        table.add_row("", escape(f"{db_id}: {'; '.join(differences)}"))
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:

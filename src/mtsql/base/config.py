@@ -29,7 +29,7 @@ from mtsql.base.provenance import cpu_has_fast_bf16, data_digest
 from mtsql.base.slices import CURRICULUM_LABELS
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
-Dataset = Literal["sparc", "cosql", "spider"]
+Dataset = Literal["sparc", "cosql", "spider", "spider_dk", "spider_syn", "spider_realistic"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_mistakes"]
 Logger = Literal["none", "tensorboard", "wandb"]
@@ -155,6 +155,7 @@ class DataConfig:
                                             # eval datasets without one are scored by train_dataset's model. Only the
                                             # pipeline reads it: each run's stages see its datasets in the fields above
     eval_datasets: tuple[Dataset, ...] = result(("cosql", "sparc"))
+    eval_if_present: tuple[Dataset, ...] = result(())  # also scored when the data folder holds their eval split
     eval_split: Split = result("dev")
     eval_limit: AtLeast1 | None = result(None)  # N interactions, picked by eval_pick
     eval_pick: Literal["first", "spread"] = result("first")  # spread: one database after another, those with a file
