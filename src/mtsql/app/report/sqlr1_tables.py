@@ -58,10 +58,10 @@ def sqlr1_section(evals: dict[str, Artifact]) -> list[str]:
              for model, values in PAPER_TABLE_3.items()]
     lines += table(["model", *(level for level, _ in DIFFICULTIES)], rows)
     missing = [column for column, dataset, _ in TABLE_1 + TABLE_2
-               if dataset and not any(dataset in folders for _, _, folders in ours)]
+               if not dataset or not any(dataset in folders for _, _, folders in ours)]
     if missing:
-        lines += [f"Not evaluated in this run: {', '.join(missing)} (Spider test is not public with its databases; "
-                  "BIRD and Spider-Realistic are not shipped: docs/data.md says where to put them).", ""]
+        lines += [f"Not evaluated in this run: {', '.join(missing)} (mtsql reads no Spider test set; BIRD and "
+                  "Spider-Realistic are not shipped: docs/data.md says where to put them).", ""]
     return lines
 
 
