@@ -11,6 +11,7 @@ from mtsql.app.report.runs import evaluations, run_artifacts
 from mtsql.app.report.sqlr1_tables import sqlr1_section
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import ArtifactKey, Store
+from mtsql.core.data.robustness import ex_by_type
 from mtsql.core.sql.metrics import summarize
 
 from .blocks import block, metrics
@@ -25,7 +26,10 @@ def _items(folder: Path, flags: list[int | None], dataset: str) -> None:
     if dataset == "bird":
         rows = [row | {"question_id": i, "difficulty": LEVELS[i % 3]} for i, row in enumerate(rows)]
     (folder / "items.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (folder / "summary.json").write_text(json.dumps(summarize(rows, single_turn=True) | {"dataset": dataset}))
+    summary = summarize(rows, single_turn=True) | {"dataset": dataset}
+    if dataset == "spider_dk":
+        summary["ex_by_type"] = ex_by_type(rows, {i: i % 2 for i in range(len(rows))})
+    (folder / "summary.json").write_text(json.dumps(summary))
 
 
 def _evaluation(store: Store, label: str, results: dict[str, tuple[list, list]]) -> None:
@@ -64,6 +68,9 @@ def test_the_three_tables_hold_each_decoding_with_n_and_interval_beside_the_pape
     assert "| paper: SQL-R1-14B | 79.3" in table_2 and "| paper: SQL-R1-7B | 72.1" in table_3
     assert "smollm2-135m" in text and "no GPU" in text and "Ours are not the paper's setting" in text
     assert "Not evaluated in this run: Spider test, BIRD dev, Spider-Realistic" in text
+    by_type = text.split("Spider-DK by question type")[1]  # types 0 and 1 by turns; the None item is not scored
+    assert f"| ours: eval-base, greedy | {Rate(1, 2).cell()} | {Rate(0, 1).cell()} |" in by_type
+    assert f"| ours: eval-base, vote@8 | {Rate(1, 2).cell()} | {Rate(1, 1).cell()} |" in by_type
 
 
 def test_a_bird_evaluation_fills_table_1_and_the_difficulty_table(tmp_path):

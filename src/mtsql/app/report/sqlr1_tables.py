@@ -16,7 +16,7 @@ from mtsql.app.report.markdown import table
 from mtsql.app.report.runs import datasets, evaluation_of
 from mtsql.app.report.stats import Rate, wilson
 from mtsql.base.artifacts import Artifact
-from mtsql.base.files import read_jsonl
+from mtsql.base.files import read_json, read_jsonl
 
 # The benchmarks of SQL-R1's tables: (column, dataset in mtsql, size of the full set the paper scored).
 TABLE_1 = (("Spider dev", "spider", 1034), ("Spider test", None, 2147), ("BIRD dev", "bird", 1534))
@@ -57,12 +57,26 @@ def sqlr1_section(evals: dict[str, Artifact]) -> list[str]:
     rows += [[f"paper: {model}", *(_paper(v, n) for v, (_, n) in zip(values, DIFFICULTIES, strict=True))]
              for model, values in PAPER_TABLE_3.items()]
     lines += table(["model", *(level for level, _ in DIFFICULTIES)], rows)
+    lines += _dk_types(ours)
     missing = [column for column, dataset, _ in TABLE_1 + TABLE_2
                if not dataset or not any(dataset in folders for _, _, folders in ours)]
     if missing:
         lines += [f"Not evaluated in this run: {', '.join(missing)} (mtsql reads no Spider test set; BIRD and "
                   "Spider-Realistic are not shipped: docs/data.md says where to put them).", ""]
     return lines
+
+
+def _dk_types(ours: list[tuple[str, Artifact, dict[str, Path]]]) -> list[str]:
+    """Spider-DK's EX by question type (its ``summary.json``'s ``ex_by_type``), for the rows that scored it."""
+    found = {name: read_json(folders["spider_dk"] / "summary.json").get("ex_by_type") or {}
+             for name, _, folders in ours if "spider_dk" in folders}
+    kinds = sorted({kind for by_type in found.values() for kind in by_type}, key=lambda k: (len(k), k))
+    if not kinds:
+        return []
+    rows = [[name, *(Rate(by_type[k]["correct"], by_type[k]["scored"]).cell() if k in by_type else None
+                     for k in kinds)] for name, by_type in found.items()]
+    return ["Spider-DK by question type (0: no domain knowledge needed; 1-5: the Spider-DK paper's kinds T1-T5; "
+            "23, 34: two kinds), this run:", "", *table(["model", *(f"type {k}" for k in kinds)], rows)]
 
 
 def _who(scored: dict[str, Artifact]) -> str:
