@@ -3,7 +3,7 @@
     python tools/make_fixture.py ../shared/data
 
 Keeps a few dev and train databases (small ones) and every SParC / CoSQL interaction on them, the
-first Spider dev questions on each of them, in the same layout and formats as the full folder, so
+first Spider dev, Spider-DK and Spider-Syn questions on each of them, in the same layout and formats as the full folder, so
 tests and the tiny profile run anywhere.
 """
 
@@ -26,18 +26,23 @@ TRAIN_DBS = [
     "cinema", "voter_2",
 ]
 SPIDER_PER_DB = 15  # Spider dev questions kept per dev database (the first ones, in file order)
+SPIDER_SETS = {"spider": [], "spider_dk": ["new_concert_singer", "new_pets_1"], "spider_syn": []}  # and the
+# databases of their own they keep beside DEV_DBS (Spider-DK's modified copies)
 RAW_TRAIN = "extras/cosql_train_full_dialogues_from_QDA-SQL.json"
 ATTRIBUTION = """# Fixture subset of SParC / CoSQL / Spider
 
 A small subset of the data folder layout (see the project README), rebuilt by
 `tools/make_fixture.py`: the SParC and CoSQL dev interactions on {dev}, the first {per_db}
 Spider dev questions on each of them ({nspider} questions, `spider/dev.json` and
-`spider/dev_gold.txt` in the official single-turn formats), and the CoSQL train dialogues on
+`spider/dev_gold.txt` in the official single-turn formats), as many Spider-DK ({ndk}, with its own
+`tables.json` and its modified `new_concert_singer` and `new_pets_1`) and Spider-Syn ({nsyn}) questions
+on them, and the CoSQL train dialogues on
 {ntrain} small train databases, with their SQLite files (`wta_1` only as its empty schema-only
 stand-in, as in the full folder).
 
 Licence: CC BY-SA 4.0, like the data it is cut from. Spider (Yu et al., EMNLP 2018),
-SParC (Yu et al., ACL 2019) and CoSQL (Yu et al., EMNLP 2019), by Yale LILY and Salesforce.
+SParC (Yu et al., ACL 2019) and CoSQL (Yu et al., EMNLP 2019), by Yale LILY and Salesforce;
+Spider-DK (Gan et al., EMNLP 2021) and Spider-Syn (Gan et al., ACL 2021), MIT.
 CoSQL train dialogues as repackaged by the QDA-SQL project (full-dialogue format).
 
 `bird/dev/` is a BIRD-format stand-in (12 of the Spider questions above on concert_singer, pets_1 and
@@ -49,7 +54,7 @@ by `tools/make_bird_fixture.py`.
 def main(src: Path, dst: Path) -> None:
     if dst.exists():
         shutil.rmtree(dst)
-    keep = set(DEV_DBS) | set(TRAIN_DBS)
+    keep = set(DEV_DBS) | set(TRAIN_DBS) | {db for dbs in SPIDER_SETS.values() for db in dbs}
     for dataset in ("sparc", "cosql"):
         (dst / dataset).mkdir(parents=True)
         dev = [d for d in json.loads((src / dataset / "dev.json").read_text()) if d["database_id"] in keep]
@@ -63,7 +68,7 @@ def main(src: Path, dst: Path) -> None:
         for name in ("dev_db_ids.txt", "train_db_ids.txt"):
             ids = [i for i in (src / dataset / name).read_text().split() if i in keep]
             (dst / dataset / name).write_text("\n".join(ids) + "\n")
-    nspider = _spider_subset(src, dst, keep)
+    counts = {name: _spider_subset(src, dst, name, keep) for name in SPIDER_SETS}
     for db in sorted(keep):
         for folder in ("database", "database_schema_only"):
             path = src / folder / db / f"{db}.sqlite"
@@ -76,27 +81,30 @@ def main(src: Path, dst: Path) -> None:
     (dst / RAW_TRAIN).write_text(json.dumps(raw))
     build_bird(dst, dst / "bird", dbs=BIRD_DBS, per_db=BIRD_PER_DB)  # BIRD's layout, from the databases above
     (dst / "README.md").write_text(ATTRIBUTION.format(dev=", ".join(DEV_DBS), ntrain=len(TRAIN_DBS),
-                                                      per_db=SPIDER_PER_DB, nspider=nspider))
+                                                      per_db=SPIDER_PER_DB, nspider=counts["spider"],
+                                                      ndk=counts["spider_dk"], nsyn=counts["spider_syn"]))
 
 
-def _spider_subset(src: Path, dst: Path, keep: set[str]) -> int:
-    """Spider dev questions on the kept dev databases (at most ``SPIDER_PER_DB`` each), the same
-    lines of the gold file (``SQL<TAB>db_id``, line i for question i) and the kept tables."""
-    questions = json.loads((src / "spider" / "dev.json").read_text())
-    gold_lines = (src / "spider" / "dev_gold.txt").read_text().splitlines()
+def _spider_subset(src: Path, dst: Path, name: str, keep: set[str]) -> int:
+    """Questions of a Spider-format set on the kept dev databases and its own (at most ``SPIDER_PER_DB``
+    each), the same lines of the gold file (``SQL<TAB>db_id``, line i for question i) and the kept
+    tables of its ``tables.json`` (Spider-Syn has none: it reads Spider's)."""
+    questions = json.loads((src / name / "dev.json").read_text())
+    gold_lines = (src / name / "dev_gold.txt").read_text().splitlines()
     kept: dict[str, int] = {}
     dev, gold = [], []
     for question, line in zip(questions, gold_lines, strict=True):
         db = question["db_id"]
-        if db in DEV_DBS and kept.get(db, 0) < SPIDER_PER_DB:
+        if db in [*DEV_DBS, *SPIDER_SETS[name]] and kept.get(db, 0) < SPIDER_PER_DB:
             kept[db] = kept.get(db, 0) + 1
             dev.append(question)
             gold.append(line)
-    (dst / "spider").mkdir(parents=True)
-    (dst / "spider" / "dev.json").write_text(json.dumps(dev, indent=1))
-    (dst / "spider" / "dev_gold.txt").write_text("\n".join(gold) + "\n")
-    tables = [t for t in json.loads((src / "spider" / "tables.json").read_text()) if t["db_id"] in keep]
-    (dst / "spider" / "tables.json").write_text(json.dumps(tables, indent=1))
+    (dst / name).mkdir(parents=True)
+    (dst / name / "dev.json").write_text(json.dumps(dev, indent=1))
+    (dst / name / "dev_gold.txt").write_text("\n".join(gold) + "\n")
+    if (src / name / "tables.json").exists():
+        tables = [t for t in json.loads((src / name / "tables.json").read_text()) if t["db_id"] in keep]
+        (dst / name / "tables.json").write_text(json.dumps(tables, indent=1))
     return len(dev)
 
 

@@ -335,6 +335,10 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql, spider o
     table.add_row("unreadable databases", str(len(unreadable)) if unreadable else "none")
     for db, found in unreadable.items():
         table.add_row("", escape(f"{db} ({found[unit]} {unit}): {found['why']}"))
+    differing = report_["schema_differences"]
+    table.add_row("tables.json differs from database", escape(", ".join(differing)) or "none")
+    for db_id, differences in differing.items():
+        table.add_row("", escape(f"{db_id}: {'; '.join(differences)}"))
     failing = report_["gold_fail_after_joining_operators"]
     table.add_row("gold fail after joining '> ='", str(len(failing)))
     for item in failing:

@@ -28,7 +28,7 @@ from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.base.user_yaml import parse_yaml, read_yaml
 
 # Choice-valued settings: a value outside these is a config error when the config loads.
-Dataset = Literal["sparc", "cosql", "spider", "bird"]
+Dataset = Literal["sparc", "cosql", "spider", "spider_dk", "spider_syn", "spider_realistic", "bird"]
 Split = Literal["dev", "train"]
 Policy = Literal["model", "gold", "gold_with_correction", "gold_grounded", "own_mistakes"]
 
@@ -188,6 +188,7 @@ class DataConfig:
                                             # eval datasets without one are scored by train_dataset's model. Only the
                                             # pipeline reads it: each run's stages see its datasets in the fields above
     eval_datasets: tuple[Dataset, ...] = result(("cosql", "sparc"))
+    eval_if_present: tuple[Dataset, ...] = result(())  # also scored when the data folder holds their eval split
     eval_split: Split = result("dev")
     eval_limit: Items | None = result(None)  # N interactions, picked by eval_pick
     eval_pick: Literal["first", "spread"] = result("first")  # spread: one database after another, those with a file

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -22,8 +23,9 @@ from rich.table import Table
 
 from mtsql.base.files import check_folder, write_text
 from mtsql.base.paths import data_dir
-from mtsql.core.data import SINGLE_TURN_DATASETS, gold_file, tables_file
+from mtsql.core.data import SINGLE_TURN_DATASETS, dataset_file, gold_file, load_turns, tables_file
 from mtsql.core.data.records import Turn
+from mtsql.core.data.robustness import TYPE_KEY, check_present, ex_by_type
 from mtsql.core.sql.evaluation import EvaluateOptions, Evaluation, score_files, score_rows
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import METRICS, TURN_BUCKETS
@@ -40,11 +42,18 @@ def evaluate_files(dataset: str, pred_path: Path, *, data_root: Path | None = No
     """Score an official-format prediction file against a gold file (defaults: those of ``data_root``,
     else of the data folder)."""
     root = data_root or data_dir()
+    own_gold = gold_path is None
+    if own_gold:
+        check_present(dataset, dataset_file(dataset, "dev", root), root)
     gold_path = gold_path or gold_file(dataset, root)
     sources = DataSources(Path(db_dir or root / "database").resolve(), tables_path or tables_file(dataset, root),
                           (root / "database_schema_only",))
-    return score_files(gold_path, pred_path, sources, dataset=dataset, single_turn=dataset in SINGLE_TURN_DATASETS,
-                       options=options, allow_mismatch=allow_mismatch, progress=progress)
+    result = score_files(gold_path, pred_path, sources, dataset=dataset, single_turn=dataset in SINGLE_TURN_DATASETS,
+                         options=options, allow_mismatch=allow_mismatch, progress=progress)
+    if own_gold and dataset in TYPE_KEY:  # the gold file's lines are the questions of dev.json, in order
+        turns = load_turns(dataset, "dev", root=root, with_hardness=False)
+        _add_types(result, {turn.interaction_index: turn.extra["type"] for turn in turns})
+    return result
 
 
 def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = None,
@@ -52,12 +61,25 @@ def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = N
     """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file
     (single-turn tables when every turn is of a single-turn dataset)."""
     pairs = list(pairs)
+    root = data_dir(data_root)
+    sources = DataSources.from_root(root)
+    names = {turn.dataset for turn, _ in pairs}
+    if len(names) == 1:  # the dataset's own tables.json (Spider-DK's differs from Spider's)
+        sources = replace(sources, tables_json=tables_file(names.pop(), root))
     rows = [{"interaction_index": turn.interaction_index, "turn_index": turn.turn_index, "db_id": turn.db_id,
              "gold": turn.gold_sql,
              "pred": replace_value_placeholder(prediction_line(sql))}
             for turn, sql in pairs]
     single_turn = bool(pairs) and all(turn.dataset in SINGLE_TURN_DATASETS for turn, _ in pairs)
-    return score_rows(rows, DataSources.from_root(data_root), options, progress, single_turn)
+    result = score_rows(rows, sources, options, progress, single_turn)
+    if pairs and all("type" in turn.extra for turn, _ in pairs):
+        _add_types(result, {turn.interaction_index: turn.extra["type"] for turn, _ in pairs})
+    return result
+
+
+def _add_types(result: Evaluation, types: dict[int, object]) -> None:
+    """EX by question type (Spider-DK's ``type``) into the summary, as ``ex_by_type``."""
+    result.summary["ex_by_type"] = ex_by_type(result.items, types)
 
 
 def write_outputs(out_dir: Path, result: Evaluation) -> tuple[Path, Path]:
@@ -104,10 +126,23 @@ def render(summary: dict, console: Console) -> None:
     for metric in metrics:
         for line in _left_out_lines(_LABELS[metric], summary[metric], single):
             console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line per fact, for grep
+    if summary.get("ex_by_type"):
+        console.print(_type_table(summary["ex_by_type"]))
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
     if summary.get("extra_predictions"):
         console.print(f"{summary['extra_predictions']} prediction line(s) had no gold turn and were not scored")
+
+
+def _type_table(by_type: dict) -> Table:
+    """EX by question type (Spider-DK: 0 needs no domain knowledge, 1-5 the paper's kinds T1-T5)."""
+    table = Table(title="execution by question type")
+    table.add_column("type")
+    for kind in by_type:
+        table.add_column(kind, justify="right")
+    table.add_row("count", *(str(cell["scored"]) for cell in by_type.values()))
+    table.add_row("execution", *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in by_type.values()))
+    return table
 
 
 def _table(title: str, columns: list[str], metrics: list[str], cells_of) -> Table:

@@ -45,7 +45,7 @@ from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import bird_databases, database_path
 from mtsql.core.bird_evaluation import render_bird, score_bird_pairs
-from mtsql.core.data import eval_turns
+from mtsql.core.data import eval_dataset_names, eval_turns
 from mtsql.core.evaluation_files import render, score_pairs, write_outputs
 from mtsql.core.measures.cost import cost_per_turn
 from mtsql.core.measures.pass_at_k import pass_at_k_table
@@ -131,7 +131,7 @@ def engine_identity(cfg: ConfigView) -> dict:
 def check(cfg: ConfigView, *, model=None) -> None:
     """Every eval slice has turns, the base model exists when no trained one is given, and a chat API is
     asked for nothing it cannot do (a trained artifact, prompt lengths in the model's tokens)."""
-    for name in cfg.data.eval_datasets:
+    for name in eval_dataset_names(cfg.data, cfg.data_root):
         if not eval_turns(cfg.data, name, cfg.data_root, with_hardness=False):
             raise UsageError(f"evaluate: {name} {cfg.data.eval_split} of {cfg.data_root} has no turn to evaluate "
                              "(with data.eval_pick=spread, only dialogues whose database has a file count)")
@@ -141,6 +141,19 @@ def check(cfg: ConfigView, *, model=None) -> None:
     elif cfg.evaluate.prompt_filter_tokens is not None:
         raise UsageError("evaluate.prompt_filter_tokens counts prompt tokens with the model's tokenizer, which a "
                          f"chat API does not share: leave it unset with sample.backend={cfg.sample.backend}")
+
+
+def plan(cfg: ConfigView, out: Path, *, model=None) -> str:
+    """What this stage would score (``--dry-run``): each dataset's slice and the decodings."""
+    n_vote, n_pass = cfg.evaluate.vote, cfg.evaluate.samples
+    names = eval_dataset_names(cfg.data, cfg.data_root)
+    sizes = ", ".join(f"{name} {cfg.data.eval_split} ({len(eval_turns(cfg.data, name, cfg.data_root, with_hardness=False))}"
+                      " questions)" for name in names)
+    decodings = "greedy" + (f" and vote@{n_vote}" if n_vote > 1 else "") + (
+        f", pass@k from {max(n_vote, n_pass)} samples" if n_pass > 1 else "")
+    absent = [name for name in cfg.data.eval_if_present if name not in names]
+    return (f"# scores {sizes}: {decodings}; into {out}/<dataset>/"
+            + (f"\n# not in the data folder, so not scored: {', '.join(absent)}" if absent else ""))
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
@@ -159,7 +172,7 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend,
                                          max_response_tokens=budget) if n > 1 else None)
     blocks: dict[str, DatasetBlock] = {}
-    by_dataset = {name: eval_turns(cfg.data, name, root) for name in cfg.data.eval_datasets}
+    by_dataset = {name: eval_turns(cfg.data, name, root) for name in eval_dataset_names(cfg.data, root)}
     every_turn = [turn for turns in by_dataset.values() for turn in turns]
     greedy_rows, greedy_wall = _rollout(greedy, every_turn, 1, cfg, ctx.out / "greedy-rollout")
     greedy_rows = _split(greedy_rows, by_dataset)

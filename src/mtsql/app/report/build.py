@@ -18,6 +18,7 @@ from mtsql.app.report.published import published_section
 from mtsql.app.report.runs import datasets, evaluation_of, evaluations, headline, run_artifacts, variants
 from mtsql.app.report.self_correction import self_correction_section
 from mtsql.app.report.self_taught import kept_section
+from mtsql.app.report.sqlr1_tables import sqlr1_section
 from mtsql.app.report.warmstart import warmstart_section
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
@@ -87,6 +88,7 @@ def _write(tmp: Path, run: Path, arts: dict[str, Artifact], damaged: list[str], 
     lines += training.rl_section(arts, {variant: _rl_plots(arts, variant, tmp / "plots")
                                         for variant in variants(arts, "rl")})
     lines += provenance_section(arts)
+    lines += sqlr1_section(evals)
     lines += published_section({name for a in evals.values() for name in datasets(a)},
                                {label: evaluation_of(a) for label, a in evals.items()})
     (tmp / "report.md").write_text("\n".join(lines), encoding="utf-8")

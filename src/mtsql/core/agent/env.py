@@ -167,7 +167,7 @@ class SqlAgentEnv:
         system = prompts.system_prompt(mode=cfg.mode, max_messages=cfg.max_messages, result_chars=cfg.result_chars,
                                        thinking=cfg.thinking, protocol=cfg.protocol)
         user = prompts.user_prompt(
-            schema=render_schema(turn.db_id, self.data_root, cfg.sample_values), question=turn.question,
+            schema=render_schema(turn.db_id, self.data_root, cfg.sample_values, turn.dataset), question=turn.question,
             history=[(m.question, m.sql) for m in memory], show_history_sql=cfg.mode == "short",
             evidence=turn.evidence)
         self._turn, self._pending = turn, None

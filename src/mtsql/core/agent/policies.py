@@ -169,7 +169,7 @@ class GoldWithCorrectionPolicy(GoldPolicy):
         gold_sql = runnable(turn.gold_sql)
         gold = self._execute(db_path, gold_sql)
         ordered = "order by" in gold_sql.lower()
-        return [v for v in mutations(gold_sql, load_tables(turn.db_id, self.data_root))
+        return [v for v in mutations(gold_sql, load_tables(turn.db_id, self.data_root, turn.dataset))
                 if _differs(gold, self._execute(db_path, v.sql), ordered)]
 
     def _first(self, turn: Turn, rng: random.Random) -> str:
@@ -244,7 +244,7 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
         """The variants of the gold whose result shows the failure (``observed_failure``)."""
         db_path = database_path(turn.db_id, self.data_root)
         gold_sql = runnable(turn.gold_sql)
-        tables = load_tables(turn.db_id, self.data_root)
+        tables = load_tables(turn.db_id, self.data_root, turn.dataset)
         found = [*mutations(gold_sql, tables), *misnamed_columns(gold_sql, tables)]
         return [v for v in found if observed_failure(self._run_sql(db_path, v.sql), self._run_sql(db_path, gold_sql))]
 

@@ -1,8 +1,10 @@
 """A database schema as the model sees it: CREATE TABLE statements with keys and sample values.
 
-    render_schema("concert_singer", data_root, sample_values=3)
+    render_schema("concert_singer", data_root, sample_values=3, dataset="spider")
 
-Names, types and keys come from the Spider ``tables.json``; example values per column are read
+Names, types and keys come from the dataset's own ``tables.json`` (Spider-DK's describes its modified
+databases; a robustness set without one reads Spider's), else from the first of the data folder that
+lists the database; example values per column are read
 from the SQLite file through the read-only sandbox (none when the database file is missing, as for
 ``wta_1``). Renderings are cached per (database, data folder, number of values).
 """
@@ -35,19 +37,21 @@ class Table:
     foreign_keys: tuple[tuple[str, str, str], ...]  # (column, referenced table, referenced column)
 
 
-def render_schema(db_id: str, data_root: Path | None = None, sample_values: int = 3) -> str:
+def render_schema(db_id: str, data_root: Path | None = None, sample_values: int = 3,
+                  dataset: str | None = None) -> str:
     """The ``CREATE TABLE`` text of ``db_id``, each column commented with up to ``sample_values`` values."""
-    return _render(db_id, data_dir(data_root), sample_values)
+    return _render(db_id, data_dir(data_root), sample_values, dataset)
 
 
-def load_tables(db_id: str, data_root: Path | None = None) -> tuple[Table, ...]:
-    """The tables of ``db_id`` from the first ``tables.json`` of the data folder that lists it."""
-    return _tables(data_dir(data_root), db_id)
+def load_tables(db_id: str, data_root: Path | None = None, dataset: str | None = None) -> tuple[Table, ...]:
+    """The tables of ``db_id`` from ``dataset``'s ``tables.json``, else from the first of the data folder
+    that lists it."""
+    return _tables(data_dir(data_root), db_id, dataset)
 
 
 @lru_cache(maxsize=512)
-def _render(db_id: str, root: Path, sample_values: int) -> str:
-    tables = _tables(root, db_id)
+def _render(db_id: str, root: Path, sample_values: int, dataset: str | None) -> str:
+    tables = _tables(root, db_id, dataset)
     db_file = database_path(db_id, root)
     blocks = []
     for table in tables:
@@ -67,8 +71,8 @@ def _render(db_id: str, root: Path, sample_values: int) -> str:
 
 
 @lru_cache(maxsize=512)
-def _tables(root: Path, db_id: str) -> tuple[Table, ...]:
-    for path in tables_files(root):
+def _tables(root: Path, db_id: str, dataset: str | None) -> tuple[Table, ...]:
+    for path in tables_files(root, dataset):
         if path.exists():
             entry = _by_db(str(path)).get(db_id)
             if entry is not None:

@@ -24,17 +24,18 @@ from mtsql.core.data.bird import BirdSplit, bird_split, load_bird
 from mtsql.core.data.cosql_raw import load_raw_dialogues
 from mtsql.core.data.official import load_official
 from mtsql.core.data.records import Turn
+from mtsql.core.data.robustness import ROBUSTNESS_SETS, TYPE_KEY, check_present, question_key, schema_tables
 from mtsql.core.data.spider import load_spider
 from mtsql.core.sql import hardness_of
 from mtsql.core.sql.schema import check_databases
 
 DATASETS = typing.get_args(Dataset)
-SINGLE_TURN_DATASETS = ("spider", "bird")  # no dialogues: no interaction match, no turn buckets
+SINGLE_TURN_DATASETS = ("spider", *ROBUSTNESS_SETS, "bird")  # no dialogues: no interaction match, no turn buckets
 SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
 __all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
-           "gold_file", "load_turns", "split_file", "tables_file", "tables_files", "train_pool"]
+           "eval_dataset_names", "gold_file", "load_turns", "split_file", "tables_file", "tables_files", "train_pool"]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -80,11 +81,14 @@ def per_dataset_groups(cfg: DataConfig, root: Path) -> list[tuple[str, tuple[str
     own = [name for name in cfg.eval_datasets if name != cfg.train_dataset and has_split(name, cfg.train_split, root)]
     rest = tuple(name for name in cfg.eval_datasets if name not in own)
     return [*([(cfg.train_dataset, rest)] if rest else []), *((name, (name,)) for name in own)]
+
+
 def split_file(dataset: str, split: str, root: Path) -> Path:
     """The file of a split (:func:`dataset_file`), which must exist."""
     if dataset == "bird":
         return bird_split(split, root).questions
     path = dataset_file(dataset, split, root)
+    check_present(dataset, path, root)
     if not path.exists():
         hint = "only CoSQL has a raw train split here" if split == "train" else f"is {root} the data folder?"
         raise UsageError(f"{path}: no official {dataset} {path.name} in this data folder ({hint}); put one at that path")
@@ -97,17 +101,22 @@ def gold_file(dataset: str, root: Path | None = None) -> Path:
 
 
 def tables_file(dataset: str, root: Path | None = None) -> Path:
+    """The ``tables.json`` of a dataset's databases (a robustness set without one: Spider's)."""
     _check(dataset, "dev")
-    return (root or data_dir()) / dataset / "tables.json"
+    return schema_tables(dataset, root or data_dir())
 
 
-def tables_files(root: Path | None = None) -> list[Path]:
-    """Every tables.json of the data folder a schema may come from, in the order of ``DATASETS``
-    (BIRD's: its dev then its train split's)."""
+def tables_files(root: Path | None = None, dataset: str | None = None) -> list[Path]:
+    """Every tables.json of the data folder a schema may come from: ``dataset``'s own first, then the others in
+    the order of ``DATASETS`` (BIRD's: its dev then its train split's)."""
     root = root or data_dir()
-    return [path for dataset in DATASETS for path in (
-        [bird_dir(root) / split / f"{split}_tables.json" for split in SPLITS] if dataset == "bird"
-        else [tables_file(dataset, root)])]
+
+    def own(name: str) -> list[Path]:
+        return [bird_dir(root) / split / f"{split}_tables.json" for split in SPLITS] if name == "bird" \
+            else [tables_file(name, root)]
+
+    names = [*([dataset] if dataset else []), *DATASETS]
+    return list(dict.fromkeys(path for name in names for path in own(name)))
 
 
 def dev_db_ids(dataset: str, root: Path | None = None) -> set[str]:
@@ -138,7 +147,10 @@ def _read_split(path: Path, dataset: str, split: str, exclude_dbs: frozenset[str
         return tuple(load_raw_dialogues(path, exclude_dbs=set(exclude_dbs), split=split))
     if dataset == "bird":
         return tuple(load_bird(BirdSplit(path.parent, split)))
-    return tuple(load_spider(path, split) if dataset == "spider" else load_official(path, dataset, split))
+    if dataset in SINGLE_TURN_DATASETS:
+        return tuple(load_spider(path, split, dataset=dataset, question_key=question_key(dataset),
+                                 type_key=TYPE_KEY.get(dataset)))
+    return tuple(load_official(path, dataset, split))
 
 
 def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> list[Turn]:
@@ -153,6 +165,14 @@ def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> li
     check_databases(database_path(db, root) for db in sorted({t.db_id for t in turns}))  # named, never left out
     return [t for t in turns if (t.hardness is not None or not with_hardness or t.dataset == "bird")
             and database_path(t.db_id, root).is_file()]
+
+
+def eval_dataset_names(cfg: DataConfig, root: Path) -> tuple[str, ...]:
+    """The datasets an evaluation scores: ``eval_datasets``, then those of ``eval_if_present`` whose eval
+    split is in the data folder (BIRD and Spider-Realistic are not shipped)."""
+    present = (name for name in cfg.eval_if_present
+               if name not in cfg.eval_datasets and has_split(name, cfg.eval_split, root))
+    return (*cfg.eval_datasets, *present)
 
 
 def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool = True) -> list[Turn]:

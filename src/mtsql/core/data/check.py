@@ -8,8 +8,9 @@ from pathlib import Path
 
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import data_dir, database_path
-from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns
+from mtsql.core.data import SINGLE_TURN_DATASETS, load_turns, tables_file
 from mtsql.core.data.bird import check_bird
+from mtsql.core.data.schema_check import schema_differences
 from mtsql.core.sql.executor import execute_cached
 from mtsql.core.sql.schema import read_schema
 from mtsql.core.sql.vacuous import is_vacuous
@@ -36,9 +37,9 @@ def unreadable_why(db: Path) -> str | None:
 
 def check_split(dataset: str, split: str, root: Path | None = None, *, progress=None) -> dict:
     """Report on one split: interactions and turns (questions for a single-turn dataset), databases,
-    missing DBs, DBs that cannot be read (and why; their turns are not executed), failing gold SQL, and gold
-    SQL with an empty or all-NULL result (``gold_vacuous``); BIRD's report is
-    :func:`mtsql.core.data.bird.check_bird`'s."""
+    missing DBs, DBs that cannot be read (and why; their turns are not executed), failing gold SQL, gold
+    SQL with an empty or all-NULL result (``gold_vacuous``), and where the dataset's ``tables.json`` and
+    its databases differ (``schema_differences``); BIRD's report is :func:`mtsql.core.data.bird.check_bird`'s."""
     root = root or data_dir()
     if dataset == "bird":
         return check_bird(split, root, progress=progress)
@@ -70,6 +71,7 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
         f"{unit}_without_database": sum(t.db_id in missing for t in turns),
         "gold_fail_as_written": len(failing_raw),
         "gold_vacuous": len(vacuous),
+        "schema_differences": schema_differences(tables_file(dataset, root), dbs, root),
         "gold_fail_after_joining_operators": [
             {"interaction": t.interaction_index, "turn": t.turn_index, "db_id": t.db_id,
              "where": f"question {t.interaction_index}" if single else
