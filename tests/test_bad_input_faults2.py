@@ -11,21 +11,17 @@ process of their own (kill -9, a locale, a read-only mount, a lock held by anoth
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import mtsql
-from mtsql.app import cli
 from mtsql.app.pipeline import sample as sample_stage
 from mtsql.app.runner import run_stage
 from mtsql.app.status import status_rows
@@ -34,7 +30,9 @@ from mtsql.base.config import load_config
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.data.check import check_split
 
+from . import test_bad_input_store as store
 from .held import wait_for
+from .test_bad_input_store import refused, snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = str(REPO / "configs" / "profiles" / "tiny.yaml")
@@ -44,89 +42,14 @@ RUNS = ("--config", TINY, "runs_dir=runs")
 GOLD_POLICY = ("--policy", "gold", "data.train_limit=2")  # the sample of the fixture run: same fingerprint
 
 
-@dataclass(frozen=True)
-class Ran:
-    code: int
-    out: str  # stdout and stderr together
-
-    @property
-    def line(self) -> str:
-        return self.out.strip()
+# the store tests' fixtures: a working folder of its own, and a copy of a run holding one sample artifact
+here, sample_run, run, run_cli = store.here, store.sample_run, store.run, store.run_cli
 
 
-@pytest.fixture
-def run_cli(capsys):
-    """``run_cli(*args)``: ``mtsql ARGS`` in this process, as the console script runs it."""
-    def call(*args: str) -> Ran:
-        capsys.readouterr()
-        argv, handler = sys.argv, signal.getsignal(signal.SIGTERM)
-        sys.argv = ["mtsql", *args]
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        finally:
-            sys.argv = argv
-            signal.signal(signal.SIGTERM, handler)
-        captured = capsys.readouterr()
-        return Ran(code, captured.out + captured.err)
-    return call
-
-
-def refused(ran: Ran, code: int, *words: str) -> str:
-    """The one ``error:`` line of a refused command, holding every word."""
-    assert ran.code == code, ran.out
-    assert "Traceback" not in ran.out and len(ran.out.strip().splitlines()) == 1, ran.out
-    assert ran.line.startswith("error: "), ran.line
-    for word in words:
-        assert word in ran.line, f"{word!r} not in {ran.line!r}"
-    return ran.line
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every entry under ``folder``: a file's sha256, a link's target, a folder's mark."""
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        key = str(path.relative_to(folder))
-        if path.is_symlink():
-            found[key] = "-> " + os.readlink(path)
-        elif path.is_file():
-            found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
-        else:
-            found[key] = "dir"
-    return found
-
-
-@pytest.fixture
-def here(tmp_path, monkeypatch) -> Path:
-    """An empty working folder with its own MTSQL_HOME and HOME; the packaged data; wide tables."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HOME", str(tmp_path))
+@pytest.fixture(autouse=True)
+def wide(monkeypatch):
+    """Tables wide enough that a row's words are never cut."""
     monkeypatch.setenv("COLUMNS", "250")
-    for name in ("MTSQL_DATA", "MTSQL_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path
-
-
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory) -> Path:
-    """``runs/tiny`` with one complete sample artifact (the gold policy on two CoSQL dialogues)."""
-    root = tmp_path_factory.mktemp("store")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MTSQL_HOME", str(root / "home"))
-        patch.delenv("MTSQL_DATA", raising=False)
-        cfg = load_config(Path(TINY), [f"runs_dir={root / 'runs'}", "sample.policy=gold", "data.train_limit=2"])
-        run_stage("sample", cfg)
-    return root / "runs"
-
-
-@pytest.fixture
-def run(here, sample_run) -> Path:
-    """This test's copy of ``sample_run`` at ``./runs/tiny``."""
-    shutil.copytree(sample_run, here / "runs", symlinks=True)
-    return here / "runs" / "tiny"
 
 
 def sample_folder(run: Path, label: str = "sample") -> Path:

@@ -27,6 +27,7 @@ from mtsql.base.artifacts import Store
 from mtsql.base.config import load_config
 from mtsql.base.errors import UsageError
 
+from . import test_bad_input_store as store
 from .held import wait_for
 from .test_bad_input_store import (
     GOLD,
@@ -52,15 +53,7 @@ def run_cli(capsys):
     return call
 
 
-@pytest.fixture
-def here(tmp_path, monkeypatch) -> Path:
-    """An empty working folder with its own MTSQL_HOME and HOME; the packaged data."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for name in ("MTSQL_DATA", "MTSQL_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path
+here = store.here  # an empty working folder with its own MTSQL_HOME and HOME; the packaged data
 
 
 @pytest.fixture(scope="module")
