@@ -29,8 +29,8 @@ def test_the_spider_experiment_runs_and_reports_greedy_and_vote_side_by_side(tmp
 
 
 def test_the_spider_experiments_dry_run_plans_the_robustness_sets(tmp_path, monkeypatch, capsys):
-    """Every evaluation of the experiment scores Spider dev, Spider-DK and Spider-Syn, greedy and vote@8;
-    Spider-Realistic, not in the (fixture) data folder, is named as not scored."""
+    """Every evaluation of the experiment scores Spider dev, Spider-DK and Spider-Syn, greedy and vote@8, and
+    BIRD dev, whose folder the packaged fixture holds; Spider-Realistic, not in it, is named as not scored."""
     monkeypatch.delenv("MTSQL_DATA", raising=False)
     run_pipeline(REPO / "pipelines" / "spider.yaml", REPO / "configs" / "experiments" / "spider-sqlr1.yaml",
                  [f"runs_dir={tmp_path}"], dry_run=True)
@@ -38,6 +38,6 @@ def test_the_spider_experiments_dry_run_plans_the_robustness_sets(tmp_path, monk
     for label in ("eval-base", "eval-sft", "eval-rl"):
         plan = err.split(f"  {label} ")[1].split("\n  ")[0]
         assert re.search(r"scores spider dev \(12 questions\), spider_dk dev \(12 questions\), spider_syn dev "
-                         r"\(12 questions\): greedy and vote@8", plan), plan
+                         r"\(12 questions\), bird dev \(12 questions\): greedy and vote@8", plan), plan
         assert "not in the data folder, so not scored: spider_realistic" in plan
     assert not list(tmp_path.rglob("manifest.json"))
