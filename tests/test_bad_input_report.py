@@ -324,3 +324,14 @@ def test_r30_status_of_what_is_not_a_run_is_one_line(here, run, run_cli):
             "mtsql status runs/tiny")
     line = refused(run_cli("status", str(here / "nowhere")), 2, "no run")
     assert line.count(str(here / "nowhere")) == 2, line  # the run asked for and where it was looked for: once
+
+
+def test_a_pipeline_whose_report_folder_holds_a_users_file_is_refused_before_its_first_step(here, run, run_cli):
+    """The report is a pipeline's last step: a folder it could not replace is refused before any stage runs."""
+    (run / "report").mkdir()
+    (run / "report" / "mine.md").write_text("the user's own notes\n")
+    (here / "p.yaml").write_text("steps:\n  - stage: sample\n    label: s2\n"
+                                 "    overrides: [sample.policy=gold, data.train_limit=1]\n  - stage: report\n")
+    before = snapshot(here / "runs")
+    refused(run_cli("run", "p.yaml", "--config", TINY, "runs_dir=runs"), 2, "mine.md", "deletes only what it wrote")
+    assert snapshot(here / "runs") == before

@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mtsql.app.report import build_report
+from mtsql.app.report.destination import destination
 from mtsql.app.runner import STAGES, Pending, latest_input, run_stage, store_for
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.base.config import Config, build, load_config, replace
@@ -335,7 +336,8 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     ``model``, ``report`` builds the report; any other stage of ``runner.STAGES`` runs on the latest
     artifacts of its ``INPUTS``' default labels (the ones this pipeline made first). With ``data.per_dataset`` and more than one group of
     ``data.per_dataset_groups``, the whole pipeline runs once per group, as run ``<run>-<train dataset>``.
-    Every step of every group is checked (``step_configs``, ``_check_model_refs``) before the first runs."""
+    Every step of every group is checked (``step_configs``, ``_check_model_refs``, the report's folder) before
+    the first runs."""
     pipeline = load_pipeline(path)
     base_cfg = load_config(config_path, overrides)
     groups = per_dataset_groups(base_cfg.data, data_dir(base_cfg.data.root)) if base_cfg.data.per_dataset else []
@@ -346,6 +348,8 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     checked = [(title, step_configs(pipeline, path, config_path, group)) for title, group in runs]
     for _, configs in checked:
         _check_model_refs(pipeline, path, configs[0])
+        if any(step.stage == "report" for step in pipeline.steps):
+            destination(store_for(configs[0]).root, None)  # a report it could not write is refused before any work
     for title, configs in checked:
         if title:
             console.print(title)
