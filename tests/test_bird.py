@@ -323,12 +323,13 @@ def test_bad_bird_input_is_one_line_and_writes_nothing(case, tmp_path):
 
 
 def test_the_evaluate_stage_on_bird_gives_birds_table_by_difficulty(tmp_path, models_home, tiny_qwen3):
+    """On the packaged fixture's BIRD folder, whatever MTSQL_DATA names (CI's data folder holds no BIRD)."""
     from mtsql.app import pipeline
     from mtsql.base.files import read_jsonl
 
     from .test_pipeline import cfg_for
     cfg = cfg_for(tmp_path, "model.name=tiny-qwen3", "sample.max_new_tokens=8", "data.eval_datasets=[bird]",
-                  "data.eval_limit=3", "data.eval_pick=spread")
+                  "data.eval_limit=3", "data.eval_pick=spread", f"data.root={FIXTURE_DATA}")
     art = pipeline.evaluate(cfg, label="eval-base")
     block = art.metrics["datasets"]["bird"]
     items = read_jsonl(art.path / "bird" / "items.jsonl")
