@@ -14,6 +14,12 @@ from ..caches import clear_caches
 
 pytestmark = pytest.mark.data
 
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path, monkeypatch):
+    """A gold cache of this test's own: what other runs saved under the user's MTSQL_HOME is not read."""
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
+
 # dataset -> (turns, interactions, the one gold SQLite rejects: (interaction, turn, db))
 EXPECTED = {"sparc": (1203, 422, (161, 1, "battle_death")), "cosql": (1007, 293, (100, 1, "car_1"))}
 
