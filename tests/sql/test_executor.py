@@ -229,3 +229,16 @@ def test_fuzz_never_raises_and_never_changes_the_database(db, pieces):
     assert isinstance(result.preview(), str)
     assert sha256(db) == before
     assert execute(db, "SELECT count(*) FROM student").rows == ((4,),)  # nothing carried to the next query
+
+
+def test_execute_cached_keeps_results_and_query_errors_but_not_a_failure_of_the_machine(db, monkeypatch):
+    real_execute, calls = executor.execute, []
+    locked = executor.ExecResult(False, (), (), "other", "database is locked", False, 0.0)
+    answers = iter([locked])
+    monkeypatch.setattr(executor, "execute", lambda *a, **k: calls.append(a[1]) or next(answers, None)
+                        or real_execute(*a, **k))
+    executor.forget_cached()
+    assert execute_cached(db, "SELECT 1").transient and execute_cached(db, "SELECT 1").ok
+    assert execute_cached(db, "SELECT 1").ok and calls == ["SELECT 1", "SELECT 1"]
+    assert not execute_cached(db, "SELECT * FROM nowhere").transient
+    assert execute_cached(db, "SELECT * FROM nowhere").error_class == "no_such_table" and len(calls) == 3

@@ -96,3 +96,36 @@ def test_any_damaged_file_is_recomputed_with_a_warning(sources, gold_work, conte
     assert len(gold_work) == 6  # computed again, not served from the damaged file
     assert f"gold cache {path} is damaged" in caplog.text
     assert isinstance(pickle.loads(path.read_bytes()), dict)  # saved again, whole
+
+
+@pytest.mark.parametrize("failure", [("timeout", "interrupted: time budget exceeded"),
+                                     ("other", "database is locked"), ("other", "disk I/O error"),
+                                     ("other", "unable to open database file"), ("other", "out of memory"),
+                                     ("no_database", "no database file at /gone/school.sqlite")])
+def test_a_failure_of_the_machine_is_forgotten_and_the_next_scoring_runs_the_gold_again(sources, monkeypatch,
+                                                                                        failure):
+    """A gold query that failed because of the machine (load, a lock, I/O, memory), not because of the
+    query, must not decide a later score: neither the process memo nor the saved file keeps it."""
+    real_execute = gold_cache.execute
+    flaky = ExecResult(False, (), (), *failure, False, 0.1)
+    monkeypatch.setattr(gold_cache, "execute", lambda *a, **k: flaky)
+    with gold_cache.persisted("school", (sources.db_dir,)):  # the process memo is not cleared in between
+        assert score(GOLD[0], PRED[0], "school", sources).execution is None
+        monkeypatch.setattr(gold_cache, "execute", real_execute)
+        assert score(GOLD[0], GOLD[0], "school", sources).execution == 1
+    path = gold_cache.cache_file("school", (sources.db_dir,))
+    assert not any(value == flaky for value in pickle.loads(path.read_bytes()).values())
+
+
+def test_a_query_error_is_remembered(sources, monkeypatch):
+    """An error of the query itself (here UNION's sides disagree on their columns) is its result: run
+    once, then served."""
+    broken = "SELECT name FROM student WHERE age > 20 UNION SELECT name, age FROM student"
+    runs: list[str] = []
+    real_execute = gold_cache.execute
+    monkeypatch.setattr(gold_cache, "execute", lambda db, sql, **k: runs.append(sql) or real_execute(db, sql, **k))
+    clear_caches()
+    for _ in range(2):
+        with gold_cache.persisted("school", (sources.db_dir,)):
+            assert score(broken, "SELECT 1", "school", sources).execution is None
+    assert runs == [broken]

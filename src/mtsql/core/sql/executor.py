@@ -12,7 +12,6 @@ SQLite's own message.
 
 from __future__ import annotations
 
-import functools
 import marshal
 import os
 import sqlite3
@@ -37,6 +36,9 @@ _READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_inf
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
                               sqlite3.SQLITE_RECURSIVE})
 _DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
+# SQLite's messages for a failure of the machine rather than of the query (a lock, I/O, memory, files)
+_MACHINE_FAILURES = ("database is locked", "database table is locked", "disk i/o error", "out of memory",
+                     "unable to open database file", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,15 @@ class ExecResult:
     error_message: str | None
     truncated: bool
     elapsed_s: float
+
+    @property
+    def transient(self) -> bool:
+        """Whether the failure says more about the machine than the query (a timeout, a lock, I/O,
+        memory, a missing file): running it again may succeed, so no cache keeps it."""
+        if self.ok:
+            return False
+        message = (self.error_message or "").lower()
+        return self.error_class in ("timeout", "no_database") or any(text in message for text in _MACHINE_FAILURES)
 
     def preview(self, max_chars: int = 200) -> str:
         """A short rendering: the error, or a header line and rows ("a | b"), cut to ``max_chars``."""
@@ -240,11 +251,26 @@ def classify_error(message: str) -> str:
     return "other"
 
 
-@functools.lru_cache(maxsize=16_384)
-def _execute_cached(db_key: str, sql: str, timeout_s: float, max_rows: int) -> ExecResult:
-    return execute(db_key, sql, timeout_s=timeout_s, max_rows=max_rows)
+_CACHED: OrderedDict[tuple, ExecResult] = OrderedDict()
+_CACHED_MOST = 16_384
 
 
 def execute_cached(db_path, sql, *, timeout_s=5.0, max_rows=10_000) -> ExecResult:
-    """``execute`` memoised per (database, query, limits): for gold queries, whose results never change."""
-    return _execute_cached(str(db_path), sql, float(timeout_s), int(max_rows))
+    """``execute`` memoised per (database, query, limits), least recently used out: for gold queries,
+    whose results never change. A transient failure is returned but not kept."""
+    key = (str(db_path), sql, float(timeout_s), int(max_rows))
+    result = _CACHED.get(key)
+    if result is not None:
+        _CACHED.move_to_end(key)
+        return result
+    result = execute(key[0], sql, timeout_s=timeout_s, max_rows=max_rows)
+    if not result.transient:
+        _CACHED[key] = result
+        if len(_CACHED) > _CACHED_MOST:
+            _CACHED.popitem(last=False)
+    return result
+
+
+def forget_cached() -> None:
+    """Forget what :func:`execute_cached` kept."""
+    _CACHED.clear()

@@ -9,8 +9,8 @@ new ones saved at the end, so evaluating another prediction file against the sam
 the same file again) parses and runs no gold query. The file name carries a digest of everything the
 entries depend on: the database's SQLite files (name, size, modification time), the source of
 ``mtsql.core.sql`` and the versions of SQLite, NLTK, sqlparse and Python, so an edited database or
-evaluator never serves old entries (and the file they left is deleted). Timeouts are not saved
-(they depend on the machine's load).
+evaluator never serves old entries (and the file they left is deleted). Failures of the machine
+rather than the query (timeouts, locks, I/O: ``ExecResult.transient``) are neither memoised nor saved.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def _memoised(key: tuple, compute: Callable[[], object]):
     value = _MEMO.get(key, _MISSING)
     if value is _MISSING:
         value = compute()  # an exception propagates and nothing is stored
+        if isinstance(value, ExecResult) and value.transient:  # a timeout, a lock, I/O: may run next time
+            return value
         _MEMO[key] = value
         if len(_MEMO) > MAX_ENTRIES:
             _MEMO.popitem(last=False)
@@ -91,8 +93,7 @@ def persisted(db_id: str, folders: Sequence[Path]) -> Iterator[None]:
     _used = {}
     try:
         yield
-        new = {key: value for key, value in _used.items() if key not in saved and key[1].startswith(prefixes)
-               and not (isinstance(value, ExecResult) and value.error_class == "timeout")}
+        new = {key: value for key, value in _used.items() if key not in saved and key[1].startswith(prefixes)}
     finally:
         _used = None
     if new:  # with what another process saved for this database meanwhile (BIRD splits a database's items)
