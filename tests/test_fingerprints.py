@@ -7,14 +7,17 @@ import shutil
 import pytest
 import yaml
 
+from mtsql.app.config import load_config
 from mtsql.app.runner import STAGES, run_stage, store_for, view_for
 from mtsql.base import provenance
 from mtsql.base.artifacts import ArtifactKey, Store
-from mtsql.base.config import ConfigView, RlConfig, SampleConfig, UndeclaredSection, engines_of, load_config
+from mtsql.base.config import ConfigView, UndeclaredSection, engines_of
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA, data_dir
 from mtsql.engines.backends import BACKENDS
+from mtsql.engines.backends.settings import SampleConfig
 from mtsql.engines.rl_engines import RL_ENGINES
+from mtsql.engines.rl_settings import RlConfig
 
 
 def cfg_for(tmp_path, *overrides):

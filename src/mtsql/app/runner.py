@@ -33,8 +33,9 @@ from types import ModuleType
 from rich.console import Console
 from rich.markup import escape
 
+from mtsql.app.config import Config
 from mtsql.base.artifacts import Artifact, ArtifactKey, StageContext, Store, check_inputs, fingerprint
-from mtsql.base.config import Config, ConfigView, to_dict
+from mtsql.base.config import ConfigView, to_dict
 from mtsql.base.errors import UsageError
 from mtsql.base.files import check_folder
 from mtsql.base.paths import folder_name, label_name, user_path

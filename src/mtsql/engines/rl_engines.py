@@ -18,9 +18,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from mtsql.base.config import RlConfig, engines_of
+from mtsql.base.config import engines_of
 from mtsql.base.errors import UsageError
 from mtsql.core.results import TrainingStep
+from mtsql.engines.rl_settings import RlConfig
 
 
 def pick_engine(name: str) -> str:

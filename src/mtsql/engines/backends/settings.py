@@ -7,11 +7,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from mtsql.base.config import NonNegative, Range, SampleConfig, Seconds, operational, owned_by, result
+from mtsql.base.config import (
+    Batch,
+    EngineOwned,
+    NonNegative,
+    Range,
+    Samples,
+    Seconds,
+    Share,
+    Tokens,
+    operational,
+    owned_by,
+    result,
+)
+from mtsql.core.agent.settings import Policy
 
 GiB = Annotated[float, Range(0, low_open=True, most=2**14)]  # a memory size, at most 16 TiB
 Concurrency = Annotated[int, Range(1, most=1024)]  # requests in flight at once
 Retries = Annotated[int, Range(0, most=100)]  # attempts after the first
+
+
+@dataclass(frozen=True)
+class SampleConfig(EngineOwned):
+    """Trajectory sampling (rollout); ``sample.<backend>`` holds the backend's own settings."""
+
+    SELECTOR = "backend"
+
+    policy: Policy = result("model")
+    correction_share: Share = result(1.0)  # gold_with_correction: the share of trajectories that first run a wrong
+                                           # variant; the others run the gold at once
+    failure_share: Share = result(0.586)  # gold_grounded: the share of trajectories whose first query fails in a
+                                          # way the result shows, then is corrected (policies.MEASURED_FAILURE_SHARE:
+                                          # the share of failed exec_sql turns the SFT model meets)
+    backend: str = result("hf")  # a registered generation backend (engines/backends/settings.py: hf, vllm, openai);
+                                 # its settings are sample.<backend>
+    n: Samples = result(1)
+    temperature: NonNegative = result(0.7)  # 0: greedy
+    top_p: Share = result(1.0)
+    max_new_tokens: Tokens = result(512)
+    batch_size: Batch = operational(16)  # conversations per backend call: each record's seed derives from its
+                                         # turn, sample and message, so records do not depend on batching
 
 
 @owned_by(SampleConfig, "hf")

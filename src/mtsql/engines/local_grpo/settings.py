@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mtsql.base.config import Layers, RlConfig, owned_by, result
+from mtsql.base.config import Layers, owned_by, result
+from mtsql.engines.rl_settings import RlConfig
 
 
 @owned_by(RlConfig, "local")
