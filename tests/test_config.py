@@ -100,9 +100,9 @@ def test_a_bad_choice_on_the_command_line_exits_2_before_anything_is_written(tmp
 
 @pytest.mark.parametrize("use_cpu, fast, expected", [(True, True, True), (True, False, False), (False, False, True)])
 def test_bf16_auto_follows_the_hardware(monkeypatch, use_cpu, fast, expected):
-    import mtsql.app.config
+    import mtsql.engines.llamafactory.settings
 
-    monkeypatch.setattr(mtsql.app.config, "cpu_has_fast_bf16", lambda: fast)
+    monkeypatch.setattr(mtsql.engines.llamafactory.settings, "cpu_has_fast_bf16", lambda: fast)
     cfg = load_config(None, ["sft.bf16=auto", f"sft.use_cpu={str(use_cpu).lower()}"])
     assert cfg.sft.bf16 is expected
     assert load_config(None, ["sft.bf16=true"]).sft.bf16 is True

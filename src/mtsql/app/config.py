@@ -1,34 +1,31 @@
-"""The whole configuration: every section, composed from the modules that own them, and ``load_config``."""
+"""The whole configuration: every section, composed from the modules that own them, and ``load_config``.
+
+    cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_messages=6"])
+
+Each section is declared beside the code that reads it; this module composes them (so it sits above
+every owner), says which keys mtsql no longer reads (``REMOVED``) and checks the settings that are only
+valid together. A profile may start with ``base: other.yaml`` (relative to itself) to inherit and
+override (``base.config.read_raw``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from mtsql.base.config import (
-    _CONTEXT_READERS,
-    Range,
-    _Origins,
-    _read_yaml_chain,
-    _set_dotted,
-    build,
-    operational,
-    replace,
-    result,
-)
+from mtsql.base.config import Origins, Range, build, operational, read_raw, result
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import folder_name
-from mtsql.base.provenance import cpu_has_fast_bf16
 from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.base.trackers import TrackersConfig
-from mtsql.base.user_yaml import parse_yaml
 from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.data.settings import DataConfig
 from mtsql.core.rewards import RewardConfig
 from mtsql.engines.backends.settings import SampleConfig
-from mtsql.engines.llamafactory.settings import SftConfig
+from mtsql.engines.llamafactory.settings import SftConfig, with_bf16_resolved
+from mtsql.engines.models.registry import model_context
 from mtsql.engines.models.settings import ModelConfig
 from mtsql.engines.rl_settings import RlConfig
 from mtsql.stages.curriculum import CurriculumConfig
@@ -58,32 +55,42 @@ class Config:
     trackers: TrackersConfig = field(default_factory=TrackersConfig)
 
 
+REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
+    "evaluate.limit": "evaluate.limit was never read: data.eval_limit sets how many interactions are scored",
+    **{old: f"renamed: use '{new}' ({why})" for old, new, why in (
+        ("sft.freeze_layers", "sft.trainable_layers", "it counts the last decoder layers that train"),
+        ("rl.freeze_layers", "rl.local.trainable_layers", "it counts the last decoder layers that train"),
+        ("env.max_turns", "env.max_messages", "it counts assistant messages; a turn is a dialogue turn"),
+        ("rl.max_turn_tokens", "rl.max_message_tokens", "the cap is per assistant message"),
+    )},
+    **{old: "moved: trackers.tensorboard / trackers.wandb / trackers.mlflow turn each dashboard on, for every stage"
+       for old in ("sft.logger", "rl.logger", "rl.verl.logger")},
+    # settings that moved into the sub-section of the engine that reads them
+    **{f"{section}.{old}": f"moved: use '{section}.{engine}.{new}' (a setting of the {engine} engine only)"
+       for section, engine, names in (
+           ("sample", "vllm", ("base_url", "model", "python", "kv_cache_gib", "eager", "args", "start_timeout_s")),
+           ("sample", "openai", ("base_url", "model", "concurrency", "timeout_s")),
+           ("rl", "verl", ("n_gpus_per_node", "nnodes", "ray_address", "rollout_name", "rollout_tp", "extra",
+                           "extra_override")),
+           ("rl", "local", ("trainable_layers", "rollout_backend")))
+       for new in names for old in ((f"{engine}_{new}",) if section == "sample" else (new,))},
+}
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML profile (with ``base:`` inheritance), apply ``a.b=value`` overrides, validate.
 
     Every error names the key and where its value came from: the file that set it, or the override."""
-    raw: dict = {}
-    origins: dict[str, str] = {}
-    if path is not None:
-        raw = _read_yaml_chain(Path(path), (), origins)
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"override {item!r}: expected key.sub=value")
-        value = parse_yaml(text, f"override {item!r}") if text.strip() else None
-        _set_dotted(raw, key.strip().split("."), value)
-        origins[key.strip()] = f"override {item!r}"
-    where = _Origins(origins, str(path) if path is not None else "<defaults>")
-    cfg = build(Config, raw, source=where, prefix="")
+    raw, where = read_raw(path, overrides)
+    cfg = build(Config, raw, source=where, prefix="", removed=REMOVED)
     _check_curriculum(cfg.curriculum, where)
     _check_together(cfg, where)
     _check_context(cfg, where)
-    if cfg.sft.bf16 == "auto":  # resolved here, so config.yaml and the fingerprint show what runs
-        cfg = replace(cfg, sft={"bf16": not cfg.sft.use_cpu or cpu_has_fast_bf16()})
-    return cfg
+    # resolved here, so config.yaml and the fingerprint show what runs
+    return dataclasses.replace(cfg, sft=with_bf16_resolved(cfg.sft))
 
 
-def _check_curriculum(cfg: CurriculumConfig, where: _Origins) -> None:
+def _check_curriculum(cfg: CurriculumConfig, where: Origins) -> None:
     if not cfg.stages or not all(cfg.stages):
         raise UsageError(f"{where.of('curriculum.stages')}: 'curriculum.stages' needs at least one stage and a "
                          f"label in each; got {[list(stage) for stage in cfg.stages]}")
@@ -94,7 +101,7 @@ def _check_curriculum(cfg: CurriculumConfig, where: _Origins) -> None:
                          f"{cfg.by} labels; with curriculum.by={cfg.by} use {', '.join(labels)}")
 
 
-def _check_together(cfg: Config, where: _Origins) -> None:
+def _check_together(cfg: Config, where: Origins) -> None:
     """Settings that are only valid together with others (single ranges are checked by ``build``)."""
     datasets = cfg.data.eval_datasets
     if not datasets or len(set(datasets)) != len(datasets):
@@ -121,9 +128,9 @@ def _check_together(cfg: Config, where: _Origins) -> None:
                          f"(ranks count from 0); got {cfg.sft.node_rank}")
 
 
-def _check_context(cfg: Config, where: _Origins) -> None:
+def _check_context(cfg: Config, where: Origins) -> None:
     """What one assistant message may generate fits in the model's context (when it is known)."""
-    context = _CONTEXT_READERS[0](cfg.model.name) if _CONTEXT_READERS else None
+    context = model_context(cfg.model.name)
     if context is None:
         return
     for key, value in (("sample.max_new_tokens", cfg.sample.max_new_tokens),

@@ -1,11 +1,13 @@
-"""Configuration: YAML files plus dotted command-line overrides, validated into frozen dataclasses.
+"""How a configuration is declared, read and checked; the sections themselves live beside their owners.
 
-    cfg = load_config("configs/profiles/tiny.yaml", ["sample.n=8", "env.max_messages=6"])
-
-Every knob of every stage lives in one section dataclass below, with its default. An unknown key, a
-value of the wrong type or outside its bounds (every size has a ceiling: ``Range.most``) is a
-``UsageError`` naming the key, the file and the closest valid key or the bound. A profile may start
-with ``base: other.yaml`` (relative to itself) to inherit and override.
+A section is a frozen dataclass next to the code that reads it (``core/agent/settings.py`` for ``env``
+and ``sql``, ``engines/llamafactory/settings.py`` for ``sft``, ...; ``app/config.py`` composes them
+into ``Config`` and is where ``load_config`` lives). This module is the mechanism they share: numeric
+bounds (``Range`` and the size aliases), the ``result`` / ``operational`` call of each field,
+engine-owned sub-sections, reading YAML files with ``base:`` inheritance and dotted overrides
+(``read_raw``), validating them into dataclasses (``build``: an unknown key, a value of the wrong type
+or outside its bounds is a ``UsageError`` naming the key, where it came from and the closest valid key
+or the bound), and the stage's view of a config (``ConfigView``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,7 +26,7 @@ from typing import Annotated, Any, Literal
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import bird_dir
 from mtsql.base.provenance import data_digest
-from mtsql.base.user_yaml import read_yaml
+from mtsql.base.user_yaml import parse_yaml, read_yaml
 
 
 @dataclass(frozen=True)
@@ -96,18 +99,6 @@ def operational(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
     return field(default=default, metadata={HASHED: False}, **kwargs)
 
 
-# How many tokens a model's context holds, by ``model.name``, where that is known without building or
-# fetching anything (None: not known yet). ``mtsql.engines`` registers the model registry's reader, which
-# reads ``max_position_embeddings`` from the model folder's config.json.
-_CONTEXT_READERS: list[typing.Callable[[str], int | None]] = []
-
-
-def context_reader(read: typing.Callable[[str], int | None]) -> typing.Callable[[str], int | None]:
-    """Register how the config learns a model's context (``sample.max_new_tokens`` is held to it)."""
-    _CONTEXT_READERS[:] = [read]
-    return read
-
-
 # Engine-owned sub-sections. A section with a ``SELECTOR`` (``sample.backend``, ``rl.engine``) holds one
 # sub-section per engine registered for it (``sample.vllm``, ``rl.verl``): each engine declares its own
 # settings dataclass next to its code (``engines/*/settings.py``) with ``@owned_by(Section, "name")``,
@@ -165,7 +156,7 @@ class EngineOwned:
         return dataclasses.replace(self, owned={**self.owned, name: dataclasses.replace(self.owned[name], **settings)})
 
 
-class _Origins:
+class Origins:
     """Where each dotted key's value came from (a file or an override), for error messages."""
 
     def __init__(self, origins: dict[str, str], default: str):
@@ -221,6 +212,23 @@ def replace(cfg: Any, **sections: dict) -> Any:
     return dataclasses.replace(cfg, **changed)
 
 
+def read_raw(path: str | Path | None, overrides: typing.Iterable[str]) -> tuple[dict, Origins]:
+    """A YAML profile (with ``base:`` inheritance) and ``a.b=value`` overrides as one mapping, and where
+    each of its keys came from: the file that set it, or the override."""
+    raw: dict = {}
+    origins: dict[str, str] = {}
+    if path is not None:
+        raw = _read_yaml_chain(Path(path), (), origins)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"override {item!r}: expected key.sub=value")
+        value = parse_yaml(text, f"override {item!r}") if text.strip() else None
+        _set_dotted(raw, key.strip().split("."), value)
+        origins[key.strip()] = f"override {item!r}"
+    return raw, Origins(origins, str(path) if path is not None else "<defaults>")
+
+
 def _read_yaml_chain(path: Path, seen: tuple[Path, ...], origins: dict[str, str]) -> dict:
     path = path.expanduser()
     if path.resolve() in seen:
@@ -267,31 +275,15 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
     tree[keys[-1]] = value
 
 
-REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
-    "evaluate.limit": "evaluate.limit was never read: data.eval_limit sets how many interactions are scored",
-    **{old: f"renamed: use '{new}' ({why})" for old, new, why in (
-        ("sft.freeze_layers", "sft.trainable_layers", "it counts the last decoder layers that train"),
-        ("rl.freeze_layers", "rl.local.trainable_layers", "it counts the last decoder layers that train"),
-        ("env.max_turns", "env.max_messages", "it counts assistant messages; a turn is a dialogue turn"),
-        ("rl.max_turn_tokens", "rl.max_message_tokens", "the cap is per assistant message"),
-    )},
-    **{old: "moved: trackers.tensorboard / trackers.wandb / trackers.mlflow turn each dashboard on, for every stage"
-       for old in ("sft.logger", "rl.logger", "rl.verl.logger")},
-    # settings that moved into the sub-section of the engine that reads them
-    **{f"{section}.{old}": f"moved: use '{section}.{engine}.{new}' (a setting of the {engine} engine only)"
-       for section, engine, names in (
-           ("sample", "vllm", ("base_url", "model", "python", "kv_cache_gib", "eager", "args", "start_timeout_s")),
-           ("sample", "openai", ("base_url", "model", "concurrency", "timeout_s")),
-           ("rl", "verl", ("n_gpus_per_node", "nnodes", "ray_address", "rollout_name", "rollout_tp", "extra",
-                           "extra_override")),
-           ("rl", "local", ("trainable_layers", "rollout_backend")))
-       for new in names for old in ((f"{engine}_{new}",) if section == "sample" else (new,))},
-}
 
 
-def build(cls: type, raw: Any, *, source: str | _Origins, prefix: str) -> Any:
-    """Validate a mapping into dataclass ``cls``; errors name the dotted key and where it came from."""
-    where = source if isinstance(source, _Origins) else _Origins({}, source)
+NOTHING_REMOVED: Mapping[str, str] = types.MappingProxyType({})
+
+
+def build(cls: type, raw: Any, *, source: str | Origins, prefix: str, removed: Mapping[str, str] = NOTHING_REMOVED) -> Any:
+    """Validate a mapping into dataclass ``cls``; errors name the dotted key and where it came from.
+    ``removed``: dotted keys no longer read, with what the error says to use instead."""
+    where = source if isinstance(source, Origins) else Origins({}, source)
     name = prefix.rstrip(".") or "top level"
     if not isinstance(raw, dict):
         raise UsageError(f"{where.of(name)}: '{name}' must be a mapping, got {type(raw).__name__}")
@@ -302,15 +294,15 @@ def build(cls: type, raw: Any, *, source: str | _Origins, prefix: str) -> Any:
     for key, value in raw.items():
         if key in engines:
             owned[key] = build(engines[key], value if value is not None else {}, source=where,
-                               prefix=f"{prefix}{key}.")
+                               prefix=f"{prefix}{key}.", removed=removed)
             continue
         if key not in names:
             names = [*names, *engines]
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(names)}"
-            hint = f"; {REMOVED[f'{prefix}{key}']}" if f"{prefix}{key}" in REMOVED else hint
+            hint = f"; {removed[f'{prefix}{key}']}" if f"{prefix}{key}" in removed else hint
             raise UsageError(f"{where.of(f'{prefix}{key}')}: unknown key '{prefix}{key}'{hint}")
-        values[key] = _coerce(hints[key], value, where=where, key=f"{prefix}{key}")
+        values[key] = _coerce(hints[key], value, where=where, key=f"{prefix}{key}", removed=removed)
     if not engines:
         return cls(**values)
     section = cls(**values, owned=owned)
@@ -321,9 +313,9 @@ def build(cls: type, raw: Any, *, source: str | _Origins, prefix: str) -> Any:
     return section
 
 
-def _coerce(tp: Any, value: Any, *, where: _Origins, key: str) -> Any:
+def _coerce(tp: Any, value: Any, *, where: Origins, key: str, removed: Mapping[str, str] = NOTHING_REMOVED) -> Any:
     if dataclasses.is_dataclass(tp):
-        return build(tp, value if value is not None else {}, source=where, prefix=f"{key}.")
+        return build(tp, value if value is not None else {}, source=where, prefix=f"{key}.", removed=removed)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is Annotated:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from mtsql.base.config import (
     operational,
     result,
 )
+from mtsql.base.provenance import cpu_has_fast_bf16
 from mtsql.core.agent.settings import Policy
 
 
@@ -64,3 +66,10 @@ class SftConfig:
     extra: dict[str, Any] = result(default_factory=dict)  # more LLaMA-Factory YAML keys, merged into train.yaml
     extra_override: bool = operational(False)  # let sft.extra replace keys mtsql sets (else that is an error);
                                                # sft.extra, hashed, holds the values that win
+
+
+def with_bf16_resolved(sft: SftConfig) -> SftConfig:
+    """``sft.bf16: auto`` decided for this machine: on GPUs, and on CPUs that compute bf16 natively."""
+    if sft.bf16 != "auto":
+        return sft
+    return dataclasses.replace(sft, bf16=not sft.use_cpu or cpu_has_fast_bf16())
