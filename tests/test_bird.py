@@ -378,7 +378,6 @@ def test_a_bird_episode_is_rewarded_with_birds_ex_and_no_em(tmp_path):
 
 
 def test_a_bird_folder_outside_the_data_folder_counts_in_the_fingerprint(tmp_path, monkeypatch):
-    import mtsql.engines  # noqa: F401  (registers the engines' settings)
     from mtsql.app.config import load_config
     from mtsql.base.config import ConfigView
 

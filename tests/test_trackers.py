@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import mtsql.engines  # noqa: F401  (registers the engines' settings, which a config needs)
 from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.base.trackers import Trackers, TrackersConfig, flat

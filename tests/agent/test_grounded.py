@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-import mtsql.engines  # noqa: F401  (registers the engines' settings: SampleConfig() needs them)
 from mtsql.base.paths import FIXTURE_DATA, database_path
 from mtsql.core.agent import prompts
 from mtsql.core.agent.mutations import misnamed_columns

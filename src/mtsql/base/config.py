@@ -100,27 +100,24 @@ def operational(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
 
 
 # Engine-owned sub-sections. A section with a ``SELECTOR`` (``sample.backend``, ``rl.engine``) holds one
-# sub-section per engine registered for it (``sample.vllm``, ``rl.verl``): each engine declares its own
-# settings dataclass next to its code (``engines/*/settings.py``) with ``@owned_by(Section, "name")``,
-# and the selector's valid values are the registered names. A fingerprint covers the selected engine's
-# sub-section only, so a setting of an engine the stage does not run never reruns it.
-_ENGINES: dict[type, dict[str, type]] = {}
+# sub-section per engine of its family's registry, ``ENGINES`` (``sample.vllm``, ``rl.verl``): each engine
+# declares its own settings dataclass next to its code (``engines/*/settings.py``), and the selector's valid
+# values are the registry's names. A fingerprint covers the selected engine's sub-section only, so a setting
+# of an engine the stage does not run never reruns it.
+@dataclass(frozen=True)
+class Engine:
+    """One line of a family's registry: the engine's settings (``cfg.<section>.<name>``) and its code, a module
+    named in full (imported only when the engine is used; the code digest of a stage follows the name) and,
+    for a family of classes, the class in it."""
+
+    settings: type
+    module: str
+    attribute: str | None = None
 
 
-def owned_by(section: type, name: str) -> typing.Callable[[type], type]:
-    """Register a dataclass as the settings of engine ``name`` of ``section`` (read as ``cfg.<section>.<name>``)."""
-    def register(settings: type) -> type:
-        _ENGINES.setdefault(section, {})[name] = settings
-        return settings
-    return register
-
-
-def engines_of(section: type) -> dict[str, type]:
-    """The engines registered for a section, in registration order (``mtsql.engines`` registers them)."""
-    if section not in _ENGINES:
-        raise RuntimeError(f"no engine registered its settings for {section.__name__}: import mtsql.engines "
-                           "before building a config")
-    return _ENGINES[section]
+def engines_of(section: type[EngineOwned]) -> dict[str, type]:
+    """The settings class of each engine of a section's family, by name, in registry order."""
+    return {name: engine.settings for name, engine in section.ENGINES.items()}
 
 
 @dataclass(frozen=True)
@@ -129,6 +126,7 @@ class EngineOwned:
     is that engine's settings (its defaults where the config sets none)."""
 
     SELECTOR: typing.ClassVar[str]
+    ENGINES: typing.ClassVar[Mapping[str, Engine]]  # the family's registry
     SELECTOR_EXTRA: typing.ClassVar[tuple[str, ...]] = ()  # values resolved before a stage runs (auto)
     owned: dict[str, Any] = field(default_factory=dict, metadata={HASHED: True}, repr=False)
 

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from mtsql.base.config import (
     Batch,
+    Engine,
     EngineOwned,
     Items,
     Items0,
@@ -21,6 +22,15 @@ from mtsql.base.config import (
     operational,
     result,
 )
+from mtsql.engines.local_grpo.settings import LocalSettings
+from mtsql.engines.verl.settings import VerlSettings
+
+# The RL engines: one line each (its settings and its contract module, engines.rl_engines; the rl stage's code
+# digest follows the module's name, so a change in an engine's code reruns its stages).
+RL_ENGINES = {
+    "local": Engine(LocalSettings, "mtsql.engines.local_grpo.engine"),
+    "verl": Engine(VerlSettings, "mtsql.engines.verl.engine"),
+}
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,7 @@ class RlConfig(EngineOwned):
     """GRPO (``mtsql.stages.rl``); ``rl.<engine>`` holds the engine's own settings."""
 
     SELECTOR = "engine"
+    ENGINES = RL_ENGINES
     SELECTOR_EXTRA = ("auto",)
 
     engine: str = result("auto")  # a registered RL engine (verl, local: engines/*/settings.py); auto: verl where
