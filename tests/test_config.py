@@ -153,3 +153,23 @@ def test_a_renamed_key_names_its_new_name(tmp_path, old, new):
         load_config(path)
     assert "\n" not in str(err.value)
     assert functools.reduce(getattr, new.split("."), load_config(None, [f"{new}=3"])) == 3
+
+
+def test_each_engine_owned_section_gives_every_engine_a_typed_property():
+    """``cfg.rl.verl`` is a property typed with verl's settings (go-to-definition and type checkers reach
+    its fields), not a ``__getattr__`` lookup; one per engine of the family's registry (#49)."""
+    import typing
+
+    from mtsql.base.config import EngineOwned
+    from mtsql.engines.backends.settings import SampleConfig
+    from mtsql.engines.rl_settings import RlConfig
+
+    assert "__getattr__" not in vars(EngineOwned)
+    cfg = load_config(None, ["rl.verl.nnodes=2"])
+    for section, value in ((SampleConfig, cfg.sample), (RlConfig, cfg.rl)):
+        for name, engine in section.ENGINES.items():
+            accessor = vars(section).get(name)
+            assert isinstance(accessor, property), f"{section.__name__}.{name}"
+            assert typing.get_type_hints(accessor.fget)["return"] is engine.settings
+            assert getattr(value, name) is value.owned[name]
+    assert cfg.rl.verl.nnodes == 2

@@ -122,8 +122,9 @@ def engines_of(section: type[EngineOwned]) -> dict[str, type]:
 
 @dataclass(frozen=True)
 class EngineOwned:
-    """A section whose ``SELECTOR`` field names one of its registered engines; ``cfg.<section>.<engine>``
-    is that engine's settings (its defaults where the config sets none)."""
+    """A section whose ``SELECTOR`` field names one of the engines of its family's registry (``ENGINES``);
+    ``owned[name]`` is engine ``name``'s settings (its defaults where the config sets none), which the section
+    also gives as a typed property, ``cfg.<section>.<engine>``, so that readers and type checkers see its fields."""
 
     SELECTOR: typing.ClassVar[str]
     ENGINES: typing.ClassVar[Mapping[str, Engine]]  # the family's registry
@@ -134,12 +135,6 @@ class EngineOwned:
         given = dict(self.owned)
         object.__setattr__(self, "owned", {name: given.get(name) or settings()
                                            for name, settings in engines_of(type(self)).items()})
-
-    def __getattr__(self, name: str) -> Any:
-        owned = self.__dict__.get("owned", {})
-        if name in owned:
-            return owned[name]
-        raise AttributeError(f"{type(self).__name__} has no setting or engine {name!r}")
 
     def choices(self) -> tuple[str, ...]:
         return (*self.SELECTOR_EXTRA, *engines_of(type(self)))

@@ -70,3 +70,12 @@ class RlConfig(EngineOwned):
                                                       # the local engine's vLLM rollouts)
     max_message_tokens: Tokens | None = result(None)  # cap per assistant message (None: the remaining response
                                                       # budget)
+
+    # each engine's settings, typed (an engine added to RL_ENGINES adds its property here)
+    @property
+    def local(self) -> LocalSettings:
+        return self.owned["local"]
+
+    @property
+    def verl(self) -> VerlSettings:
+        return self.owned["verl"]

@@ -45,7 +45,7 @@ def api_model(cfg, trained=None) -> str | None:
     cls = backend_class(cfg.sample.backend)
     if not cls.takes_messages:
         return None
-    settings = getattr(cfg.sample, cfg.sample.backend)
+    settings = cfg.sample.owned[cfg.sample.backend]
     if trained is not None:
         raise UsageError(f"sample.backend={cfg.sample.backend} generates with the model its API serves "
                          f"(sample.{cfg.sample.backend}.model), not a trained artifact: evaluate or sample that with "

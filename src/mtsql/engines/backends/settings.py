@@ -119,3 +119,20 @@ class SampleConfig(EngineOwned):
     max_new_tokens: Tokens = result(512)
     batch_size: Batch = operational(16)  # conversations per backend call: each record's seed derives from its
                                          # turn, sample and message, so records do not depend on batching
+
+    # each backend's settings, typed (a backend added to BACKENDS adds its property here)
+    @property
+    def hf(self) -> HfSettings:
+        return self.owned["hf"]
+
+    @property
+    def vllm(self) -> VllmSettings:
+        return self.owned["vllm"]
+
+    @property
+    def openai(self) -> OpenAISettings:
+        return self.owned["openai"]
+
+    @property
+    def chat(self) -> ChatSettings:
+        return self.owned["chat"]
