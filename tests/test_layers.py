@@ -134,3 +134,14 @@ def test_base_imports_nothing_above_it_even_at_run_time():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}).stdout.split()
     assert loaded == []
+
+
+def test_every_stage_has_every_hook_and_the_runner_asks_no_module_what_it_has():
+    """Stages follow ``runner.Stage``: a hook a stage has not is None, so the runner (and a type checker)
+    reads hooks as attributes instead of probing modules with ``hasattr`` (#49)."""
+    from mtsql.app.runner import STAGES, Stage
+
+    assert [name for name, module in STAGES.items() if not isinstance(module, Stage)] == []
+    hooks = {name for name in Stage.__annotations__ if not name.startswith("__")}
+    assert hooks == {"SECTIONS", "INPUTS", "plan", "hashed", "engine_identity", "check"}
+    assert "hasattr(" not in (ROOT / "app" / "runner.py").read_text()

@@ -43,6 +43,7 @@ class CurriculumConfig:
 
 SECTIONS = ("data", "curriculum")
 INPUTS = {"sample": None}
+plan = hashed = engine_identity = check = None  # hooks this stage has not (app/runner.Stage)
 
 
 def pass_rates(rows: list[ScoredRow]) -> dict[str, float]:

@@ -46,6 +46,7 @@ class RejectConfig:
 
 SECTIONS = ("reject",)
 INPUTS = {"sample": "sample"}
+plan = hashed = engine_identity = None  # hooks this stage has not (app/runner.Stage)
 
 
 def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], list[dict], dict]:
