@@ -1,5 +1,5 @@
 """The import graph points one way, down the layer folders of src/mtsql (docs/architecture.md):
-base (config, errors, files, the artifact store) < core (data, sql, agent, rewards, scored rows) <
+base (the config mechanism, errors, files, the artifact store) < core (data, sql, agent, rewards, scored rows) <
 engines (backends, rollout, trainers, verl, LLaMA-Factory, models) < stages < app (cli, pipeline,
 runner, status, report). Stages do not import each other (they meet through artifacts). Inside core
 the order is ``CORE_ORDER``."""
