@@ -19,13 +19,12 @@ import random
 import statistics
 import time
 
-from mtsql.base.config import RewardConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv, Trajectory
 from mtsql.core.agent.policies import GoldWithCorrectionPolicy
 from mtsql.core.data import load_turns
 from mtsql.core.data.records import Turn
-from mtsql.core.rewards import compute_rewards
+from mtsql.core.rewards import RewardConfig, compute_rewards
 
 
 def episodes() -> list[tuple[Trajectory, Turn]]:

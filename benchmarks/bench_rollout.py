@@ -41,9 +41,9 @@ from functools import partial
 from rich.console import Console
 from rich.table import Table
 
-from mtsql.base.config import EnvConfig
 from mtsql.base.paths import FIXTURE_DATA, database_path
 from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.settings import EnvConfig
 from mtsql.core.agent.tools import TOOL_SCHEMAS
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data import load_turns

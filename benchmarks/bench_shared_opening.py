@@ -20,9 +20,9 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from mtsql.base.config import EnvConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.settings import EnvConfig
 from mtsql.core.agent.tools import TOOL_SCHEMAS
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data import load_turns

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 import mtsql
+from mtsql.app.config import load_config
 from mtsql.app.pipeline import sample as sample_stage
 from mtsql.app.runner import run_stage
 from mtsql.app.status import status_rows
 from mtsql.base.artifacts import ATTEMPTS, ArtifactKey, Store
-from mtsql.base.config import load_config
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.data.check import check_split
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from mtsql.app.config import load_config
 from mtsql.app.report.destination import MARK
 from mtsql.app.runner import run_stage
 from mtsql.base.artifacts import Store
-from mtsql.base.config import load_config
 from mtsql.base.errors import UsageError
 
 from . import test_bad_input_store as store

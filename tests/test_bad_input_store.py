@@ -30,11 +30,11 @@ from typer.testing import CliRunner
 
 import mtsql
 from mtsql.app import cli
+from mtsql.app.config import load_config
 from mtsql.app.report.runs import run_artifacts
 from mtsql.app.runner import run_stage, store_for
 from mtsql.app.status import status_rows
 from mtsql.base.artifacts import ATTEMPTS, ArtifactKey, Store
-from mtsql.base.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.data.check import check_split

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.base.paths import FIXTURE_DATA, database_path
 from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.bird_evaluation import NO_EXACT_MATCH, evaluate_bird, score_bird_pairs
 from mtsql.core.data import load_turns
 from mtsql.core.data.bird import bird_split, check_bird, load_bird, read_predictions
@@ -378,8 +378,8 @@ def test_a_bird_episode_is_rewarded_with_birds_ex_and_no_em(tmp_path):
 
 
 def test_a_bird_folder_outside_the_data_folder_counts_in_the_fingerprint(tmp_path, monkeypatch):
-    import mtsql.engines  # noqa: F401  (registers the engines' settings)
-    from mtsql.base.config import ConfigView, load_config
+    from mtsql.app.config import load_config
+    from mtsql.base.config import ConfigView
 
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
     shutil.copytree(BIRD, tmp_path / "elsewhere" / "dev")

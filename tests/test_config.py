@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.base.config import HASHED, Config, hashed_settings, load_config, to_dict
+from mtsql.app.config import Config, load_config
+from mtsql.base.config import HASHED, hashed_settings, to_dict
 from mtsql.base.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,9 +100,9 @@ def test_a_bad_choice_on_the_command_line_exits_2_before_anything_is_written(tmp
 
 @pytest.mark.parametrize("use_cpu, fast, expected", [(True, True, True), (True, False, False), (False, False, True)])
 def test_bf16_auto_follows_the_hardware(monkeypatch, use_cpu, fast, expected):
-    import mtsql.base.config
+    import mtsql.engines.llamafactory.settings
 
-    monkeypatch.setattr(mtsql.base.config, "cpu_has_fast_bf16", lambda: fast)
+    monkeypatch.setattr(mtsql.engines.llamafactory.settings, "cpu_has_fast_bf16", lambda: fast)
     cfg = load_config(None, ["sft.bf16=auto", f"sft.use_cpu={str(use_cpu).lower()}"])
     assert cfg.sft.bf16 is expected
     assert load_config(None, ["sft.bf16=true"]).sft.bf16 is True
@@ -152,3 +153,23 @@ def test_a_renamed_key_names_its_new_name(tmp_path, old, new):
         load_config(path)
     assert "\n" not in str(err.value)
     assert functools.reduce(getattr, new.split("."), load_config(None, [f"{new}=3"])) == 3
+
+
+def test_each_engine_owned_section_gives_every_engine_a_typed_property():
+    """``cfg.rl.verl`` is a property typed with verl's settings (go-to-definition and type checkers reach
+    its fields), not a ``__getattr__`` lookup; one per engine of the family's registry (#49)."""
+    import typing
+
+    from mtsql.base.config import EngineOwned
+    from mtsql.engines.backends.settings import SampleConfig
+    from mtsql.engines.rl_settings import RlConfig
+
+    assert "__getattr__" not in vars(EngineOwned)
+    cfg = load_config(None, ["rl.verl.nnodes=2"])
+    for section, value in ((SampleConfig, cfg.sample), (RlConfig, cfg.rl)):
+        for name, engine in section.ENGINES.items():
+            accessor = vars(section).get(name)
+            assert isinstance(accessor, property), f"{section.__name__}.{name}"
+            assert typing.get_type_hints(accessor.fget)["return"] is engine.settings
+            assert getattr(value, name) is value.owned[name]
+    assert cfg.rl.verl.nnodes == 2

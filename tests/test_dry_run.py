@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mtsql.app import pipeline
-from mtsql.base.config import load_config
+from mtsql.app.config import load_config
 
 from .inprocess import mtsql_in_process
 

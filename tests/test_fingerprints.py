@@ -1,20 +1,23 @@
 """What decides whether a stage reruns: the config sections it reads, the seed, its inputs and its code."""
 
+import importlib.util
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
+from mtsql.app.config import load_config
 from mtsql.app.runner import STAGES, run_stage, store_for, view_for
 from mtsql.base import provenance
 from mtsql.base.artifacts import ArtifactKey, Store
-from mtsql.base.config import ConfigView, RlConfig, SampleConfig, UndeclaredSection, engines_of, load_config
+from mtsql.base.config import ConfigView, UndeclaredSection, engines_of
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA, data_dir
-from mtsql.engines.backends import BACKENDS
-from mtsql.engines.rl_engines import RL_ENGINES
+from mtsql.engines.backends.settings import BACKENDS, SampleConfig
+from mtsql.engines.rl_settings import RL_ENGINES, RlConfig
 
 
 def cfg_for(tmp_path, *overrides):
@@ -223,9 +226,15 @@ def test_the_rl_stage_digest_covers_the_code_of_both_engines():
         assert module in closure, module
 
 
-def test_each_registered_engine_has_its_code_named():
-    assert set(RL_ENGINES) == set(engines_of(RlConfig))
-    assert set(BACKENDS) == set(engines_of(SampleConfig))
+def test_each_engine_of_a_registry_names_its_code_and_owns_its_settings():
+    """One line per engine (#49): its settings are its section's sub-section and its code is where it says."""
+    assert engines_of(RlConfig) == {name: engine.settings for name, engine in RL_ENGINES.items()}
+    assert engines_of(SampleConfig) == {name: engine.settings for name, engine in BACKENDS.items()}
+    for engine in (*RL_ENGINES.values(), *BACKENDS.values()):
+        source = Path(importlib.util.find_spec(engine.module).origin).read_text()
+        wanted = (f"class {engine.attribute}(",) if engine.attribute else \
+            ("def train_curriculum_stage(", "def plan_curriculum_stage(", "def identity(")
+        assert all(w in source for w in wanted), engine
 
 
 def test_comments_and_docstrings_do_not_change_the_code_digest(tmp_path):

@@ -1,15 +1,19 @@
 """The import graph points one way, down the layer folders of src/mtsql (docs/architecture.md):
-base (config, errors, files, the artifact store) < core (data, sql, agent, rewards, scored rows) <
+base (the config mechanism, errors, files, the artifact store) < core (data, sql, agent, rewards, scored rows) <
 engines (backends, rollout, trainers, verl, LLaMA-Factory, models) < stages < app (cli, pipeline,
 runner, status, report). Stages do not import each other (they meet through artifacts). Inside core
 the order is ``CORE_ORDER``."""
 
 import ast
+import functools
+import subprocess
+import sys
 from pathlib import Path
 
 import mtsql
 
 ROOT = Path(mtsql.__file__).parent
+SRC = ROOT.parent
 LAYERS = ("base", "core", "engines", "stages", "app")
 CORE_ORDER = ("sql", "data", "agent", "rewards", "trajectories", "measures", "chat_format", "episode_tokens",
               "evaluation_files", "bird_evaluation", "results")  # the folders and modules of core/, lowest first
@@ -24,6 +28,8 @@ def modules() -> dict[str, Path]:
 
 
 def imports(path: Path) -> set[str]:
+    """The mtsql modules a module imports: at its top, inside functions, and by name in a string (a
+    registry's ``"mtsql.engines.backends.hf"``, imported with importlib when it is used)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -31,7 +37,15 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in named_modules():
+            names.add(node.value)
     return {n for n in names if n.startswith("mtsql")}
+
+
+@functools.cache
+def named_modules() -> frozenset[str]:
+    """The modules a string can name (the package itself, ``mtsql``, is also a word in log keys)."""
+    return frozenset(modules()) - {"mtsql"}
 
 
 def layer(name: str) -> int:
@@ -91,3 +105,43 @@ def test_no_import_inside_core_runs_up_its_order():
     wrong = {name: sorted(i for i in imports(path) if i.startswith("mtsql.core.") and core_rank(i) > core_rank(name))
              for name, path in core.items()}
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def section_classes(path: Path) -> list[str]:
+    """The config sections a module defines: classes with fields declared ``result(...)`` or ``operational(...)``."""
+    def declares_settings(cls: ast.ClassDef) -> bool:
+        return any(isinstance(s, ast.AnnAssign) and isinstance(s.value, ast.Call)
+                   and getattr(s.value.func, "id", None) in ("result", "operational") for s in cls.body)
+    return sorted(node.name for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.ClassDef) and declares_settings(node))
+
+
+def test_base_keeps_the_config_mechanism_and_no_section():
+    """Each section lives beside the code that reads it (#49): base/config.py is the mechanism only, and
+    the one section under base is that of the trackers, which base/trackers.py reads."""
+    assert len((ROOT / "base" / "config.py").read_text().splitlines()) < 450
+    sections = {name: section_classes(path) for name, path in modules().items() if name.startswith("mtsql.base.")}
+    assert {name: found for name, found in sections.items() if found} == {"mtsql.base.trackers": ["TrackersConfig"]}
+    assert section_classes(ROOT / "app" / "config.py") == ["Config"], "the section_classes check sees sections"
+
+
+def test_base_imports_nothing_above_it_even_at_run_time():
+    """Importing every module of base, in a fresh interpreter, loads no module of core, engines, stages or app
+    (test_no_import_runs_up_a_layer reads the source; this catches what importing does besides)."""
+    base = sorted(name for name in modules() if name.startswith("mtsql.base"))
+    code = (f"import importlib, sys; [importlib.import_module(m) for m in {base!r}]; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('mtsql.') and not m.startswith('mtsql.base'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}).stdout.split()
+    assert loaded == []
+
+
+def test_every_stage_has_every_hook_and_the_runner_asks_no_module_what_it_has():
+    """Stages follow ``runner.Stage``: a hook a stage has not is None, so the runner (and a type checker)
+    reads hooks as attributes instead of probing modules with ``hasattr`` (#49)."""
+    from mtsql.app.runner import STAGES, Stage
+
+    assert [name for name, module in STAGES.items() if not isinstance(module, Stage)] == []
+    hooks = {name for name in Stage.__annotations__ if not name.startswith("__")}
+    assert hooks == {"SECTIONS", "INPUTS", "plan", "hashed", "engine_identity", "check"}
+    assert "hasattr(" not in (ROOT / "app" / "runner.py").read_text()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from mtsql.app import pipeline
+from mtsql.app.config import load_config
 from mtsql.app.runner import Pending, store_for
 from mtsql.base.artifacts import SCHEMA_VERSION, Artifact, ArtifactKey
-from mtsql.base.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.core.data import eval_turns, train_pool

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from mtsql.app import pipeline
+from mtsql.app.config import load_config
 from mtsql.app.runner import run_stage, store_for
 from mtsql.base.artifacts import SCHEMA_VERSION, Artifact, ArtifactKey
-from mtsql.base.config import load_config, replace
+from mtsql.base.config import replace
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.base.paths import data_dir
@@ -256,9 +257,9 @@ def test_release_profile_runs_end_to_end_with_a_stand_in_model(tmp_path, tiny_qw
 
 
 def test_per_dataset_trains_one_model_per_dataset_with_a_train_split(tmp_path, capsys):
-    from mtsql.base.config import DataConfig
     from mtsql.base.paths import FIXTURE_DATA
     from mtsql.core.data import per_dataset_groups
+    from mtsql.core.data.settings import DataConfig
 
     root = tmp_path / "data"
     root.mkdir()

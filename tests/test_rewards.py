@@ -6,13 +6,13 @@ import typing
 
 import pytest
 
-from mtsql.base.config import EnvConfig, RewardConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core import rewards as rewards_module
 from mtsql.core.agent.env import SqlAgentEnv
 from mtsql.core.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
+from mtsql.core.agent.settings import EnvConfig
 from mtsql.core.data import load_turns
-from mtsql.core.rewards import EXEC_VERIFY_TABLE, compute_rewards, reward_keys
+from mtsql.core.rewards import EXEC_VERIFY_TABLE, RewardConfig, compute_rewards, reward_keys
 from mtsql.core.sql.clauses import clause_f1
 
 from .episodes import ReplayPolicy, run_episode

@@ -255,9 +255,9 @@ def test_constructor_checks():
 
 
 def test_gold_policy_through_the_real_environment(fixture_root):
-    from mtsql.base.config import EnvConfig
     from mtsql.core.agent.env import SqlAgentEnv
     from mtsql.core.agent.policies import GoldPolicy
+    from mtsql.core.agent.settings import EnvConfig
     from mtsql.core.data import load_turns
 
     turns = load_turns("cosql", "dev", root=fixture_root, with_hardness=False)[:12]
@@ -270,8 +270,8 @@ def test_gold_policy_through_the_real_environment(fixture_root):
 
 
 def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, fixture_root):
-    from mtsql.base.config import EnvConfig
     from mtsql.core.agent.env import SqlAgentEnv
+    from mtsql.core.agent.settings import EnvConfig
     from mtsql.core.agent.tools import TOOL_SCHEMAS
     from mtsql.core.data import load_turns
 
@@ -334,8 +334,8 @@ def same_parts(prompt, ids, mask, generations, trajectory):
 
 @pytest.mark.parametrize("model", ["tiny", "scripted"])
 def test_pipelined_engine_gives_the_tokens_of_a_one_at_a_time_loop(model, tiny_backend, tiny_tokenizer, fixture_root):
-    from mtsql.base.config import EnvConfig
     from mtsql.core.agent.env import SqlAgentEnv
+    from mtsql.core.agent.settings import EnvConfig
     from mtsql.core.data import load_turns
 
     turns = [t for t in load_turns("cosql", "dev", root=fixture_root, with_hardness=False) if t.turn_index < 2][:6]

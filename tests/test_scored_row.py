@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from mtsql.app import pipeline
+from mtsql.app.config import load_config
 from mtsql.base.artifacts import ArtifactKey
-from mtsql.base.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.core.trajectories import ScoredRow, read_rows, write_rows
 

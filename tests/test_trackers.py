@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import mtsql.engines  # noqa: F401  (registers the engines' settings, which a config needs)
-from mtsql.base.config import TrackersConfig, load_config
+from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
-from mtsql.base.trackers import Trackers, flat
+from mtsql.base.trackers import Trackers, TrackersConfig, flat
 
 from .tracker_files import mlflow_run, mlflow_runs, tensorboard_params, tensorboard_scalars
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mtsql.app import pipeline
+from mtsql.app.config import load_config
 from mtsql.app.runner import Pending
-from mtsql.base.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.core.trajectories import read_rows
 from mtsql.stages import sample as sample_stage
@@ -116,7 +116,7 @@ def test_verl_agent_loop_gets_the_error_hint_with_the_env_section(tmp_path):
     """verl's agent loop builds its SqlAgentEnv from the env section mtsql writes: the switch travels with it."""
     import yaml
 
-    from mtsql.base.config import EnvConfig
+    from mtsql.core.agent.settings import EnvConfig
     from mtsql.engines.verl.main_ppo import agent_loop_yaml
     from mtsql.engines.verl.reward import config_section
 

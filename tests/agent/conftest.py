@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.data import load_turns
 from mtsql.core.data.records import Turn
 

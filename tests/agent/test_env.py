@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from mtsql.base.config import SqlConfig
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA, database_path
 from mtsql.core.agent import prompts
 from mtsql.core.agent.env import Trajectory
 from mtsql.core.agent.policies import GoldPolicy, GoldWithCorrectionPolicy
+from mtsql.core.agent.settings import SqlConfig
 from mtsql.core.agent.tools import MemoryEntry
 
 from ..episodes import ReplayPolicy, run_episode

@@ -8,8 +8,6 @@ import random
 
 import pytest
 
-import mtsql.engines  # noqa: F401  (registers the engines' settings: SampleConfig() needs them)
-from mtsql.base.config import EnvConfig, SampleConfig, SqlConfig
 from mtsql.base.paths import FIXTURE_DATA, database_path
 from mtsql.core.agent import prompts
 from mtsql.core.agent.mutations import misnamed_columns
@@ -22,10 +20,12 @@ from mtsql.core.agent.policies import (
     runnable,
 )
 from mtsql.core.agent.schema_prompt import load_tables
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.agent.tools import run_sql, schema_hint
 from mtsql.core.data import load_turns
 from mtsql.core.sql.clauses import render_breakdown
 from mtsql.core.sql.executor import execute_cached
+from mtsql.engines.backends.settings import SampleConfig
 
 from ..episodes import run_episode
 from .conftest import find

@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from mtsql.base.config import EnvConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv
 from mtsql.core.agent.mutations import mutations
 from mtsql.core.agent.policies import GoldPolicy, GoldWithCorrectionPolicy, make_policy, runnable
 from mtsql.core.agent.schema_prompt import load_tables
+from mtsql.core.agent.settings import EnvConfig
 
 from ..episodes import ReplayPolicy, run_episode
 from .conftest import find

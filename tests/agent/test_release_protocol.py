@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from mtsql.base.config import EnvConfig, RewardConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent import prompts
 from mtsql.core.agent.env import SqlAgentEnv
 from mtsql.core.agent.policies import GoldPolicy
 from mtsql.core.agent.protocol import parse_action
+from mtsql.core.agent.settings import EnvConfig
 from mtsql.core.agent.tools import RELEASE_MEMORY_ROWS, RELEASE_TOOL_SCHEMAS, env_tools
-from mtsql.core.rewards import compute_rewards
+from mtsql.core.rewards import RewardConfig, compute_rewards
 from mtsql.engines.verl.dataset import episode_tools
 
 from ..episodes import ReplayPolicy, run_episode

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtsql.base.config import EnvConfig, RewardConfig, SqlConfig
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv, Trajectory
 from mtsql.core.agent.policies import GoldWithCorrectionPolicy
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.data import load_turns
-from mtsql.core.rewards import FAMILIES, compute_rewards, reward_keys
+from mtsql.core.rewards import FAMILIES, RewardConfig, compute_rewards, reward_keys
 
 from ..episodes import ReplayPolicy, run_episode
 

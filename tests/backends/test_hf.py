@@ -384,18 +384,6 @@ def test_memory_arithmetic(tiny_backend):
     assert rows_that_fit(10, 1_000) == 1 and rows_that_fit(10**15, 1) == MAX_BATCH_ROWS
 
 
-def test_dtype_auto_is_float32_on_cpu_and_bfloat16_on_cuda():
-    import torch
-
-    from mtsql.engines.backends.hf import resolve_dtype
-
-    assert resolve_dtype("auto", "cpu") is torch.float32
-    assert resolve_dtype("auto", "cuda") is torch.bfloat16 and resolve_dtype("auto", "cuda:1") is torch.bfloat16
-    assert resolve_dtype("float16", "cuda") is torch.float16
-    with pytest.raises(UsageError, match="unknown 'fp8'"):
-        resolve_dtype("fp8", "cpu")
-
-
 def test_stop_strings_are_checked_only_after_ids_that_can_end_them(tiny_backend, prompts):
     from mtsql.engines.backends.hf import _StopCriteria
 

@@ -288,7 +288,7 @@ def test_a_server_mtsql_did_not_start_takes_no_weights(serve, client, tiny_qwen3
 
 
 def test_each_backend_reads_its_own_settings(tmp_path):
-    from mtsql.base.config import load_config
+    from mtsql.app.config import load_config
     from mtsql.engines.backends import backend_class
 
     cfg = load_config(None, ["sample.openai.base_url=http://h:1/v1", "sample.openai.model=m", "rl.lora_rank=4",

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import torch
 
-from mtsql.base.config import load_config
+from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.core.chat_format import ChatFormat
 from mtsql.engines.backends import engine_identity, make_backend

@@ -3,10 +3,10 @@ from collections import Counter
 
 import pytest
 
-from mtsql.base.config import DataConfig
 from mtsql.base.errors import UsageError
 from mtsql.core.data import dataset_file, eval_turns, load_turns
 from mtsql.core.data.check import check_split
+from mtsql.core.data.settings import DataConfig
 
 
 def test_official_dev_fixture_in_gold_order(fixture_root):
@@ -136,7 +136,7 @@ def test_full_spider_dev_counts(full_data):
 
 
 def test_flattened_training_turns_are_questions_of_their_own():
-    from mtsql.base.config import load_config
+    from mtsql.app.config import load_config
     from mtsql.base.paths import FIXTURE_DATA
     from mtsql.core.data import train_pool
 

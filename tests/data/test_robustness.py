@@ -8,13 +8,14 @@ import shutil
 
 import pytest
 
-from mtsql.base.config import DataConfig, EnvConfig
 from mtsql.base.errors import UsageError
 from mtsql.core.agent.env import SqlAgentEnv
 from mtsql.core.agent.schema_prompt import render_schema
+from mtsql.core.agent.settings import EnvConfig
 from mtsql.core.data import SINGLE_TURN_DATASETS, eval_dataset_names, load_turns, tables_file
 from mtsql.core.data.check import check_split
 from mtsql.core.data.robustness import ex_by_type
+from mtsql.core.data.settings import DataConfig
 from mtsql.core.evaluation_files import evaluate_files, score_pairs
 
 from ..inprocess import mtsql_in_process

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtsql.base.config import SftConfig, TrackersConfig, load_config
+from mtsql.app.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
-from mtsql.base.trackers import Trackers
+from mtsql.base.trackers import Trackers, TrackersConfig
 from mtsql.core.agent.tools import TOOL_SCHEMAS
 from mtsql.engines.llamafactory import (
     encode_dataset,
@@ -26,6 +26,7 @@ from mtsql.engines.llamafactory import (
     train_config,
 )
 from mtsql.engines.llamafactory.plan import LABELLED_LOGITS_ENTRY, merge_config
+from mtsql.engines.llamafactory.settings import SftConfig
 from mtsql.engines.llamafactory.train import (
     TrainWatcher,
     check_model_dir,
@@ -135,10 +136,10 @@ def test_llamafactory_trains_every_assistant_token_and_no_prompt_token(tmp_path,
 
 def test_real_env_trajectories_export_verbatim(tmp_path, tiny_qwen3, tokenizer):
     """Gold-with-correction episodes of the real environment: nothing dropped, nothing re-rendered."""
-    from mtsql.base.config import EnvConfig
     from mtsql.base.paths import FIXTURE_DATA
     from mtsql.core.agent.env import SqlAgentEnv
     from mtsql.core.agent.policies import make_policy
+    from mtsql.core.agent.settings import EnvConfig
     from mtsql.core.data import load_turns
 
     from ..episodes import run_episode

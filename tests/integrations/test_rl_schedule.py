@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from mtsql.app import pipeline
+from mtsql.app.config import load_config
 from mtsql.app.report import build_report
-from mtsql.base.config import RlConfig, load_config
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_due
+from mtsql.engines.rl_settings import RlConfig
 from mtsql.engines.verl.engine import verl_curve as _verl_curve
 from mtsql.engines.verl.main_ppo import CurriculumParquet, build_stage_plan, compose_train_config
 

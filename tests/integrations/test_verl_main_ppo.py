@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtsql.base.config import load_config
+from mtsql.app.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.trackers import Trackers
 from mtsql.engines.commands import Command

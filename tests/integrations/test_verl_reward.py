@@ -9,12 +9,13 @@ import statistics
 import pytest
 from omegaconf import OmegaConf
 
-from mtsql.base.config import EnvConfig, RewardConfig
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv
 from mtsql.core.agent.policies import GoldPolicy
+from mtsql.core.agent.settings import EnvConfig
 from mtsql.core.data import load_turns
+from mtsql.core.rewards import RewardConfig
 from mtsql.engines.verl.reward import (
     OK_KEY,
     RESPONSE_TOKENS_KEY,

@@ -16,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mtsql.base.config import load_config
+from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.agent.env import SqlAgentEnv, Trajectory

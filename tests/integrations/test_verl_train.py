@@ -143,7 +143,7 @@ def _tagged(process: psutil.Process, run: str) -> bool:
 
 
 def test_verl_without_its_environment_says_what_to_run(tmp_path, monkeypatch):
-    from mtsql.base.config import load_config
+    from mtsql.app.config import load_config
     from mtsql.base.errors import UsageError
     from mtsql.engines.verl import main_ppo
 

@@ -6,7 +6,6 @@ import copy
 import pytest
 import torch
 
-from mtsql.base.config import RlConfig
 from mtsql.base.errors import UsageError
 from mtsql.engines.local_grpo.update import (
     Episode,
@@ -20,6 +19,7 @@ from mtsql.engines.local_grpo.update import (
     signal_share,
 )
 from mtsql.engines.local_grpo.weights import trainable, with_lora
+from mtsql.engines.rl_settings import RlConfig
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +221,7 @@ def test_the_trainer_hands_the_backend_its_model_and_closes_it_after_a_failure(t
     """Through the backend interface only: an in-process backend generates with the model that trains
     (here its LoRA form); beside a server the trainer loads its own copy. The backend is closed also
     when training fails."""
-    from mtsql.base.config import load_config
+    from mtsql.app.config import load_config
     from mtsql.engines.backends.hf import HFBackend
     from mtsql.engines.local_grpo import trainer
 

@@ -75,10 +75,12 @@ def test_nothing_to_divide_is_none():
 def test_scripted_self_corrections_are_calibrated_and_followed():
     """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the gold,
     says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and acted on."""
-    from mtsql.base.config import Config, ConfigView, EnvConfig
+    from mtsql.app.config import Config
+    from mtsql.base.config import ConfigView
     from mtsql.base.paths import FIXTURE_DATA
     from mtsql.core.agent.env import SqlAgentEnv
     from mtsql.core.agent.policies import GoldWithCorrectionPolicy
+    from mtsql.core.agent.settings import EnvConfig
     from mtsql.core.data import load_turns
     from mtsql.stages.evaluate import judge
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtsql.app.config import load_config
 from mtsql.app.runner import run_stage
-from mtsql.base.config import load_config
 from mtsql.base.files import read_jsonl
 
 from .test_generation_vllm import without_timings

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mtsql.app.config import load_config
 from mtsql.app.runner import run_stage
-from mtsql.base.config import load_config
 from mtsql.base.files import read_jsonl
 from mtsql.engines.backends.vllm import UNVERIFIED
 from mtsql.engines.backends.vllm_server import SERVED_NAME, signal_group

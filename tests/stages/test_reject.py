@@ -3,11 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.base.config import RejectConfig, load_config
+from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.core.agent.env import Step
 from mtsql.core.trajectories import ScoredRow, is_correct, read_rows
-from mtsql.stages.reject import diverse, recovery, select
+from mtsql.stages.reject import RejectConfig, diverse, recovery, select
 
 
 def scored(**fields) -> ScoredRow:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from mtsql.app.config import load_config
 from mtsql.app.runner import run_stage, view_for
-from mtsql.base.config import TrackersConfig, load_config
-from mtsql.base.trackers import Trackers
+from mtsql.base.trackers import Trackers, TrackersConfig
 from mtsql.core.data import train_pool
 
 from ..inprocess import mtsql_in_process

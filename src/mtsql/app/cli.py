@@ -20,6 +20,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from mtsql.app import pipeline
+from mtsql.app.config import Config, load_config
 from mtsql.app.evaluate_command import run_evaluate
 from mtsql.app.export import FORMATS, export_run
 from mtsql.app.report import build_report
@@ -27,7 +28,7 @@ from mtsql.app.runner import STAGES, latest_input, run_stage, runs_root, store_f
 from mtsql.app.status import run_folder, status_table
 from mtsql.app.trajectory_text import find_trajectory, render_trajectory
 from mtsql.base.artifacts import PARTIAL, Artifact, StageInterrupted, Store, verify
-from mtsql.base.config import Config, load_config, replace, to_dict
+from mtsql.base.config import replace, to_dict
 from mtsql.base.errors import MtsqlError, UsageError
 from mtsql.base.paths import home_dir, user_path
 from mtsql.base.progress import track

@@ -18,11 +18,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mtsql.app.config import Config, load_config
 from mtsql.app.report import build_report
 from mtsql.app.report.destination import destination
 from mtsql.app.runner import STAGES, Pending, latest_input, run_stage, store_for
 from mtsql.base.artifacts import Artifact, ArtifactKey
-from mtsql.base.config import Config, build, load_config, replace
+from mtsql.base.config import build, replace
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.paths import data_dir, label_name
 from mtsql.base.user_yaml import read_yaml

@@ -6,17 +6,20 @@ A stage is a module in ``mtsql.stages`` with:
   section, and its fingerprint covers the ``result`` settings of exactly these (with ``data``, the
   content of the data folder too), so what a stage reads and what decides whether it reruns are the
   same thing; ``operational`` settings (batch sizes, ports, timeouts, loggers) rerun nothing;
-* optionally ``hashed(cfg) -> dict``: a narrower ``cfg.hashed()``, for a stage that reads less of its
+* ``hashed(cfg) -> dict`` or None: a narrower ``cfg.hashed()``, for a stage that reads less of its
   ``SECTIONS`` with this config (SFT without its held-out check) or sets some settings itself (the
   sampling temperature of RL and of greedy evaluation);
 * ``INPUTS``: ``{name: default label or None}``, the artifacts it reads (None: optional);
 * ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
-* optionally ``plan(cfg, out, **inputs, **params) -> str``: the external commands and files it
+* ``plan(cfg, out, **inputs, **params) -> str`` or None: the external commands and files it
   would run and write, for ``--dry-run``;
-* optionally ``check(cfg, **inputs, **params)``: raises ``UsageError`` for inputs it cannot work on
+* ``check(cfg, **inputs, **params)`` or None: raises ``UsageError`` for inputs it cannot work on
   (in a dry run too, where an input may still be ``Pending``), before anything is written;
-* optionally ``engine_identity(cfg) -> dict``: what generates its tokens beyond the config (the
+* ``engine_identity(cfg) -> dict`` or None: what generates its tokens beyond the config (the
   vLLM version and server settings), which the fingerprint covers too and config.yaml shows.
+
+(the ``Stage`` protocol: a stage without a hook sets it to None, so that the runner and type checkers
+see every hook a stage has.)
 
 The fingerprint also covers ``params`` (per-call settings such as a curriculum stage number), the
 input fingerprints and the digest of the code the stage module runs (``provenance.code_digest``).
@@ -26,15 +29,17 @@ can be shown with ``<from LABEL>`` in place of outputs that do not exist yet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
 
 from rich.console import Console
 from rich.markup import escape
 
+from mtsql.app.config import Config
 from mtsql.base.artifacts import Artifact, ArtifactKey, StageContext, Store, check_inputs, fingerprint
-from mtsql.base.config import Config, ConfigView, to_dict
+from mtsql.base.config import ConfigView, to_dict
 from mtsql.base.errors import UsageError
 from mtsql.base.files import check_folder
 from mtsql.base.paths import folder_name, label_name, user_path
@@ -44,7 +49,24 @@ from mtsql.core.data import data_root
 from mtsql.engines.models.registry import local_model_folder
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
 
-STAGES: dict[str, ModuleType] = {
+
+@runtime_checkable
+class Stage(Protocol):
+    """What a stage module has (the module docstring says what each is)."""
+
+    SECTIONS: tuple[str, ...]
+    INPUTS: dict[str, str | None]
+    __name__: str
+
+    def run(self, ctx: StageContext, cfg: ConfigView, **inputs_and_params: Any) -> dict: ...
+
+    plan: Callable[..., str] | None
+    hashed: Callable[[ConfigView], dict] | None
+    engine_identity: Callable[[ConfigView], dict] | None
+    check: Callable[..., None] | None
+
+
+STAGES: dict[str, Stage] = {
     "sample": sample,
     "reject": reject,
     "sft": sft,
@@ -113,7 +135,7 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
     if missing:
         raise UsageError(f"stage '{name}' needs input(s) {', '.join(missing)}")
     view = view_for(name, cfg)
-    if hasattr(module, "check"):
+    if module.check is not None:
         module.check(view, **inputs, **params)
     config = fingerprinted(module, view, params, dry_run=dry_run)
     code = code_digest(module.__name__)
@@ -151,10 +173,10 @@ def _tracked(stage: str, cfg: Config, fp: str, inputs: dict, params: dict, work)
     return tracked
 
 
-def fingerprinted(module: ModuleType, view: ConfigView, params: dict, *, dry_run: bool = False) -> dict:
+def fingerprinted(module: Stage, view: ConfigView, params: dict, *, dry_run: bool = False) -> dict:
     """The config a stage's fingerprint covers (and its config.yaml shows): its hashed settings
     (``hashed``, else ``view.hashed()``), ``params`` and, if it generates tokens, its engine."""
-    config = {**(module.hashed(view) if hasattr(module, "hashed") else view.hashed()), "params": params}
+    config = {**(module.hashed(view) if module.hashed is not None else view.hashed()), "params": params}
     local = _local_model(module, view)
     if local is not None:  # a model folder of the user's: what it holds, not where it is (as for the data)
         config["model_digest"] = data_digest(local)
@@ -166,15 +188,15 @@ def fingerprinted(module: ModuleType, view: ConfigView, params: dict, *, dry_run
     return config
 
 
-def _local_model(module: ModuleType, view: ConfigView) -> Path | None:
+def _local_model(module: Stage, view: ConfigView) -> Path | None:
     """The model folder of the user's a stage loads (``model.name`` a folder, not an alias or Hub id)."""
     return local_model_folder(view.model.name) if "model" in module.SECTIONS else None
 
 
-def _engine_identity(module: ModuleType, view: ConfigView, dry_run: bool) -> dict:
+def _engine_identity(module: Stage, view: ConfigView, dry_run: bool) -> dict:
     """The stage's generation engine (``engine_identity``). A dry run on a machine without that engine
     (planning a GPU run from a CPU one) still plans, with the engine's version marked unknown."""
-    if not hasattr(module, "engine_identity"):
+    if module.engine_identity is None:
         return {}
     try:
         return module.engine_identity(view)
@@ -197,7 +219,7 @@ def _plan(key, module, view, store, config, inputs, params, code, force) -> Arti
         return done
     after = f" (after {', '.join(waiting)})" if waiting else ""
     console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", markup=False, highlight=False)
-    if hasattr(module, "plan"):
+    if module.plan is not None:
         out = store.folder(label, fp) if fp else store.root / label / "<fingerprint>"
         console.print(module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False,
                       soft_wrap=True)

@@ -26,11 +26,26 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtsql.base.config import TrackersConfig
+from mtsql.base.config import operational
 from mtsql.base.errors import UsageError
+
+
+@dataclass(frozen=True)
+class TrackersConfig:
+    """The dashboards every stage logs to (``base/trackers.py``, docs/trackers.md), each off until turned on;
+    readable by every stage (like ``run``), they change what is shown, never what is produced."""
+
+    tensorboard: bool = operational(False)
+    wandb: bool = operational(False)  # offline only (WANDB_MODE=offline): `wandb sync` uploads a run by hand
+    mlflow: bool = operational(False)
+    dir: str | None = operational(None)  # event files, W&B runs, the MLflow store (None: the run folder's trackers/)
+    mlflow_uri: str | None = operational(None)  # a file: URI, no server (None: file:<dir>/mlruns)
+    project: str = operational("mtsql")  # the W&B project and MLflow experiment
+
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 MLFLOW_PARAM_CHARS = 6000  # MLflow refuses a longer parameter value

@@ -45,10 +45,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from mtsql.base.config import RewardConfig, SqlConfig
+from mtsql.base.config import result
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent.env import Trajectory
+from mtsql.core.agent.settings import SqlConfig
 from mtsql.core.sql import gold_cache, score_turn
 from mtsql.core.sql.bird_exec import bird_exec_match
 from mtsql.core.sql.clauses import clause_f1
@@ -58,6 +60,26 @@ from mtsql.core.sql.parser import parse_sql
 from mtsql.core.sql.schema import load_schema
 from mtsql.core.sql.scoring import DataSources
 from mtsql.core.sql.vacuous import is_vacuous
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward weights (``mtsql.core.rewards``): ``family`` picks the total a trajectory is trained on."""
+
+    family: Literal["process", "outcome", "sqlr1"] = result("process")
+    ex: float = result(1.0)
+    em: float = result(1.0)
+    exec_verify: float = result(0.1)
+    coherence: float = result(0.1)
+    clause_f1: float = result(0.8)  # weight of the clause score (clause_score picks which)
+    format: float = result(0.0)
+    clause_score: Literal["f1", "release"] = result("f1")  # f1: micro F1 of clause items over every proposed
+                                                          # query, the answer included; release: MTSQL-R1's
+                                                          # per-clause 0/1 average of the Spider parse over the
+                                                          # tool calls' SQL
+    empty_match_credit: bool = result(True)  # false: a prediction matching a gold with an empty (or all-NULL)
+                                             # result earns no EX / result credit (sql.vacuous)
+
 
 EXEC_VERIFY_TABLE = {
     ("error", "pass"): 0.0, ("error", "no_pass"): 1.0,

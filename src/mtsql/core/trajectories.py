@@ -20,13 +20,13 @@ from functools import partial
 from pathlib import Path
 from statistics import mean
 
-from mtsql.base.config import RewardConfig, SqlConfig
 from mtsql.base.errors import UsageError
 from mtsql.base.files import iter_jsonl, write_jsonl
 from mtsql.base.paths import database_path
 from mtsql.core.agent.env import Trajectory
+from mtsql.core.agent.settings import SqlConfig
 from mtsql.core.data.records import Turn
-from mtsql.core.rewards import compute_rewards
+from mtsql.core.rewards import RewardConfig, compute_rewards
 from mtsql.core.sql.executor import execute_cached
 from mtsql.core.sql.metrics import TURN_BUCKETS, turn_bucket
 

@@ -1,5 +1,4 @@
 """Engines: generation backends, the rollout, the RL engines (local GRPO, verl), LLaMA-Factory SFT, models.
 
-Importing this package registers each engine's settings with the config (``engines.settings``)."""
-
-from mtsql.engines import settings  # noqa: F401
+Each family of engines has one registry, imported where it is used: ``backends.settings.BACKENDS`` and
+``rl_settings.RL_ENGINES``."""

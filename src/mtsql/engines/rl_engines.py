@@ -1,7 +1,7 @@
 """The RL engines behind one contract, so that ``stages/rl.py`` knows none of them.
 
-An engine registers its ``rl.<name>`` settings (``engines/settings.py``) and has a contract module,
-named in ``RL_ENGINES``, with
+An engine has one line in ``RL_ENGINES`` (``engines/rl_settings.py``): its ``rl.<name>`` settings and its
+contract module, with
 
 * ``train_curriculum_stage(cfg, turns, *, base_model, out_dir, metrics_path, stage, trackers) -> dict``: train
   one curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
@@ -18,9 +18,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from mtsql.base.config import RlConfig, engines_of
 from mtsql.base.errors import UsageError
 from mtsql.core.results import TrainingStep
+from mtsql.engines.rl_settings import RL_ENGINES
 
 
 def pick_engine(name: str) -> str:
@@ -32,17 +32,12 @@ def pick_engine(name: str) -> str:
     return "verl" if torch.cuda.is_available() else "local"
 
 
-# Each registered engine's contract module, named in full: the code digest of the rl stage follows these
-# strings (provenance.code_closure), so a change in either engine's code reruns its stages.
-RL_ENGINES = {"local": "mtsql.engines.local_grpo.engine", "verl": "mtsql.engines.verl.engine"}
-
-
 def rl_engine(name: str) -> ModuleType:
     """The ``engine`` module of RL engine ``name`` (``auto`` must be resolved first: ``pick_engine``)."""
     if name not in RL_ENGINES:
-        raise UsageError(f"rl.engine={name}: resolve it to one of {', '.join(engines_of(RlConfig))} before a "
+        raise UsageError(f"rl.engine={name}: resolve it to one of {', '.join(RL_ENGINES)} before a "
                          "stage runs")
-    return importlib.import_module(RL_ENGINES[name])
+    return importlib.import_module(RL_ENGINES[name].module)
 
 
 def step_metrics(line: dict) -> dict:

@@ -18,9 +18,11 @@ Writes: ``stage-<k>.jsonl`` (Turn dicts) and, in the metrics, a table of stage s
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView, CurriculumConfig
+from mtsql.base.config import ConfigView, result
 from mtsql.base.errors import UsageError
 from mtsql.base.files import write_jsonl
 from mtsql.base.slices import CURRICULUM_LABELS
@@ -29,8 +31,19 @@ from mtsql.core.data.records import Turn
 from mtsql.core.sql.metrics import turn_bucket
 from mtsql.core.trajectories import ScoredRow, is_correct, read_rows
 
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """How the RL pool is cut into ordered stages."""
+
+    by: Literal["hardness", "turn", "pass_rate"] = result("hardness")
+    stages: tuple[tuple[str, ...], ...] = result((("easy", "medium"), ("hard",), ("extra",)))
+    drop_solved: bool = result(True)
+
+
 SECTIONS = ("data", "curriculum")
 INPUTS = {"sample": None}
+plan = hashed = engine_identity = check = None  # hooks this stage has not (app/runner.Stage)
 
 
 def pass_rates(rows: list[ScoredRow]) -> dict[str, float]:

@@ -35,13 +35,13 @@ from __future__ import annotations
 import shutil
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView
+from mtsql.base.config import ConfigView, Samples, Tokens, result
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import bird_databases, database_path
 from mtsql.core.bird_evaluation import render_bird, score_bird_pairs
@@ -62,6 +62,21 @@ from mtsql.core.trajectories import ScoredRow, scorer, summarize_trajectories, v
 from mtsql.engines import backends
 from mtsql.engines.models.registry import stage_model
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Scoring a model on the eval sets."""
+
+    vote: Samples = result(1)  # >1: self-consistency voting over this many samples by execution result
+    max_response_tokens: Tokens | None = result(None)  # tokens one turn may generate over all its messages
+                                                       # (release: 8000)
+    prompt_filter_tokens: Tokens | None = result(None)  # also report the metrics without the items whose prompt
+                                                        # is longer, as verl's filter_overlong_prompts drops them
+                                                        # (release: 4000)
+    samples: Samples = result(1)  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared
+                                  # with vote)
+
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
 INPUTS = {"model": None}

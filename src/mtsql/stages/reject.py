@@ -20,17 +20,33 @@ table by hardness and turn: sampled, correct, kept, unsolved.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView, RejectConfig
+from mtsql.base.config import ConfigView, Samples, result
 from mtsql.base.errors import UsageError
 from mtsql.base.files import write_jsonl
 from mtsql.core.measures.revisions import is_recovery
 from mtsql.core.sql.metrics import turn_bucket
 from mtsql.core.trajectories import ScoredRow, is_correct, read_rows, write_rows
 
+
+@dataclass(frozen=True)
+class RejectConfig:
+    """Difficulty-aware reject sampling (``mtsql.stages.reject``)."""
+
+    require: tuple[Literal["ex", "em"], ...] = result(("ex", "em"))
+    keep_easy: Samples = result(2)
+    keep_hard: Samples = result(3)
+    keep_recoveries: bool = result(True)  # a model-written recovery (a failed exec_sql, then a query that ran and
+                                          # a right answer) of an item is kept even where the shortest or the
+                                          # most diverse choice left it out (measures.revisions.is_recovery)
+
+
 SECTIONS = ("reject",)
 INPUTS = {"sample": "sample"}
+plan = hashed = engine_identity = None  # hooks this stage has not (app/runner.Stage)
 
 
 def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], list[dict], dict]:

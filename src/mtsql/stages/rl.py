@@ -35,6 +35,7 @@ from mtsql.engines.rl_engines import rl_engine
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
 INPUTS = {"curriculum": "curriculum", "model": None}
+check = None  # hooks this stage has not (app/runner.Stage)
 
 
 def hashed(cfg: ConfigView) -> dict:

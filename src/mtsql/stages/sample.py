@@ -29,6 +29,7 @@ from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
 INPUTS = {"model": None, "pool": None, "attempts": None}
+plan = hashed = None  # hooks this stage has not (app/runner.Stage)
 
 
 def engine_identity(cfg: ConfigView) -> dict:

@@ -34,6 +34,7 @@ from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
 INPUTS = {"reject": "reject", "model": None}
+check = None  # hooks this stage has not (app/runner.Stage)
 
 
 def hashed(cfg: ConfigView) -> dict:

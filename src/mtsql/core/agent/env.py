@@ -30,12 +30,12 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent import prompts, tools
 from mtsql.core.agent.protocol import EXEC_VERIFY, MEMORY_VERIFY, Action, parse_action
 from mtsql.core.agent.schema_prompt import render_schema
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.agent.tools import MemoryEntry
 from mtsql.core.data.records import Turn
 

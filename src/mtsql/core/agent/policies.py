@@ -35,12 +35,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.base.paths import data_dir, database_path
 from mtsql.core.agent import prompts
 from mtsql.core.agent.mutations import Variant, misnamed_columns, mutations
 from mtsql.core.agent.protocol import Action, parse_action
 from mtsql.core.agent.schema_prompt import load_tables
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.agent.tools import SqlRun, run_sql
 from mtsql.core.data.records import Turn
 from mtsql.core.sql.clauses import render_breakdown

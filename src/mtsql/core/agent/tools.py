@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.core.agent import prompts
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.sql.clauses import render_breakdown
 from mtsql.core.sql.errors import SqlParseError
 from mtsql.core.sql.executor import ExecResult, execute_cached, result_kind

@@ -17,7 +17,6 @@ import typing
 from dataclasses import replace
 from pathlib import Path
 
-from mtsql.base.config import DataConfig, Dataset, Split
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA, bird_dir, data_dir, database_path
 from mtsql.core.data.bird import BirdSplit, bird_split, load_bird
@@ -25,6 +24,7 @@ from mtsql.core.data.cosql_raw import load_raw_dialogues
 from mtsql.core.data.official import load_official
 from mtsql.core.data.records import Turn
 from mtsql.core.data.robustness import ROBUSTNESS_SETS, TYPE_KEY, check_present, question_key, schema_tables
+from mtsql.core.data.settings import DataConfig, Dataset, Split
 from mtsql.core.data.spider import load_spider
 from mtsql.core.sql import hardness_of
 from mtsql.core.sql.schema import check_databases

@@ -2,7 +2,7 @@
 
     backend = make_backend("hf", model_path, dtype="float32", device="cpu")
 
-``BACKENDS`` names the module and class of each; a backend's module is imported only when it is
+``BACKENDS`` (``backends/settings.py``) names the settings, module and class of each; a backend's module is imported only when it is
 made. A class reads its own settings from a config (``options``, ``training_options``):
 ``backend_for`` makes the one ``sample.backend`` names, ``training_backend`` the one
 ``rl.local.rollout_backend`` names. ``engine_identity`` is what a generating stage's fingerprint
@@ -17,21 +17,14 @@ from pathlib import Path
 
 from mtsql.base.errors import UsageError
 from mtsql.engines.backends.base import Backend
-
-BACKENDS = {
-    "hf": ("mtsql.engines.backends.hf", "HFBackend"),  # transformers, CPU or one GPU
-    "vllm": ("mtsql.engines.backends.vllm", "VLLMBackend"),  # a vLLM server mtsql starts (or one you run)
-    "openai": ("mtsql.engines.backends.openai", "OpenAIBackend"),  # any OpenAI-compatible server
-    "chat": ("mtsql.engines.backends.chat", "ChatBackend"),  # a chat API: messages in, text out (no RL)
-}
+from mtsql.engines.backends.settings import BACKENDS
 
 
 def backend_class(kind: str) -> type[Backend]:
     """The class of a backend by name (``BACKENDS``), its module imported now."""
     if kind not in BACKENDS:
         raise UsageError(f"unknown backend '{kind}': choose {', '.join(BACKENDS)}")
-    module, name = BACKENDS[kind]
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(BACKENDS[kind].module), BACKENDS[kind].attribute)
 
 
 def make_backend(kind: str, model: str | Path, **options) -> Backend:
@@ -52,7 +45,7 @@ def api_model(cfg, trained=None) -> str | None:
     cls = backend_class(cfg.sample.backend)
     if not cls.takes_messages:
         return None
-    settings = getattr(cfg.sample, cfg.sample.backend)
+    settings = cfg.sample.owned[cfg.sample.backend]
     if trained is not None:
         raise UsageError(f"sample.backend={cfg.sample.backend} generates with the model its API serves "
                          f"(sample.{cfg.sample.backend}.model), not a trained artifact: evaluate or sample that with "

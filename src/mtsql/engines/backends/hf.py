@@ -53,6 +53,7 @@ from mtsql.engines.backends.base import (
     completes_stop_string,
     end_of_turn_ids,
 )
+from mtsql.engines.models.settings import resolve_dtype
 
 GROUPED_SDPA = "mtsql_grouped_sdpa"
 PREFIX_CACHE_SHARE = 0.3  # of the free memory at load (device or RAM), for the prefix cache
@@ -67,7 +68,7 @@ RECENT_NEW = 16  # earlier new conversations a new one is compared with for a co
 class HFBackend(Backend):
     """A transformers causal LM on one device (CPU by default).
 
-    ``dtype="auto"``: float32 on CPU, bfloat16 on CUDA. The prefix cache keeps up to
+    ``dtype="auto"``: float32 on CPU, bfloat16 on CUDA (``models.settings.resolve_dtype``). The prefix cache keeps up to
     ``PREFIX_CACHE_SHARE`` of the free memory (``max_cached_tokens=None``). On CUDA the backend also
     sizes its own batches from free memory (``batch_limit``; a larger call is run in parts)
     and lets the batch call prefill rows whose new part has at most ``batched_prefill`` ids
@@ -80,7 +81,7 @@ class HFBackend(Backend):
         cuda = torch.device(device).type == "cuda"
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
-            self.model = AutoModelForCausalLM.from_pretrained(model, dtype=resolve_dtype(dtype, device)).to(device)
+            self.model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, resolve_dtype(dtype, device))).to(device)
         except (OSError, ValueError, KeyError, SafetensorError) as exc:  # a missing, damaged or truncated file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"cannot load '{model}' as a causal language model: {first}") from None
@@ -522,15 +523,6 @@ class _StopCriteria:
 
 # ---------------------------------------------------------------------------------------------
 # Memory arithmetic: how many rows one call can take (CUDA), how much the prefix cache may keep
-
-
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """``auto``: bfloat16 on CUDA, float32 elsewhere; else the torch dtype of that name."""
-    if dtype == "auto":
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-    if not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise UsageError(f"model.dtype: unknown '{dtype}'; choose auto, float32, bfloat16 or float16")
-    return getattr(torch, dtype)
 
 
 class _MemoryModel:

@@ -1,4 +1,5 @@
-"""Each generation backend's own settings: ``sample.<backend>`` in a config (``base.config.owned_by``).
+"""Each generation backend's own settings (``sample.<backend>`` in a config), the registry of backends
+(``BACKENDS``) and the ``sample`` section that picks one.
 
 A stage's fingerprint covers the settings of the backend it samples with, and only those."""
 
@@ -7,20 +8,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from mtsql.base.config import NonNegative, Range, SampleConfig, Seconds, operational, owned_by, result
+from mtsql.base.config import (
+    Batch,
+    Engine,
+    EngineOwned,
+    NonNegative,
+    Range,
+    Samples,
+    Seconds,
+    Share,
+    Tokens,
+    operational,
+    result,
+)
+from mtsql.core.agent.settings import Policy
 
 GiB = Annotated[float, Range(0, low_open=True, most=2**14)]  # a memory size, at most 16 TiB
 Concurrency = Annotated[int, Range(1, most=1024)]  # requests in flight at once
 Retries = Annotated[int, Range(0, most=100)]  # attempts after the first
 
 
-@owned_by(SampleConfig, "hf")
 @dataclass(frozen=True)
 class HfSettings:
     """transformers in this process: ``model.dtype`` and ``model.device`` say all it needs."""
 
 
-@owned_by(SampleConfig, "vllm")
 @dataclass(frozen=True)
 class VllmSettings:
     """A vLLM server mtsql starts for each stage's model and stops after it, or one you run (docs/engines.md).
@@ -39,7 +51,6 @@ class VllmSettings:
     start_timeout_s: Seconds = operational(600.0)
 
 
-@owned_by(SampleConfig, "openai")
 @dataclass(frozen=True)
 class OpenAISettings:
     """Any OpenAI-compatible server you run."""
@@ -50,7 +61,6 @@ class OpenAISettings:
     timeout_s: Seconds = operational(120.0)
 
 
-@owned_by(SampleConfig, "chat")
 @dataclass(frozen=True)
 class ChatSettings:
     """A chat model behind an OpenAI-style ``/chat/completions`` API (a hosted model, or any server with a chat
@@ -73,3 +83,56 @@ class ChatSettings:
     concurrency: Concurrency = operational(8)
     timeout_s: Seconds = operational(120.0)
     max_retries: Retries = operational(6)  # attempts after the first, on connection errors, 429 and 5xx
+
+
+# The generation backends: one line each (its settings, module and class; the module is imported only when
+# the backend is made: engines.backends.backend_class).
+BACKENDS = {
+    "hf": Engine(HfSettings, "mtsql.engines.backends.hf", "HFBackend"),  # transformers, CPU or one GPU
+    "vllm": Engine(VllmSettings, "mtsql.engines.backends.vllm", "VLLMBackend"),  # a vLLM server mtsql starts
+                                                                                # (or one you run)
+    "openai": Engine(OpenAISettings, "mtsql.engines.backends.openai", "OpenAIBackend"),  # any OpenAI-compatible
+                                                                                        # server
+    "chat": Engine(ChatSettings, "mtsql.engines.backends.chat", "ChatBackend"),  # a chat API: messages in, text
+                                                                                # out (no RL)
+}
+
+
+@dataclass(frozen=True)
+class SampleConfig(EngineOwned):
+    """Trajectory sampling (rollout); ``sample.<backend>`` holds the backend's own settings."""
+
+    SELECTOR = "backend"
+    ENGINES = BACKENDS
+
+    policy: Policy = result("model")
+    correction_share: Share = result(1.0)  # gold_with_correction: the share of trajectories that first run a wrong
+                                           # variant; the others run the gold at once
+    failure_share: Share = result(0.586)  # gold_grounded: the share of trajectories whose first query fails in a
+                                          # way the result shows, then is corrected (policies.MEASURED_FAILURE_SHARE:
+                                          # the share of failed exec_sql turns the SFT model meets)
+    backend: str = result("hf")  # a registered generation backend (engines/backends/settings.py: hf, vllm, openai);
+                                 # its settings are sample.<backend>
+    n: Samples = result(1)
+    temperature: NonNegative = result(0.7)  # 0: greedy
+    top_p: Share = result(1.0)
+    max_new_tokens: Tokens = result(512)
+    batch_size: Batch = operational(16)  # conversations per backend call: each record's seed derives from its
+                                         # turn, sample and message, so records do not depend on batching
+
+    # each backend's settings, typed (a backend added to BACKENDS adds its property here)
+    @property
+    def hf(self) -> HfSettings:
+        return self.owned["hf"]
+
+    @property
+    def vllm(self) -> VllmSettings:
+        return self.owned["vllm"]
+
+    @property
+    def openai(self) -> OpenAISettings:
+        return self.owned["openai"]
+
+    @property
+    def chat(self) -> ChatSettings:
+        return self.owned["chat"]

@@ -35,21 +35,12 @@ from mtsql.engines.backends.vllm_server import (
     ServerSpec,
     find_python,
 )
+from mtsql.engines.models.settings import resolve_dtype
 
 KV_RAM_SHARE = 0.25  # CPU: of the available RAM, for the managed server's KV cache (at most MAX_AUTO_KV_GIB)
 MAX_AUTO_KV_GIB = 8
 NOT_MANAGED = "new weights can be loaded only into a vLLM server mtsql started (unset sample.vllm.base_url)"
 UNVERIFIED = "a server mtsql did not start: what it runs (weights, dtype, engine version) cannot be verified"
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto``: bfloat16 on CUDA and on CPUs with native bf16 products (AVX512-BF16, AMX), else float32.
-
-    bfloat16 halves a CPU evaluation's time but changes some greedy ids; ``float32`` gives the hf
-    backend's ids exactly (docs/engines.md)."""
-    if dtype != "auto":
-        return dtype
-    return "bfloat16" if device != "cpu" or cpu_has_fast_bf16() else "float32"
 
 
 def server_spec(model: str | Path, *, dtype: str = "auto", device: str = "cpu", seed: int = 0,
@@ -59,8 +50,12 @@ def server_spec(model: str | Path, *, dtype: str = "auto", device: str = "cpu", 
     kind = "cpu" if str(device).startswith("cpu") else "cuda"
     if kind == "cpu" and kv_cache_gib is None:
         kv_cache_gib = min(MAX_AUTO_KV_GIB, max(1, psutil.virtual_memory().available * KV_RAM_SHARE // 2**30))
-    return ServerSpec(model=str(model), python=str(find_python(python)), dtype=resolve_dtype(dtype, kind),
-                      device=kind, seed=seed, eager=kind == "cpu" if eager is None else eager,
+    # auto differs from every other engine's on a CPU with native bf16 products (AVX512-BF16, AMX): vLLM's CPU
+    # kernels use them, halving an evaluation's time, at the cost of some greedy ids; model.dtype: float32 gives the
+    # hf backend's ids exactly (docs/engines.md)
+    auto = "bfloat16" if kind == "cpu" and cpu_has_fast_bf16() else None
+    return ServerSpec(model=str(model), python=str(find_python(python)),
+                      dtype=resolve_dtype(dtype, kind, auto=auto), device=kind, seed=seed, eager=kind == "cpu" if eager is None else eager,
                       kv_cache_gib=kv_cache_gib, gpu_memory_utilization=gpu_memory_utilization,
                       extra_args=tuple(extra_args))
 

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import yaml
 
-from mtsql.base.config import SftConfig
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.trackers import Trackers
 from mtsql.engines.commands import Command
 from mtsql.engines.llamafactory.dataset import llamafactory_template
+from mtsql.engines.llamafactory.settings import SftConfig
 from mtsql.engines.models.registry import is_hub_id
 from mtsql.engines.passthrough import check_extra
 

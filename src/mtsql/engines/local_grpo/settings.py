@@ -1,14 +1,13 @@
-"""The local GRPO engine's own settings: ``rl.local`` in a config (``base.config.owned_by``)."""
+"""The local GRPO engine's own settings: ``rl.local`` in a config (registered in ``engines/rl_settings.py``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from mtsql.base.config import Layers, RlConfig, owned_by, result
+from mtsql.base.config import Layers, result
 
 
-@owned_by(RlConfig, "local")
 @dataclass(frozen=True)
 class LocalSettings:
     """GRPO in this process (CPU or one GPU, no Ray)."""

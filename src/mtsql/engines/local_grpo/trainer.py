@@ -20,6 +20,7 @@ from mtsql.core.trajectories import episode_behaviour, scorer, step_behaviour
 from mtsql.engines.backends import training_backend
 from mtsql.engines.local_grpo.update import Episode, fit_lengths, grpo_settings, grpo_update, signal_share
 from mtsql.engines.local_grpo.weights import load_model, save_model, trainable
+from mtsql.engines.models.settings import ModelConfig, resolve_dtype
 from mtsql.engines.rl_engines import step_metrics
 from mtsql.engines.rl_schedule import LocalValidation, stage_steps
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine, derive_seed
@@ -42,7 +43,7 @@ def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir, metrics_path
     """
 
     torch.manual_seed(cfg.seed)
-    dtype = "float32" if cfg.model.dtype == "auto" else cfg.model.dtype  # auto trains in float32, not bfloat16
+    dtype = train_dtype(cfg.model)
     backend = training_backend(cfg, base_model, dtype=dtype, log_path=Path(out_dir) / SERVER_LOG)
     try:
         model = trained_model(cfg, backend, base_model, dtype, Path(out_dir) / "rollout-weights")
@@ -50,6 +51,13 @@ def train_curriculum_stage(cfg, turns, *, base_model: str, out_dir, metrics_path
                       trackers=trackers or Trackers.off())
     finally:
         backend.close()
+
+
+def train_dtype(model: ModelConfig) -> str:
+    """The dtype the local engine trains in. ``auto`` is float32 on every device, unlike the backends'
+    bfloat16 on CUDA: a GRPO step at ``rl.lr`` ~1e-6 moves a weight by far less than bfloat16 can tell apart
+    (8 bits of mantissa), so in bfloat16 most updates would round away."""
+    return resolve_dtype(model.dtype, model.device, auto="float32")
 
 
 def trained_model(cfg, backend, base_model: str, dtype: str, folder: Path):

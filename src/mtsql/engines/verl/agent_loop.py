@@ -25,8 +25,8 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
-from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.episode_tokens import EpisodeTokens
 from mtsql.engines.rollout import STOP_STRINGS

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtsql.base.config import EnvConfig, SqlConfig
 from mtsql.base.errors import UsageError
 from mtsql.core.agent.env import SqlAgentEnv
+from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.agent.tools import MemoryEntry, env_tools
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data.records import Turn

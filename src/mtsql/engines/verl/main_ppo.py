@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from mtsql.base.config import Config, to_dict
+from mtsql.base.config import ConfigView, to_dict
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.base.trackers import Trackers
@@ -162,7 +162,7 @@ class CurriculumParquet:
     val_file: Path | None = None  # the dev rows validated every rl.val_every steps (None: no validation)
 
 
-def build_stage_plan(cfg: Config, stages: Sequence[CurriculumParquet], *, model_path: str, out_dir: Path,
+def build_stage_plan(cfg: ConfigView, stages: Sequence[CurriculumParquet], *, model_path: str, out_dir: Path,
                      data_root: Path, cpu: bool = False, python: str | None = None,
                      trackers: Trackers | None = None) -> list[Command]:
     """Train + merge commands for every stage, each stage starting from the previous merged model.
@@ -214,7 +214,7 @@ def merge_command(checkpoint: Path, target: Path, *, name: str, cwd: Path, pytho
                          str(checkpoint), "--target_dir", str(target)))
 
 
-def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
+def agent_loop_yaml(cfg: ConfigView, data_root: Path) -> str:
     """verl's agent-loop registry file: ``SqlAgentLoop`` under ``AGENT_NAME`` with mtsql's settings."""
     entry = {
         "name": AGENT_NAME,
@@ -228,7 +228,7 @@ def agent_loop_yaml(cfg: Config, data_root: Path) -> str:
     return yaml.safe_dump([entry], sort_keys=False)
 
 
-def train_overrides(cfg: Config, stage: CurriculumParquet, *, model_path: str, lora_adapter: str | None,
+def train_overrides(cfg: ConfigView, stage: CurriculumParquet, *, model_path: str, lora_adapter: str | None,
                     stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path,
                     cpu: bool = False, trackers: Trackers | None = None) -> list[str]:
     """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.verl.extra``;
@@ -531,7 +531,7 @@ class StepWatcher:
         return True
 
 
-def _check(cfg: Config, stages: Sequence[CurriculumParquet]) -> None:
+def _check(cfg: ConfigView, stages: Sequence[CurriculumParquet]) -> None:
     if not stages:
         raise UsageError("no curriculum stage to train")
     if cfg.rl.verl.nnodes > 1 and not cfg.rl.verl.ray_address:
@@ -542,14 +542,14 @@ def _check(cfg: Config, stages: Sequence[CurriculumParquet]) -> None:
                              "(verl drops incomplete batches, so it would train nothing); lower rl.batch_size")
 
 
-def _train_env(cfg: Config, cpu: bool) -> dict[str, str]:
+def _train_env(cfg: ConfigView, cpu: bool) -> dict[str, str]:
     env = {"HYDRA_FULL_ERROR": "1", **(cpu_env() if cpu else {})}
     if cfg.rl.verl.ray_address:
         env["RAY_ADDRESS"] = cfg.rl.verl.ray_address
     return env
 
 
-def _ray_note(cfg: Config) -> str:
+def _ray_note(cfg: ConfigView) -> str:
     if not cfg.rl.verl.ray_address:
         return ""
     port = cfg.rl.verl.ray_address.rsplit(":", 1)[-1] if ":" in cfg.rl.verl.ray_address else "6379"

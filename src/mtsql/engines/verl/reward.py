@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mtsql.base.config import RewardConfig, SqlConfig, build
+from mtsql.base.config import build
 from mtsql.core.agent.env import Trajectory
-from mtsql.core.rewards import compute_rewards, reward_keys
+from mtsql.core.agent.settings import SqlConfig
+from mtsql.core.rewards import RewardConfig, compute_rewards, reward_keys
 from mtsql.core.trajectories import BEHAVIOUR, episode_behaviour
 
 TRAJECTORY_KEY = "mtsql_trajectory"

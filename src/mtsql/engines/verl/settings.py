@@ -1,14 +1,13 @@
-"""verl's own settings: ``rl.verl`` in a config (``base.config.owned_by``)."""
+"""verl's own settings: ``rl.verl`` in a config (registered in ``engines/rl_settings.py``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from mtsql.base.config import Devices, RlConfig, operational, owned_by, result
+from mtsql.base.config import Devices, operational, result
 
 
-@owned_by(RlConfig, "verl")
 @dataclass(frozen=True)
 class VerlSettings:
     """verl's ``main_ppo`` on Ray (GPUs, or the CPUs through engines/verl/cpu_platform.py)."""
