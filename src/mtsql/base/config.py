@@ -253,9 +253,9 @@ class ModelConfig:
 
     name: str = result("smollm2-135m")
     # the chat family (mtsql.core.chat_format), by the name of LLaMA-Factory's template SFT uses: qwen3_nothink /
-    # qwen3 (Qwen3 without / with thinking), qwen (Qwen2.5, Qwen2.5-Coder, OmniSQL), llama3; auto: the model's own
-    # tokenizer.chat_template (LLaMA-Factory parses it)
-    template: Literal["qwen3_nothink", "qwen3", "qwen", "llama3", "auto"] = result("qwen3_nothink")
+    # qwen3 (Qwen3 without / with thinking), qwen (Qwen2.5, Qwen2.5-Coder, OmniSQL), smollm2, llama3; auto:
+    # the model's own tokenizer.chat_template (LLaMA-Factory parses it)
+    template: Literal["qwen3_nothink", "qwen3", "qwen", "smollm2", "llama3", "auto"] = result("qwen3_nothink")
     # sampling with auto: float32 on CPU and bfloat16 on CUDA (hf), vLLM's own choice (vllm); the local RL
     # engine trains in this dtype, and in float32 for auto
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = result("auto")
