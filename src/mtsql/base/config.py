@@ -248,8 +248,8 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A model: an alias known to ``mtsql models`` (smollm2-135m, tiny-qwen3, tiny-qwen25, tiny-llama3), an HF
-    id or a folder."""
+    """A model: an alias known to ``mtsql models`` (smollm2-135m, tiny-qwen3, tiny-qwen25, tiny-llama3,
+    tiny-smollm2), an HF id or a folder."""
 
     name: str = result("smollm2-135m")
     # the chat family (mtsql.core.chat_format), by the name of LLaMA-Factory's template SFT uses: qwen3_nothink /
