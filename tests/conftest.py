@@ -19,7 +19,8 @@ for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
 
-MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_qwen25", "tiny_llama3", "tiny_tokenizer", "tiny_backend", "smollm2", "model_dir"}
+MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_qwen25", "tiny_llama3", "tiny_smollm2", "tiny_tokenizer",
+                  "tiny_backend", "smollm2", "model_dir"}
 VLLM_FIXTURES = {"vllm_python", "tiny_server"}
 VERL_FIXTURES = {"verl_python"}
 
@@ -98,6 +99,14 @@ def tiny_llama3(models_home) -> Path:
 
     with building(models_home):
         return registry.make_tiny("llama3")
+
+
+@pytest.fixture(scope="session")
+def tiny_smollm2(models_home) -> Path:
+    from mtsql.engines.models import registry
+
+    with building(models_home):
+        return registry.make_tiny("smollm2")
 
 
 @pytest.fixture(scope="session")

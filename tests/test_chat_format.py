@@ -37,21 +37,25 @@ CONVERSATION = [
 ]
 
 
-def llamafactory_ids(tokenizer_path, template_name: str, messages: list[dict], tools: list[dict]) -> list[int]:
-    """What LLaMA-Factory trains on for this conversation (sharegpt roles: function_call for tool calls)."""
+def llamafactory_ids(tokenizer_path, template_name: str, messages: list[dict],
+                     tools: list[dict] | None) -> list[int]:
+    """What LLaMA-Factory trains on for this conversation (sharegpt roles: function_call for tool calls;
+    without ``tools``, every assistant message is a plain reply, as the export gives a family without
+    them)."""
     from llamafactory.data.template import get_template_and_fix_tokenizer
     from llamafactory.hparams import DataArguments
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     template = get_template_and_fix_tokenizer(tokenizer, DataArguments(template=template_name))
+    system = messages[0]["content"] if messages[0]["role"] == "system" else None
     roles = {"user": "user", "tool": "observation"}
     converted = [
-        {"role": roles.get(m["role"]) or ("function" if "<tool_call>" in m["content"] else "assistant"),
-         "content": m["content"]}
-        for m in messages[1:]
+        {"role": roles.get(m["role"]) or ("function" if tools and "<tool_call>" in m["content"]
+                                          else "assistant"), "content": m["content"]}
+        for m in messages[system is not None:]
     ]
-    pairs = template.encode_multiturn(tokenizer, converted, messages[0]["content"], json.dumps(tools))
+    pairs = template.encode_multiturn(tokenizer, converted, system, json.dumps(tools) if tools else None)
     return [i for prompt, response in pairs for i in prompt + response]
 
 
@@ -73,6 +77,29 @@ def test_ids_equal_llamafactory(tiny_qwen3, tiny_tokenizer, template, strip_thin
     assert ours == llamafactory_ids(tiny_qwen3, template, messages, TOOLS)
 
 
+@pytest.mark.parametrize("with_system", [True, False])
+def test_smollm2_ids_equal_llamafactory_given_no_tools(tiny_smollm2, with_system):
+    """smollm2 lists no tools and keeps tool calls verbatim: LLaMA-Factory's smollm2 template, given no tools
+    and every assistant message as a plain reply (what the SFT export gives it), encodes the same ids."""
+    from transformers import AutoTokenizer
+
+    messages = CONVERSATION if with_system else CONVERSATION[1:]
+    chat = ChatFormat.for_template(AutoTokenizer.from_pretrained(tiny_smollm2), "smollm2")
+    ours = chat.render_ids(messages, TOOLS)
+    assert ours == llamafactory_ids(tiny_smollm2, "smollm2", messages, None)
+
+
+def test_smollm2_renders_tool_results_as_user_turns_after_smollms_default_system():
+    text = render(CONVERSATION[1:4], TOOLS, "smollm2")
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+                           "Hugging Face.<|im_end|>\n<|im_start|>user\nHow many singers")
+    assert ("</tool_call><|im_end|>\n<|im_start|>user\nResult: [(4,)]\n\nVerify this result: café ✓"
+            "<|im_end|>\n<|im_start|>assistant\n") in text
+    assert "<tools>" not in text and "<tool_response>" not in text  # no tool list, no response tags
+    given = render(CONVERSATION[:2], TOOLS, "smollm2")
+    assert given.startswith(f"<|im_start|>system\n{CONVERSATION[0]['content']}<|im_end|>\n<|im_start|>user\n")
+
+
 def test_thinking_template_adds_an_empty_think_block_only_where_missing():
     plain = render(CONVERSATION, TOOLS, "qwen3_nothink")
     thinking = render(CONVERSATION, TOOLS, "qwen3")
@@ -90,8 +117,13 @@ def test_rendered_text_layout():
     assert not render([{"role": "user", "content": "hi"}]).startswith("<|im_start|>system")
 
 
-def test_incremental_ids_equal_the_whole_conversation(tiny_tokenizer):
-    chat = ChatFormat(tiny_tokenizer)
+@pytest.mark.parametrize(("model", "template"),
+                         [("tiny_qwen3", "qwen3_nothink"), ("tiny_smollm2", "smollm2")])
+def test_incremental_ids_equal_the_whole_conversation(model, template, request):
+    from transformers import AutoTokenizer
+
+    tiny_tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(model))
+    chat = ChatFormat(tiny_tokenizer, template)
     ids = chat.prompt_ids(CONVERSATION[:2], TOOLS)
     for index in range(2, len(CONVERSATION)):
         message = CONVERSATION[index]

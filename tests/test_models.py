@@ -68,7 +68,7 @@ def test_building_again_is_instant(tiny_qwen3, monkeypatch):
 def test_list_models_reports_the_cache(tiny_qwen3):
     rows = {row["alias"]: row for row in registry.list_models()}
     assert rows["tiny-qwen3"]["present"] and rows["tiny-qwen3"]["bytes"] > 30_000_000
-    assert set(rows) == {"smollm2-135m", "tiny-qwen3", "tiny-qwen25", "tiny-llama3"}
+    assert set(rows) == {"smollm2-135m", "tiny-qwen3", "tiny-qwen25", "tiny-llama3", "tiny-smollm2"}
 
 
 def test_resolve_model_passes_folders(tmp_path):
@@ -166,6 +166,20 @@ def test_tiny_family_models_carry_their_familys_tokens_and_template(tiny_qwen25,
         *llama3.encode("\n\nHi", add_special_tokens=False), 128009, 128006,
         *llama3.encode("assistant", add_special_tokens=False), 128007, *llama3.encode("\n\n", add_special_tokens=False)]
     assert AutoConfig.from_pretrained(tiny_llama3).model_type == "llama"
+
+
+def test_tiny_smollm2_carries_smollm2s_tokens_and_template(tiny_smollm2):
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_smollm2)
+    # SmolLM2's BPE from the GGUF: <|im_start|> and <|im_end|> are its bos and eos, 49,152 tokens in all
+    assert (tokenizer.bos_token, tokenizer.eos_token, len(tokenizer)) == ("<|im_start|>", "<|im_end|>", 49_152)
+    assert tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]) == [1, 2]
+    hello = [{"role": "user", "content": "Hi"}]
+    assert tokenizer.apply_chat_template(hello, tokenize=False, add_generation_prompt=True) == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert AutoConfig.from_pretrained(tiny_smollm2).vocab_size == 49_152
 
 
 def test_unknown_aliases_are_usage_errors():

@@ -1,8 +1,8 @@
 """Each chat family (``model.template``) gives one agent episode the same token ids and loss mask in
 the three places that tokenize it: the rollout engine (sampling, local GRPO), the LLaMA-Factory SFT
 export as LLaMA-Factory's own pipeline encodes it, and verl's agent loop. Every family runs on a tiny
-random model of its own (tiny-qwen3, tiny-qwen25, tiny-llama3, built offline from PyPI wheels) and
-the gold policy's episode on a SParC turn with a tool call and memory."""
+random model of its own (tiny-qwen3, tiny-qwen25, tiny-llama3, tiny-smollm2, built offline from PyPI
+wheels) and the gold policy's episode on a SParC turn with a tool call and memory."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from ..episodes import run_episode
 UID = "sparc-dev-0000/2"  # a later turn: the gold policy runs a query and reads the memory
 # (model.template, the tiny model fixture); auto reads the model's own chat template
 CASES = [("qwen3_nothink", "tiny_qwen3"), ("qwen3", "tiny_qwen3"), ("qwen", "tiny_qwen25"),
-         ("llama3", "tiny_llama3"), ("auto", "tiny_qwen25"), ("auto", "tiny_llama3")]
+         ("llama3", "tiny_llama3"), ("smollm2", "tiny_smollm2"), ("auto", "tiny_qwen25"),
+         ("auto", "tiny_llama3")]
 CASE_IDS = [f"{template}-{model}" for template, model in CASES]
 
 
@@ -174,7 +175,8 @@ def test_one_episode_has_the_same_ids_and_mask_in_rollout_llamafactory_and_verl(
     assert all(example.labels[k] == example.input_ids[k] for k in lf_trained)
 
 
-@pytest.mark.parametrize(("template", "fixture"), [("qwen", "tiny_qwen25"), ("llama3", "tiny_llama3")])
+@pytest.mark.parametrize(("template", "fixture"), [("qwen", "tiny_qwen25"), ("llama3", "tiny_llama3"),
+                                                   ("smollm2", "tiny_smollm2")])
 def test_auto_reads_the_same_ids_off_the_models_own_template(template, fixture, request):
     from transformers import AutoTokenizer
 

@@ -396,8 +396,10 @@ def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
 
 
 @models_app.command("make-tiny")
-def models_make_tiny(family: Annotated[str, typer.Argument(help="qwen3, qwen25 or llama3")] = "qwen3",
-                     force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
+def models_make_tiny(
+    family: Annotated[str, typer.Argument(help="qwen3, qwen25, llama3 or smollm2")] = "qwen3",
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False,
+) -> None:
     """Build the seeded random-init tiny model (on the real tokenizer) used by fast tests."""
     console.print(f"tiny-{family}: {registry.make_tiny(family, force=force)}", markup=False)
 

@@ -20,6 +20,12 @@ The families (``FAMILIES``, by LLaMA-Factory template name):
   tool results in an ``ipython`` block. Its template has no tool section mtsql can use (LLaMA-Factory's
   writes today's date and asks for bare JSON calls), so the tools are not listed: the system prompt
   already spells out the tag protocol, and the SFT export keeps tool calls verbatim.
+* ``smollm2``: SmolLM2-Instruct, as LLaMA-Factory's ``smollm2`` template spells it: plain ChatML, a tool
+  result as a plain ``user`` message (no ``<tool_response>`` tags; the model's own template writes a
+  ``tool`` role there), and SmolLM's default system message when the conversation has none, with
+  LLaMA-Factory's closing period (the model's own template has none). LLaMA-Factory's default tool
+  formatters list tools and rewrite calls as ``Action:`` / ``Action Input:`` lines, not the agent's
+  ``<tool_call>`` tags, so, as for ``llama3``, the tools are not listed and calls stay verbatim.
 * ``auto`` (``AutoChatFormat``): the model's own ``tokenizer.chat_template`` through
   ``apply_chat_template``.
 
@@ -51,6 +57,7 @@ from mtsql.base.errors import UsageError
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
 
 _TOOLS_HEAD = (
     "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -92,6 +99,8 @@ FAMILIES = {
     "qwen3_nothink": ChatFamily("qwen3_nothink", **_CHATML),
     "qwen3": ChatFamily("qwen3", **_CHATML, thinking=True),
     "qwen": ChatFamily("qwen", **_CHATML, default_system=QWEN25_DEFAULT_SYSTEM),
+    "smollm2": ChatFamily("smollm2", **{**_CHATML, "tool": _CHATML["user"]},  # a tool result is a user turn
+                          default_system=SMOLLM2_DEFAULT_SYSTEM, hermes_tools=False),
     "llama3": ChatFamily(
         "llama3", system=_LLAMA3_HEADER.format(role="system") + "{content}<|eot_id|>",
         user=_LLAMA3_HEADER.format(role="user") + "{content}<|eot_id|>",

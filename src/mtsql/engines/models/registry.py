@@ -2,7 +2,8 @@
 Hugging Face Hub ids (fetched once), local folders (as they are).
 
     resolve_model("smollm2-135m")   # pulls and converts on first use, then returns the folder
-    resolve_model("tiny-qwen3")     # builds the random tiny Qwen3 on first use (also tiny-qwen25, tiny-llama3)
+    resolve_model("tiny-qwen3")     # builds the random tiny Qwen3 on first use
+                                    # (also tiny-qwen25, tiny-llama3, tiny-smollm2)
     resolve_model("Qwen/Qwen3-1.7B")  # an HF Hub id is downloaded once, then its folder is returned
 
 A Hub model is fetched with ``huggingface_hub.snapshot_download`` into ``models/org--name``, so every
@@ -25,14 +26,15 @@ from mtsql.base.artifacts import MODEL_DIR
 from mtsql.base.errors import MtsqlError, UsageError
 from mtsql.base.paths import home_dir
 from mtsql.core.chat_format import ChatFormat
-from mtsql.engines.models import smollm2, tiny_llama3, tiny_qwen3
+from mtsql.engines.models import smollm2, tiny_llama3, tiny_qwen3, tiny_smollm2
 
 ROUND_TRIP_TEXT = "Hello world!  SELECT name FROM singer WHERE age > 30;\n\tcafé 😀 <|im_end|>"
 INFO_FILE = "mtsql_model.json"
 # How an alias is built; a cached folder of an older recipe is rebuilt. tiny-qwen3 2: head_dim 32, the
 # smallest vLLM's CPU attention runs (it refused 16).
 RECIPES = {"tiny-qwen3": 2}
-TEMPLATE_OF = {"tiny-qwen25": "qwen", "tiny-llama3": "llama3"}  # an alias's chat family (else qwen3_nothink)
+TEMPLATE_OF = {"tiny-qwen25": "qwen", "tiny-llama3": "llama3",  # an alias's chat family (else qwen3_nothink)
+               "tiny-smollm2": "smollm2"}
 
 
 def models_dir() -> Path:
@@ -51,7 +53,8 @@ def pull(alias: str = "smollm2-135m", force: bool = False) -> Path:
 
 
 def make_tiny(family: str = "qwen3", force: bool = False) -> Path:
-    """Build (or find) the random-init tiny model of ``family`` (``qwen3``, ``qwen25`` or ``llama3``)."""
+    """Build (or find) the random-init tiny model of ``family`` (``qwen3``, ``qwen25``, ``llama3`` or
+    ``smollm2``)."""
     alias = f"tiny-{family}"
     if alias not in _MAKEABLE:
         raise UsageError(f"no tiny model for '{family}': choose {', '.join(a.removeprefix('tiny-') for a in _MAKEABLE)}")
@@ -254,6 +257,8 @@ def verify_model(folder: Path, template: str = "qwen3_nothink") -> None:
 _PULLABLE: dict[str, Callable[[Path], dict]] = {"smollm2-135m": smollm2.build}
 _MAKEABLE: dict[str, Callable[[Path], dict]] = {
     "tiny-qwen3": tiny_qwen3.build, "tiny-qwen25": tiny_qwen3.build_qwen25, "tiny-llama3": tiny_llama3.build,
+    "tiny-smollm2": tiny_smollm2.build,
 }
 _RECIPE_CONTEXT = {"smollm2-135m": smollm2.CONTEXT, "tiny-qwen3": tiny_qwen3.CONTEXT,  # before it is built
-                   "tiny-qwen25": tiny_qwen3.CONTEXT, "tiny-llama3": tiny_llama3.CONTEXT}
+                   "tiny-qwen25": tiny_qwen3.CONTEXT, "tiny-llama3": tiny_llama3.CONTEXT,
+                   "tiny-smollm2": smollm2.CONTEXT}

