@@ -29,6 +29,7 @@ CASES = [
     run_case("sections-not-a-list", "  sections: findings\n" + FINDINGS, "'sections' list"),
     run_case("unknown-section", "  sections: [findings, plots]\n" + FINDINGS, "names 'plots'",
              "findings, warmstart, self_taught, sqlr1"),
+    run_case("section-not-a-name", "  sections: [{findings: x}]\n", "not a report section of an experiment"),
     run_case("core-section-named", "  sections: [summary]\n", "names 'summary'", "not a report section of an experiment"),
     run_case("named-twice", "  sections: [sqlr1, sqlr1]\n", "names a section twice"),
     run_case("settings-of-a-section-not-named", "  sections: [sqlr1]\n" + FINDINGS, "report.findings",

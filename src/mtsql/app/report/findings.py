@@ -201,14 +201,16 @@ def _resolving(evals: dict[str, Artifact], names: dict[str, str]) -> list[Findin
     return rows
 
 
-def _round_two(arts: dict[str, Artifact], evals: dict[str, Artifact], names: dict[str, str]) -> list[Finding]:
-    """Round 2 against round 1. When round 2 kept nothing it trained no model, and its evaluation is
-    the same work as round 1's (served under ``eval-sft``): say so rather than call it missing."""
+def _round_two(arts: dict[str, Artifact], evals: dict[str, Artifact], names: dict[str, str],
+               first: int) -> list[Finding]:
+    """The round after the ``sft_r1`` role's round ``first`` against it. When that round kept nothing it
+    trained no model, and its evaluation is the same work as round ``first``'s (served under the ``sft``
+    role's name): say so rather than call it missing."""
     claim = "A self-taught round improves on the round before"
-    kept_nothing = _trained_nothing(arts, 2)
+    kept_nothing = _trained_nothing(arts, first + 1)
     if names["sft_r1"] not in evals and kept_nothing is not None:
-        return [Finding(claim, "–", "–", note=f"round 2 kept {kept_nothing.metrics.get('kept', 0)} "
-                        f"trajectories and trained no model: {names['sft']} scores the round-1 model")]
+        return [Finding(claim, "–", "–", note=f"round {first + 1} kept {kept_nothing.metrics.get('kept', 0)} "
+                        f"trajectories and trained no model: {names['sft']} scores the round-{first} model")]
     return _pair(claim, names["sft"], names["sft_r1"], evals)
 
 
@@ -245,7 +247,7 @@ def findings(arts: dict[str, Artifact], settings: FindingsSettings) -> list[Find
     first_round = _pair("Round 1 of warm-start SFT improves on the base model", n["sft_r1"], n["base"],
                         evals) if n["sft_r1"] in evals else []  # a one-round run: the sft role is round 1
     return [*_pair("Warm-start SFT improves on the base model", n["sft"], n["base"], evals),
-            *first_round, *_round_two(arts, evals, n),
+            *first_round, *_round_two(arts, evals, n, settings.key("sft_r1")[2] or 1),
             *_pair("RL improves on warm-start SFT", n["rl"], n["sft"], evals),
             *_pair("Long horizon beats short horizon on EX", long, n["short"], evals, buckets=True),
             *_pair("The process reward beats the outcome reward", n["rl"], n["outcome"], evals),

@@ -188,7 +188,7 @@ def report_spec(raw: Any, where: str) -> dict[str, Any]:
         raise UsageError(f"{where}: 'report' is a mapping with a 'sections' list naming sections of {known}")
     named = raw["sections"]
     for name in named:
-        if name not in EXPERIMENT:
+        if not isinstance(name, str) or name not in EXPERIMENT:
             raise UsageError(f"{where}: report.sections names '{name}', not a report section of an experiment: "
                              f"one of {known}")
     if len(set(named)) < len(named):
