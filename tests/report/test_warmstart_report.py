@@ -14,7 +14,9 @@ import pytest
 from mtsql.app.pipeline import load_pipeline
 from mtsql.app.report import build_report
 from mtsql.app.report.rl_change import change_sentence, reward_change
+from mtsql.app.report.runs import evaluations, latest_artifacts
 from mtsql.app.report.stats import Mean
+from mtsql.app.report.warmstart import WarmstartSettings, short_baseline
 from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.core.agent.env import Step
 from mtsql.core.measures.revisions import revisions
@@ -135,6 +137,16 @@ def test_kept_recoveries_by_the_model_are_counted(ablation):
 def test_a_run_without_an_sft_variants_long_horizon_evaluation_has_no_side_by_side(shared_run, tmp_path):
     spec = load_pipeline(PIPELINES / "warmstart-ablation.yaml").report
     assert "Warm-start designs side by side" not in build_report(shared_run, tmp_path / "r", sections=spec).read_text()
+
+
+def test_the_baseline_is_the_short_horizon_evaluation_of_the_model_the_pipeline_names(tmp_path):
+    store = Store(tmp_path / "run")
+    for variant in ("short", "terse"):
+        evaluation(store, f"eval-sft-{variant}", "short", {"cosql": (0, 0, 2)}, model=trained(store, variant, 0.0))
+    evals = evaluations(latest_artifacts(store.root))
+    assert short_baseline(evals, "terse").label == "eval-sft-terse"
+    assert short_baseline(evals, "short").label == "eval-sft-short"
+    assert WarmstartSettings("sft-terse").variant == "terse" and WarmstartSettings().variant is None
 
 
 def test_pooled_means_and_their_difference():

@@ -40,8 +40,8 @@ class WarmstartSettings:
 
     @property
     def variant(self) -> str | None:
-        """The variant of the baseline's model."""
-        return self.baseline.partition("-")[2] or None if self.baseline else None
+        """The variant of the baseline's model (``check`` has made sure it names one)."""
+        return None if self.baseline is None else self.baseline.partition("-")[2]
 
 
 def variant_evaluations(evals: dict[str, Artifact]) -> dict[str, Artifact]:
