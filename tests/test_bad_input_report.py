@@ -212,12 +212,12 @@ def test_r15_report_out_onto_what_is_not_a_folder_of_its_own(here, run, run_cli)
 
 
 def test_r15_a_report_that_fails_while_it_builds_leaves_nothing(here, run, run_cli, monkeypatch):
-    from mtsql.app.report import build
+    from mtsql.app.report import sections
 
     def broken(arts):
         raise UsageError("a section that cannot be written")
 
-    monkeypatch.setattr(build, "findings_section", broken)
+    monkeypatch.setattr(sections, "provenance_section", broken)  # a section every report writes
     before = snapshot(here / "runs")
     refused(run_cli("report", "tiny", "runs_dir=runs", "--out", "new/deeper/report"), 2, "cannot be written")
     refused(run_cli("report", "tiny", "runs_dir=runs"), 2, "cannot be written")
@@ -284,9 +284,9 @@ import sys
 from pathlib import Path
 
 marker, gate = Path(sys.argv.pop(1)), sys.argv.pop(1)
-from mtsql.app.report import build
+from mtsql.app.report import sections
 
-real = build.findings_section
+real = sections.provenance_section  # a section every report writes
 
 def held(*args, **kwargs):
     marker.write_text("building")
@@ -294,7 +294,7 @@ def held(*args, **kwargs):
         fifo.read()
     return real(*args, **kwargs)
 
-build.findings_section = held
+sections.provenance_section = held
 sys.argv[0] = "mtsql"
 from mtsql.app.cli import main
 main()

@@ -73,7 +73,7 @@ def test_variants_label_their_artifacts_and_leave_the_main_models(tmp_path, monk
     monkeypatch.setattr(pipeline, "rl", fake_rl)
     monkeypatch.setattr(pipeline, "evaluate", lambda cfg, *, label, model, **_: scored.append(
         (label, model.label if model else None, cfg.env.mode)))
-    monkeypatch.setattr(pipeline, "build_report", lambda root: root / "report.md")
+    monkeypatch.setattr(pipeline, "build_report", lambda root, **_: root / "report.md")
     pipeline.run_pipeline(METHOD, PROFILE, [f"runs_dir={tmp_path / 'runs'}"])
     assert started == {"rl-c3": ("sft-r2", "process"), "rl-outcome-c3": ("sft-r2", "outcome")}
     assert scored == [("eval-base", None, "long"), ("eval-sft", "sft-r2", "long"), ("eval-sft-r1", "sft-r1", "long"),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mtsql.app.pipeline import load_pipeline
 from mtsql.app.report import build_report
 from mtsql.app.report.findings import (
     CONTRADICTED,
@@ -37,6 +38,9 @@ from .blocks import block, metrics
 
 DIALOGUES, TURNS = 25, 4  # 100 turns of cosql, 25 per turn position and per hardness level
 G, W = "SELECT a FROM t", "SELECT b FROM t"
+PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
+METHOD = load_pipeline(PIPELINES / "method.yaml").report  # the sections pipelines/method.yaml names
+SETTINGS = METHOD["findings"]
 REAL_ROW = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
 
 
@@ -135,7 +139,7 @@ def run(tmp_path):
 
 
 def rows_of(run, claim_start: str) -> dict[str, object]:
-    return {row.slice: row for row in findings(latest_artifacts(run)) if row.claim.startswith(claim_start)}
+    return {row.slice: row for row in findings(latest_artifacts(run), SETTINGS) if row.claim.startswith(claim_start)}
 
 
 def test_evaluations_are_found_by_key_whatever_their_labels(run, tmp_path):
@@ -145,7 +149,7 @@ def test_evaluations_are_found_by_key_whatever_their_labels(run, tmp_path):
     renamed = build(tmp_path / "odd", labels=odd)
 
     def table(folder):
-        return [(row.claim, row.slice, row.measured, row.difference) for row in findings(latest_artifacts(folder))]
+        return [(row.claim, row.slice, row.measured, row.difference) for row in findings(latest_artifacts(folder), SETTINGS)]
 
     assert table(renamed) == table(run) and any(row[3] is not None for row in table(run))
 
@@ -196,7 +200,7 @@ def test_missing_evaluations_are_named(tmp_path):
     run = build(tmp_path / "no-outcome", outcome=False)
     (row,) = rows_of(run, "The process reward").values()
     assert row.verdict == "missing: eval-rl-outcome" and row.difference is None
-    lines = "\n".join(findings_section(latest_artifacts(run)))
+    lines = "\n".join(findings_section(latest_artifacts(run), SETTINGS))
     assert "missing: eval-rl-outcome" in lines and "## Paper findings" in lines
 
 
@@ -217,11 +221,11 @@ def test_a_round_two_that_kept_nothing_is_named_as_such(tmp_path):
 def test_a_run_without_the_method_evaluations_has_no_section(tmp_path):
     store = Store(tmp_path / "plain")
     evaluation(store, "eval-base", None, lambda i, t: False)
-    assert findings_section(latest_artifacts(tmp_path / "plain")) == []
+    assert findings_section(latest_artifacts(tmp_path / "plain"), SETTINGS) == []
 
 
 def test_section_and_closing_note_in_the_report(run):
-    text = build_report(run).read_text()
+    text = build_report(run, sections=METHOD).read_text()
     section = text.split("## Paper findings")[1].split("\n## ")[0]
     assert "| Warm-start SFT improves on the base model | cosql |" in section
     assert "+30.0 [" in section and SUPPORTED in section and CONTRADICTED in section

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mtsql.app.pipeline import load_pipeline
 from mtsql.app.report.build import build_report
 from mtsql.app.report.runs import evaluations, run_artifacts
 from mtsql.app.report.sqlr1_tables import sqlr1_section
@@ -83,7 +84,10 @@ def test_a_bird_evaluation_fills_table_1_and_the_difficulty_table(tmp_path):
     assert f"| ours: eval-rl, greedy | {Rate(1, 1).cell()} | – | {Rate(4, 6).cell()} |" in text.split("**Table 2**")[0]
 
 
-def test_the_report_holds_the_section(tmp_path):
+def test_the_report_holds_the_section_where_the_pipeline_names_it(tmp_path):
     _evaluation(Store(tmp_path / "run"), "eval-base", {"spider_syn": ([1], [1])})
-    report = build_report(tmp_path / "run").read_text()
+    spider = load_pipeline(Path(__file__).resolve().parents[2] / "pipelines" / "spider.yaml").report
+    report = build_report(tmp_path / "run", sections=spider).read_text()
     assert "## SQL-R1's tables, this run beside the paper" in report
+    plain = build_report(tmp_path / "run", tmp_path / "plain").read_text()
+    assert "## SQL-R1's tables" not in plain and "## Evaluations" in plain

@@ -7,12 +7,16 @@ import json
 import math
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from mtsql.app.pipeline import load_pipeline
 from mtsql.app.report import build_report
 from mtsql.app.report.rl_change import change_sentence, reward_change
+from mtsql.app.report.runs import evaluations, latest_artifacts
 from mtsql.app.report.stats import Mean
+from mtsql.app.report.warmstart import WarmstartSettings, short_baseline
 from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.core.agent.env import Step
 from mtsql.core.measures.revisions import revisions
@@ -23,6 +27,7 @@ from .blocks import block, metrics
 from .conftest import DATA, GOLD, exec_step, row, summary, turn
 
 BROKEN = "SELECT nam FROM singer"
+PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
 
 
 def failed_step(i: int, verdict: str | None) -> Step:
@@ -96,8 +101,7 @@ def ablation(tmp_path_factory):
 
     store.run(ArtifactKey("sample", 2), {"r": 2}, {}, lambda ctx: {"policy": "model", "model": "sft-r1", "count": 3})
     store.run(ArtifactKey("reject", 2), {"r": 2}, {}, reject)
-    report = build_report(root).read_text()
-    return report
+    return build_report(root, sections=load_pipeline(PIPELINES / "warmstart-ablation.yaml").report).read_text()
 
 
 def section(text: str, title: str) -> str:
@@ -130,8 +134,19 @@ def test_kept_recoveries_by_the_model_are_counted(ablation):
     assert "| reject-r2 | sft-r1 | 3 | 3 | 3 | 3 | 1 | 2 | 1 |" in table
 
 
-def test_a_run_with_fewer_than_three_designs_has_no_side_by_side(shared_run):
-    assert "Warm-start designs side by side" not in build_report(shared_run).read_text()
+def test_a_run_without_an_sft_variants_long_horizon_evaluation_has_no_side_by_side(shared_run, tmp_path):
+    spec = load_pipeline(PIPELINES / "warmstart-ablation.yaml").report
+    assert "Warm-start designs side by side" not in build_report(shared_run, tmp_path / "r", sections=spec).read_text()
+
+
+def test_the_baseline_is_the_short_horizon_evaluation_of_the_model_the_pipeline_names(tmp_path):
+    store = Store(tmp_path / "run")
+    for variant in ("short", "terse"):
+        evaluation(store, f"eval-sft-{variant}", "short", {"cosql": (0, 0, 2)}, model=trained(store, variant, 0.0))
+    evals = evaluations(latest_artifacts(store.root))
+    assert short_baseline(evals, "terse").label == "eval-sft-terse"
+    assert short_baseline(evals, "short").label == "eval-sft-short"
+    assert WarmstartSettings("sft-terse").variant == "terse" and WarmstartSettings().variant is None
 
 
 def test_pooled_means_and_their_difference():

@@ -244,11 +244,15 @@ def evaluate(
 @app.command()
 def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
            out: Annotated[Path | None, typer.Option(help="Report folder (default: <run>/report; elsewhere for a "
-                                                    "read-only run).")] = None) -> None:
+                                                    "read-only run).")] = None,
+           steps: Annotated[Path | None, typer.Option("--pipeline", help="The pipeline file that made the run: "
+                                                      "its report key adds the experiment's sections.")] = None
+           ) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
+    sections = pipeline.load_pipeline(steps).report if steps is not None else None
     folder = _run_folder(run, config, overrides)
     runs_dir = runs_root(_cfg(config, _split_run(run, overrides)[1]))
-    console.print(f"report: {build_report(folder, out, runs_dir)}", markup=False)
+    console.print(f"report: {build_report(folder, out, runs_dir, sections)}", markup=False)
 
 
 @app.command()

@@ -21,6 +21,7 @@ from rich.table import Table
 from mtsql.app.config import Config, load_config
 from mtsql.app.report import build_report
 from mtsql.app.report.destination import destination
+from mtsql.app.report.sections import report_spec
 from mtsql.app.runner import STAGES, Pending, latest_input, run_stage, store_for
 from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.base.config import build, replace
@@ -184,23 +185,29 @@ class Step:
 
 @dataclass(frozen=True)
 class Pipeline:
+    """The steps of a pipeline file, and the experiment sections its report adds (``report``: section name ->
+    its settings, from the file's ``report`` key; ``report.sections.report_spec``)."""
+
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    report: dict = field(default_factory=dict)
 
 
 def load_pipeline(path: Path) -> Pipeline:
     """The steps of a pipeline file, checked as a whole: known stages, models that an earlier step trains,
     distinct variant labels, a curriculum step before any rl step (``step_configs`` checks each step's
-    config)."""
+    config); and its ``report`` key, the experiment sections the report adds (``report_spec``)."""
     try:
         raw = read_yaml(Path(path)) or {}
     except OSError as exc:
         raise UsageError(f"cannot read pipeline {path}: {exc.strerror}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list) or not raw["steps"]:
         raise UsageError(f"{path}: a pipeline is a mapping with a 'steps' list of one or more steps")
-    unknown = set(raw) - {"steps"}
+    unknown = set(raw) - {"steps", "report"}
     if unknown:
-        raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a pipeline has only 'steps'")
-    pipeline = Pipeline(tuple(build(Step, s, source=str(path), prefix=f"steps[{i}].") for i, s in enumerate(raw["steps"])))
+        raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; a pipeline has 'steps' and "
+                         "optionally 'report'")
+    pipeline = Pipeline(tuple(build(Step, s, source=str(path), prefix=f"steps[{i}].") for i, s in enumerate(raw["steps"])),
+                        report_spec(raw.get("report"), str(path)))
     variants: list[str] = []  # the models of the variant steps so far
     rounds = False  # an sft-iterate step (not a variant) came before: its rounds' models may be named
     curriculum = False  # a curriculum step came before: an rl step trains on its stages
@@ -390,7 +397,8 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, configs
                 console.print(f"  {'report':<18} {'':12}  will be built: {store_for(cfg).root / 'report' / 'report.md'}",
                               markup=False, highlight=False, soft_wrap=True)
             else:
-                console.print(f"[bold green]report:[/] {escape(str(build_report(store_for(cfg).root)))}")
+                built = build_report(store_for(cfg).root, sections=pipeline.report)
+                console.print(f"[bold green]report:[/] {escape(str(built))}")
         else:
             store = store_for(cfg)
             inputs = {name: made.get(default) or latest_input(store, default, dry_run=dry_run)

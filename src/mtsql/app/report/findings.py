@@ -1,21 +1,26 @@
 """The "Paper findings" section: each finding of MTSQL-R1 set against this run's evaluations.
 
-The evaluations are those ``pipelines/method.yaml`` makes, found by what their keys say they scored
-(``method_evaluations``; named in the rows as that pipeline labels them, ``EVALS``). Each row compares, in the
-direction the paper claims, the rate it expects higher with the other one, by the 95 % interval of
-their difference (``stats.Rate.minus``: Newcombe's interval from the two Wilson intervals). The
-verdict follows one rule: **supported** when the interval lies above 0, **contradicted** when it lies
-below 0, **not shown at this scale** when it holds 0. A row whose evaluations the run lacks says
-which are missing.
+The findings compare roles (``ROLES``: the base model, warm-start SFT round 1 and its last round, the
+short-horizon SFT baseline, RL with the process reward and with the outcome reward); which model plays
+each role is the experiment's to say, in the ``report.findings.models`` of the pipeline file that names the
+section (``FindingsSettings``). Each role's evaluation is found by what its key says it scored
+(``method_evaluations``) and named in the rows as the pipeline labels an evaluation of that model by
+default, ``eval-<model>``. Each row compares, in the direction the paper claims, the rate it expects
+higher with the other one, by the 95 % interval of their difference (``stats.Rate.minus``: Newcombe's
+interval from the two Wilson intervals). The verdict follows one rule: **supported** when the interval
+lies above 0, **contradicted** when it lies below 0, **not shown at this scale** when it holds 0. A row
+whose evaluations the run lacks says which are missing.
 
 For a difference in the paper's direction that the interval does not show, *n needed* is the number
 of turns per group (of revisions, for the self-correction row) at which the same rates would clear 0:
-the interval's lower half-width shrinks as 1/sqrt(n) (``stats.n_to_clear``).
+the interval's lower half-width shrinks as 1/sqrt(n) (``stats.n_to_clear``); past the size of the whole
+dev set (``report.findings.dev_turns``), the closing note says only more training can show it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, fields
 
 from mtsql.app.report.evaluation import ex_rate, trajectory_rows
 from mtsql.app.report.markdown import table
@@ -33,12 +38,55 @@ from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import TURN_BUCKETS
 
-EVALS = {"base": "eval-base", "sft_r1": "eval-sft-r1", "sft": "eval-sft", "short": "eval-sft-short",
-         "rl": "eval-rl", "outcome": "eval-rl-outcome"}  # each role's name in the rows
-ROLES = {"base": ("base", None), "sft": ("sft", None), "short": ("sft", "short"), "rl": ("rl", None),
-         "outcome": ("rl", "outcome")}  # role -> (the kind of model scored, its pipeline variant)
 SUPPORTED, NOT_SHOWN, CONTRADICTED = "supported", "not shown at this scale", "contradicted"
-DEV_TURNS = {"cosql": 1007, "sparc": 1203, "spider": 1034}  # whole dev sets: the most an evaluation can score
+
+
+@dataclass(frozen=True)
+class FindingsModels:
+    """The model of each role, as a pipeline file names models: ``base``, ``sft``, ``rl``, one round's
+    ``sft-r<k>``, a variant's ``sft-<label>`` / ``rl-<label>``."""
+
+    base: str | None = None
+    sft_r1: str | None = None  # the first warm-start round, scored when a later round trained its own model
+    sft: str | None = None  # warm-start SFT, its last round
+    short: str | None = None  # the short-horizon SFT baseline, trained on the same items with the same budget
+    rl: str | None = None  # RL with the process reward
+    outcome: str | None = None  # RL from the same start with the outcome reward
+
+
+ROLES = tuple(f.name for f in fields(FindingsModels))
+
+
+@dataclass(frozen=True)
+class FindingsSettings:
+    """``report.findings`` of a pipeline file: ``models`` (every role's), ``dev_turns`` (dataset -> turns of
+    its whole dev set: the most an evaluation can score)."""
+
+    models: FindingsModels = field(default_factory=FindingsModels)
+    dev_turns: dict[str, int] = field(default_factory=dict)
+
+    def check(self, model_ref: re.Pattern) -> str | None:
+        """What is wrong with these settings, None when nothing."""
+        absent = [role for role in ROLES if getattr(self.models, role) is None]
+        if absent:
+            return f"models needs the model of every role ({', '.join(ROLES)}); missing: {', '.join(absent)}"
+        wrong = next((role for role in ROLES if not model_ref.fullmatch(getattr(self.models, role))), None)
+        if wrong:
+            return (f"models.{wrong} '{getattr(self.models, wrong)}' is not a model reference (base, sft, rl, "
+                    "sft-r<k>, sft-<variant>, rl-<variant>)")
+        bad = next((name for name, n in self.dev_turns.items() if type(n) is not int or n < 1), None)
+        return f"dev_turns.{bad} must be a whole number of turns, at least 1" if bad is not None else None
+
+    def names(self) -> dict[str, str]:
+        """Each role's name in the rows: the label a pipeline gives an evaluation of its model by default."""
+        return {role: f"eval-{getattr(self.models, role)}" for role in ROLES}
+
+    def key(self, role: str) -> tuple[str, str | None, int | None]:
+        """The kind, variant and round of the model of ``role``, as an evaluation's key records them."""
+        ref = getattr(self.models, role)
+        kind, _, rest = ref.partition("-")
+        round_ = re.fullmatch(r"r([1-9][0-9]*)", rest) if kind == "sft" else None
+        return (kind, None, int(round_.group(1))) if round_ else (kind, rest or None, None)
 
 
 @dataclass(frozen=True)
@@ -100,16 +148,16 @@ def _pair(claim: str, better: str, worse: str, evals: dict[str, Artifact], *, bu
     return rows
 
 
-def _final(evals: dict[str, Artifact]) -> str | None:
+def _final(evals: dict[str, Artifact], names: dict[str, str]) -> str | None:
     """The last phase's evaluation: RL, else SFT."""
-    return next((EVALS[p] for p in ("rl", "sft") if EVALS[p] in evals), None)
+    return next((names[p] for p in ("rl", "sft") if names[p] in evals), None)
 
 
-def _verification(evals: dict[str, Artifact]) -> list[Finding]:
+def _verification(evals: dict[str, Artifact], names: dict[str, str]) -> list[Finding]:
     claim = "Verified answers are right more often"
-    label = _final(evals)
+    label = _final(evals, names)
     if label is None:
-        return [Finding(claim, "–", "–", note=f"missing: {EVALS['rl']} or {EVALS['sft']}")]
+        return [Finding(claim, "–", "–", note=f"missing: {names['rl']} or {names['sft']}")]
     rows = []
     for dataset in datasets(evals[label]):
         verified, others = verified_rates(trajectory_rows(evals[label], dataset))
@@ -117,13 +165,13 @@ def _verification(evals: dict[str, Artifact]) -> list[Finding]:
     return rows
 
 
-def _self_correction(evals: dict[str, Artifact]) -> list[Finding]:
+def _self_correction(evals: dict[str, Artifact], names: dict[str, str]) -> list[Finding]:
     """Revisions after no_pass that changed correctness: wrong → right against right → wrong, as the
     share p of wrong → right against one half (difference 2p − 1, with the Wilson interval mapped alike)."""
     claim = "Self-correction turns wrong SQL right more often than right SQL wrong"
-    label = _final(evals)
+    label = _final(evals, names)
     if label is None:
-        return [Finding(claim, "–", "–", note=f"missing: {EVALS['rl']} or {EVALS['sft']}")]
+        return [Finding(claim, "–", "–", note=f"missing: {names['rl']} or {names['sft']}")]
     rows = []
     for dataset in datasets(evals[label]):
         where = f"{dataset} ({label})"
@@ -139,35 +187,37 @@ def _self_correction(evals: dict[str, Artifact]) -> list[Finding]:
     return rows
 
 
-def _resolving(evals: dict[str, Artifact]) -> list[Finding]:
+def _resolving(evals: dict[str, Artifact], names: dict[str, str]) -> list[Finding]:
     """Turns with a failed execution whose answer is right all the same: RL against SFT."""
     claim = "RL learns to resolve execution failures"
-    missing = _missing(claim, [EVALS["rl"], EVALS["sft"]], evals)
+    missing = _missing(claim, [names["rl"], names["sft"]], evals)
     if missing:
         return [missing]
     rows = []
-    for dataset in (d for d in datasets(evals[EVALS["rl"]]) if d in datasets(evals[EVALS["sft"]])):
-        counts = {p: revision_counts(evals[EVALS[p]], dataset) for p in ("rl", "sft")}
+    for dataset in (d for d in datasets(evals[names["rl"]]) if d in datasets(evals[names["sft"]])):
+        counts = {p: revision_counts(evals[names[p]], dataset) for p in ("rl", "sft")}
         rl, sft = (Rate(counts[p]["resolved"], counts[p]["with_error"]) for p in ("rl", "sft"))
-        rows.append(compare(claim, dataset, EVALS["rl"], rl, EVALS["sft"], sft))
+        rows.append(compare(claim, dataset, names["rl"], rl, names["sft"], sft))
     return rows
 
 
-def _round_two(arts: dict[str, Artifact], evals: dict[str, Artifact]) -> list[Finding]:
-    """Round 2 against round 1. When round 2 kept nothing it trained no model, and its evaluation is
-    the same work as round 1's (served under ``eval-sft``): say so rather than call it missing."""
+def _round_two(arts: dict[str, Artifact], evals: dict[str, Artifact], names: dict[str, str],
+               first: int) -> list[Finding]:
+    """The round after the ``sft_r1`` role's round ``first`` against it. When that round kept nothing it
+    trained no model, and its evaluation is the same work as round ``first``'s (served under the ``sft``
+    role's name): say so rather than call it missing."""
     claim = "A self-taught round improves on the round before"
-    kept_nothing = _trained_nothing(arts, 2)
-    if EVALS["sft_r1"] not in evals and kept_nothing is not None:
-        return [Finding(claim, "–", "–", note=f"round 2 kept {kept_nothing.metrics.get('kept', 0)} "
-                        f"trajectories and trained no model: {EVALS['sft']} scores the round-1 model")]
-    return _pair(claim, EVALS["sft"], EVALS["sft_r1"], evals)
+    kept_nothing = _trained_nothing(arts, first + 1)
+    if names["sft_r1"] not in evals and kept_nothing is not None:
+        return [Finding(claim, "–", "–", note=f"round {first + 1} kept {kept_nothing.metrics.get('kept', 0)} "
+                        f"trajectories and trained no model: {names['sft']} scores the round-{first} model")]
+    return _pair(claim, names["sft"], names["sft_r1"], evals)
 
 
-def method_evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
-    """The evaluation of each role of ``EVALS`` (by its name there), chosen by key: the kind and variant of
-    the model it scored, with gold memory, then as ``runs.preferred`` ranks them; ``sft_r1`` is the
-    evaluation of the main chain's round 1 when a later round has one of its own."""
+def method_evaluations(arts: dict[str, Artifact], settings: FindingsSettings) -> dict[str, Artifact]:
+    """The evaluation of each role (by its name in the rows, ``FindingsSettings.names``), chosen by key: the
+    kind, variant and round of the model it scored, with gold memory, then as ``runs.preferred`` ranks them;
+    ``sft_r1`` only when the ``sft`` role's evaluation scored a later round."""
     plain = [art for art in evaluations(arts).values() if evaluation_of(art).memory == "gold"]
 
     def pick(phase: str, variant: str | None, round_: int | None = None) -> Artifact | None:
@@ -175,10 +225,12 @@ def method_evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
                  and round_ in (None, art.key.round)]
         return max(found, key=preferred, default=None)
 
-    chosen = {role: pick(*what) for role, what in ROLES.items()}
-    if chosen["sft"] is not None and (chosen["sft"].key.round or 0) > 1:
-        chosen["sft_r1"] = pick("sft", None, 1)
-    return {EVALS[role]: art for role, art in chosen.items() if art is not None}
+    chosen = {role: pick(*settings.key(role)) for role in ROLES}
+    first = settings.key("sft_r1")[2] or 0
+    if chosen["sft"] is None or (chosen["sft"].key.round or 0) <= first:
+        chosen["sft_r1"] = None
+    names = settings.names()
+    return {names[role]: art for role, art in chosen.items() if art is not None}
 
 
 def _trained_nothing(arts: dict[str, Artifact], k: int) -> Artifact | None:
@@ -188,23 +240,23 @@ def _trained_nothing(arts: dict[str, Artifact], k: int) -> Artifact | None:
         if ("sft", k) not in rounds else None
 
 
-def findings(arts: dict[str, Artifact]) -> list[Finding]:
+def findings(arts: dict[str, Artifact], settings: FindingsSettings) -> list[Finding]:
     """Every row of the section, in the order of the paper's findings."""
-    evals = method_evaluations(arts)
-    long = EVALS["sft_r1"] if EVALS["sft_r1"] in evals else EVALS["sft"]
-    first_round = _pair("Round 1 of warm-start SFT improves on the base model", EVALS["sft_r1"], EVALS["base"],
-                        evals) if EVALS["sft_r1"] in evals else []  # a one-round run: eval-sft is round 1
-    return [*_pair("Warm-start SFT improves on the base model", EVALS["sft"], EVALS["base"], evals),
-            *first_round, *_round_two(arts, evals),
-            *_pair("RL improves on warm-start SFT", EVALS["rl"], EVALS["sft"], evals),
-            *_pair("Long horizon beats short horizon on EX", long, EVALS["short"], evals, buckets=True),
-            *_pair("The process reward beats the outcome reward", EVALS["rl"], EVALS["outcome"], evals),
-            *_verification(evals), *_self_correction(evals), *_resolving(evals)]
+    evals, n = method_evaluations(arts, settings), settings.names()
+    long = n["sft_r1"] if n["sft_r1"] in evals else n["sft"]
+    first_round = _pair("Round 1 of warm-start SFT improves on the base model", n["sft_r1"], n["base"],
+                        evals) if n["sft_r1"] in evals else []  # a one-round run: the sft role is round 1
+    return [*_pair("Warm-start SFT improves on the base model", n["sft"], n["base"], evals),
+            *first_round, *_round_two(arts, evals, n, settings.key("sft_r1")[2] or 1),
+            *_pair("RL improves on warm-start SFT", n["rl"], n["sft"], evals),
+            *_pair("Long horizon beats short horizon on EX", long, n["short"], evals, buckets=True),
+            *_pair("The process reward beats the outcome reward", n["rl"], n["outcome"], evals),
+            *_verification(evals, n), *_self_correction(evals, n), *_resolving(evals, n)]
 
 
-def findings_section(arts: dict[str, Artifact]) -> list[str]:
+def findings_section(arts: dict[str, Artifact], settings: FindingsSettings) -> list[str]:
     """The table of ``findings`` and a closing note on what the rows not shown would need."""
-    rows = findings(arts)
+    rows = findings(arts, settings)
     if not any(row.difference is not None for row in rows):
         return []  # not a method run: none of the comparisons has its evaluations
     body = [[row.claim, row.slice, row.measured, _points(row.difference), row.verdict, row.needed] for row in rows]
@@ -219,7 +271,7 @@ def findings_section(arts: dict[str, Artifact]) -> list[str]:
              "which the same rates would clear 0.", "",
              *table(["finding", "slice", "measured", "difference (points)", "verdict", "n needed"], body,
                     numeric_from=3)]
-    return lines + _closing(rows, evals_pace(arts))
+    return lines + _closing(rows, evals_pace(arts), settings.dev_turns)
 
 
 def _points(difference: tuple[float, float, float] | None) -> str | None:
@@ -234,14 +286,14 @@ def evals_pace(arts: dict[str, Artifact]) -> float | None:
     return seconds / turns if turns and seconds else None
 
 
-def _closing(rows: list[Finding], pace: float | None) -> list[str]:
+def _closing(rows: list[Finding], pace: float | None, dev_turns: dict[str, int]) -> list[str]:
     counts = {v: sum(row.verdict == v for row in rows) for v in (SUPPORTED, NOT_SHOWN, CONTRADICTED)}
     lines = [f"Rows: {counts[SUPPORTED]} supported, {counts[NOT_SHOWN]} not shown at this scale, "
              f"{counts[CONTRADICTED]} contradicted, {len(rows) - sum(counts.values())} without a comparison.", ""]
     trends = [row for row in rows if row.needed is not None]
     for row in trends:
         dataset = row.slice.split(",")[0].split(" ")[0]
-        whole = DEV_TURNS.get(dataset)
+        whole = dev_turns.get(dataset)
         beyond = (f"; more than the {whole:,} turns of {dataset} dev: only a larger difference (more training) "
                   "can show it" if whole and row.needed > whole else "")
         lines.append(f"* {row.claim} ({row.slice}): the measured {_points(row.difference)} would clear 0 with about "

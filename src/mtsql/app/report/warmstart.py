@@ -6,12 +6,15 @@ a labelled ``sft-iterate`` step) and dev set: what that model trained on
 on wrong queries; precision and recall of no_pass), after a failed ``exec_sql`` how often another query
 ran and how often the turn still ended right, the revisions that made a wrong query right against a
 right one wrong, and EX against the short-horizon SFT model of the same items and budget (the sft
-evaluation in short mode) with the 95 % interval of the difference. Shown when a run holds at least
-``MIN_VARIANTS`` such evaluations.
+evaluation in short mode, that of the pipeline's ``report.warmstart.baseline`` model when it names one) with
+the 95 % interval of the difference. Shown when the pipeline file names the section and the run holds such an
+evaluation.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.app.report.evaluation import ex_rate
@@ -21,7 +24,24 @@ from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import MANIFEST, Artifact
 from mtsql.base.files import read_json
 
-MIN_VARIANTS = 3
+
+@dataclass(frozen=True)
+class WarmstartSettings:
+    """``report.warmstart`` of a pipeline file: ``baseline``, the SFT model (``sft-<variant>``) whose short-horizon
+    evaluation every design is set against (None: the preferred short-horizon SFT evaluation)."""
+
+    baseline: str | None = None
+
+    def check(self, model_ref: re.Pattern) -> str | None:
+        """What is wrong with these settings, None when nothing."""
+        variant = self.baseline is None or (model_ref.fullmatch(self.baseline) and self.baseline.startswith("sft-")
+                                            and not re.fullmatch(r"sft-r[0-9]+", self.baseline))
+        return None if variant else f"baseline '{self.baseline}' is not an SFT variant's model (sft-<variant>)"
+
+    @property
+    def variant(self) -> str | None:
+        """The variant of the baseline's model (``check`` has made sure it names one)."""
+        return None if self.baseline is None else self.baseline.partition("-")[2]
 
 
 def variant_evaluations(evals: dict[str, Artifact]) -> dict[str, Artifact]:
@@ -39,10 +59,10 @@ def _upstream(art: Artifact, name: str) -> Artifact | None:
     return Artifact(path, read_json(path / MANIFEST))
 
 
-def short_baseline(evals: dict[str, Artifact]) -> Artifact | None:
-    """The short-horizon evaluation of an SFT model (that of the ``short`` variant's model when there are several)."""
+def short_baseline(evals: dict[str, Artifact], variant: str | None) -> Artifact | None:
+    """The short-horizon evaluation of an SFT model (that of ``variant``'s model when there are several)."""
     found = [art for art in evals.values() if phase_of(art) == "sft" and evaluation_of(art).mode == "short"]
-    return max(found, key=lambda art: (art.key.model_variant == "short", preferred(art)), default=None)
+    return max(found, key=lambda art: (art.key.model_variant == variant, preferred(art)), default=None)
 
 
 def trained_corrections(evaluation: Artifact) -> str | None:
@@ -57,11 +77,11 @@ def trained_corrections(evaluation: Artifact) -> str | None:
     return f"{round(sampled.metrics.get('self_correction_rate', 0.0) * count)}/{count}"
 
 
-def warmstart_section(arts: dict[str, Artifact], evals: dict[str, Artifact]) -> list[str]:
+def warmstart_section(evals: dict[str, Artifact], settings: WarmstartSettings) -> list[str]:
     found = variant_evaluations(evals)
-    if len(found) < MIN_VARIANTS:
+    if not found:
         return []
-    short = short_baseline(evals)
+    short = short_baseline(evals, settings.variant)
     rows = []
     for label, art in found.items():
         for dataset in datasets(art):
