@@ -360,7 +360,8 @@ def test_r25_a_read_only_home_says_to_move_mtsql_home(here):
     (here / "home").mkdir()
     (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
     script = ("mount --bind -o ro home home\n"
-              f"{sys.executable} -m mtsql evaluate --dataset sparc --pred pred.txt --out out --workers 1 2>err.txt\n"
+              f"{sys.executable} -m mtsql evaluate --dataset sparc --pred pred.txt --out out --workers 1 "
+              "2>err.txt\n"
               "echo $? >rc.txt\n")
     subprocess.run(["unshare", "-rm", "bash", "-c", script], cwd=here, timeout=300, check=True,
                    env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONPATH": str(SRC),

@@ -11,7 +11,7 @@ from mtsql.core.trajectories import ScoredRow, read_rows
 
 
 def scored(**fields) -> ScoredRow:
-    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl), ``fields`` changed."""
     return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 G, W, W2, X = "SELECT a FROM t", "SELECT b FROM t", "SELECT c FROM t", "SELECT broken"
@@ -73,8 +73,9 @@ def test_nothing_to_divide_is_none():
 
 
 def test_scripted_self_corrections_are_calibrated_and_followed():
-    """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the gold,
-    says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and acted on."""
+    """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the
+    gold, says pass and, on later turns, checks the memory (pass) before answering: every verdict is right
+    and acted on."""
     from mtsql.base.config import Config, ConfigView, EnvConfig
     from mtsql.base.paths import FIXTURE_DATA
     from mtsql.core.agent.env import SqlAgentEnv

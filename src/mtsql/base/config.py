@@ -124,7 +124,8 @@ _ENGINES: dict[type, dict[str, type]] = {}
 
 
 def owned_by(section: type, name: str) -> typing.Callable[[type], type]:
-    """Register a dataclass as the settings of engine ``name`` of ``section`` (read as ``cfg.<section>.<name>``)."""
+    """Register a dataclass as the settings of engine ``name`` of ``section`` (read as
+    ``cfg.<section>.<name>``)."""
     def register(settings: type) -> type:
         _ENGINES.setdefault(section, {})[name] = settings
         return settings
@@ -220,7 +221,8 @@ class EnvConfig:
                                                              # calls (exec_sql(code), memory_retrieve(code)) and
                                                              # observation shape, first call of a message run
                                                              # (docs/paper.md)
-    # cap on a whole observation, cut in the middle (release RL: 8000); at least agent.env.MIN_OBSERVATION_CHARS
+    # cap on a whole observation, cut in the middle (release RL: 8000); at least
+    # agent.env.MIN_OBSERVATION_CHARS
     observation_chars: Annotated[int, Range(100, most=10**7)] | None = result(None)
     error_hint: bool = result(False)  # an exec_sql error for a missing table / column also names the tables /
                                       # columns that exist, as a database client would; default off until the
@@ -252,9 +254,9 @@ class ModelConfig:
     id or a folder."""
 
     name: str = result("smollm2-135m")
-    # the chat family (mtsql.core.chat_format), by the name of LLaMA-Factory's template SFT uses: qwen3_nothink /
-    # qwen3 (Qwen3 without / with thinking), qwen (Qwen2.5, Qwen2.5-Coder, OmniSQL), llama3; auto: the model's own
-    # tokenizer.chat_template (LLaMA-Factory parses it)
+    # the chat family (mtsql.core.chat_format), by the name of LLaMA-Factory's template SFT uses:
+    # qwen3_nothink / qwen3 (Qwen3 without / with thinking), qwen (Qwen2.5, Qwen2.5-Coder, OmniSQL), llama3;
+    # auto: the model's own tokenizer.chat_template (LLaMA-Factory parses it)
     template: Literal["qwen3_nothink", "qwen3", "qwen", "llama3", "auto"] = result("qwen3_nothink")
     # sampling with auto: float32 on CPU and bfloat16 on CUDA (hf), vLLM's own choice (vllm); the local RL
     # engine trains in this dtype, and in float32 for auto
@@ -321,8 +323,8 @@ class SftConfig:
     heldout: Items0 = result(32)  # eval turns scored after each round
     nnodes: Devices = result(1)  # the world size (nnodes x nproc_per_node) multiplies the examples of a step
     nproc_per_node: Devices = result(1)
-    # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1); every rank must compute the same
-    # fingerprint, hence the same folder
+    # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1); every rank must compute the
+    # same fingerprint, hence the same folder
     node_rank: Annotated[int, Range(0, most=1023)] = operational(0)
     master_addr: str = operational("127.0.0.1")
     master_port: Port = operational(29500)
@@ -624,7 +626,8 @@ REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
         ("env.max_turns", "env.max_messages", "it counts assistant messages; a turn is a dialogue turn"),
         ("rl.max_turn_tokens", "rl.max_message_tokens", "the cap is per assistant message"),
     )},
-    **{old: "moved: trackers.tensorboard / trackers.wandb / trackers.mlflow turn each dashboard on, for every stage"
+    **{old: "moved: trackers.tensorboard / trackers.wandb / trackers.mlflow turn each dashboard on, "
+            "for every stage"
        for old in ("sft.logger", "rl.logger", "rl.verl.logger")},
     # settings that moved into the sub-section of the engine that reads them
     **{f"{section}.{old}": f"moved: use '{section}.{engine}.{new}' (a setting of the {engine} engine only)"
@@ -752,7 +755,8 @@ class ConfigView:
                                 f"{self._sections} do not declare it, so its fingerprint would not cover it")
 
     def replace(self, **sections: dict) -> ConfigView:
-        """A view of a config with some fields of declared sections changed: ``view.replace(sample={"n": 1})``."""
+        """A view of a config with some fields of declared sections changed:
+        ``view.replace(sample={"n": 1})``."""
         for name in sections:
             getattr(self, name)  # only declared sections may change
         return ConfigView(replace(self._cfg, **sections), self._sections, owner=self._owner, data_root=self._data_root)

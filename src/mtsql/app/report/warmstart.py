@@ -1,12 +1,12 @@
 """The warm-start ablation side by side (``pipelines/warmstart-ablation.yaml``, docs/method.md).
 
 One row per long-horizon evaluation of an SFT *variant*'s model (its key's ``model_variant``: the model of
-a labelled ``sft-iterate`` step) and dev set: what that model trained on
-(sampled trajectories holding a correction, from the sample artifact its reject input read), EX, the ``exec_verify`` calibration (no_pass said, of them
-on wrong queries; precision and recall of no_pass), after a failed ``exec_sql`` how often another query
-ran and how often the turn still ended right, the revisions that made a wrong query right against a
-right one wrong, and EX against the short-horizon SFT model of the same items and budget (the sft
-evaluation in short mode) with the 95 % interval of the difference. Shown when a run holds at least
+a labelled ``sft-iterate`` step) and dev set: what that model trained on (sampled trajectories holding a
+correction, from the sample artifact its reject input read), EX, the ``exec_verify`` calibration (no_pass
+said, of them on wrong queries; precision and recall of no_pass), after a failed ``exec_sql`` how often
+another query ran and how often the turn still ended right, the revisions that made a wrong query right
+against a right one wrong, and EX against the short-horizon SFT model of the same items and budget (the
+sft evaluation in short mode) with the 95 % interval of the difference. Shown when a run holds at least
 ``MIN_VARIANTS`` such evaluations.
 """
 
@@ -25,7 +25,8 @@ MIN_VARIANTS = 3
 
 
 def variant_evaluations(evals: dict[str, Artifact]) -> dict[str, Artifact]:
-    """label -> evaluation, of the long-horizon evaluations of an SFT variant's model (its key's ``model_variant``)."""
+    """label -> evaluation, of the long-horizon evaluations of an SFT variant's model (its key's
+    ``model_variant``)."""
     return {label: art for label, art in evals.items()
             if phase_of(art) == "sft" and is_long_horizon(art) and art.key.model_variant is not None}
 
@@ -40,14 +41,15 @@ def _upstream(art: Artifact, name: str) -> Artifact | None:
 
 
 def short_baseline(evals: dict[str, Artifact]) -> Artifact | None:
-    """The short-horizon evaluation of an SFT model (that of the ``short`` variant's model when there are several)."""
+    """The short-horizon evaluation of an SFT model (that of the ``short`` variant's model when there are
+    several)."""
     found = [art for art in evals.values() if phase_of(art) == "sft" and evaluation_of(art).mode == "short"]
     return max(found, key=lambda art: (art.key.model_variant == "short", preferred(art)), default=None)
 
 
 def trained_corrections(evaluation: Artifact) -> str | None:
-    """``k/n``: the sampled trajectories the scored model's SFT round chose from that hold a correction (a no_pass,
-    then another query), following the manifests: evaluation -> sft -> reject -> sample."""
+    """``k/n``: the sampled trajectories the scored model's SFT round chose from that hold a correction (a
+    no_pass, then another query), following the manifests: evaluation -> sft -> reject -> sample."""
     sampled = evaluation
     for name in ("model", "reject", "sample"):
         sampled = _upstream(sampled, name) if sampled is not None else None
@@ -82,13 +84,14 @@ def warmstart_section(arts: dict[str, Artifact], evals: dict[str, Artifact]) -> 
                          versus])
     against = f"`{short.label}`" if short is not None else "a short-horizon SFT model (none in this run)"
     return ["## Warm-start designs side by side", "",
-            "Each long-horizon SFT variant of this run on each dev set (`pipelines/warmstart-ablation.yaml`): the "
-            "sampled trajectories its SFT round chose from that hold a correction (a no_pass, then another query), EX, the `exec_verify` verdicts "
-            "(no_pass said, in brackets those said of wrong queries; *precision no_pass* = wrong among no_pass, "
-            "*recall no_pass* = no_pass among wrong), after a failed `exec_sql` the turns in which another query "
-            "ran and those whose answer was right all the same (`measures.revisions`, n = turns with a failed "
-            f"exec_sql), revisions wrong → right / right → wrong, and EX minus that of {against} on the same "
-            "dev set, in points with the 95 % interval of the difference.", "",
+            "Each long-horizon SFT variant of this run on each dev set (`pipelines/warmstart-ablation.yaml`): "
+            "the sampled trajectories its SFT round chose from that hold a correction (a no_pass, then another "
+            "query), EX, the `exec_verify` verdicts (no_pass said, in brackets those said of wrong queries; "
+            "*precision no_pass* = wrong among no_pass, *recall no_pass* = no_pass among wrong), after a failed "
+            "`exec_sql` the turns in which another query ran and those whose answer was right all the same "
+            "(`measures.revisions`, n = turns with a failed exec_sql), revisions wrong → right / right → wrong, "
+            f"and EX minus that of {against} on the same dev set, in points with the 95 % interval of the "
+            "difference.", "",
             *table(["evaluation", "dataset", "training data with a correction", "EX", "no_pass said (on wrong)",
                     "precision no_pass", "recall no_pass", "another query ran after a failure",
                     "ended right after a failure", "wrong → right / right → wrong", "long − short EX (points)"],

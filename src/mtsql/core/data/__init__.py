@@ -107,8 +107,8 @@ def tables_file(dataset: str, root: Path | None = None) -> Path:
 
 
 def tables_files(root: Path | None = None, dataset: str | None = None) -> list[Path]:
-    """Every tables.json of the data folder a schema may come from: ``dataset``'s own first, then the others in
-    the order of ``DATASETS`` (BIRD's: its dev then its train split's)."""
+    """Every tables.json of the data folder a schema may come from: ``dataset``'s own first, then the
+    others in the order of ``DATASETS`` (BIRD's: its dev then its train split's)."""
     root = root or data_dir()
 
     def own(name: str) -> list[Path]:

@@ -2,7 +2,7 @@
 Hugging Face Hub ids (fetched once), local folders (as they are).
 
     resolve_model("smollm2-135m")   # pulls and converts on first use, then returns the folder
-    resolve_model("tiny-qwen3")     # builds the random tiny Qwen3 on first use (also tiny-qwen25, tiny-llama3)
+    resolve_model("tiny-qwen3")     # builds a random tiny Qwen3 on first use (also tiny-qwen25, tiny-llama3)
     resolve_model("Qwen/Qwen3-1.7B")  # an HF Hub id is downloaded once, then its folder is returned
 
 A Hub model is fetched with ``huggingface_hub.snapshot_download`` into ``models/org--name``, so every
