@@ -29,6 +29,7 @@ from mtsql.base.artifacts import ATTEMPTS, ArtifactKey, Store
 from mtsql.base.config import load_config
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.data.check import check_split
+from mtsql.core.sql import schema
 
 from . import test_bad_input_store as store
 from .held import wait_for
@@ -170,7 +171,8 @@ for conn in connections:
 """
 
 
-def test_r11_a_database_locked_by_another_process_says_so(here, run_cli):
+def test_r11_a_database_locked_by_another_process_says_so(here, run_cli, monkeypatch):
+    monkeypatch.setattr(schema, "BUSY_WAIT_S", 0.1)  # each refusal below waits this long for the lock
     data = data_copy(here)
     train, dev = train_database(data), json.loads((data / "sparc" / "dev.json").read_text())[0]["database_id"]
     train_db, dev_db = (data / "database" / name / f"{name}.sqlite" for name in (train, dev))
