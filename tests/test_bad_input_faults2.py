@@ -202,6 +202,7 @@ def test_r11_a_database_locked_by_another_process_says_so(here, run_cli, monkeyp
 # 14. the notebook leaves an edited artifact out and says why
 
 
+@pytest.mark.notebook
 def test_r14_the_notebook_runs_on_a_run_with_an_edited_artifact(run):
     import nbformat
     from nbclient import NotebookClient

@@ -160,6 +160,7 @@ def test_report_of_nothing_is_a_clear_error(tmp_path):
         build_report(tmp_path / "empty")
 
 
+@pytest.mark.notebook
 def test_notebook_runs_on_the_run(shared_run):
     import nbformat
     from nbclient import NotebookClient
@@ -324,6 +325,7 @@ def run_notebook(cwd: Path, run: str | None) -> list[dict]:
     return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
 
 
+@pytest.mark.notebook
 def test_notebook_default_run_resolves_from_notebooks_and_fails_loudly(shared_run, tmp_path):
     """The kernel runs in notebooks/: the default runs/tiny is the repository's, and a missing run is an
     error in the first cell rather than empty tables."""
