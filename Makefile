@@ -60,7 +60,7 @@ test: setup
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not model and not data and not vllm and not verl" -n auto $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not model and not data and not vllm and not verl and not notebook" -n auto $(PYTEST_ARGS)
 
 test-all: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

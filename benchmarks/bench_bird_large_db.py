@@ -95,11 +95,12 @@ def main() -> int:
         started = time.perf_counter()
         found = build(Path(tmp), args.rows)
         size = found.database("large").stat().st_size
-        print(f"database: {size / 1e6:.0f} MB, {args.rows:,} rows in 'big', built in {time.perf_counter() - started:.0f} s")
+        built_s = time.perf_counter() - started
+        print(f"database: {size / 1e6:.0f} MB, {args.rows:,} rows in 'big', built in {built_s:.0f} s")
         options = BirdOptions(timeout_s=args.timeout, workers=args.workers, gold_cache=True)
         import mtsql.core.sql.bird_exec as bird_exec
-        print(f"time limit {args.timeout:g} s an item, {args.workers} workers, {bird_exec.TASK_ITEMS} items a task, "
-              f"row cap {bird_exec.MAX_ROWS:,}")
+        print(f"time limit {args.timeout:g} s an item, {args.workers} workers, "
+              f"{bird_exec.TASK_ITEMS} items a task, row cap {bird_exec.MAX_ROWS:,}")
         for name in ("gold cache empty", "gold cache on disk"):
             wall, arrivals = run(found, options)
             print(f"\n{name}: {wall:.1f} s for {len(arrivals)} items")

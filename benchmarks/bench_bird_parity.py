@@ -166,11 +166,13 @@ def main() -> int:
         ours_s = time.perf_counter() - started
         mine = [item["exec_match"] for item in ours.items]
         differ = [i for i, (a, b) in enumerate(zip(official, mine, strict=True)) if a != b]
-        print(f"{len(mine)} items, {len(set(r['db_id'] for r in ours.items))} databases; official {official_s:.0f} s, "
+        databases = len({r["db_id"] for r in ours.items})
+        print(f"{len(mine)} items, {databases} databases; official {official_s:.0f} s, "
               f"mtsql {ours_s:.0f} s (timeout {args.timeout:g} s, {args.workers} workers each)")
         print("mutations:", ", ".join(f"{k} {n}" for k, n in sorted(Counter(kinds).items())))
         timeouts = sum("timeout" in (item["error"] or "") for item in ours.items)
-        print(f"item agreement: {len(mine) - len(differ)} / {len(mine)} ({timeouts} past the time limit in mtsql)")
+        print(f"item agreement: {len(mine) - len(differ)} / {len(mine)} "
+              f"({timeouts} past the time limit in mtsql)")
         for i in differ[:20]:
             print(f"  item {i} ({kinds[i]}): official {official[i]}, mtsql {mine[i]}: {ours.items[i]['error']}")
         table = ours.summary["execution"]["by_difficulty"]

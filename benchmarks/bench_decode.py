@@ -72,7 +72,8 @@ def main() -> None:
         for name, path in (("mtsql", ours), ("plain generate", plain)):
             first, full = path(batch, 1), path(batch, args.new_tokens + 1)
             step = (full - first) / args.new_tokens
-            print(f"{name:15s} batch {batch:4d}: {batch * (args.new_tokens + 1) / full:8,.0f} ids/s; prefill + 1 id "
+            rate = batch * (args.new_tokens + 1) / full
+            print(f"{name:15s} batch {batch:4d}: {rate:8,.0f} ids/s; prefill + 1 id "
                   f"{first * 1000:6.0f} ms; decoding step {step * 1000:6.1f} ms ({batch / step:,.0f} ids/s)", flush=True)
     if args.profile:
         from torch.profiler import ProfilerActivity, profile

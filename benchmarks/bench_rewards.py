@@ -54,8 +54,8 @@ def time_pass(rows: list[tuple[Trajectory, Turn]], cfg: RewardConfig) -> list[fl
 
 
 def line(name: str, times: list[float]) -> str:
-    return (f"{name:<12} median {1e3 * statistics.median(times):7.3f} ms   mean {1e3 * statistics.mean(times):7.3f} ms"
-            f"   ({len(times)} scorings)")
+    median, mean = 1e3 * statistics.median(times), 1e3 * statistics.mean(times)
+    return f"{name:<12} median {median:7.3f} ms   mean {mean:7.3f} ms   ({len(times)} scorings)"
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Seconds per SFT/GRPO training example on this machine: float32 against bf16 autocast.
 
-    python benchmarks/bench_train_step.py                       # smollm2-135m, 1,700 tokens (a mean SFT example)
+    python benchmarks/bench_train_step.py      # smollm2-135m, 1,700 tokens (a mean SFT example)
     python benchmarks/bench_train_step.py --models tiny-qwen3 --tokens 512 1024 --threads 1
 
 For each model and sequence length: one forward and backward pass of the causal-LM loss over the

@@ -40,6 +40,18 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.verl)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory):
+    """The MTSQL_HOME of every test that sets none: a fresh folder per session (per xdist worker). The
+    caches tests fill (data digests of every artifact file, gold results) never reach the user's
+    ~/.cache/mtsql, which grows with each run's files and is read and rewritten whole, and no test reads
+    what a real run cached there. ``models_home`` replaces it for the tests with real models."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MTSQL_HOME", str(tmp_path_factory.mktemp("mtsql-home")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def fixture_root() -> Path:
     return FIXTURE_DATA

@@ -1,6 +1,7 @@
 """One episode at a time, for tests that look at a single trajectory: ``run_episode`` steps a policy
-through ``SqlAgentEnv.step`` (the pipeline runs episodes in batches with ``mtsql.engines.rollout.RolloutEngine``,
-which steps the environment the same way), and ``ReplayPolicy`` replays recorded assistant messages."""
+through ``SqlAgentEnv.step`` (the pipeline runs episodes in batches with
+``mtsql.engines.rollout.RolloutEngine``, which steps the environment the same way), and ``ReplayPolicy``
+replays recorded assistant messages."""
 
 from __future__ import annotations
 

@@ -46,9 +46,9 @@ main()
 
 
 def ctrl_c_reaches_it() -> None:
-    """``preexec_fn`` of a child a test sends SIGINT: Ctrl-C at its default, as in a terminal. A suite run as a
-    background job (``make test &``, CI runners) ignores SIGINT, children inherit that, and the signal would
-    be lost (the command then runs to its end)."""
+    """``preexec_fn`` of a child a test sends SIGINT: Ctrl-C at its default, as in a terminal. A suite run
+    as a background job (``make test &``, CI runners) ignores SIGINT, children inherit that, and the signal
+    would be lost (the command then runs to its end)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

@@ -122,8 +122,9 @@ def test_row_12_a_size_at_its_bound_is_accepted(tmp_path):
 
 
 def test_row_12_a_rope_scaling_factor_stretches_the_context(tmp_path):
-    """A config.json with YaRN scaling (as Qwen3's model card suggests for long inputs) holds factor times
-    the original context, as vLLM derives it: a budget past max_position_embeddings but within that is fine."""
+    """A config.json with YaRN scaling (as Qwen3's model card suggests for long inputs) holds factor
+    times the original context, as vLLM derives it: a budget past max_position_embeddings but within that
+    is fine."""
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps({
         "max_position_embeddings": 32768,

@@ -5,8 +5,8 @@ that writes the inputs it needs (``None``: none), the arguments (``{tmp}`` is th
 copy of the packaged fixture made by the setup, ``{tiny}`` the tiny profile), the exit code and words
 stderr must hold. Every row also checks that stderr is a single ``error:`` line without a traceback and
 that the command wrote no file (a stage's ``.lock``, which every attempt leaves, and caches under
-``MTSQL_HOME`` aside). A new case is one more row. Faults that need a process to be signalled, a full disk or a read-only folder have their
-own tests below the table.
+``MTSQL_HOME`` aside). A new case is one more row. Faults that need a process to be signalled, a full
+disk or a read-only folder have their own tests below the table.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ SRC = Path(mtsql.__file__).resolve().parents[1]  # the code under test, also in 
 
 
 def mtsql_run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``mtsql *args`` in folder ``cwd`` with a home of its own there (in this process: tests/inprocess.py)."""
+    """``mtsql *args`` in folder ``cwd`` with a home of its own there (in this process:
+    tests/inprocess.py)."""
     base = {"PATH": "/usr/bin:/bin", "COLUMNS": "200", "MTSQL_HOME": str(cwd / "home")}
     return mtsql_in_process(args, cwd=cwd, env={**base, **(env or {})})
 

@@ -29,6 +29,7 @@ from mtsql.app.status import status_rows
 from mtsql.base.artifacts import ATTEMPTS, ArtifactKey, Store
 from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.data.check import check_split
+from mtsql.core.sql import schema
 
 from . import test_bad_input_store as store
 from .held import wait_for
@@ -170,7 +171,8 @@ for conn in connections:
 """
 
 
-def test_r11_a_database_locked_by_another_process_says_so(here, run_cli):
+def test_r11_a_database_locked_by_another_process_says_so(here, run_cli, monkeypatch):
+    monkeypatch.setattr(schema, "BUSY_WAIT_S", 0.1)  # each refusal below waits this long for the lock
     data = data_copy(here)
     train, dev = train_database(data), json.loads((data / "sparc" / "dev.json").read_text())[0]["database_id"]
     train_db, dev_db = (data / "database" / name / f"{name}.sqlite" for name in (train, dev))
@@ -200,6 +202,7 @@ def test_r11_a_database_locked_by_another_process_says_so(here, run_cli):
 # 14. the notebook leaves an edited artifact out and says why
 
 
+@pytest.mark.notebook
 def test_r14_the_notebook_runs_on_a_run_with_an_edited_artifact(run):
     import nbformat
     from nbclient import NotebookClient
@@ -360,7 +363,8 @@ def test_r25_a_read_only_home_says_to_move_mtsql_home(here):
     (here / "home").mkdir()
     (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
     script = ("mount --bind -o ro home home\n"
-              f"{sys.executable} -m mtsql evaluate --dataset sparc --pred pred.txt --out out --workers 1 2>err.txt\n"
+              f"{sys.executable} -m mtsql evaluate --dataset sparc --pred pred.txt --out out --workers 1 "
+              "2>err.txt\n"
               "echo $? >rc.txt\n")
     subprocess.run(["unshare", "-rm", "bash", "-c", script], cwd=here, timeout=300, check=True,
                    env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONPATH": str(SRC),

@@ -327,7 +327,8 @@ def test_r30_status_of_what_is_not_a_run_is_one_line(here, run, run_cli):
 
 
 def test_a_pipeline_whose_report_folder_holds_a_users_file_is_refused_before_its_first_step(here, run, run_cli):
-    """The report is a pipeline's last step: a folder it could not replace is refused before any stage runs."""
+    """The report is a pipeline's last step: a folder it could not replace is refused before any stage
+    runs."""
     (run / "report").mkdir()
     (run / "report" / "mine.md").write_text("the user's own notes\n")
     (here / "p.yaml").write_text("steps:\n  - stage: sample\n    label: s2\n"

@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "mtsql"
 tomllib = pytest.importorskip("tomllib", reason="Python 3.11's TOML reader")
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-# Declared, needed at run time, and imported by the engines' libraries rather than by mtsql: tiktoken (transformers
-# builds the tiny Qwen3 tokenizer from tiktoken ranks with it) and cachetools (verl's agent loop imports it
-# without declaring it).
+# Declared, needed at run time, and imported by the engines' libraries rather than by mtsql: tiktoken
+# (transformers builds the tiny Qwen3 tokenizer from tiktoken ranks with it) and cachetools (verl's agent
+# loop imports it without declaring it).
 NOT_IMPORTED = {"tiktoken", "cachetools"}
 # The import names of the engines extra's distributions, refused in the light process.
 ENGINE_IMPORTS = {"torch": "torch", "transformers": "transformers", "tokenizers": "tokenizers",

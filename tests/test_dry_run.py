@@ -67,7 +67,8 @@ def test_a_dry_run_after_a_real_curriculum_shows_its_sizes(tmp_path):
 
 
 def test_a_plan_needs_no_vllm_but_a_run_does(tmp_path):
-    """Planning a vLLM run on a machine without vLLM (a GPU run from a laptop) works; running it is one line."""
+    """Planning a vLLM run on a machine without vLLM (a GPU run from a laptop) works; running it is one
+    line."""
     from mtsql.app.runner import Pending, run_stage
     from mtsql.base.errors import UsageError
 

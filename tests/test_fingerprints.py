@@ -273,3 +273,20 @@ def test_a_damaged_digest_cache_is_said_and_rebuilt(tmp_path, monkeypatch, capsy
     assert provenance.data_digest(root) == first
     assert f"data digest cache {cache}" in capsys.readouterr().err
     assert isinstance(json.loads(cache.read_text()), dict), "the cache is written anew"
+
+
+def test_the_digest_cache_forgets_files_that_are_gone(tmp_path, monkeypatch):
+    """Artifact files are hashed through the cache too, which is read and written whole: a deleted run's
+    entries go at its next write, so it does not grow with every file any run ever made."""
+    monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
+    old, new = tmp_path / "runs" / "old" / "items.jsonl", tmp_path / "runs" / "new" / "items.jsonl"
+    for path in (old, new):
+        path.parent.mkdir(parents=True)
+        path.write_text("{}\n")
+        os.utime(path, (0, 0))  # written long ago: cached (a file changed within FRESH_S is not)
+    cache = tmp_path / "home" / "cache" / "data-files.json"
+    provenance.cached_sha256([old])
+    assert list(json.loads(cache.read_text())) == [str(old)]
+    shutil.rmtree(old.parent)
+    provenance.cached_sha256([new])
+    assert list(json.loads(cache.read_text())) == [str(new)]

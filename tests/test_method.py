@@ -124,7 +124,8 @@ def test_the_runs_sft_and_rl_models_are_never_a_variants(tmp_path):
 
 
 def test_profile_sizes(fixture_root):
-    """At least 100 turns per dev set (scored turns can only be fewer), and the round-1 items of the header."""
+    """At least 100 turns per dev set (scored turns can only be fewer), and the round-1 items of the
+    header."""
     cfg = load_config(PROFILE)
     assert cfg.sft.first_round_policy == "gold_with_correction" and cfg.sft.rounds == 2
     assert cfg.sample.temperature == 0.7 and cfg.sample.n > 1
@@ -135,7 +136,8 @@ def test_profile_sizes(fixture_root):
 
 @pytest.mark.slow
 def test_method_pipeline_end_to_end_with_a_tiny_model(tmp_path, models_home, tiny_qwen3):
-    """The whole method chain on the fixture with the 2-layer tiny-qwen3: round 2 samples the round-1 model."""
+    """The whole method chain on the fixture with the 2-layer tiny-qwen3: round 2 samples the round-1
+    model."""
     runs = tmp_path / "runs"
     overrides = [f"runs_dir={runs}", "model.name=tiny-qwen3", "model.dtype=float32", "sample.backend=hf",
                  "data.train_limit=2", "data.eval_limit=1", "sample.n=2", "sample.max_new_tokens=16",

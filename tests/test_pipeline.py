@@ -103,7 +103,8 @@ def fake_model(store, label: str) -> None:
 
 
 def evaluations_of(steps: str, tmp_path, monkeypatch, trained=None) -> list[tuple[str, str | None]]:
-    """(label, model label) of every evaluation a pipeline of ``steps`` runs; sft-iterate returns ``trained``."""
+    """(label, model label) of every evaluation a pipeline of ``steps`` runs; sft-iterate returns
+    ``trained``."""
     path = tmp_path / "p.yaml"
     path.write_text(f"steps:\n{steps}")
     seen = []

@@ -15,7 +15,7 @@ FAILS = ["SELECT count(*) FROM singers", "SELEC nonsense", None]
 
 
 def scored(**fields) -> ScoredRow:
-    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl), ``fields`` changed."""
     return replace(read_rows(Path(__file__).resolve().parents[0] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 

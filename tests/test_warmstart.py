@@ -1,5 +1,6 @@
-"""The warm-start ablation (pipelines/warmstart-ablation.yaml with configs/experiments/warmstart-ablation.yaml):
-its dry run, the attempts an own_mistakes round keeps, and how a pipeline names them."""
+"""The warm-start ablation (pipelines/warmstart-ablation.yaml with
+configs/experiments/warmstart-ablation.yaml): its dry run, the attempts an own_mistakes round keeps, and
+how a pipeline names them."""
 
 from __future__ import annotations
 
@@ -113,7 +114,8 @@ def test_an_own_mistakes_round_keeps_the_attempts_that_failed_and_replaces_the_p
 
 
 def test_verl_agent_loop_gets_the_error_hint_with_the_env_section(tmp_path):
-    """verl's agent loop builds its SqlAgentEnv from the env section mtsql writes: the switch travels with it."""
+    """verl's agent loop builds its SqlAgentEnv from the env section mtsql writes: the switch travels with
+    it."""
     import yaml
 
     from mtsql.core.agent.settings import EnvConfig

@@ -3,8 +3,8 @@
     python tools/make_fixture.py ../shared/data
 
 Keeps a few dev and train databases (small ones) and every SParC / CoSQL interaction on them, the
-first Spider dev, Spider-DK and Spider-Syn questions on each of them, in the same layout and formats as the full folder, so
-tests and the tiny profile run anywhere.
+first Spider dev, Spider-DK and Spider-Syn questions on each of them, in the same layout and formats as
+the full folder, so tests and the tiny profile run anywhere.
 """
 
 from __future__ import annotations

@@ -139,7 +139,8 @@ def test_misnamed_columns_are_guessed_as_a_small_model_guesses_and_fail_to_run()
 
 
 def test_most_corrections_misname_a_column_as_the_model_does(train_turns):
-    """The failing first queries follow the measured mix of the SFT model's failures: mostly a missing column."""
+    """The failing first queries follow the measured mix of the SFT model's failures: mostly a missing
+    column."""
     policy = grounded()
     kinds = []
     for turn in train_turns:

@@ -72,8 +72,8 @@ def test_sql_with_comparison_operators_survives():
     (EXEC + EXEC, "more than one action"),
     ("<answer_sql>a</answer_sql><answer_sql>b</answer_sql>", "more than one action"),
     (EXEC + "<answer_sql>SELECT 1</answer_sql>", "both a <tool_call> and an <answer_sql>"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "<answer_sql>SELECT 1</answer_sql>"}}</tool_call>',
-     "inside <tool_call>"),
+    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "<answer_sql>SELECT 1</answer_sql>"}}'
+     "</tool_call>", "inside <tool_call>"),
     ("<answer_sql>  </answer_sql>", "is empty"),
     ("<exec_verify>maybe</exec_verify>" + EXEC, "pass or no_pass"),
     ("<exec_verify>pass</exec_verify><exec_verify>pass</exec_verify>" + EXEC, "more than one <exec_verify>"),

@@ -1,4 +1,5 @@
-"""Bad model output of every kind ends in a defined observation or episode end and a reward, never an exception."""
+"""Bad model output of every kind ends in a defined observation or episode end and a reward, never an
+exception."""
 
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def test_mutated_valid_messages(data):
     GOOD[0] + GOOD[0],
     '<tool_call>{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}</tool_call>',
     '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
-    '<tool_call>{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}<answer_sql>SELECT 1</answer_sql></tool_call>',
+    '<tool_call>{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}'
+    "<answer_sql>SELECT 1</answer_sql></tool_call>",
     ("\x00\ufffd<" * 40_000)[:100_000],
     "<think>" + "a" * 100_000 + "</think><answer_sql>" + "SELECT " * 10_000 + "</answer_sql>",
 ])

@@ -212,7 +212,8 @@ def test_a_dead_engine_is_named_before_its_server_exits(tmp_path):
     log.write_text("INFO started\n")
     assert server.failure(wait_s=0.2) is None and running.waits == [0.2]
     log.write_text("ERROR [core.py:1512] RuntimeError: CPU Generator does not use offset\n"
-                   "ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue\n")
+                   "ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+                   "EngineCore encountered an issue\n")
     assert "RuntimeError: CPU Generator does not use offset" in server.failure(wait_s=30)
     assert running.waits == [0.2], "a dead engine is named at once, not after waiting for its API process"
     log.write_text("ERROR ValueError: no model\n")

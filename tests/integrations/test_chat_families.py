@@ -29,6 +29,10 @@ from mtsql.engines.verl.reward import TRAJECTORY_KEY
 
 from ..episodes import run_episode
 
+# Every case loads a tiny model, through a fixture named in its parameters (request.getfixturevalue), which
+# conftest.py's marking from fixture names cannot see.
+pytestmark = pytest.mark.model
+
 UID = "sparc-dev-0000/2"  # a later turn: the gold policy runs a query and reads the memory
 # (model.template, the tiny model fixture); auto reads the model's own chat template
 CASES = [("qwen3_nothink", "tiny_qwen3"), ("qwen3", "tiny_qwen3"), ("qwen", "tiny_qwen25"),

@@ -49,7 +49,9 @@ def trajectory(thinking: bool = True) -> dict:
 
     return {"messages": [
         {"role": "system", "content": "You are an expert SQLite analyst. SYSTEM-MARK"},
-        {"role": "user", "content": "Database schema: singer(name, age)\nCurrent question: how many singers? USER-MARK"},
+        {"role": "user",
+         "content": "Database schema: singer(name, age)\n"
+                    "Current question: how many singers? USER-MARK"},
         {"role": "assistant", "content": think("Count the rows of singer.") + call("exec_sql", {"sql": SQL})},
         {"role": "tool", "content": f"Question: how many singers?\nSQL: {SQL}\nResult: [(6,)]\nOBS-ONE"},
         {"role": "assistant", "content": think("Six rows, plausible.") + "<exec_verify>pass</exec_verify>\n"

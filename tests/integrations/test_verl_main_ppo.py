@@ -103,7 +103,8 @@ def test_rl_extra_is_appended_but_cannot_silently_replace_an_override(tmp_path):
     plan = plan_for(tmp_path, "rl.verl.extra=[actor_rollout_ref.actor.optim.weight_decay=0.05, +trainer.wandb_proxy=x]")
     assert plan[0].argv[-2:] == ("actor_rollout_ref.actor.optim.weight_decay=0.05", "+trainer.wandb_proxy=x")
     assert compose_train_config(plan[0].argv[3:]).actor_rollout_ref.actor.optim.weight_decay == 0.05
-    with pytest.raises(UsageError, match=r"rl.verl.extra sets actor_rollout_ref.rollout.n, trainer.use_v1, .*rl.verl.extra_override: true"):
+    with pytest.raises(UsageError, match=r"rl.verl.extra sets actor_rollout_ref.rollout.n, trainer.use_v1, "
+                                         r".*rl.verl.extra_override: true"):
         plan_for(tmp_path, "rl.verl.extra=[trainer.use_v1=true, actor_rollout_ref.rollout.n=8]")
     with pytest.raises(UsageError, match="rl.verl.extra sets reward.custom_reward_function"):  # a whole subtree
         plan_for(tmp_path, "rl.verl.extra=['reward.custom_reward_function={path: x}']")

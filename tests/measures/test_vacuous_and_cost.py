@@ -17,7 +17,7 @@ PETS = database_path("pets_1", FIXTURE_DATA)
 
 
 def scored(**fields) -> ScoredRow:
-    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl), ``fields`` changed."""
     return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 
@@ -37,7 +37,8 @@ def test_ex_on_the_non_empty_gold_subset():
         return {"interaction_index": interaction, "turn_index": turn, "exec_match": ex}
 
     items = [item(0, 0, 1), item(0, 1, 1), item(1, 0, 0), item(1, 1, 1), item(2, 0, 1), item(2, 1, None)]
-    # interaction 2 is left out of the official figure (an unscorable turn); (0, 1) and (1, 1) have empty golds
+    # interaction 2 is left out of the official figure (an unscorable turn); (0, 1) and (1, 1) have empty
+    # golds
     out = non_empty_gold_ex(items, vacuous={(0, 1), (1, 1)}, left_out={2})
     assert out == {"correct": 1, "scored": 2, "vacuous": 2}  # official 3/4, without vacuous golds 1/2
 

@@ -11,7 +11,8 @@ from mtsql.core.results import Budgets, DatasetBlock, EvaluationResult
 
 
 def block(turns: int, correct: int, **fields) -> DatasetBlock:
-    """A dataset of ``turns`` turns, ``correct`` of them right (EM: half as many); ``fields`` replace the rest."""
+    """A dataset of ``turns`` turns, ``correct`` of them right (EM: half as many); ``fields`` replace the
+    rest."""
     def unscored(row, sql):
         return None
 

@@ -22,7 +22,8 @@ def export(*args: str):
 
 
 def with_items(root):
-    """A run with one greedy evaluation whose cosql folder holds official items (2 right of 3) and trajectories."""
+    """A run with one greedy evaluation whose cosql folder holds official items (2 right of 3) and
+    trajectories."""
     items = [{"interaction_index": 0, "turn_index": i, "db_id": "concert_singer", "gold": GOLD,
               "pred": GOLD if i < 2 else "SELECT 1", "hardness": "easy", "exact_match": int(i < 2),
               "exec_match": int(i < 2), "error": None} for i in range(3)]

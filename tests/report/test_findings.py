@@ -53,7 +53,8 @@ def summary(right) -> dict:
 
 
 def trajectory(verified: bool, execution: int) -> ScoredRow:
-    """A scored evaluation row: the agent runs a query, judges it pass, answers (that query if ``verified``)."""
+    """A scored evaluation row: the agent runs a query, judges it pass, answers (that query if
+    ``verified``)."""
     answer, ran = (G if execution else W), (G if execution else W) if verified else "SELECT 1"
     turn = Turn("cosql", "dev", "cosql-dev-0000", 0, 0, "db", "question", G, (), (), "easy")
     steps = [Step(index=0, text="<tool_call>...</tool_call>", action="tool_call", tool="exec_sql", arguments={"sql": ran},

@@ -30,8 +30,8 @@ def test_rates_carry_n_and_wilson_intervals(report):
     _, text = report
     table = section(text, "Evaluations")
     # 16/40 and 0/40 (EX), 8/40 (EM), 4/10 interactions: each with its 95 % Wilson interval
-    assert "| eval-sft | long | gold | greedy | cosql | 40 | 40.0 [26.3, 55.4] (16/40) | 20.0 [10.5, 34.8] (8/40) | " \
-           "40.0 [16.8, 68.7] (4/10) |" in table
+    assert "| eval-sft | long | gold | greedy | cosql | 40 | 40.0 [26.3, 55.4] (16/40) | " \
+           "20.0 [10.5, 34.8] (8/40) | 40.0 [16.8, 68.7] (4/10) |" in table
     assert "| eval-base | long | gold | greedy | cosql | 40 | 0.0 [0.0, 8.8] (0/40) |" in table
     assert "| eval-base-short | short |" in table
 
@@ -41,10 +41,10 @@ def test_summary_says_what_the_intervals_allow(report):
     summary = section(text, "Summary")
     cosql, sparc = summary.split("**sparc**")
     assert "base 0.0 [0.0, 8.8] (0/40) → SFT 40.0 [26.3, 55.4] (16/40) → RL 45.0 [30.7, 60.2] (18/40)" in cosql
-    assert "SFT − base = +40.0 points [+23.8, +55.4]: SFT is above base beyond the 95 % interval of the difference" \
-        in cosql
-    assert "RL − SFT = +5.0 points [-16.0, +25.4]: the interval holds 0, so this run shows no difference between SFT " \
-        "and RL" in cosql
+    assert "SFT − base = +40.0 points [+23.8, +55.4]: SFT is above base beyond the 95 % interval of the " \
+        "difference" in cosql
+    assert "RL − SFT = +5.0 points [-16.0, +25.4]: the interval holds 0, so this run shows no difference " \
+        "between SFT and RL" in cosql
     assert "cannot show" not in cosql  # 40 turns: no blanket warning
     assert "the interval holds 0, so this run shows no difference between base and SFT" in sparc  # 0/3 vs 1/3
     assert "With as few as 3 scored turns" in sparc and "cannot show differences" in sparc
@@ -84,7 +84,8 @@ def test_training_sections(report):
     assert [line.split("|")[1:4] for line in steps] == [
         [" rl-c1 ", " local ", " 1 "], [" rl-c1 ", " local ", " 2 "], [" rl-c1 ", " local ", " 3 "],
         [" rl-c2 ", " verl ", " 1 "], [" rl-c2 ", " verl ", " 2 "]]  # each stage names the engine that trained it
-    assert "| rl-c1 | local | 1 | 0.6 | 0.2 | -0.01 | 0.001 | 1.5 | 61 | 50.0 [9.5, 90.5] (1/2) | 25.0 [7.1, 59.1] (2/8) |" in grpo
+    assert "| rl-c1 | local | 1 | 0.6 | 0.2 | -0.01 | 0.001 | 1.5 | 61 | 50.0 [9.5, 90.5] (1/2) | " \
+        "25.0 [7.1, 59.1] (2/8) |" in grpo
 
 
 def test_provenance_and_paper_are_separate(report):
@@ -159,6 +160,7 @@ def test_report_of_nothing_is_a_clear_error(tmp_path):
         build_report(tmp_path / "empty")
 
 
+@pytest.mark.notebook
 def test_notebook_runs_on_the_run(shared_run):
     import nbformat
     from nbclient import NotebookClient
@@ -266,8 +268,8 @@ def test_pass_at_k_next_to_greedy_and_vote(report):
     _, text = report
     table = section(text, "pass@k")
     # every turn has one right sample of 4: pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2, pass@4 = 1
-    assert "| eval-sft-vote4 | cosql | all | 40 | 40.0 [26.3, 55.4] (16/40) | 50.0 [35.2, 64.8] (20/40) | 0.25 | 0.5 | 1 |" \
-        in table
+    assert "| eval-sft-vote4 | cosql | all | 40 | 40.0 [26.3, 55.4] (16/40) | 50.0 [35.2, 64.8] (20/40) | " \
+        "0.25 | 0.5 | 1 |" in table
     assert "| eval-sft-vote4 | cosql | hard | 13 |  |  | 0.25 | 0.5 | 1 |" in table and "| extra |" not in table
 
 
@@ -285,9 +287,10 @@ def test_vacuous_memory_propagation_and_cost_sections(report):
     assert "| eval-sft | cosql | 40.0 [26.3, 55.4] (16/40) | 38.5 [24.9, 54.1] (15/39) | 1 |" in section(text, "Vacuous matches")
     assert "| RL | cosql | 45.0 [30.7, 60.2] (18/40) | 30.0 [18.1, 45.4] (12/40) | -15.0 [-34.3, +6.0] |" \
         in section(text, "Gold against predicted memory")
-    # eval-sft: dialogues 0-3 (16 turns) right, 4-9 wrong: 12 later turns after a right one, 18 after a wrong one
-    assert "| eval-sft | gold | cosql | 100.0 [75.8, 100.0] (12/12) | 0.0 [0.0, 17.6] (0/18) | +100.0 [+70.0, +100.0] |" \
-        in section(text, "Error propagation")
+    # eval-sft: dialogues 0-3 (16 turns) right, 4-9 wrong: 12 later turns after a right one, 18 after a
+    # wrong one
+    assert "| eval-sft | gold | cosql | 100.0 [75.8, 100.0] (12/12) | 0.0 [0.0, 17.6] (0/18) | " \
+        "+100.0 [+70.0, +100.0] |" in section(text, "Error propagation")
     cost = section(text, "Cost against accuracy")
     assert "| eval-sft-vote4 | cosql | greedy | 40.0 [26.3, 55.4] (16/40) | 40 | 400 | 1.5 | 3 | 0.5 |" in cost
     assert "| eval-sft-vote4 | cosql | vote@4 | 50.0 [35.2, 64.8] (20/40) | 160 | 1,600 | 1.5 | 3 | 0.5 |" in cost
@@ -322,6 +325,7 @@ def run_notebook(cwd: Path, run: str | None) -> list[dict]:
     return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
 
 
+@pytest.mark.notebook
 def test_notebook_default_run_resolves_from_notebooks_and_fails_loudly(shared_run, tmp_path):
     """The kernel runs in notebooks/: the default runs/tiny is the repository's, and a missing run is an
     error in the first cell rather than empty tables."""

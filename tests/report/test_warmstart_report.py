@@ -74,7 +74,8 @@ def evaluation(store: Store, label: str, mode: str, per_dataset: dict[str, tuple
 
 
 def trained(store: Store, variant: str, corrected: float):
-    """The chain sample -> reject -> sft of one variant's round 1 (``corrected``: the sample's self-correction rate)."""
+    """The chain sample -> reject -> sft of one variant's round 1 (``corrected``: the sample's
+    self-correction rate)."""
     sampled = store.run(ArtifactKey("sample", 1, variant), {"v": variant}, {},
                         lambda ctx: {"policy": "x", "count": 10, "self_correction_rate": corrected})[0]
     kept = store.run(ArtifactKey("reject", 1, variant), {"v": variant}, {"sample": sampled}, lambda ctx: {"kept": 10})[0]
@@ -112,7 +113,8 @@ def section(text: str, title: str) -> str:
 
 def test_designs_side_by_side(ablation):
     table = section(ablation, "Warm-start designs side by side")
-    # grounded3 on cosql: 3 recovered, 3 stuck, 2 direct; no_pass said 3 times, all of wrong queries, of 6 wrong
+    # grounded3 on cosql: 3 recovered, 3 stuck, 2 direct; no_pass said 3 times, all of wrong queries, of 6
+    # wrong
     assert ("| eval-sft-grounded3 | cosql | 6/10 | 62.5 [30.6, 86.3] (5/8) | 3 (3) | 100.0 [43.9, 100.0] (3/3) | "
             "50.0 [18.8, 81.2] (3/6) | 50.0 [18.8, 81.2] (3/6) | 50.0 [18.8, 81.2] (3/6) | 3 / 0 |") in table
     assert "| eval-sft-gold | cosql | 0/10 | 25.0 [7.1, 59.1] (2/8) | 0 (0) | – (n=0) | 0.0 [0.0, 39.0] (0/6) | " \

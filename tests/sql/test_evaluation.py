@@ -164,8 +164,10 @@ def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
 # (gold on concert_singer, prediction with the `value` placeholder, expected (exact, execution))
 VALUE_CASES = [
     ("SELECT name FROM singer ORDER BY age LIMIT 1", "SELECT name FROM singer ORDER BY age LIMIT value", (1, 1)),
-    ("SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = 1)",
-     "SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = value)",
+    ("SELECT name FROM singer WHERE singer_id IN "
+     "(SELECT singer_id FROM singer_in_concert WHERE concert_id = 1)",
+     "SELECT name FROM singer WHERE singer_id IN "
+     "(SELECT singer_id FROM singer_in_concert WHERE concert_id = value)",
      (1, 1)),
     ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = value;",
      (1, 1)),

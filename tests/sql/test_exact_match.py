@@ -75,7 +75,8 @@ def test_first_set_with_either_end_wins_and_sets_never_merge():
     ("SELECT name FROM student WHERE name LIKE 'a%'", "SELECT name FROM student WHERE name = 'a%'", 0),
     # foreign-key columns of tables in FROM are interchangeable
     ("SELECT count(*) FROM likes AS T1 GROUP BY T1.liked_id", "SELECT count(*) FROM likes AS T1 GROUP BY T1.student_id", 1),
-    ("SELECT T1.name FROM student AS T1 JOIN likes AS T2 ON T1.id = T2.student_id WHERE T2.student_id > 1",
+    ("SELECT T1.name FROM student AS T1 JOIN likes AS T2 ON T1.id = T2.student_id "
+     "WHERE T2.student_id > 1",
      "SELECT T1.name FROM student AS T1 JOIN likes AS T2 ON T1.id = T2.student_id WHERE T1.id > 1", 1),
     # GROUP BY is a list: order matters
     ("SELECT count(*) FROM student GROUP BY name, age", "SELECT count(*) FROM student GROUP BY age, name", 0),

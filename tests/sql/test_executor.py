@@ -121,7 +121,8 @@ def test_a_long_query_rarely_calls_back_into_python(db, monkeypatch):
     checks = []
     clock = executor.time.perf_counter
     monkeypatch.setattr(executor.time, "perf_counter", lambda: checks.append(1) or clock())
-    count = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) SELECT count(*) FROM n"
+    count = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) "
+             "SELECT count(*) FROM n")
     assert execute(db, count).rows == ((1_000_000,),)
     assert len(checks) < 100  # about 17 million instructions
 

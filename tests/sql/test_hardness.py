@@ -13,7 +13,8 @@ from mtsql.core.sql.parser import parse_sql
     ("SELECT name FROM student WHERE age > 1", 1, 0, 0, "easy"),
     ("SELECT name, age FROM student", 0, 0, 1, "medium"),
     ("SELECT name FROM student WHERE age > 1 ORDER BY age LIMIT 1", 3, 0, 0, "hard"),
-    ("SELECT T1.name FROM student AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id WHERE T2.name LIKE 'a%' OR T1.age > 1",
+    ("SELECT T1.name FROM student AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id "
+     "WHERE T2.name LIKE 'a%' OR T1.age > 1",
      4, 0, 1, "extra"),
     ("SELECT name FROM student WHERE id IN (SELECT liked_id FROM likes)", 1, 1, 0, "hard"),
     ("SELECT name FROM student UNION SELECT name FROM dept", 0, 1, 0, "hard"),

@@ -1,4 +1,5 @@
-"""The official parser's structured dict and each of its quirks (listed in mtsql.core.sql.parser's docstring)."""
+"""The official parser's structured dict and each of its quirks (listed in mtsql.core.sql.parser's
+docstring)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 KEY = "sk-mtsql-acceptance-4f9c2d7e1b"
 PRICES = (0.5, 2.0)  # USD per million prompt / completion tokens
-# What the token path asks vLLM for beyond the sampling settings: special tokens kept in the text, and a stop at
-# either end-of-turn id of the tiny Qwen3 (<|im_end|>, <|endoftext|>: the managed server reads no generation config).
+# What the token path asks vLLM for beyond the sampling settings: special tokens kept in the text, and a
+# stop at either end-of-turn id of the tiny Qwen3 (<|im_end|>, <|endoftext|>: the managed server reads no
+# generation config).
 SAME_AS_TOKENS = ("{skip_special_tokens: false, spaces_between_special_tokens: false, "
                   "stop_token_ids: [151643, 151645]}")
 

@@ -11,7 +11,7 @@ from mtsql.stages.curriculum import CurriculumConfig, partition, pass_rates, siz
 
 
 def scored(**fields) -> ScoredRow:
-    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl), ``fields`` changed."""
     return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 

@@ -25,7 +25,8 @@ TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 
 
 def cfg_for(tmp_path, tiny_qwen3, vllm_python, *overrides):
-    """The tiny profile on the tiny Qwen3, in float32 on every CPU: the numerics in which vLLM gives hf's ids."""
+    """The tiny profile on the tiny Qwen3, in float32 on every CPU: the numerics in which vLLM gives hf's
+    ids."""
     return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=2",
                               "model.dtype=float32",
                               "data.train_limit=2", "env.max_messages=2", "sample.max_new_tokens=24",

@@ -11,7 +11,7 @@ from mtsql.stages.reject import RejectConfig, diverse, recovery, select
 
 
 def scored(**fields) -> ScoredRow:
-    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl), ``fields`` changed."""
     return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
 
 
@@ -69,7 +69,8 @@ def test_unknown_requirement_is_refused_when_the_config_loads():
 
 
 def recovered_row(uid, sample, *, tokens, by_model=True):
-    """A right trajectory whose first exec_sql failed and whose second ran (a recovery when the model wrote it)."""
+    """A right trajectory whose first exec_sql failed and whose second ran (a recovery when the model wrote
+    it)."""
     steps = [Step(index=0, text="", action="tool_call", tool="exec_sql", sql="SELECT x", result_kind="error",
                   verdict="no_pass"),
              Step(index=1, text="", action="tool_call", tool="exec_sql", sql="SELECT a FROM t", result_kind="ok",

@@ -66,8 +66,8 @@ def test_an_mlflow_server_is_refused_in_one_line_and_nothing_is_written(tmp_path
                            env={"MTSQL_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
     assert ran.stderr.strip().splitlines() == [
-        "error: trackers.mlflow_uri=http://mlflow.example:5000: give a file: URI (a folder); mtsql logs to no "
-        "MLflow server"]
+        "error: trackers.mlflow_uri=http://mlflow.example:5000: give a file: URI (a folder); "
+        "mtsql logs to no MLflow server"]
     assert not (tmp_path / "runs").exists()
 
 

@@ -226,7 +226,8 @@ def evaluate(
     """Score with the official metrics: exact set match, execution, question and interaction.
 
     With --pred: score an official-format prediction file. Without: evaluate a model of the run
-    (--model) on the profile's eval datasets, greedy or with evaluate.vote samples (evaluate.samples: pass@k)."""
+    (--model) on the profile's eval datasets, greedy or with evaluate.vote samples
+    (evaluate.samples: pass@k)."""
     cfg = _cfg(config, overrides)
     if pred is None:
         pipeline.evaluate(cfg, label=label, model=store_for(cfg).model(model or "auto"), force=force,
@@ -259,7 +260,7 @@ def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = 
 def export(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
            out: Annotated[Path | None, typer.Option(help="Export folder (default: <run>/export).")] = None,
            fmt: Annotated[str, typer.Option("--format", help=f"{' or '.join(FORMATS)}.")] = "parquet") -> None:
-    """Every evaluation of a run as two tables (per official item, per trajectory), Parquet or CSV, for pandas."""
+    """Every evaluation of a run as two tables (per official item, per trajectory), Parquet or CSV."""
     for name, path in export_run(_run_folder(run, config, overrides), out, fmt).items():
         console.print(f"{name}: {path}", markup=False, highlight=False)
 
@@ -324,7 +325,7 @@ for _name in STAGES.keys() - {c.name or c.callback.__name__.replace("_", "-") fo
 def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql, spider or bird")],
                split: Annotated[str, typer.Option(help="dev or train")] = "dev",
                root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
-    """Counts, missing databases, gold queries that fail to execute or return nothing (vacuous), as a table."""
+    """Counts, missing databases, gold queries that fail or return nothing (vacuous), as a table."""
     report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, "executing gold", console=err_console))
     if dataset == "bird":
         console.print(bird_check_table(report_))
@@ -470,8 +471,8 @@ def _disk_fix(exc: OSError) -> str:
         except UsageError:
             home = None
         if home is not None and Path(os.fsdecode(exc.filename)).resolve().is_relative_to(home):
-            return (f"it is under MTSQL_HOME ({home}), where mtsql keeps its caches and models: set MTSQL_HOME to "
-                    "a writable folder")
+            return (f"it is under MTSQL_HOME ({home}), where mtsql keeps its caches and models: "
+                    "set MTSQL_HOME to a writable folder")
     return DISK_ERRORS[exc.errno]
 
 

@@ -119,7 +119,8 @@ def _print_rounds(rows: list[dict]) -> None:
 
 
 def curriculum(cfg: Config, *, model=None, force=False, dry_run=False) -> Artifact | Pending:
-    """Stages of the RL pool; with ``curriculum.by=pass_rate`` or ``drop_solved``, the SFT model is sampled first."""
+    """Stages of the RL pool; with ``curriculum.by=pass_rate`` or ``drop_solved``, the SFT model is sampled
+    first."""
     probe = None
     if cfg.curriculum.by == "pass_rate" or (cfg.curriculum.drop_solved and model is not None):
         probe = sample(replace(cfg, sample={"n": max(cfg.sample.n, 2)}), key=ArtifactKey("sample", variant="pool"),
@@ -172,7 +173,8 @@ class Step:
     (``sft-r1``), or a variant's model. ``label``: the artifact's label; on an ``sft-iterate`` or ``rl``
     step, a variant name (a word) that gives its artifacts labels of their own (``sft-<label>-r1``,
     ``rl-<label>-c1``) and its model the reference ``sft-<label>`` / ``rl-<label>``. A variant does not
-    replace the pipeline's ``sft``, ``rl`` or ``latest`` model (an RL variant starts from ``sft``, as ``rl`` does).
+    replace the pipeline's ``sft``, ``rl`` or ``latest`` model (an RL variant starts from ``sft``, as
+    ``rl`` does).
     ``attempts`` (``sft-iterate`` only): the model whose own first queries on the training items an
     ``own_mistakes`` first round keeps; the step samples them first (``sample_attempts``)."""
 
@@ -342,8 +344,9 @@ def run_pipeline(path: Path, config_path: Path | None, overrides: list[str], *, 
     ``sft-iterate`` runs the SFT rounds, ``curriculum`` (with the SFT model) and ``rl`` the curriculum
     RL stages (a labelled one: a variant, see ``Step``), ``evaluate`` a model picked by the step's
     ``model``, ``report`` builds the report; any other stage of ``runner.STAGES`` runs on the latest
-    artifacts of its ``INPUTS``' default labels (the ones this pipeline made first). With ``data.per_dataset`` and more than one group of
-    ``data.per_dataset_groups``, the whole pipeline runs once per group, as run ``<run>-<train dataset>``.
+    artifacts of its ``INPUTS``' default labels (the ones this pipeline made first). With
+    ``data.per_dataset`` and more than one group of ``data.per_dataset_groups``, the whole pipeline runs
+    once per group, as run ``<run>-<train dataset>``.
     Every step of every group is checked (``step_configs``, ``_check_model_refs``, the report's folder) before
     the first runs."""
     pipeline = load_pipeline(path)
@@ -394,7 +397,8 @@ def _run_steps(pipeline: Pipeline, path: Path, config_path: Path | None, configs
                      force=force, dry_run=dry_run)
         elif step.stage == "report":
             if dry_run:
-                console.print(f"  {'report':<18} {'':12}  will be built: {store_for(cfg).root / 'report' / 'report.md'}",
+                built = store_for(cfg).root / "report" / "report.md"
+                console.print(f"  {'report':<18} {'':12}  will be built: {built}",
                               markup=False, highlight=False, soft_wrap=True)
             else:
                 built = build_report(store_for(cfg).root, sections=pipeline.report)

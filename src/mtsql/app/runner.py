@@ -149,8 +149,8 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
     artifact, cached = store.run(key, config, inputs, work, code=code, force=force, unhashed=unhashed)
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
-        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  [dim]{escape(f'cached{same}')}[/]  "
-                      f"{escape(str(artifact.path))}")
+        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  "
+                      f"[dim]{escape(f'cached{same}')}[/]  {escape(str(artifact.path))}")
     else:
         console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
                       f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")

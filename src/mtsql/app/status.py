@@ -215,7 +215,8 @@ def summary(manifest: dict) -> str:
             lines.append(f"{name} EX {_pct(d.get('ex'))} EM {_pct(d.get('em'))} n={d.get('turns')}")
         return "\n".join(lines)
     if stage == "sample":
-        return f"{m.get('policy')} policy\n{m.get('count')} trajectories, {m.get('items')} items, EX {_pct(m.get('ex'))}"
+        return (f"{m.get('policy')} policy\n{m.get('count')} trajectories, {m.get('items')} items, "
+                f"EX {_pct(m.get('ex'))}")
     if stage == "reject":
         return f"solved {m.get('solved')}/{m.get('items')} items, kept {m.get('kept')}/{m.get('sampled')}"
     if stage == "sft":

@@ -153,7 +153,8 @@ class Artifact:
         return self.manifest.get("metrics", {})
 
     def records(self, name: str) -> int | None:
-        """How many records output ``name`` (a .jsonl file) held when the stage wrote it; None if no such output."""
+        """How many records output ``name`` (a .jsonl file) held when the stage wrote it; None if no such
+        output."""
         return next((entry.get("records") for entry in self.manifest.get("outputs", []) if entry["path"] == name), None)
 
     def ref(self) -> dict:
@@ -252,7 +253,8 @@ class Store:
         return target if target.exists() else None
 
     def latest_links(self) -> list[Path]:
-        """Every ``<label>/latest`` link of the run, those that lead nowhere included (``glob`` skips them)."""
+        """Every ``<label>/latest`` link of the run, those that lead nowhere included (``glob`` skips
+        them)."""
         folders = sorted(p for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
         return [folder / "latest" for folder in folders if (folder / "latest").is_symlink()]
 
@@ -284,7 +286,8 @@ class Store:
         """The latest complete artifact of ``label``, or a UsageError saying how to see what exists."""
         artifact = self.latest(label)
         if artifact is None:
-            raise UsageError(f"run '{self.root.name}' has no complete '{label}' artifact (see `mtsql status {self.root.name}`)")
+            raise UsageError(f"run '{self.root.name}' has no complete '{label}' artifact "
+                             f"(see `mtsql status {self.root.name}`)")
         return artifact
 
     def model(self, ref: str | None, *, auto: tuple[str, ...] = ("rl", "sft")) -> Artifact | None:

@@ -129,7 +129,7 @@ def cached_sha256(files: list[Path], *, forget_under: Path | None = None) -> lis
     """(size, sha256) of each file. The sha256 is kept in ``$MTSQL_HOME/cache/data-files.json`` under the
     file's path, size and mtime, and hashed again only when one of those changed (or the file changed in
     the last ``FRESH_S`` seconds). ``forget_under``: a folder whose cached files not in ``files`` are
-    dropped from the cache (they were deleted)."""
+    dropped from the cache (they were deleted); each write also drops the files that no longer exist."""
     cache_path = home_dir() / "cache" / "data-files.json"
     cache, changed, now = _read_digest_cache(cache_path), False, time.time()
     found = []
@@ -146,9 +146,13 @@ def cached_sha256(files: list[Path], *, forget_under: Path | None = None) -> lis
                 cache[str(path)], changed = [*mark, sha], True
         found.append((stat.st_size, sha))
     if changed:
+        present = {str(path) for path in files}
         if forget_under is not None:  # entries of files no longer in this folder go
-            inside, present = f"{forget_under}{os.sep}", {str(path) for path in files}
+            inside = f"{forget_under}{os.sep}"
             cache = {key: value for key, value in cache.items() if key in present or not key.startswith(inside)}
+        # and those of files that are gone anywhere (a deleted run's artifacts): the cache is read and
+        # written whole, so it holds only what exists
+        cache = {key: value for key, value in cache.items() if key in present or os.path.exists(key)}
         try:
             write_json(cache_path, cache)
         except OSError as exc:  # a read-only MTSQL_HOME: the digests stand, only the next check is slower

@@ -1,4 +1,4 @@
-"""The dashboards a stage logs to: TensorBoard, W&B (offline) and MLflow (a ``file:`` store), any of them at once.
+"""The dashboards a stage logs to: TensorBoard, W&B (offline) and MLflow (a ``file:`` store), any at once.
 
     trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=ctx.out)   # an artifact's folder
     with trackers:                                   # closes every tracker, FAILED when the stage raised
@@ -93,7 +93,8 @@ class Trackers:
 
     @classmethod
     def for_folder(cls, settings: TrackersConfig, *, run: str, folder: Path) -> Trackers:
-        """The trackers of the artifact in ``folder`` (``<run folder>/<label>/<fp12>``, or its ``.partial``)."""
+        """The trackers of the artifact in ``folder`` (``<run folder>/<label>/<fp12>``, or its
+        ``.partial``)."""
         folder = Path(folder)
         return cls(settings, run=run, root=folder.parent.parent, label=folder.parent.name,
                    fingerprint=folder.name.split(".")[0])

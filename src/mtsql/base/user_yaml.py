@@ -48,5 +48,6 @@ def parse_yaml(text: str, path: Path | str) -> Any:
 
 
 def read_yaml(path: Path) -> Any:
-    """``parse_yaml`` of a UTF-8 file (an ``OSError`` is left to the caller, who knows what the file is for)."""
+    """``parse_yaml`` of a UTF-8 file (an ``OSError`` is left to the caller, who knows what the file is
+    for)."""
     return parse_yaml(read_text(path), path)

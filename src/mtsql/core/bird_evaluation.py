@@ -1,7 +1,7 @@
 """What a BIRD evaluation writes and prints: `mtsql evaluate --dataset bird --pred` and the ``evaluate``
 stage on ``bird`` alike.
 
-    result = evaluate_bird_file(Path("predict_dev.json"), found)     # BIRD's prediction JSON (or one SQL a line)
+    result = evaluate_bird_file(Path("predict_dev.json"), found)     # BIRD's JSON (or one SQL a line)
     result = score_bird_pairs([(turn, sql), ...], root)               # the same, from Turn records
     write_outputs(Path("out"), result)                                # items.jsonl + summary.json
     render_bird(result.summary, console)                              # the official table

@@ -65,7 +65,8 @@ _TOOLS_HEAD = (
 )
 _TOOLS_TAIL = (
     "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}'
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}'
     "\n</tool_call>"
 )
 
@@ -198,7 +199,8 @@ def chat_template(family: str | ChatFamily) -> str:
             "{%- if tools -%}{%- set ns.system = ns.system + " + json.dumps(_TOOLS_HEAD) + " -%}"
             "{%- for tool in tools -%}"
             "{%- if tool['type'] == 'function' -%}{%- set ns.system = ns.system + '\\n' + (tool | tojson) -%}"
-            "{%- else -%}{%- set ns.system = ns.system + '\\n' + ({'type': 'function', 'function': tool} | tojson) -%}"
+            "{%- else -%}{%- set ns.system = ns.system + '\\n' + "
+            "({'type': 'function', 'function': tool} | tojson) -%}"
             "{%- endif -%}{%- endfor -%}"
             "{%- set ns.system = ns.system + " + json.dumps(_TOOLS_TAIL) + " -%}{%- endif -%}"
         )
@@ -249,12 +251,14 @@ class ChatFormat:
         return [i for piece in segments(messages, tools, self.family) for i in self._encode(piece)]
 
     def prompt_ids(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
-        """Token ids of a conversation that ends with a user or tool message (so with the generation prompt)."""
+        """Token ids of a conversation that ends with a user or tool message (so with the generation
+        prompt)."""
         _check_prompt(messages)
         return self.render_ids(messages, tools)
 
     def observation_ids(self, message: dict) -> list[int]:
-        """The ids after an assistant's end-of-turn token up to the next generation prompt, for ``message``."""
+        """The ids after an assistant's end-of-turn token up to the next generation prompt, for
+        ``message``."""
         _check_observation(message)
         return self._after_turn_ids + [i for piece in message_segments(message, self.family)
                                        for i in self._encode(piece)]
@@ -305,7 +309,8 @@ class AutoChatFormat:
         return self.render_ids(messages, tools)
 
     def observation_ids(self, message: dict) -> list[int]:
-        """The ids after an assistant's end-of-turn token up to the next generation prompt, for ``message``."""
+        """The ids after an assistant's end-of-turn token up to the next generation prompt, for
+        ``message``."""
         _check_observation(message)
         end = self.tokenizer.decode([self.end_of_turn_id])
         closed = self._closed_probe

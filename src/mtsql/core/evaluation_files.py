@@ -1,7 +1,7 @@
 """What every evaluation writes and prints: the file evaluator of `mtsql evaluate --pred` and the
 ``evaluate`` stage alike.
 
-    result = evaluate_files("sparc", Path("pred.txt"))             # official-format files, the data folder's gold
+    result = evaluate_files("sparc", Path("pred.txt"))             # official-format files, the data's gold
     result = score_pairs([(turn, sql), ...])                        # the same, from Turn records
     write_outputs(Path("out"), result)                              # items.jsonl + summary.json
     render(result.summary, console)                                 # rich tables

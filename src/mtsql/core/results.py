@@ -18,7 +18,8 @@ HEADLINE = ("turns", "ex", "em", "interaction_ex", "interaction_em", "cost")  # 
 
 
 def _checked(cls, data: dict, what: str) -> dict:
-    """``data`` when its keys are the fields of ``cls`` (those with defaults may be absent), else a ValueError."""
+    """``data`` when its keys are the fields of ``cls`` (those with defaults may be absent), else a
+    ValueError."""
     names = {f.name for f in fields(cls)}
     required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
     if missing := [name for name in required if name not in data]:
@@ -34,7 +35,8 @@ class DatasetBlock:
     dataset has no interactions or nothing was scored), the breakdowns by hardness and turn (``{bucket:
     {"count", "ex", "em"}}``), the protocol abilities of the chosen samples, and the measures of
     ``mtsql.core.measures``. ``decodings`` (with voting): each decoding's ``HEADLINE`` figures;
-    ``pass_at_k`` (with samples) and ``prompt_filter`` (with ``evaluate.prompt_filter_tokens``): None otherwise."""
+    ``pass_at_k`` (with samples) and ``prompt_filter`` (with ``evaluate.prompt_filter_tokens``): None
+    otherwise."""
 
     turns: int
     interactions: int | None

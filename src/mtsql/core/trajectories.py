@@ -97,7 +97,8 @@ def read_rows(path: Path) -> list[ScoredRow]:
 
 
 def scorer(cfg, data_root: Path) -> Callable[[dict], ScoredRow]:
-    """``score_record`` with ``cfg``'s reward and SQL settings: what ``RolloutEngine.run(score=...)`` takes."""
+    """``score_record`` with ``cfg``'s reward and SQL settings: what ``RolloutEngine.run(score=...)``
+    takes."""
     return partial(score_record, reward=cfg.reward, sql=cfg.sql, data_root=data_root)
 
 

@@ -95,7 +95,8 @@ def run_logged(command: Command, log_path: Path, *, on_output: Callable[[str], N
 
 
 def die_with_parent() -> None:
-    """In a child before exec: get SIGTERM when the thread that started it dies (Linux ``PR_SET_PDEATHSIG``)."""
+    """In a child before exec: get SIGTERM when the thread that started it dies (Linux
+    ``PR_SET_PDEATHSIG``)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 

@@ -7,7 +7,8 @@ contract module, with
   one curriculum stage on ``turns`` from ``base_model``, leave ``out_dir/model`` and one JSON line per
   step in ``metrics_path`` (``core.results.TrainingStep``'s shape), log each step to ``trackers``
   (``step_metrics``: the same names for every engine), return the stage's metrics;
-* ``plan_curriculum_stage(cfg, *, base_model, out_dir, stage, rows) -> str``: what it would run (``--dry-run``);
+* ``plan_curriculum_stage(cfg, *, base_model, out_dir, stage, rows) -> str``: what it would run
+  (``--dry-run``);
 * ``identity(cfg) -> dict``: what generates its rollouts beyond the config (the fingerprint covers it).
 
 Each ``engine`` module imports torch, Ray or verl only inside ``train_curriculum_stage``.

@@ -162,7 +162,8 @@ class RolloutEngine:
         self.make_env, self.backend, self.chat, self.params = make_env, backend, chat, params
         self.policy, self.tools, self.memory, self.batch_size = policy, list(tools), memory, batch_size
         self.max_response_tokens, self.tool_workers = max_response_tokens, tool_workers
-        self.stats: dict = {}  # figures of the last run: wall_s, generate_s, calls, generated_tokens, episodes
+        # figures of the last run: wall_s, generate_s, calls, generated_tokens, episodes
+        self.stats: dict = {}
         self.owns_backend = False  # from_config made the backend: close() releases it
 
     @classmethod
@@ -418,7 +419,8 @@ class _Rollout:
         return replace(params, max_new_tokens=max(1, budget - episode.spent))
 
     def _take_reply(self, episode: _Episode, reply: Reply) -> str:
-        """Count a chat API's reply in the episode (its tokens as the API counted them); the text for the environment."""
+        """Count a chat API's reply in the episode (its tokens as the API counted them); the text for the
+        environment."""
         completion, prompt = reply.completion_tokens or 0, reply.prompt_tokens
         if prompt is not None and episode.first_prompt is None:
             episode.first_prompt = prompt

@@ -17,8 +17,8 @@ voting, the greedy ones in ``<dataset>/greedy/``; with samples but no vote, the 
 ``<dataset>/samples/``); the stage metrics (``results.EvaluationResult``) hold, per dataset (a
 ``results.DatasetBlock``), EX / EM (question and interaction), the
 breakdowns by hardness and turn, the protocol abilities (tool calls, verification accuracy,
-self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``, ``pass_at_k``,
-``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); the
+self-correction) and the measures of ``mtsql.core.measures``: ``verdict_calibration``, ``revisions``,
+``pass_at_k``, ``ex_non_empty_gold``, ``propagation`` and ``cost`` (per decoding too, in ``decodings``); the
 settings the numbers depend on: the protocol (``env.protocol``), memory, decoding and ``budgets``; and,
 for a billed chat API (``sample.backend: chat``), its ``usage``: requests, tokens and cost.
 Logs (``trackers.*``): each dataset's headline and protocol validity as ``eval/<dataset>/<name>``.
@@ -94,7 +94,8 @@ def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
 
 
 def accuracy(summary: dict, metric: str, *path: str) -> float | None:
-    """One accuracy of an official summary (``accuracy(summary, "execution", "question")``), None if absent."""
+    """One accuracy of an official summary (``accuracy(summary, "execution", "question")``), None if
+    absent."""
     node = summary[metric]
     for key in path:
         node = node.get(key) if node is not None else None
@@ -104,7 +105,8 @@ def accuracy(summary: dict, metric: str, *path: str) -> float | None:
 def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measures: dict) -> DatasetBlock:
     """The official summary reshaped for reports, plus protocol abilities of the chosen samples
     (single-turn datasets have no interaction match and no turn buckets: those are None and empty),
-    the verdict ``calibration`` and the other ``measures`` (ex_non_empty_gold, propagation, revisions, cost)."""
+    the verdict ``calibration`` and the other ``measures`` (ex_non_empty_gold, propagation, revisions,
+    cost)."""
     def acc(metric, *path):
         return accuracy(summary, metric, *path)
 
@@ -267,8 +269,8 @@ def _split(rows: list[ScoredRow], by_dataset: dict[str, list]) -> dict[str, list
 def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: list[ScoredRow], folder: Path,
            wall_s: float) -> DatasetBlock:
     """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
-    The measures beside the official figures: verdict calibration, revisions and cost over every trajectory (``rows``),
-    error propagation and EX without vacuous golds over the official items."""
+    The measures beside the official figures: verdict calibration, revisions and cost over every
+    trajectory (``rows``), error propagation and EX without vacuous golds over the official items."""
     pairs = [(t, row.final_sql or "") for t, row in zip(turns, chosen, strict=True)]
     if name == "bird":  # BIRD's official EX by difficulty; no exact match
         evaluation = score_bird_pairs(pairs, bird_databases(cfg.data.eval_split, cfg.data_root))

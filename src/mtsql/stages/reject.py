@@ -114,7 +114,8 @@ def _distance(a: tuple[set, set], b: tuple[set, set]) -> float:
 
 
 def check(cfg: ConfigView, *, sample) -> None:
-    """A sample artifact without trajectories leaves nothing to choose from: refused before anything is written."""
+    """A sample artifact without trajectories leaves nothing to choose from: refused before anything is
+    written."""
     if isinstance(sample, Artifact) and not sample.records("trajectories.jsonl"):
         raise UsageError(f"{sample.path}: the {sample.label} artifact holds no trajectories, so there is nothing to "
                          "reject-sample; sample again (sample.n >= 1, on a pool with turns)")

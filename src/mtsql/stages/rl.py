@@ -1,4 +1,5 @@
-"""`mtsql rl`: multi-turn GRPO on one curriculum stage, with verl (Ray; GPUs, or the CPUs) or the local engine.
+"""`mtsql rl`: multi-turn GRPO on one curriculum stage, with verl (Ray; GPUs, or the CPUs) or the local
+engine.
 
 Both engines sample with the shared agent environment, score with the configured reward family
 (``reward.family``) and leave the trained model in ``model/``. The local engine (CPU or one GPU,
@@ -10,8 +11,10 @@ training artifact; none: the base model); config sections ``data``, ``sql``, ``e
 ``model``, ``sample`` (generation settings of the local engine), ``rl`` (with ``rl.<engine>``, the
 engine's own settings), ``seed``. ``rl.engine`` must be resolved (``engines.rl_engines.pick_engine``)
 before the stage runs.
-Writes: ``model/``, ``metrics.jsonl`` (one ``results.TrainingStep`` line per step); verl: ``data/`` (the RL parquet) and ``verl/``.
-Logs (``trackers.*``): each step as ``rl/<field>``, the same names for both engines (``rl_engines.step_metrics``).
+Writes: ``model/``, ``metrics.jsonl`` (one ``results.TrainingStep`` line per step); verl: ``data/`` (the
+RL parquet) and ``verl/``.
+Logs (``trackers.*``): each step as ``rl/<field>``, the same names for both engines
+(``rl_engines.step_metrics``).
 The stage calls the engine through one contract (``engines.rl_engines``) and knows neither:
 ``mtsql.engines.local_grpo.engine`` and ``mtsql.engines.verl.engine``.
 

@@ -5,10 +5,11 @@ shards in ``rollout/`` make a killed run resume) and scores every trajectory wit
 EM, process and SQL-R1 terms).
 
 Reads: the training pool of config section ``data`` (the ``pool`` input, a reject artifact's
-``pool.jsonl``, narrows it to the items earlier rounds left unsolved); the ``model`` input (a training artifact; none: the
-base model) when ``sample.policy`` is ``model``; the ``attempts`` input (a sample artifact of a model on
-the same items) when it is ``own_mistakes``, whose first message per item (its first sample) is the
-attempt the policy keeps; config sections ``data``, ``sql``, ``env``, ``reward``, ``model``, ``sample``, ``seed``.
+``pool.jsonl``, narrows it to the items earlier rounds left unsolved); the ``model`` input (a training
+artifact; none: the base model) when ``sample.policy`` is ``model``; the ``attempts`` input (a sample
+artifact of a model on the same items) when it is ``own_mistakes``, whose first message per item (its
+first sample) is the attempt the policy keeps; config sections ``data``, ``sql``, ``env``, ``reward``,
+``model``, ``sample``, ``seed``.
 Writes: ``trajectories.jsonl``, one row per (turn, sample) with the turn, the trajectory, its token
 ids and mask (model policies), the reward terms and the protocol statistics reject sampling needs.
 """
@@ -48,8 +49,8 @@ def first_attempts(rows) -> dict[str, str]:
 
 
 def check(cfg: ConfigView, *, model=None, pool=None, attempts=None) -> None:
-    """The training slice has turns on databases that exist, the base model exists when no trained one is given,
-    and own_mistakes has the model's attempts to keep."""
+    """The training slice has turns on databases that exist, the base model exists when no trained one is
+    given, and own_mistakes has the model's attempts to keep."""
     if cfg.sample.policy == "own_mistakes" and attempts is None:
         raise UsageError("sample.policy own_mistakes keeps a model's first queries: give the attempts input (a sample "
                          "artifact of that model on the training items; pipelines: the sft-iterate step's attempts)")

@@ -44,9 +44,9 @@ def summary_section(heads: dict[str, Artifact]) -> list[str]:
         recovered = [(PHASE_NAMES[p], *recoveries(trajectory_rows(art, dataset))) for p, art in heads.items()
                      if dataset in datasets(art) and is_long_horizon(art)]
         if recovered:
-            lines.append("  * Failed executions recovered from (a turn whose `exec_sql` failed, then a later query ran "
-                         "and the answer was right): " + "; ".join(f"{name} {k} of {n}" for name, k, n in recovered)
-                         + ".")
+            lines.append("  * Failed executions recovered from (a turn whose `exec_sql` failed, then a later "
+                         "query ran and the answer was right): "
+                         + "; ".join(f"{name} {k} of {n}" for name, k, n in recovered) + ".")
         smallest = min(r.n for r in rates.values())
         if smallest < TOO_FEW:
             lines.append(f"  * With as few as {smallest} scored turns the intervals are wide: this run cannot show "
@@ -83,9 +83,10 @@ def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
     return ["## Evaluations", "",
             "Official metrics on the profile's dev slices, in % with the 95 % Wilson interval and "
             "correct/scored. EX is execution match (test-suite semantics unless the profile says otherwise), EM "
-            "exact set match; an interaction counts when all its turns do (– for single-turn datasets). Turns the "
-            "evaluator cannot score (last column) are left out of the rate, as the official programs do. With "
-            "self-consistency voting (decoding vote@n) the same model's greedy decoding is the row above it.", "",
+            "exact set match; an interaction counts when all its turns do (– for single-turn datasets). Turns "
+            "the evaluator cannot score (last column) are left out of the rate, as the official programs do. "
+            "With self-consistency voting (decoding vote@n) the same model's greedy decoding is the row above "
+            "it.", "",
             *table(["evaluation", "mode", "memory", "decoding", "dataset", "turns", "EX", "EM", "interaction EX",
                     "interaction EM", "unscorable"], rows, numeric_from=5)]
 
@@ -155,8 +156,8 @@ def example_section(evals: dict[str, Artifact], run_name: str) -> list[str]:
     label, rows = source
     lines = ["## Example trajectories", "",
              f"From `{label}`, as the model saw and wrote them (long messages are clipped; `mtsql show {run_name} "
-             f"{label} --dataset DATASET --item UID` prints one whole; the system prompt, the same for all, is shown "
-             "once).", ""]
+             f"{label} --dataset DATASET --item UID` prints one whole; the system prompt, the same for all, is "
+             "shown once).", ""]
     for i, (why, row) in enumerate(pick_examples(rows)):
         text = render_trajectory(row, limit=EXAMPLE_CHARS, system=i == 0).rstrip()
         lines += [f"### {row.uid} ({row.turn.dataset}): {why}", "", "```text", text, "```", ""]

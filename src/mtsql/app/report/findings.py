@@ -110,7 +110,8 @@ class Finding:
 
     @property
     def needed(self) -> int | None:
-        """Turns per group at which the same difference would clear 0 (None: shown, or not in the paper's direction)."""
+        """Turns per group at which the same difference would clear 0 (None: shown, or not in the paper's
+        direction)."""
         return None if self.difference is None or self.verdict != NOT_SHOWN else n_to_clear(self.n, self.difference)
 
 
@@ -261,14 +262,14 @@ def findings_section(arts: dict[str, Artifact], settings: FindingsSettings) -> l
         return []  # not a method run: none of the comparisons has its evaluations
     body = [[row.claim, row.slice, row.measured, _points(row.difference), row.verdict, row.needed] for row in rows]
     lines = ["## Paper findings", "",
-             "Each finding of MTSQL-R1 against this run: the rate the paper expects higher first, then the other (EX, "
-             "%, [95 % interval], k/n), their difference in points with its 95 % interval (Newcombe), and the verdict: "
-             f"*{SUPPORTED}* when the interval lies above 0, *{CONTRADICTED}* when it lies below, *{NOT_SHOWN}* when it "
-             "holds 0. Long against short horizon compares the short-horizon SFT model with the long-horizon one "
-             "trained on the same items with the same budget (round 1, else the last round). Verification, "
-             "self-correction and execution failures are counted in the last phase's evaluation (RL, else SFT). "
-             "*n needed*: turns per evaluation (for the self-correction row, revisions that changed correctness) at "
-             "which the same rates would clear 0.", "",
+             "Each finding of MTSQL-R1 against this run: the rate the paper expects higher first, then the other "
+             "(EX, %, [95 % interval], k/n), their difference in points with its 95 % interval (Newcombe), and "
+             f"the verdict: *{SUPPORTED}* when the interval lies above 0, *{CONTRADICTED}* when it lies below, "
+             f"*{NOT_SHOWN}* when it holds 0. Long against short horizon compares the short-horizon SFT model "
+             "with the long-horizon one trained on the same items with the same budget (round 1, else the last "
+             "round). Verification, self-correction and execution failures are counted in the last phase's "
+             "evaluation (RL, else SFT). *n needed*: turns per evaluation (for the self-correction row, "
+             "revisions that changed correctness) at which the same rates would clear 0.", "",
              *table(["finding", "slice", "measured", "difference (points)", "verdict", "n needed"], body,
                     numeric_from=3)]
     return lines + _closing(rows, evals_pace(arts), settings.dev_turns)

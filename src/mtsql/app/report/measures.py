@@ -55,10 +55,11 @@ def pass_at_k_section(evals: dict[str, Artifact]) -> list[str]:
     if not rows:
         return []
     return ["## pass@k", "",
-            "From n samples of each turn at the sampling temperature (`evaluate.samples`): pass@k is the chance that "
-            "at least one of k samples is right (EX 1), by the unbiased estimator 1 − C(n−c, k)/C(n, k) averaged over "
-            "the turns whose samples the evaluator could score (a mean over turns, so no interval); greedy and vote@n "
-            "EX are the official figures of the same evaluation (%, [95 % interval], k/n).", "",
+            "From n samples of each turn at the sampling temperature (`evaluate.samples`): pass@k is the chance "
+            "that at least one of k samples is right (EX 1), by the unbiased estimator 1 − C(n−c, k)/C(n, k) "
+            "averaged over the turns whose samples the evaluator could score (a mean over turns, so no "
+            "interval); greedy and vote@n EX are the official figures of the same evaluation (%, [95 % "
+            "interval], k/n).", "",
             *table(["evaluation", "dataset", "slice", "turns", "greedy EX", "vote EX",
                     *(f"pass@{k}" for k in ks)], rows, numeric_from=3)]
 
@@ -78,13 +79,13 @@ def calibration_section(evals: dict[str, Artifact]) -> list[str]:
     if not rows:
         return []
     return ["## Verdict calibration", "",
-            "Every `<exec_verify>` and `<memory_verify>` verdict the agent gave, against whether the judged query (the "
-            "executed one; for a memory check the latest executed one) is right by EX against the gold. Columns: "
-            "pass said of a right / wrong query, no_pass said of a right / wrong query, verdicts on queries the "
-            "evaluator cannot score; *precision pass* = right among pass, *recall pass* = pass among right, "
-            "*precision no_pass* = wrong among no_pass, *recall no_pass* = no_pass among wrong. *Followed*: after "
-            "pass the next query was the answer and the same query; after no_pass the next query differed (a "
-            "revision); n = every verdict of that kind.", "",
+            "Every `<exec_verify>` and `<memory_verify>` verdict the agent gave, against whether the judged "
+            "query (the executed one; for a memory check the latest executed one) is right by EX against the "
+            "gold. Columns: pass said of a right / wrong query, no_pass said of a right / wrong query, verdicts "
+            "on queries the evaluator cannot score; *precision pass* = right among pass, *recall pass* = pass "
+            "among right, *precision no_pass* = wrong among no_pass, *recall no_pass* = no_pass among wrong. "
+            "*Followed*: after pass the next query was the answer and the same query; after no_pass the next "
+            "query differed (a revision); n = every verdict of that kind.", "",
             *table(["evaluation", "dataset", "verdict", "pass/right", "pass/wrong", "no_pass/right", "no_pass/wrong",
                     "unscored", "precision pass", "recall pass", "precision no_pass", "recall no_pass",
                     "followed after pass", "followed after no_pass"], rows, numeric_from=3)]
@@ -97,9 +98,10 @@ def vacuous_section(evals: dict[str, Artifact]) -> list[str]:
     if not rows:
         return []
     return ["## Vacuous matches", "",
-            "A gold whose result is empty (no rows, or only NULLs) is matched by any prediction that returns nothing. "
-            "EX on the turns with a non-empty gold result, beside the official EX over the same counted turns "
-            "(`mtsql data check` counts such golds; `reward.empty_match_credit: false` gives them no reward).", "",
+            "A gold whose result is empty (no rows, or only NULLs) is matched by any prediction that returns "
+            "nothing. EX on the turns with a non-empty gold result, beside the official EX over the same "
+            "counted turns (`mtsql data check` counts such golds; `reward.empty_match_credit: false` gives them "
+            "no reward).", "",
             *table(["evaluation", "dataset", "official EX", "EX, non-empty gold", "vacuous golds"], rows, numeric_from=2)]
 
 
@@ -139,16 +141,16 @@ def memory_section(evals: dict[str, Artifact], heads: dict[str, Artifact]) -> li
     lines = []
     if compared:
         lines += ["## Gold against predicted memory", "",
-                  "The same model with the paper's oracle memory (earlier turns' gold SQL) and with its own earlier "
-                  "answers as memory, EX (%, [95 % interval], k/n); the difference is predicted − gold with the 95 % "
-                  "interval of the difference (Newcombe).", "",
+                  "The same model with the paper's oracle memory (earlier turns' gold SQL) and with its own "
+                  "earlier answers as memory, EX (%, [95 % interval], k/n); the difference is predicted − gold "
+                  "with the 95 % interval of the difference (Newcombe).", "",
                   *table(["phase", "dataset", "gold memory EX", "predicted memory EX", "difference (points)"], compared,
                          numeric_from=2)]
     if propagated:
         lines += ["## Error propagation", "",
-                  "EX of a turn when the previous turn of its dialogue was right against when it was wrong (turns whose "
-                  "own and previous EX are both scored). With predicted memory a wrong answer is also the next turn's "
-                  "memory; the difference is after right − after wrong, with its 95 % interval.", "",
+                  "EX of a turn when the previous turn of its dialogue was right against when it was wrong (turns "
+                  "whose own and previous EX are both scored). With predicted memory a wrong answer is also the "
+                  "next turn's memory; the difference is after right − after wrong, with its 95 % interval.", "",
                   *table(["evaluation", "memory", "dataset", "EX after a right turn", "EX after a wrong turn",
                           "difference (points)"], propagated, numeric_from=3)]
     return lines
@@ -194,7 +196,8 @@ def _amount(value: float | None) -> str:
 
 
 def max_messages_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate]]]:
-    """Greedy EX by ``env.max_messages``: ``{dataset: {"phase, memory": {max_messages: Rate}}}``, series of 2+ points."""
+    """Greedy EX by ``env.max_messages``, series of 2+ points:
+    ``{dataset: {"phase, memory": {max_messages: Rate}}}``."""
     found: dict[str, dict[str, dict[int, Rate]]] = {}
     for art in evals.values():
         phase, result = phase_of(art), evaluation_of(art)
@@ -209,7 +212,8 @@ def max_messages_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[i
 
 
 def vote_rates(evals: dict[str, Artifact]) -> dict[str, dict[str, dict[int, Rate]]]:
-    """EX by vote n (greedy as n = 1): ``{dataset: {"phase, memory, max messages": {n: Rate}}}``, series of 2+ points."""
+    """EX by vote n (greedy as n = 1), series of 2+ points:
+    ``{dataset: {"phase, memory, max messages": {n: Rate}}}``."""
     found: dict[str, dict[str, dict[int, Rate]]] = {}
     for art in evals.values():
         phase = phase_of(art)

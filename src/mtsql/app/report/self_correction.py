@@ -56,12 +56,12 @@ def self_correction_section(evals: dict[str, Artifact]) -> list[str]:
     if not rows:
         return []
     lines = ["## Self-correction and execution errors", "",
-             "Over every trajectory of each long-horizon evaluation (`measures.revisions`): a *revision* is a query "
-             "the agent proposed after judging a tool result no_pass that differs from the judged query; it is "
-             "classed by the EX of the judged query and of the revision against the gold (*unscored*: either "
-             "cannot be scored). A *failed exec_sql* is an execution error; *a later query ran*: a later "
-             "`exec_sql` of the turn gave a result; *answer right all the same*: the turn's final answer has EX 1. "
-             "The last two columns give EX of the turns whose answer the agent had run and judged pass "
+             "Over every trajectory of each long-horizon evaluation (`measures.revisions`): a *revision* is a "
+             "query the agent proposed after judging a tool result no_pass that differs from the judged query; "
+             "it is classed by the EX of the judged query and of the revision against the gold (*unscored*: "
+             "either cannot be scored). A *failed exec_sql* is an execution error; *a later query ran*: a later "
+             "`exec_sql` of the turn gave a result; *answer right all the same*: the turn's final answer has EX "
+             "1. The last two columns give EX of the turns whose answer the agent had run and judged pass "
              "(*verified*) and of the others (%, [95 % interval], k/n).", ""]
     return lines + table(["evaluation", "dataset", *COLUMNS.values(), "EX, verified answer", "EX, other answers"],
                          rows, numeric_from=2)

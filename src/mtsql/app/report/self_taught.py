@@ -1,8 +1,9 @@
 """Who wrote the trajectories each self-taught round kept: a scripted policy or the model.
 
 A kept row written by a model carries the token ids it generated (``response_ids``); a scripted
-policy's (``gold``, ``gold_grounded``, ...) has none; a kept row the model wrote may be a *recovery*. Each reject artifact is matched to the sample
-artifact it read (its manifest's ``inputs.sample``), whose metrics say which policy and model sampled.
+policy's (``gold``, ``gold_grounded``, ...) has none; a kept row the model wrote may be a *recovery*.
+Each reject artifact is matched to the sample artifact it read (its manifest's ``inputs.sample``),
+whose metrics say which policy and model sampled.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def sqlr1_section(evals: dict[str, Artifact]) -> list[str]:
 
 
 def _dk_types(ours: list[tuple[str, Artifact, dict[str, Path]]]) -> list[str]:
-    """Spider-DK's EX by question type (its ``summary.json``'s ``ex_by_type``), for the rows that scored it."""
+    """Spider-DK's EX by question type (``summary.json``'s ``ex_by_type``), for the rows that scored it."""
     found = {name: read_json(folders["spider_dk"] / "summary.json").get("ex_by_type") or {}
              for name, _, folders in ours if "spider_dk" in folders}
     kinds = sorted({kind for by_type in found.values() for kind in by_type}, key=lambda k: (len(k), k))

@@ -66,8 +66,8 @@ def curriculum_section(arts: dict[str, Artifact]) -> list[str]:
     dropped = art.metrics.get("dropped") or {}
     note = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in dropped.items() if v) or "none"
     return ["## Curriculum", "",
-            f"The RL pool of {art.metrics.get('pool')} turns split by {cfg.get('by', '?')} into stages trained in "
-            f"order; turns per stage (dropped: {note}).", "",
+            f"The RL pool of {art.metrics.get('pool')} turns split by {cfg.get('by', '?')} into stages trained "
+            f"in order; turns per stage (dropped: {note}).", "",
             *table(["stage", cfg.get("by", "labels"), *columns], rows, numeric_from=2)]
 
 

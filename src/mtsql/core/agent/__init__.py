@@ -1,4 +1,5 @@
-"""The agent environment (docs/protocol.md, docs/method.md): protocol, prompts, tools, environment, scripted policies.
+"""The agent environment (docs/protocol.md, docs/method.md): protocol, prompts, tools, environment,
+scripted policies.
 
     from mtsql.core.agent import SqlAgentEnv, TOOL_SCHEMAS, make_policy
     env, policy = SqlAgentEnv(env_cfg, sql_cfg, data_root), make_policy("gold")

@@ -1,7 +1,8 @@
 """Scripted policies: assistant messages written without a model, from the gold query.
 
-A policy is any callable ``policy(messages, turn, rng) -> assistant_text``; ``mtsql.engines.rollout.RolloutEngine``
-steps the environment with its messages in place of a model's (``sample.policy``).
+A policy is any callable ``policy(messages, turn, rng) -> assistant_text``;
+``mtsql.engines.rollout.RolloutEngine`` steps the environment with its messages in place of a model's
+(``sample.policy``).
 
 * ``GoldPolicy``: runs the gold query, says pass, checks the memory on later turns, answers. The
   gold is used as SQLite accepts it: ``! =``, ``> =``, ``< =`` joined (``runnable``), as the
@@ -48,9 +49,9 @@ from mtsql.core.sql.executor import ExecResult, execute_cached
 
 Policy = Callable[[list[dict], Turn, random.Random], str]
 SCRIPTED = ("gold", "gold_with_correction", "gold_grounded", "own_mistakes")
-# The share of dev turns on which the tiny profile's SFT model ran a query that failed (126 of 215; the run is in
-# docs/results.md, "What make reproduce shows"). sample.failure_share's default: gold_grounded's data hold as
-# many failures as the model meets.
+# The share of dev turns on which the tiny profile's SFT model ran a query that failed (126 of 215; the run
+# is in docs/results.md, "What make reproduce shows"). sample.failure_share's default: gold_grounded's data
+# hold as many failures as the model meets.
 MEASURED_FAILURE_SHARE = round(126 / 215, 3)
 # Of those failed queries, the share refused for a column that does not exist (115 of 126): gold_grounded's
 # failing first queries misname a column in this share of its corrections where the gold has one to misname.
@@ -289,7 +290,7 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
 
 
 class OwnMistakesPolicy(GroundedPolicy):
-    """The model's own first query, corrected only where its result shows the failure; see the module docstring."""
+    """The model's own first query, corrected only where its result shows the failure (module docstring)."""
 
     def __init__(self, *, attempts: dict[str, str], **kwargs) -> None:
         super().__init__(**kwargs)
@@ -304,7 +305,8 @@ class OwnMistakesPolicy(GroundedPolicy):
         return text, action.sql
 
     def judge(self, turn: Turn, sql: str) -> str:
-        """``failed`` (the result shows it), ``right`` (the gold's result) or ``plausible`` (runs, looks fine, differs)."""
+        """``failed`` (the result shows it), ``right`` (the gold's result) or ``plausible`` (runs, looks
+        fine, differs)."""
         db_path = database_path(turn.db_id, self.data_root)
         gold_sql = runnable(turn.gold_sql)
         seen, gold = self._run_sql(db_path, sql), self._run_sql(db_path, gold_sql)

@@ -158,8 +158,8 @@ RELEASE_MEMORY_STEPS = """Check the candidate query for coherence with the dialo
 something (columns, conditions, ordering), the query must change with it; elsewhere it must stay as before.
    Go through it clause by clause: the tables read, the selected columns, the conditions \
 (WHERE / GROUP BY / HAVING), the ordering, the joins, and whether its result answers the current question.
-2. Then write <memory_verify>pass</memory_verify> if it is coherent, or <memory_verify>no_pass</memory_verify> \
-if it is not.
+2. Then write <memory_verify>pass</memory_verify> if it is coherent, or \
+<memory_verify>no_pass</memory_verify> if it is not.
 3. On no_pass, say what is wrong, correct the query and run the corrected one with exec_sql.
 4. On pass, give the final query in <answer_sql>...</answer_sql>."""
 

@@ -16,8 +16,9 @@ are ignored.
 ``protocol="release"`` reads messages as the released MTSQL-R1 checkpoints write them: both tools take
 one ``code`` argument (``memory_retrieve``'s is the candidate query to check), and when a message
 holds several ``<tool_call>`` blocks (or a call next to an ``<answer_sql>``) the first call that
-parses is the action and the rest is ignored, as verl's tool loop runs only the first parsed call. A leading ``</think>`` with no opening tag is accepted
-(templates that put ``<think>`` in the generation prompt). Anything else is an ``invalid`` action
+parses is the action and the rest is ignored, as verl's tool loop runs only the first parsed call. A
+leading ``</think>`` with no opening tag is accepted (templates that put ``<think>`` in the generation
+prompt). Anything else is an ``invalid`` action
 whose ``reason`` says what is wrong, for the env to feed back to the model.
 """
 

@@ -188,9 +188,9 @@ def with_name_replaced(sql: str, missing: str, guess: str) -> str:
 
 
 def closest_name(missing: str, names: Sequence[str], tables: Sequence[str] = ()) -> str | None:
-    """The existing name ``missing`` was most likely meant to be: the same letters once case, underscores and
-    a table-name prefix are set aside (``singer_name`` -> ``Name`` in singer, ``pet_type`` -> ``PetType``), else
-    the closest by ``difflib`` (``singers`` -> ``singer``), else None."""
+    """The existing name ``missing`` was most likely meant to be: the same letters once case, underscores
+    and a table-name prefix are set aside (``singer_name`` -> ``Name`` in singer, ``pet_type`` ->
+    ``PetType``), else the closest by ``difflib`` (``singers`` -> ``singer``), else None."""
     def squash(name: str) -> str:
         return re.sub(r"[^a-z0-9]", "", name.lower())
     wanted = squash(missing.rsplit(".", 1)[-1])
@@ -257,7 +257,8 @@ def release_memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], que
 
 
 def release_result(result: ExecResult) -> str:
-    """A result as the release shows it: the rows as a Python list of tuples, or the error, behind a prefix."""
+    """A result as the release shows it: the rows as a Python list of tuples, or the error, behind a
+    prefix."""
     if not result.ok:
         return f"Error: {result.error_message}"
     return f"Rows: {list(result.rows)!r}"

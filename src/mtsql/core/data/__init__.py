@@ -107,8 +107,8 @@ def tables_file(dataset: str, root: Path | None = None) -> Path:
 
 
 def tables_files(root: Path | None = None, dataset: str | None = None) -> list[Path]:
-    """Every tables.json of the data folder a schema may come from: ``dataset``'s own first, then the others in
-    the order of ``DATASETS`` (BIRD's: its dev then its train split's)."""
+    """Every tables.json of the data folder a schema may come from: ``dataset``'s own first, then the
+    others in the order of ``DATASETS`` (BIRD's: its dev then its train split's)."""
     root = root or data_dir()
 
     def own(name: str) -> list[Path]:
@@ -162,9 +162,11 @@ def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> li
                        with_hardness=with_hardness)
     if cfg.train_flatten:
         turns = [t.alone() for t in turns]
-    check_databases(database_path(db, root) for db in sorted({t.db_id for t in turns}))  # named, never left out
+    databases = {db: database_path(db, root) for db in sorted({t.db_id for t in turns})}
+    check_databases(databases.values())  # named, never left out
+    present = {db for db, path in databases.items() if path.is_file()}
     return [t for t in turns if (t.hardness is not None or not with_hardness or t.dataset == "bird")
-            and database_path(t.db_id, root).is_file()]
+            and t.db_id in present]
 
 
 def eval_dataset_names(cfg: DataConfig, root: Path) -> tuple[str, ...]:

@@ -134,7 +134,8 @@ def check_bird(split: str, root: Path | None = None, *, progress=None, timeout_s
                slow_s: float = SLOW_GOLD_S) -> dict:
     """`mtsql data check --dataset bird`: counts, the difficulty mix, questions with evidence, missing
     databases, and golds that fail, return nothing, or run slowly (over ``slow_s``; past ``timeout_s``,
-    BIRD's limit for an item, they fail), each run as BIRD's evaluator runs it (:mod:`mtsql.core.sql.bird_exec`)."""
+    BIRD's limit for an item, they fail), each run as BIRD's evaluator runs it
+    (:mod:`mtsql.core.sql.bird_exec`)."""
     found = bird_split(split, root)
     turns = load_bird(found)
     dbs = sorted({t.db_id for t in turns})

@@ -39,7 +39,8 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
     """Report on one split: interactions and turns (questions for a single-turn dataset), databases,
     missing DBs, DBs that cannot be read (and why; their turns are not executed), failing gold SQL, gold
     SQL with an empty or all-NULL result (``gold_vacuous``), and where the dataset's ``tables.json`` and
-    its databases differ (``schema_differences``); BIRD's report is :func:`mtsql.core.data.bird.check_bird`'s."""
+    its databases differ (``schema_differences``); BIRD's report is
+    :func:`mtsql.core.data.bird.check_bird`'s."""
     root = root or data_dir()
     if dataset == "bird":
         return check_bird(split, root, progress=progress)

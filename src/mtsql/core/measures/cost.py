@@ -25,7 +25,7 @@ def trajectory_cost(row) -> dict[str, float]:
 
 
 def cost_per_turn(rows: list, turns: int, wall_s: float | None = None) -> dict[str, float | None]:
-    """Each field summed over ``rows`` and divided by ``turns``, plus ``wall_s`` per turn (None if unknown)."""
+    """Each field summed over ``rows``, divided by ``turns``, plus ``wall_s`` per turn (None if unknown)."""
     costs = [trajectory_cost(row) for row in rows]
     out = {key: sum(c[key] for c in costs) / turns if turns else None for key in FIELDS}
     return out | {"wall_s": wall_s / turns if wall_s is not None and turns else None}

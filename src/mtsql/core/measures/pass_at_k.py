@@ -30,7 +30,8 @@ def ks_for(n: int) -> list[int]:
 
 def pass_at_k_table(rows: list, samples: int) -> dict:
     """pass@k for every k of ``ks_for(samples)`` over scored rows (``trajectories.ScoredRow``, several per
-    turn: their ``uid``, ``execution``, ``hardness``, ``turn["turn_index"]``): ``{"samples", "ks", "all", "by_hardness", "by_turn"}``, each cell
+    turn: their ``uid``, ``execution``, ``hardness``, ``turn["turn_index"]``):
+    ``{"samples", "ks", "all", "by_hardness", "by_turn"}``, each cell
     ``{"turns": m, "pass": {"k": mean pass@k}}`` (``pass`` is None where m = 0)."""
     by_uid: dict[str, list] = defaultdict(list)
     for row in rows:

@@ -28,8 +28,8 @@ OUTCOMES = ("wrong_to_right", "right_to_wrong", "stayed_right", "stayed_wrong", 
 
 
 def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | None]) -> dict:
-    """``{"no_pass", "revised", <OUTCOMES>, "with_error", "ran_after", "resolved", "recovered"}`` over scored rows;
-    ``judge(row, sql)`` is the EX (1, 0 or None) of ``sql`` against ``row``'s gold."""
+    """``{"no_pass", "revised", <OUTCOMES>, "with_error", "ran_after", "resolved", "recovered"}`` over
+    scored rows; ``judge(row, sql)`` is the EX (1, 0 or None) of ``sql`` against ``row``'s gold."""
     out = dict.fromkeys(("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved", "recovered"), 0)
     for row in rows:
         steps = row.trajectory.steps

@@ -38,7 +38,8 @@ def proposed_sql(step: Step) -> str | None:
 
 
 def judged_sql(step: Step) -> str | None:
-    """The query a tool step's verdict is about: the executed one, or for a memory check the latest executed."""
+    """The query a tool step's verdict is about: the executed one, or for a memory check the latest
+    executed."""
     return step.sql if step.tool == "exec_sql" else step.checked_sql
 
 

@@ -129,7 +129,8 @@ def clause_spans(sql: str) -> list[tuple[str, int, int]]:
 
 
 def breakdown(sql: str) -> list[tuple[str, str]]:
-    """The clauses of ``sql`` as written: [("SELECT", "..."), ("FROM", "..."), ..., ("UNION", "SELECT ...")]."""
+    """The clauses of ``sql`` as written:
+    [("SELECT", "..."), ("FROM", "..."), ..., ("UNION", "SELECT ...")]."""
     sql = sql or ""
     left, op, right = _split_top(_lex(sql))
     parts = [(name.upper() or "TEXT", _text(sql, body)) for name, _, body in _clauses(left)]

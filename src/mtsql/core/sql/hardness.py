@@ -53,7 +53,8 @@ def component2(sql: dict) -> int:
 
 
 def _counts_as_aggregate(unit) -> bool:
-    """The official test: first element differs from 0 (an aggregate id, a NOT flag, or a connector string)."""
+    """The official test: first element differs from 0 (an aggregate id, a NOT flag, or a connector
+    string)."""
     return unit[0] != 0
 
 

@@ -19,6 +19,8 @@ from mtsql.base.errors import UsageError
 from mtsql.base.files import expect, read_json
 
 ALL_COLUMNS = "__all__"
+# how long reading a schema waits for another process's write lock before it says the file is locked
+BUSY_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,13 @@ def load_schema(db_path: str | Path) -> Schema:
 def read_schema(db_path: str | Path) -> Schema:
     """The schema of a SQLite file, opened read-only. A file that cannot be read is a one-line UsageError
     saying why: empty, not SQLite (truncated, overwritten), without a table, or locked by another process
-    that writes to it (SQLite's busy wait, 5 s, is over); without a schema no score means anything."""
+    that writes to it (after ``BUSY_WAIT_S``); without a schema no score means anything."""
     copy_again = "copy it again from the dataset (`mtsql data check` names every database it cannot read)"
     if Path(db_path).is_file() and Path(db_path).stat().st_size == 0:
         raise UsageError(f"{db_path}: an empty file (0 bytes), not a SQLite database; {copy_again}")
     uri = f"file:{quote(str(Path(db_path).resolve()))}?mode=ro"
     try:
-        conn = sqlite3.connect(uri, uri=True)
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_WAIT_S)
         try:
             names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
             tables = {}

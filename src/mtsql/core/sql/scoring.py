@@ -175,7 +175,8 @@ def score_turn(gold_sql: str, pred_sql: str, db_id: str, *, data_root=None, exec
 
 
 def hardness_of(sql: str, db_id: str, *, data_root=None, sources: DataSources | None = None) -> str | None:
-    """Hardness of a query (a gold query, normally), ``None`` if it does not parse or its database is unknown."""
+    """Hardness of a query (a gold query, normally), ``None`` if it does not parse or its database is
+    unknown."""
     schema_db = (sources or DataSources.from_root(data_root)).schema_database(db_id)
     if schema_db is None:
         return None

@@ -99,7 +99,8 @@ class Backend(ABC):
     def submit_messages(self, messages: Sequence[dict], tools: Sequence[dict], params: SamplingParams,
                         seed: int) -> Future[Reply]:
         """The next assistant message of a conversation (``system``, ``user``, ``assistant``, ``tool``
-        messages; ``tools``: the schemas the agent may call), computed in the background (``takes_messages``)."""
+        messages; ``tools``: the schemas the agent may call), computed in the background
+        (``takes_messages``)."""
         raise NotImplementedError(f"{type(self).__name__} continues token ids: call generate")
 
     def usage(self) -> dict | None:
@@ -107,7 +108,8 @@ class Backend(ABC):
         return None
 
     def batch_limit(self, tokens_per_row: int) -> int | None:
-        """The most rows of ``tokens_per_row`` ids (prompt + new) one call can hold; None: no limit of its own."""
+        """The most rows of ``tokens_per_row`` ids (prompt + new) one call can hold; None: no limit of its
+        own."""
         return None
 
     @classmethod
@@ -159,7 +161,8 @@ CHAT_TURN_ENDS = ("<|im_end|>", "<|eot_id|>")  # ChatML's (Qwen, SmolLM2) and Ll
 
 def end_of_turn_ids(tokenizer, *extra: int | Sequence[int] | None) -> frozenset[int]:
     """The ids that end an assistant message: the tokenizer's end of sequence, the chat families' ends of
-    turn (``CHAT_TURN_ENDS``) and any ``extra`` ids (a model's generation config), less unknown-token stand-ins."""
+    turn (``CHAT_TURN_ENDS``) and any ``extra`` ids (a model's generation config), less unknown-token
+    stand-ins."""
     ids = {tokenizer.eos_token_id, *(tokenizer.convert_tokens_to_ids(t) for t in CHAT_TURN_ENDS)}
     for item in extra:
         ids.update(item if isinstance(item, (list, tuple, set, frozenset)) else [item])

@@ -233,7 +233,8 @@ class ChatBackend(Backend):
         return response
 
     def _check_served(self) -> None:
-        """One line, before any work, when the API is unreachable, refuses the key or does not serve the model."""
+        """One line, before any work, when the API is unreachable, refuses the key or does not serve the
+        model."""
         try:
             answer = self.client.get(self.base_url + "/models", timeout=30.0)
         except self.httpx.TransportError as exc:
@@ -254,7 +255,8 @@ class ChatBackend(Backend):
                              "set sample.chat.model")
 
     def _snippet(self, text: str, limit: int = 200) -> str:
-        """``text`` on one line, cut to ``limit`` characters, with the key (or any part an API echoed) masked."""
+        """``text`` on one line, cut to ``limit`` characters, with the key (or any part an API echoed)
+        masked."""
         text = " ".join(text.split())
         if self._key:
             text = text.replace(self._key, "***")

@@ -271,7 +271,8 @@ class HFBackend(Backend):
         return computed
 
     def _stack_cache(self, hits, length: int, capacity: int) -> DynamicCache:
-        """A batch cache of ``length`` positions (room for ``capacity``), each row's cached part right-aligned."""
+        """A batch cache of ``length`` positions (room for ``capacity``), each row's cached part
+        right-aligned."""
         template = next(h for h in hits if h)
         buffers = [[like.new_zeros((len(hits), like.shape[0], capacity, like.shape[2])) for like in pair]
                    for pair in template.layers]  # per layer keys and values, each [heads, positions, head_dim]

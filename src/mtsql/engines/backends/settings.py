@@ -63,8 +63,8 @@ class OpenAISettings:
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """A chat model behind an OpenAI-style ``/chat/completions`` API (a hosted model, or any server with a chat
-    template): messages in, text out; evaluation and sampling only (docs/engines.md, "The chat backend").
+    """A chat model behind an OpenAI-style ``/chat/completions`` API (a hosted model, or any server with a
+    chat template): messages in, text out; evaluation and sampling only (docs/engines.md, "The chat backend").
     What answers is the model the server names ``model`` at ``base_url``, so both are in the fingerprint."""
 
     base_url: str = result("https://api.openai.com/v1")  # another URL is another provider's model

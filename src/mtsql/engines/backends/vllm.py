@@ -5,8 +5,8 @@
     backend.close()                        # stops the managed server (also on failure or Ctrl-C)
 
 Without ``base_url`` the backend starts a vLLM OpenAI-compatible server on this machine
-(``mtsql.engines.backends.vllm_server``: vLLM's CPU build in its own virtualenv, or the ``gpu`` extra on CUDA),
-with prefix caching on and the model's own sampling defaults off, and talks to it as the ``openai``
+(``mtsql.engines.backends.vllm_server``: vLLM's CPU build in its own virtualenv, or the ``gpu`` extra on
+CUDA), with prefix caching on and the model's own sampling defaults off, and talks to it as the ``openai``
 backend does: one request per prompt, token ids in and out, a seed per request, stop strings and
 end-of-turn ids. ``engine_identity`` (``mtsql.engines.backends``) is what the stage fingerprint records of
 the engine: the vLLM version, dtype and the settings that change tokens, or, for a user-run server

@@ -10,8 +10,9 @@ then writes and executes. Layout inside a stage's work folder::
     merge.yaml        llamafactory-cli export (lora only)
     model/            the merged Hugging Face model folder
 
-``HF_HUB_OFFLINE=1`` is set only when the model is a local folder (``mtsql.engines.models.registry.resolve_model``
-downloads Hub models first), so a Hub id given by hand is still fetched by LLaMA-Factory.
+``HF_HUB_OFFLINE=1`` is set only when the model is a local folder
+(``mtsql.engines.models.registry.resolve_model`` downloads Hub models first), so a Hub id given by hand
+is still fetched by LLaMA-Factory.
 """
 
 from __future__ import annotations

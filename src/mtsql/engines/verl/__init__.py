@@ -9,5 +9,6 @@ agent environment.
 * ``cpu_platform``: verl's CPU platform and its patches, imported by verl's plugin hook (imports verl).
 * ``cleanup``: every process of a verl run (Ray, vLLM) found by its environment tag and stopped.
 
-Only ``agent_loop``, ``cpu_platform`` and ``main_ppo.compose_train_config`` import verl, so the rest loads anywhere.
+Only ``agent_loop``, ``cpu_platform`` and ``main_ppo.compose_train_config`` import verl, so the rest
+loads anywhere.
 """

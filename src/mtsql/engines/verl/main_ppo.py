@@ -85,7 +85,8 @@ CPU_PLATFORM_MODULE = "mtsql.engines.verl.cpu_platform"
 CPU_ENV = {
     "VERL_USE_EXTERNAL_MODULES": CPU_PLATFORM_MODULE,  # verl imports it in every process: the CPU platform
     "VERL_PLATFORM": "cpu",
-    "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda/npu; the platform makes it the CPU
+    # verl registers its FSDP engine for cuda/npu; the platform makes it the CPU
+    "VERL_ENGINE_DEVICE": "cuda",
     "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache for the rollout engine
     "TOKENIZERS_PARALLELISM": "false",
@@ -283,7 +284,8 @@ def train_overrides(cfg: ConfigView, stage: CurriculumParquet, *, model_path: st
         (f"{reward_kwargs}.data_root", str(data_root)),
         ("trainer.project_name", cfg.trackers.project),
         ("trainer.experiment_name", f"{cfg.run}-{stage.name}"),
-        # the trackers that are on (trackers.*), where the stage's own log: the same TensorBoard folder and MLflow run
+        # the trackers that are on (trackers.*), where the stage's own log: the same TensorBoard folder and
+        # MLflow run
         ("trainer.logger", ["console", "file", *trackers.names]),
         (f"{RUNTIME_ENV}.VERL_FILE_LOGGER_PATH", str(metrics_file)),
         *((f"{RUNTIME_ENV}.{key}", value) for key, value in trackers.env().items()),
@@ -535,7 +537,8 @@ def _check(cfg: ConfigView, stages: Sequence[CurriculumParquet]) -> None:
     if not stages:
         raise UsageError("no curriculum stage to train")
     if cfg.rl.verl.nnodes > 1 and not cfg.rl.verl.ray_address:
-        raise UsageError(f"rl.verl.nnodes={cfg.rl.verl.nnodes} needs a Ray cluster: start it (ray start) and set rl.verl.ray_address")
+        raise UsageError(f"rl.verl.nnodes={cfg.rl.verl.nnodes} needs a Ray cluster: start it (ray start) "
+                         "and set rl.verl.ray_address")
     for stage in stages:
         if stage.rows is not None and stage.rows < cfg.rl.batch_size:
             raise UsageError(f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
@@ -553,8 +556,10 @@ def _ray_note(cfg: ConfigView) -> str:
     if not cfg.rl.verl.ray_address:
         return ""
     port = cfg.rl.verl.ray_address.rsplit(":", 1)[-1] if ":" in cfg.rl.verl.ray_address else "6379"
-    return (f"Ray cluster at {cfg.rl.verl.ray_address} ({cfg.rl.verl.nnodes} node(s) x {cfg.rl.verl.n_gpus_per_node} GPUs), "
+    return (f"Ray cluster at {cfg.rl.verl.ray_address} "
+            f"({cfg.rl.verl.nnodes} node(s) x {cfg.rl.verl.n_gpus_per_node} GPUs), "
             "started before this plan runs:\n"
             f"  head node:    ray start --head --port={port} --num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
-            f"  other nodes:  ray start --address={cfg.rl.verl.ray_address} --num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
+            f"  other nodes:  ray start --address={cfg.rl.verl.ray_address} "
+            f"--num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
             "Every node needs this Python environment (mtsql, verl, vllm) and the data folder at the same path.")
