@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mtsql.base.config import SftConfig
+from mtsql.base.errors import UsageError
 from mtsql.engines.llamafactory import export_sharegpt, plan_sft, run_sft, train_config
 from mtsql.engines.llamafactory.train import training_curve
 
@@ -30,6 +31,14 @@ def test_several_cpu_processes_all_reduce_over_gloo(tmp_path, sft, backend):
     where torch was built with it, else gloo); the plan says gloo, which every CPU torch has, so the launch
     does not depend on what else the machine holds (the real launch below runs it)."""
     assert config(tmp_path, **sft).get("ddp_backend") == backend
+
+
+def test_sft_extra_changes_the_backend_only_when_it_says_it_overrides(tmp_path):
+    for processes in (1, 2):  # a key mtsql sets in some launches: refused in all of them
+        with pytest.raises(UsageError, match="sft.extra sets ddp_backend"):
+            config(tmp_path, use_cpu=True, nproc_per_node=processes, extra={"ddp_backend": "ccl"})
+    assert config(tmp_path, use_cpu=True, nproc_per_node=2, extra={"ddp_backend": "ccl"},
+                  extra_override=True)["ddp_backend"] == "ccl"
 
 
 # ---------------------------------------------------------------------------------------------
