@@ -76,12 +76,12 @@ def test_two_cpu_workers_update_as_one_worker_of_the_same_global_batch(verl_pyth
     1e-3 of its norm. What differs is the order of float32 sums (verl divides each rank's token sum by the global token
     count and gloo adds the ranks' gradients) and the padding of each micro-batch; a rank given the other's
     samples, a loss averaged per rank, or gradients summed instead of averaged changes the update by far more.
-    The one-worker run also writes TensorBoard: verl's own step reward and mtsql's are read back from it."""
+    The one-worker run also logs to TensorBoard and MLflow: verl's own step reward and mtsql's are read back."""
     from safetensors.torch import load_file
 
-    from ..tracker_files import tensorboard_scalars
+    from ..tracker_files import mlflow_run, tensorboard_scalars
 
-    one = train_rl(tmp_path / "one", 1, "trackers.tensorboard=true")
+    one = train_rl(tmp_path / "one", 1, "trackers.tensorboard=true", "trackers.mlflow=true")
     two = train_rl(tmp_path / "two", 2)
     steps = {name: [json.loads(line) for line in (stage / "metrics.jsonl").read_text().splitlines()]
              for name, stage in (("one", one), ("two", two))}
@@ -104,6 +104,9 @@ def test_two_cpu_workers_update_as_one_worker_of_the_same_global_batch(verl_pyth
         assert apart <= 1e-3 * moved or apart == moved == 0, (key, apart, moved)
     assert any(not weights["one"][key].equal(before) for key, before in base.items())
 
-    board = tensorboard_scalars(tmp_path / "one" / "verl" / "trackers" / "tensorboard" / "verl" / "rl-c1" / one.name)
-    assert board["critic/score/mean"] == [(1, pytest.approx(first["critic/score/mean"]))]  # verl's logger, as it trains
-    assert board["rl/reward_mean"] == [(1, pytest.approx(steps["one"][0]["reward_mean"]))]  # mtsql's, once it is done
+    trackers = tmp_path / "one" / "verl" / "trackers"
+    board = tensorboard_scalars(trackers / "tensorboard" / "verl" / "rl-c1" / one.name)
+    logged = mlflow_run(f"file:{trackers / 'mlruns'}", "verl/rl-c1").metrics  # the stage's run, verl's logger in it
+    for curves in (board, logged):
+        assert curves["critic/score/mean"] == [(1, pytest.approx(first["critic/score/mean"]))]  # verl's, as it trains
+        assert curves["rl/reward_mean"] == [(1, pytest.approx(steps["one"][0]["reward_mean"]))]  # mtsql's, at the end
