@@ -40,7 +40,7 @@ MISSING = "LLaMA-Factory (llamafactory-cli) not found: install llamafactory==0.9
 # keys train_config sets only in some configurations: sft.extra may not set them either
 CONDITIONAL_KEYS = ("max_steps", "num_train_epochs", "use_cpu", "disable_gradient_checkpointing", "save_only_model",
                     "lora_rank", "lora_alpha", "lora_target", "freeze_trainable_layers", "freeze_trainable_modules",
-                    "deepspeed", "run_name")
+                    "deepspeed", "run_name", "ddp_backend")
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,8 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         config["num_train_epochs"] = sft_cfg.epochs
     if sft_cfg.use_cpu:
         config["use_cpu"] = True
+        if sft_cfg.nnodes * sft_cfg.nproc_per_node > 1:  # said, not left to accelerate's guess (ccl, MPI, gloo)
+            config["ddp_backend"] = "gloo"
     if not sft_cfg.gradient_checkpointing:
         config["disable_gradient_checkpointing"] = True
     if sft_cfg.finetuning_type != "lora":

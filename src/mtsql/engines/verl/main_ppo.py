@@ -16,9 +16,9 @@ On several nodes, start Ray by hand first and set ``rl.verl.ray_address`` (the p
 
 Without CUDA (``has_cuda``), the plan runs verl on the CPUs: with the Python of ``.venv-verl`` (make setup
 builds it), the CPU platform of ``cpu_platform`` loaded through verl's plugin hook (``CPU_ENV``), a
-private one-node Ray cluster told it has one GPU, and ``cpu_overrides`` (eager float32 vLLM, no sleep
-mode, sdpa attention, one worker per pool). Where CUDA is visible the plan is the one verl was always run
-with (tests/test_verl_gpu_plan.py).
+private one-node Ray cluster told it has a GPU per worker (``rl.verl.n_gpus_per_node`` worker processes),
+and ``cpu_overrides`` (eager float32 vLLM, no sleep mode, sdpa attention, one agent-loop and one reward
+worker). Where CUDA is visible the plan is the one verl was always run with (tests/test_verl_gpu_plan.py).
 
 Metrics: verl's file logger truncates the file it opens and writes it from the Ray actor that runs
 the trainer, possibly on another node. Each run of a stage therefore logs to a new
@@ -116,18 +116,19 @@ def cpu_env() -> dict[str, str]:
     return {**CPU_ENV, "OMP_NUM_THREADS": str(cores), "VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}"}
 
 
-def cpu_overrides() -> list[tuple[str, object]]:
-    """What verl needs besides the platform to train on the CPUs: one Ray node that says it has one GPU,
-    float32 and eager execution everywhere, no CUDA-only feature (sleep mode, flash attention)."""
+def cpu_overrides(workers: int = 1) -> list[tuple[str, object]]:
+    """What verl needs besides the platform to train on the CPUs: one Ray node that says it has a GPU per
+    worker process (``workers``: each an FSDP rank over gloo with a vLLM engine of its own), float32 and
+    eager execution everywhere, no CUDA-only feature (sleep mode, flash attention)."""
     actor, ref, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout"
     return [
         ("+ray_kwargs.ray_init.address", "local"),  # a private cluster, never one already up on this machine
-        ("+ray_kwargs.ray_init.num_gpus", 1),
+        ("+ray_kwargs.ray_init.num_gpus", workers),
         ("+ray_kwargs.ray_init.num_cpus", 8),  # Ray's bookkeeping slots, not cores
         ("+ray_kwargs.ray_init.object_store_memory", 1 << 30),
         ("+ray_kwargs.ray_init.include_dashboard", False),
         ("trainer.device", "cpu"),
-        ("trainer.n_gpus_per_node", 1),
+        ("trainer.n_gpus_per_node", workers),
         ("trainer.nnodes", 1),
         (f"{actor}.strategy", CPU_STRATEGY),
         (f"{ref}.strategy", CPU_STRATEGY),
@@ -307,7 +308,7 @@ def train_overrides(cfg: ConfigView, stage: CurriculumParquet, *, model_path: st
     if lora_adapter:
         pairs.append((f"{model}.lora_adapter_path", lora_adapter))
     if cpu:
-        on_cpu = dict(cpu_overrides())
+        on_cpu = dict(cpu_overrides(rl.verl.n_gpus_per_node))
         pairs = [(key, on_cpu.pop(key, value)) for key, value in pairs] + list(on_cpu.items())
     own, extra = [key.lstrip("+") for key, _ in pairs], [override_key(item) for item in rl.verl.extra]
     check_extra(extra, own, setting="rl.verl.extra", allowed=rl.verl.extra_override)
