@@ -120,6 +120,32 @@ def test_a_stage_reruns_for_the_settings_of_the_engine_it_runs_and_for_no_other(
     assert rl("local", "rl.local.trainable_layers=12") != local and rl("verl", "rl.verl.rollout_name=sglang") != verl
 
 
+def test_the_rl_stage_reruns_for_what_its_engine_reads_and_for_nothing_else(tmp_path):
+    """Both RL engines sample at rl.temperature within rl.max_message_tokens and rl.max_response_len
+    (rl_engines.RolloutBounds); of ``sample`` only the local engine's vLLM rollouts read anything
+    (sample.vllm), and the other engine's sub-section reruns nothing."""
+    pool = run_stage("curriculum", cfg_for(tmp_path))
+
+    def rl(engine, *overrides):
+        return planned("rl", cfg_for(tmp_path, f"rl.engine={engine}", "rl.batch_size=2", "rl.mini_batch_size=2",
+                                     *overrides), {"stage": 1}, curriculum=pool)
+
+    for engine in RL_ENGINES:
+        before = rl(engine)
+        for unread in ("sample.top_p=0.5", "sample.max_new_tokens=64", "sample.backend=vllm",
+                       "sample.vllm.args=[--max-num-seqs, '8']", "sample.openai.model=x"):
+            assert rl(engine, unread) == before, f"{engine}: {unread}"
+        for bound in ("rl.max_message_tokens=64", "rl.max_response_len=512"):
+            assert rl(engine, bound) != before, f"{engine}: {bound} bounds its rollouts"
+    local = rl("local")
+    for other in ("rl.verl.rollout_name=sglang", "rl.verl.n_gpus_per_node=2", "rl.verl.extra=[trainer.val_before_train=true]"):
+        assert rl("local", other) == local, other
+    served = rl("local", "rl.local.rollout_backend=vllm")
+    assert served != local
+    assert rl("local", "rl.local.rollout_backend=vllm", "sample.vllm.args=[--max-num-seqs, '8']") != served, \
+        "the local engine's vLLM rollouts read the server's settings, whatever sample.backend is"
+
+
 def test_a_setting_moved_into_its_engine_names_its_new_place():
     with pytest.raises(UsageError, match=r"unknown key 'sample.vllm_args'; moved: use 'sample.vllm.args'"):
         load_config(None, ["sample.vllm_args=[--x]"])

@@ -149,7 +149,7 @@ def test_sft_rounds_stop_once_the_pool_is_solved(tmp_path, monkeypatch):
 @pytest.fixture
 def tiny_cfg(tmp_path, models_home, tiny_qwen3):
     return cfg_for(tmp_path, "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",
-                   "rl.steps_per_stage=1", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8",
+                   "rl.max_message_tokens=8", "rl.steps_per_stage=1", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8",
                    "rl.local.trainable_layers=1")
 
 

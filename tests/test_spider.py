@@ -16,7 +16,7 @@ def test_the_spider_experiment_runs_and_reports_greedy_and_vote_side_by_side(tmp
     monkeypatch.delenv("MTSQL_DATA", raising=False)
     run_pipeline(REPO / "pipelines" / "spider.yaml", REPO / "configs" / "experiments" / "spider-sqlr1.yaml",
                  [f"runs_dir={tmp_path}", "model.name=tiny-qwen3", "data.train_limit=2", "data.eval_limit=6",
-                  "sample.max_new_tokens=16", "rl.steps_per_stage=1", "sft.max_steps=1",
+                  "sample.max_new_tokens=16", "rl.max_message_tokens=16", "rl.steps_per_stage=1", "sft.max_steps=1",
                   "rl.local.trainable_layers=0"])
     report = (tmp_path / "spider-sqlr1" / "report" / "report.md").read_text()
     for label in ("eval-base", "eval-sft", "eval-rl"):

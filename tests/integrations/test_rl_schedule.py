@@ -12,6 +12,7 @@ from mtsql.app.config import load_config
 from mtsql.app.report import build_report
 from mtsql.base.errors import UsageError
 from mtsql.base.files import read_jsonl
+from mtsql.core.results import TrainingStep
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_due
 from mtsql.engines.rl_settings import RlConfig
 from mtsql.engines.verl.engine import verl_curve as _verl_curve
@@ -38,9 +39,9 @@ def test_validation_is_due_every_n_steps_and_at_the_last():
 
 
 def test_best_step_is_the_first_of_the_highest_validated():
-    lines = [{"step": 1}, {"step": 2, "val_reward_mean": 0.5}, {"step": 3, "val_reward_mean": 0.7},
-             {"step": 4, "val_reward_mean": 0.7}, {"step": 5, "val_reward_mean": None}]
-    assert best_step(lines) == 3 and best_step([{"step": 1}]) is None
+    lines = [TrainingStep(1, 1), *(TrainingStep(1, step, val_reward_mean=reward)
+                                   for step, reward in ((2, 0.5), (3, 0.7), (4, 0.7), (5, None)))]
+    assert best_step(lines) == 3 and best_step([TrainingStep(1, 1)]) is None
 
 
 def test_best_without_validation_and_bad_values_are_usage_errors():
@@ -75,7 +76,7 @@ def test_verl_curve_reads_the_validation_reward_of_each_dataset(tmp_path):
                                  "val-core/mtsql-sparc/reward/mean@1": 0.6, "val-aux/mtsql-cosql/ex/mean@1": 9.0}}]
     (stage_dir / "verl_metrics.1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     curve = _verl_curve(stage_dir, 1)
-    assert "val_reward_mean" not in curve[0] and curve[1]["val_reward_mean"] == pytest.approx(0.5)
+    assert curve[0].val_reward_mean is None and curve[1].val_reward_mean == pytest.approx(0.5)
     assert best_step(curve) == 2
 
 
@@ -86,7 +87,7 @@ def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, mo
     from mtsql.engines.local_grpo import trainer, update
 
     cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [
-        f"runs_dir={tmp_path / 'runs'}", "model.name=tiny-qwen3", "data.train_limit=2", "sample.max_new_tokens=8",
+        f"runs_dir={tmp_path / 'runs'}", "model.name=tiny-qwen3", "data.train_limit=2", "rl.max_message_tokens=8",
         "rl.steps_per_stage=3", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8",
         "rl.local.trainable_layers=1", "rl.val_every=2", "rl.val_limit=1", "rl.val_pick=best",
         "curriculum.stages=[[easy, medium, hard, extra]]"])

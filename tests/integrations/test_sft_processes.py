@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.base.config import SftConfig
 from mtsql.base.errors import UsageError
 from mtsql.engines.llamafactory import export_sharegpt, plan_sft, run_sft, train_config
+from mtsql.engines.llamafactory.settings import SftConfig
 from mtsql.engines.llamafactory.train import training_curve
 
 

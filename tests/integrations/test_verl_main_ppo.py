@@ -328,15 +328,17 @@ def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
     lines = [{**episode, "score": 2.0}, {**episode, "tool_calls": 0.0, "memory_calls": 0.0, "messages": 2.0,
                                          "invalid_messages": 2.0, "self_corrected": 0.0, "response_tokens": 30.0,
                                          "score": 0.0}]
-    (tmp_path / ROLLOUTS_DIR / "1.jsonl").write_text("".join(json.dumps({"step": 1, **line}) + "\n" for line in lines))
+    (tmp_path / ROLLOUTS_DIR / "1.jsonl").write_text("".join(json.dumps({"step": 1, "input": "q", **line}) + "\n"
+                                                             for line in lines))
     first, second = _verl_curve(tmp_path, stage=2)
-    assert (first["stage"], first["step"], first["reward_mean"]) == (2, 1, 1.0)
-    assert {key: first[key] for key in ("tool_calls_per_turn", "memory_calls_per_turn", "self_correction_rate",
-                                        "invalid_message_rate", "messages_per_turn", "response_length")} == {
+    assert (first.stage, first.step, first.reward_mean) == (2, 1, 1.0)
+    assert {key: getattr(first, key) for key in ("tool_calls_per_turn", "memory_calls_per_turn", "self_correction_rate",
+                                                 "invalid_message_rate", "messages_per_turn", "response_length")} == {
         "tool_calls_per_turn": 1.0, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.5,
         "invalid_message_rate": 2 / 5, "messages_per_turn": 2.5, "response_length": 60.0}
-    assert first["reward_std"] == 1.0, "the spread of the step's sample scores (2 and 0)"
-    assert "tool_calls_per_turn" not in second and "reward_std" not in second, "step 2 left no dump: verl's only"
+    assert first.reward_std == 1.0, "the spread of the step's sample scores (2 and 0)"
+    assert first.groups_with_signal == 1.0, "one prompt, two scores"
+    assert second.tool_calls_per_turn is None and second.reward_std is None, "step 2 left no dump: verl's only"
 
 
 def test_verls_steps_reach_the_trackers_under_the_local_engines_names(tmp_path):

@@ -100,6 +100,6 @@ def test_the_episode_behaviour_rides_along_for_the_step_dump(gold_rows, tmp_path
     (dump / "7.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     spread = statistics.pstdev([a["score"], b["score"], broken["score"]])
     assert spread > 0 and step_samples_of(tmp_path, 7) == pytest.approx({  # the unreadable episode: its score only
-        "reward_std": spread, "tool_calls_per_turn": 1.5, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.0,
+        "reward_std": spread, "groups_with_signal": 1.0, "tool_calls_per_turn": 1.5, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.0,
         "invalid_message_rate": 0.0, "messages_per_turn": 2.5, "response_length": 300.0})
     assert step_samples_of(tmp_path, 8) == {}, "a step without a dump adds nothing"

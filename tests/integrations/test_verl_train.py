@@ -100,6 +100,9 @@ def test_a_killed_verl_stage_resumes_trains_merges_and_is_scored(verl_python, ti
     verl = curve[0]["verl"]
     assert verl["actor/grad_norm"] > 0 and curve[0]["grad_norm"] == verl["actor/grad_norm"]
     assert verl["training/rollout_probs_diff_max"] < 1e-3  # the rollout engine got the actor's weights
+    assert curve[0]["groups_with_signal"] == 1.0, "read from verl's own sample dump: every group's rewards differ"
+    result = json.loads((stage / "manifest.json").read_text())["metrics"]
+    assert (result["engine"], result["steps"], result["steps_without_signal"]) == ("verl", 1, 0)
     trained, base = load_file(stage / "model" / "model.safetensors"), load_file(tiny_qwen3 / "model.safetensors")
     assert max((trained[name] - base[name]).abs().max().item() for name in base) > 0
     assert not run_processes(runs)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mtsql.base.config import load_config
+from mtsql.app.config import load_config
 from mtsql.engines.verl.main_ppo import CurriculumParquet, build_stage_plan
 
 REPO = Path(__file__).resolve().parents[2]

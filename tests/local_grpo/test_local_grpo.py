@@ -10,8 +10,8 @@ from mtsql.base.errors import UsageError
 from mtsql.engines.local_grpo.update import (
     Episode,
     GrpoSettings,
+    drop_long_prompts,
     episode_advantages,
-    fit_lengths,
     grpo_settings,
     grpo_update,
     pad_batch,
@@ -157,14 +157,11 @@ def test_observation_tokens_get_no_gradient(tiny_model):
     assert torch.allclose(grads[0], grads[1])
 
 
-def test_length_limits_drop_long_prompts_and_cut_long_responses():
+def test_episodes_with_a_prompt_past_the_limit_are_dropped():
     eps = mixed_episodes()
-    kept, counts = fit_lengths(eps, max_prompt_len=4, max_response_len=5)
-    assert counts == {"episodes_over_prompt_len": 2, "episodes_over_response_len": 1}
-    assert [e.group for e in kept] == ["a", "a", "a"]
-    assert (kept[0].response_ids, kept[0].response_mask, kept[0].reward) == ([20, 21, 900, 901, 22], [1, 1, 0, 0, 1], 1.0)
-    assert kept[1:] == eps[1:3]
-    assert fit_lengths(eps, max_prompt_len=10, max_response_len=10) == (eps, dict.fromkeys(counts, 0))
+    kept, counts = drop_long_prompts(eps, max_prompt_len=4)
+    assert counts == {"episodes_over_prompt_len": 2} and kept == eps[:3]
+    assert drop_long_prompts(eps, max_prompt_len=10) == (eps, {"episodes_over_prompt_len": 0})
 
 
 def test_settings_follow_the_rl_config():

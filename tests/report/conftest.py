@@ -177,8 +177,8 @@ def build_run(root: Path) -> Path:
                 "clipfrac": 0.0, "tool_calls_per_turn": 3.0 - s, "memory_calls_per_turn": 0.5,
                 "self_correction_rate": 0.25, "invalid_message_rate": 0.1 * s, "messages_per_turn": 4.0 - s})
                 + "\n" for s in range(1, steps + 1)))
-            return {"engine": ("local", "verl")[k - 1], "steps": steps, "reward_first": 0.5 * k + 0.1,
-                    "reward_last": 0.5 * k + 0.1 * steps}
+            return {"engine": ("local", "verl")[k - 1], "items": 4, "steps": steps, "picked_step": steps,
+                    "reward_first": 0.5 * k + 0.1, "reward_last": 0.5 * k + 0.1 * steps}
         store.run(ArtifactKey("rl", k), {"rl": {"batch_size": 2, "n": 4}, "k": k}, {}, rl)
     evaluation(store, "eval-rl", ArtifactKey("rl", 2), "long", {"cosql": (40, 18), "sparc": (3, 2)})
     evaluation(store, "eval-rl-predicted-memory", ArtifactKey("rl", 2), "long", {"cosql": (40, 12), "sparc": (3, 1)},

@@ -77,10 +77,13 @@ def test_cli_status_lists_the_run(run_folder):
 def test_a_single_rl_step_reads_as_one():
     from mtsql.app.status import summary
 
-    one = {"stage": "rl", "metrics": {"steps": 1, "reward_first": 0.5, "reward_last": 0.5}}
+    stage = {"engine": "local", "items": 4, "picked_step": 1}
+    one = {"stage": "rl", "metrics": {**stage, "steps": 1, "reward_first": 0.5, "reward_last": 0.5}}
     assert summary(one) == "1 step, reward 0.5"
-    many = {"stage": "rl", "metrics": {"steps": 3, "reward_first": 0.5, "reward_last": 0.7, "steps_without_signal": 1}}
+    many = {"stage": "rl", "metrics": {**stage, "steps": 3, "reward_first": 0.5, "reward_last": 0.7, "steps_without_signal": 1}}
     assert summary(many) == "3 steps, reward 0.5 → 0.7, 1 without signal"
+    assert summary({"stage": "rl", "metrics": {"steps": 3, "reward_last": 0.7}}) == \
+        "not an RL stage's metrics: no engine, items, picked_step (written by another mtsql): rerun its stage"
 
 
 def _row(folder, label):

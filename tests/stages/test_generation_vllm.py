@@ -141,14 +141,14 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
 
     monkeypatch.setattr(VLLMBackend, "reload", reload)
     cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "rl.local.rollout_backend=vllm", "rl.steps_per_stage=2", "rl.n=2",
-                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.local.trainable_layers=1", "sample.max_new_tokens=8")
+                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.local.trainable_layers=1", "rl.max_message_tokens=8")
     curriculum = run_stage("curriculum", cfg)
     turns = read_turns(curriculum.path / "stage-1.jsonl") or read_turns(curriculum.path / "stage-2.jsonl")
     out = tmp_path / "rl"
     metrics = train_curriculum_stage(view_for("rl", cfg), turns, base_model=str(tiny_qwen3), out_dir=out,
                           metrics_path=out / "metrics.jsonl")
     assert len(started) == 2 and not any(map(alive, started)), "each server is stopped: at the restart, at the end"
-    assert metrics["steps"] == 2 and len(read_jsonl(out / "metrics.jsonl")) == 2
+    assert metrics.steps == 2 and len(read_jsonl(out / "metrics.jsonl")) == 2
     assert len(served) == 1 and "model.safetensors" in served[0], "one restart, on the weights after step 1"
     assert (out / "model" / "model.safetensors").exists() and not (out / "rollout-weights").exists()
     assert "Application startup complete" in (out / "vllm-server.log").read_text()

@@ -103,7 +103,7 @@ def test_the_local_grpo_engine_logs_every_step_under_the_shared_names(tmp_path, 
                                    folder=home / "rl-c1" / "0123456789ab.partial")
     with trackers:
         train_curriculum_stage(cfg, turns, base_model=str(tiny_qwen3), out_dir=tmp_path / "out",
-                               metrics_path=tmp_path / "metrics.jsonl", trackers=trackers)
+                               metrics_path=tmp_path / "metrics.jsonl", stage=1, trackers=trackers)
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     scalars = tensorboard_scalars(trackers.tensorboard_dir)

@@ -30,6 +30,7 @@ from mtsql.base.paths import data_dir, label_name
 from mtsql.base.user_yaml import read_yaml
 from mtsql.core.data import per_dataset_groups
 from mtsql.core.data.records import read_turns
+from mtsql.core.results import RlStageResult
 from mtsql.engines.rl_engines import pick_engine
 
 console = Console(stderr=True)
@@ -142,12 +143,20 @@ def rl(cfg: Config, *, curriculum_art, model=None, engine: str | None = None, va
         key = ArtifactKey("rl", k, variant)
         done = run_stage("rl", cfg, key=key, inputs={"curriculum": curriculum_art, "model": model},
                          params={"stage": k}, force=force, dry_run=dry_run)
-        if done.metrics.get("steps_without_signal"):
-            console.print(f"[yellow]{key.label}: {done.metrics['steps_without_signal']} of {done.metrics['steps']} "
+        if isinstance(done, Artifact) and (result := rl_result_of(done)).steps_without_signal:
+            console.print(f"[yellow]{key.label}: {result.steps_without_signal} of {result.steps} "
                           "steps had equal rewards in every group, so no policy gradient (raise rl.n, or "
                           "lower rl.temperature if every sample fails the protocol)[/]")
         model = trained = done
     return trained
+
+
+def rl_result_of(art: Artifact) -> RlStageResult:
+    """The typed metrics of an rl artifact, either engine's; one written in another shape is refused in one line."""
+    try:
+        return RlStageResult.from_dict(art.metrics)
+    except ValueError as exc:
+        raise UsageError(f"{art.path}: {exc} (written by another mtsql); delete that folder and rerun its stage") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from mtsql.base.artifacts import (
 )
 from mtsql.base.errors import UsageError
 from mtsql.base.run_folders import is_artifact_folder, is_label_folder, is_run_folder, run_holding
+from mtsql.core.results import RlStageResult
 
 ARTIFACT_FOLDER = re.compile(r"^([0-9a-f]{12}|[^.]+\.partial)$")  # <fp12>, or a stage at work: <fp12>.partial
 ROUND_STAGES = ("sample", "reject", "sft")
@@ -226,12 +227,16 @@ def summary(manifest: dict) -> str:
         sizes = ", ".join(str(row.get("total")) for row in (m.get("table") or {}).values())
         return f"pool {m.get('pool')} → stages of {sizes} turns"
     if stage == "rl":
-        first, last, steps = m.get("reward_first"), m.get("reward_last"), m.get("steps")
-        text = f"{steps} step{'' if steps == 1 else 's'}"
-        if last is not None:
-            text += f", reward {'' if first is None or steps == 1 else f'{first:.3g} → '}{last:.3g}"
-        if m.get("steps_without_signal"):
-            text += f", {m['steps_without_signal']} without signal"
+        try:
+            rl = RlStageResult.from_dict(m)
+        except ValueError as exc:
+            return f"{exc} (written by another mtsql): rerun its stage"
+        text = f"{rl.steps} step{'' if rl.steps == 1 else 's'}"
+        if rl.reward_last is not None:
+            first = rl.reward_first
+            text += f", reward {'' if first is None or rl.steps == 1 else f'{first:.3g} → '}{rl.reward_last:.3g}"
+        if rl.steps_without_signal:
+            text += f", {rl.steps_without_signal} without signal"
         return text
     return key_metrics(m)
 

@@ -1,9 +1,11 @@
-"""What an evaluation and an RL step record, as typed records: what stages write and the report reads.
+"""What an evaluation, an RL step and an RL stage record, as typed records: what stages write and the report
+reads.
 
     result = EvaluationResult.from_dict(artifact.metrics)   # an evaluate artifact's metrics.json
     block = result.datasets["cosql"]                        # a DatasetBlock: block.ex, block.revisions, ...
     metrics = result.to_dict()                              # what the evaluate stage returns as its metrics
     step = TrainingStep.from_dict(line)                     # one line of an RL stage's metrics.jsonl
+    stage = RlStageResult.from_dict(artifact.metrics)       # an rl artifact's metrics.json, either engine's
 
 ``from_dict`` refuses a record of another shape (a field missing or unknown) with a ``ValueError`` that
 names the field; callers turn it into one line saying which file and how to rerun. The measures inside a
@@ -157,3 +159,42 @@ class TrainingStep:
         names = {f.name for f in fields(cls)} - {"extra"}
         return cls(**{key: value for key, value in data.items() if key in names},
                    extra={key: value for key, value in data.items() if key not in names})
+
+
+@dataclass(frozen=True)
+class RlStageResult:
+    """What an rl stage returns (its artifact's metrics), whichever engine trained it, drawn from the stage's
+    ``TrainingStep`` lines by ``of_steps``: the engine, the items it trained on, the steps logged, the step
+    whose model it kept, the first and last mean reward, the last step's EX and response length, the steps
+    whose groups all had equal rewards (no policy gradient; None when no step logged ``groups_with_signal``),
+    and the dev reward of the kept step (None when it was not validated)."""
+
+    engine: str
+    items: int
+    steps: int
+    picked_step: int
+    reward_first: float | None = None
+    reward_last: float | None = None
+    ex_last: float | None = None
+    response_length_last: float | None = None
+    steps_without_signal: int | None = None
+    val_reward_picked: float | None = None
+
+    @classmethod
+    def of_steps(cls, steps: list[TrainingStep], *, engine: str, items: int, picked_step: int) -> RlStageResult:
+        """The result of a stage that logged ``steps`` and kept the model of step ``picked_step``."""
+        first, last = (steps[0], steps[-1]) if steps else (TrainingStep(0, 0), TrainingStep(0, 0))
+        signal = [step.groups_with_signal for step in steps if step.groups_with_signal is not None]
+        picked = next((step for step in steps if step.step == picked_step), TrainingStep(0, 0))
+        return cls(engine=engine, items=items, steps=len(steps), picked_step=picked_step,
+                   reward_first=first.reward_mean, reward_last=last.reward_mean, ex_last=last.ex,
+                   response_length_last=last.response_length,
+                   steps_without_signal=sum(share == 0 for share in signal) if signal else None,
+                   val_reward_picked=picked.val_reward_mean)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RlStageResult:
+        return cls(**_checked(cls, data, "an RL stage's metrics"))

@@ -5,6 +5,7 @@
   dataloader drops the last partial batch, and MTSQL-R1's release ran ``total_epochs=60`` per stage.
 * ``validation_turns``: what ``rl.val_every`` validates on: the eval split of every eval dataset,
   ``rl.val_limit`` dialogues each (picked as ``data.eval_pick``), as the release validated on dev.
+* ``local_rollouts``: the local engine's rollout engine, for training and validation alike.
 * ``LocalValidation``: the local engine's hook: every ``rl.val_every`` steps and at the last step,
   a greedy rollout of those turns scored with the configured reward; with ``rl.val_pick: best``
   it keeps the trainable weights of the best validated step and puts them back at the end.
@@ -18,7 +19,9 @@ import dataclasses
 import numpy as np
 
 from mtsql.core.data import eval_turns
+from mtsql.core.results import TrainingStep
 from mtsql.core.trajectories import scorer
+from mtsql.engines.rl_engines import RolloutBounds
 from mtsql.engines.rollout import RolloutEngine, derive_seed
 
 
@@ -42,10 +45,20 @@ def validation_turns(cfg) -> list:
     return [turn for name in cfg.data.eval_datasets for turn in eval_turns(data, name, cfg.data_root)]
 
 
-def best_step(lines: list[dict], key: str = "val_reward_mean") -> int | None:
-    """The step of the highest ``key`` among ``lines`` that have it (None when none has)."""
-    scored = [(line[key], -line["step"]) for line in lines if line.get(key) is not None]
+def best_step(steps: list[TrainingStep]) -> int | None:
+    """The step of the highest ``val_reward_mean`` among ``steps`` that were validated (None when none was)."""
+    scored = [(step.val_reward_mean, -step.step) for step in steps if step.val_reward_mean is not None]
     return -max(scored)[1] if scored else None
+
+
+def local_rollouts(cfg, backend, *, temperature: float) -> RolloutEngine:
+    """The local engine's rollouts with ``backend`` (the model it trains): at ``temperature`` over the whole
+    distribution (top_p 1, as verl samples), each episode within ``rl_engines.RolloutBounds``; no ``sample``
+    setting but the backend's own."""
+    bounds = RolloutBounds.of(cfg.rl)
+    return RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy="model", temperature=temperature, top_p=1.0,
+                                     max_new_tokens=bounds.message_cap(), max_response_tokens=bounds.response_tokens,
+                                     backend=backend)
 
 
 class LocalValidation:
@@ -54,8 +67,7 @@ class LocalValidation:
     def __init__(self, cfg, backend, *, stage: int, last_step: int):
         self.cfg, self.stage, self.last_step = cfg, stage, last_step
         self.turns = validation_turns(cfg)
-        self.engine = RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy="model", temperature=0.0,
-                                                backend=backend)
+        self.engine = local_rollouts(cfg, backend, temperature=0.0)
         self.best: tuple[float, int, dict] | None = None  # (mean reward, step, trainable weights)
 
     def after_step(self, step: int, model) -> dict:

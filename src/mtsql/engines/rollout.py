@@ -168,7 +168,8 @@ class RolloutEngine:
 
     @classmethod
     def from_config(cls, cfg, *, data_root: Path, policy: str, model: str | None = None,
-                    temperature: float | None = None, backend: Backend | None = None,
+                    temperature: float | None = None, top_p: float | None = None,
+                    max_new_tokens: int | None = None, backend: Backend | None = None,
                     max_response_tokens: int | None = None, log_path: Path | None = None,
                     attempts: dict[str, str] | None = None, items: list[str] | None = None) -> RolloutEngine:
         """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model``, ``seed``) with a
@@ -178,9 +179,9 @@ class RolloutEngine:
 
         ``backend``: an already loaded backend (the RL engine samples from the model it trains; the
         caller closes it), else the engine makes ``sample.backend`` for ``model`` and ``close`` releases
-        it (a managed vLLM server logs to ``log_path``); ``temperature`` overrides
-        ``sample.temperature``; ``max_response_tokens`` bounds each episode's response (the RL
-        engines' response length). Use it as a context manager: ``with RolloutEngine.from_config(...)``."""
+        it (a managed vLLM server logs to ``log_path``); ``temperature``, ``top_p`` and ``max_new_tokens``
+        override ``sample``'s (the RL engines sample by their own settings); ``max_response_tokens`` bounds
+        each episode's response (the RL engines' response length). Use it as a context manager: ``with RolloutEngine.from_config(...)``."""
         def make_env():
             return SqlAgentEnv(cfg.env, cfg.sql, data_root)
 
@@ -198,7 +199,8 @@ class RolloutEngine:
             backend = backend_for(cfg, model, log_path=log_path)
         try:
             params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
-                                    top_p=cfg.sample.top_p, max_new_tokens=cfg.sample.max_new_tokens,
+                                    top_p=cfg.sample.top_p if top_p is None else top_p,
+                                    max_new_tokens=cfg.sample.max_new_tokens if max_new_tokens is None else max_new_tokens,
                                     seed=cfg.seed, stop=STOP_STRINGS)
             chat = None if backend.takes_messages else ChatFormat.for_template(backend.tokenizer, cfg.model.template)
             engine = cls(make_env, backend=backend, chat=chat, params=params, tools=env_tools(cfg.env),

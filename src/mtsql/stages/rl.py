@@ -8,11 +8,14 @@ as subprocesses (their exact commands are in ``log.txt`` and, with ``--dry-run``
 
 Reads: ``stage-<stage>.jsonl`` of the ``curriculum`` input; the ``model`` input to start from (a
 training artifact; none: the base model); config sections ``data``, ``sql``, ``env``, ``reward``,
-``model``, ``sample`` (generation settings of the local engine), ``rl`` (with ``rl.<engine>``, the
-engine's own settings), ``seed``. ``rl.engine`` must be resolved (``engines.rl_engines.pick_engine``)
+``model``, ``sample`` (only what the selected engine's rollouts read of it: the managed vLLM server's
+settings when the local engine rolls out with vLLM, nothing under verl), ``rl`` (with ``rl.<engine>``, the
+engine's own settings; both engines bound a rollout by ``rl.max_message_tokens`` and ``rl.max_response_len``),
+``seed``. ``rl.engine`` must be resolved (``engines.rl_engines.pick_engine``)
 before the stage runs.
 Writes: ``model/``, ``metrics.jsonl`` (one ``results.TrainingStep`` line per step); verl: ``data/`` (the
 RL parquet) and ``verl/``.
+Returns: the engine's ``results.RlStageResult`` (the same figures for both engines).
 Logs (``trackers.*``): each step as ``rl/<field>``, the same names for both engines
 (``rl_engines.step_metrics``).
 The stage calls the engine through one contract (``engines.rl_engines``) and knows neither:
@@ -42,9 +45,11 @@ check = None  # hooks this stage has not (app/runner.Stage)
 
 
 def hashed(cfg: ConfigView) -> dict:
-    """What the fingerprint covers: the declared sections but the sampling settings RL sets itself (it
-    samples the model rl.n times at rl.temperature, and validates greedily)."""
-    return cfg.hashed(without=("sample.policy", "sample.n", "sample.temperature"))
+    """What the fingerprint covers: the declared sections, of ``sample`` only what the selected engine reads
+    (``sample_settings``; RL samples rl.n times at rl.temperature within its own bounds, and validates
+    greedily)."""
+    return cfg.hashed([name for name in SECTIONS if name != "sample"]) | {
+        "sample": rl_engine(cfg.rl.engine).sample_settings(cfg)}
 
 
 def engine_identity(cfg: ConfigView) -> dict:
@@ -59,9 +64,9 @@ def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int,
     check_databases(database_path(db, cfg.data_root) for db in sorted({t.db_id for t in turns}))  # named, not 0
     engine = rl_engine(cfg.rl.engine)
     base = stage_model(cfg.model.name, model)
-    return {"engine": cfg.rl.engine, "items": len(turns),
-            **engine.train_curriculum_stage(cfg, turns, base_model=base, out_dir=ctx.out, metrics_path=ctx.out / "metrics.jsonl",
-                                            stage=stage, trackers=ctx.trackers)}
+    result = engine.train_curriculum_stage(cfg, turns, base_model=base, out_dir=ctx.out,
+                                           metrics_path=ctx.out / "metrics.jsonl", stage=stage, trackers=ctx.trackers)
+    return result.to_dict()
 
 
 def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:

@@ -18,21 +18,20 @@ token (``logits_to_keep``): none for the prompt, observations or padding. When o
 last decoder layers train (:mod:`mtsql.engines.local_grpo.weights`), the backward pass stops at the first
 of them.
 
-Length limits, per episode (``fit_lengths``): a prompt longer than ``rl.max_prompt_len`` tokens
-leaves the episode out of the update (verl's RL parquet drops such prompts before training); a
-response (everything after the prompt) longer than ``rl.max_response_len`` is cut to its first
-``rl.max_response_len`` tokens, which alone get gradient, and keeps the reward of its whole
-trajectory (the local rollout is not stopped at the limit, as verl's agent loop is). Both are
-counted in the step metrics.
+Length limits, per episode: a prompt longer than ``rl.max_prompt_len`` tokens leaves the episode out of
+the update (``drop_long_prompts``; verl's RL parquet drops such prompts before training), counted in the
+step metrics. A response (everything after the prompt) never exceeds ``rl.max_response_len``: the
+rollout stops there, as verl's agent loop does (``rl_engines.RolloutBounds``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from mtsql.engines.rl_engines import groups_with_signal
 
 LOSS_AGG_MODE = "token-mean"
 STATS = ("pg_loss", "kl", "grad_norm", "clipfrac")
@@ -66,20 +65,11 @@ def grpo_settings(rl) -> GrpoSettings:
                         micro_batch=max(1, rl.micro_batch_size_per_gpu))
 
 
-def fit_lengths(episodes: list[Episode], *, max_prompt_len: int, max_response_len: int) -> tuple[list[Episode], dict]:
-    """The episodes within the length limits (see the module docstring) and how many were not:
-    ``{"episodes_over_prompt_len": dropped, "episodes_over_response_len": cut}``."""
-    kept, dropped, cut = [], 0, 0
-    for ep in episodes:
-        if len(ep.prompt_ids) > max_prompt_len:
-            dropped += 1
-            continue
-        if len(ep.response_ids) > max_response_len:
-            cut += 1
-            ep = dataclasses.replace(ep, response_ids=ep.response_ids[:max_response_len],
-                                     response_mask=ep.response_mask[:max_response_len])
-        kept.append(ep)
-    return kept, {"episodes_over_prompt_len": dropped, "episodes_over_response_len": cut}
+def drop_long_prompts(episodes: list[Episode], *, max_prompt_len: int) -> tuple[list[Episode], dict]:
+    """The episodes whose prompt fits ``max_prompt_len`` (see the module docstring) and how many did not:
+    ``{"episodes_over_prompt_len": dropped}``."""
+    kept = [ep for ep in episodes if len(ep.prompt_ids) <= max_prompt_len]
+    return kept, {"episodes_over_prompt_len": len(episodes) - len(kept)}
 
 
 def _actor_config(settings: GrpoSettings, batch_tokens: int):
@@ -133,12 +123,8 @@ def episode_advantages(episodes: list[Episode]) -> torch.Tensor:
 
 
 def signal_share(episodes: list[Episode]) -> float:
-    """The share of groups whose rewards differ: a group of equal rewards has zero advantage and
-    gives no policy gradient."""
-    groups: dict[str, set[float]] = {}
-    for ep in episodes:
-        groups.setdefault(ep.group, set()).add(ep.reward)
-    return sum(len(rewards) > 1 for rewards in groups.values()) / len(groups) if groups else 0.0
+    """The share of the episodes' groups whose rewards differ (``rl_engines.groups_with_signal``)."""
+    return groups_with_signal((ep.group, ep.reward) for ep in episodes)
 
 
 def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSettings, *, pad_id: int,

@@ -4,7 +4,8 @@ merged (``train_curriculum_stage``), or what it would run (``plan_curriculum_sta
 The stage's turns become verl's RL parquet (``data/stage-<k>.parquet``; with ``rl.val_every`` also
 ``data/val.parquet`` of the dev turns), the plan of ``main_ppo`` runs in ``verl/`` (on the GPUs, or on the
 CPUs where CUDA is absent), the kept step's checkpoint is merged into ``model/`` and verl's per-step
-metrics become ``metrics.jsonl`` in the local engine's shape (``verl_curve``).
+metrics become ``TrainingStep`` lines of ``metrics.jsonl``, as the local engine writes them (``verl_curve``),
+and the stage's ``RlStageResult``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import shutil
 from pathlib import Path
 
 from mtsql.base.artifacts import MODEL_DIR
+from mtsql.base.config import ConfigView
 from mtsql.base.trackers import Trackers
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data.records import Turn
+from mtsql.core.results import RlStageResult, TrainingStep
 from mtsql.engines.commands import run_logged
 from mtsql.engines.rl_engines import step_metrics
 from mtsql.engines.rl_schedule import best_step, stage_steps, validation_turns
@@ -40,15 +43,14 @@ VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_le
 VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
 
 
-def train_curriculum_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path, stage: int = 1,
-                           log_path: Path | None = None, trackers: Trackers | None = None) -> dict:
+def train_curriculum_stage(cfg: ConfigView, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path,
+                           stage: int, trackers: Trackers) -> RlStageResult:
     """Train curriculum stage ``stage`` on ``turns`` from ``base_model`` with verl; leaves ``out_dir/model``
-    and ``metrics_path``; the engines' output goes to ``log_path`` (default: ``out_dir/log.txt``). verl's
-    own loggers write to ``trackers`` as it trains (its names); the steps of ``metrics_path`` follow
-    there once it is done, under the names the local engine logs (``rl_engines.step_metrics``)."""
-    trackers = trackers or Trackers.off()
+    and ``metrics_path``; the commands' output goes to the stage's ``log.txt``. verl's own loggers write to
+    ``trackers`` as it trains (its names); the steps of ``metrics_path`` follow there once it is done, under
+    the names the local engine logs (``rl_engines.step_metrics``)."""
     out_dir = Path(out_dir)
-    log_path = Path(log_path or out_dir / "log.txt")
+    log_path = out_dir / "log.txt"
     rows = _write_parquet(cfg, turns, base_model, _train_file(out_dir, stage))
     if cfg.rl.val_every:
         _write_parquet(cfg, validation_turns(cfg), base_model, _val_file(out_dir))
@@ -65,18 +67,16 @@ def train_curriculum_stage(cfg, turns: list[Turn], *, base_model: str, out_dir: 
         shutil.move(str(merge.produces["merged_model"]), out_dir / MODEL_DIR)
     else:
         shutil.move(str(stage_dir / "merged"), out_dir / MODEL_DIR)
-    Path(metrics_path).write_text("".join(json.dumps(row) + "\n" for row in curve))
+    Path(metrics_path).write_text("".join(json.dumps(row.to_dict()) + "\n" for row in curve))
     for row in curve:
-        trackers.log_metrics(row["step"], step_metrics(row))
+        trackers.log_metrics(row.step, step_metrics(row))
     dump = stage_dir / ROLLOUTS_DIR
     if dump.exists():  # read into metrics.jsonl; every sample's text, tens of MB a step at the paper's sizes
         shutil.rmtree(dump)
-    last = curve[-1] if curve else {}
-    return {"items": stage_data.rows, "steps": len(curve), "reward_last": last.get("reward_mean"),
-            "response_length_last": last.get("response_length"), "picked_step": picked or steps}
+    return RlStageResult.of_steps(curve, engine="verl", items=rows, picked_step=picked or steps)
 
 
-def plan_curriculum_stage(cfg, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
+def plan_curriculum_stage(cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
     """The verl files and commands of one stage as a shell script (``rows``: None when not known yet)."""
     trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=Path(out_dir))
     commands, _ = _plan(cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows, trackers=trackers)
@@ -85,25 +85,30 @@ def plan_curriculum_stage(cfg, *, base_model: str, out_dir: Path, stage: int, ro
             + render_plan(commands))
 
 
-def identity(cfg) -> dict:
+def identity(cfg: ConfigView) -> dict:
     """{}: verl's rollouts are verl's own, pinned with it (docs/engines.md)."""
     return {}
 
 
-def verl_curve(stage_dir: Path, stage: int) -> list[dict]:
-    """verl's per-step metrics (every attempt) in the local engine's shape (the report reads both alike),
-    with the agent's behaviour from each step's samples (its response length in model tokens, as the
-    local engine counts it, replacing verl's); ``val_reward_mean``: the mean over datasets of the greedy
-    validation reward, on validated steps; ``verl``: every metric verl logged for the step, by its name."""
+def sample_settings(cfg: ConfigView) -> dict:
+    """{}: verl's rollouts read no ``sample`` setting (they sample at ``rl.temperature``, bounded by
+    ``rl_engines.RolloutBounds``)."""
+    return {}
+
+
+def verl_curve(stage_dir: Path, stage: int) -> list[TrainingStep]:
+    """verl's per-step metrics (every attempt) as ``TrainingStep``s, as the local engine logs them, with what
+    each step's samples show (``main_ppo.step_samples_of``: the agent's behaviour, its response length in
+    model tokens as the local engine counts it, replacing verl's, and the share of groups with signal);
+    ``val_reward_mean``: the mean over datasets of the greedy validation reward, on validated steps;
+    ``extra["verl"]``: every metric verl logged for the step, by its name."""
     curve = []
     for row in read_metrics(stage_dir):
-        line = {"stage": stage, "step": row["step"], **{ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()},
-                **step_samples_of(stage_dir, row["step"])}
         validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
-        if validated:
-            line["val_reward_mean"] = sum(validated) / len(validated)
-        line["verl"] = {key: value for key, value in row.items() if key != "step"}
-        curve.append(line)
+        figures = {ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()} | step_samples_of(stage_dir, row["step"])
+        curve.append(TrainingStep(
+            stage=stage, step=row["step"], **figures, val_reward_mean=sum(validated) / len(validated) if validated else None,
+            extra={"verl": {key: value for key, value in row.items() if key != "step"}}))
     return curve
 
 

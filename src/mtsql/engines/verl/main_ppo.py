@@ -54,6 +54,7 @@ from mtsql.base.trackers import Trackers
 from mtsql.core.trajectories import BEHAVIOUR, step_behaviour
 from mtsql.engines.commands import Command, OutputLines, run_logged
 from mtsql.engines.passthrough import check_extra, clashes
+from mtsql.engines.rl_engines import RolloutBounds, groups_with_signal
 from mtsql.engines.rl_schedule import stage_steps
 from mtsql.engines.verl.cleanup import stop_tagged, tagged_env
 from mtsql.engines.verl.dataset import AGENT_NAME
@@ -221,7 +222,7 @@ def agent_loop_yaml(cfg: ConfigView, data_root: Path) -> str:
     entry = {
         "name": AGENT_NAME,
         "_target_": AGENT_LOOP_TARGET,
-        "max_message_tokens": cfg.rl.max_message_tokens,
+        "max_message_tokens": RolloutBounds.of(cfg.rl).message_tokens,
         "template": cfg.model.template,
         "data_root": str(Path(data_root).resolve()),
         "env": to_dict(cfg.env),
@@ -250,7 +251,7 @@ def train_overrides(cfg: ConfigView, stage: CurriculumParquet, *, model_path: st
         ("data.val_files", str(Path(stage.val_file or stage.train_file).resolve())),
         ("data.train_batch_size", rl.batch_size),
         ("data.max_prompt_length", rl.max_prompt_len),
-        ("data.max_response_length", rl.max_response_len),
+        ("data.max_response_length", RolloutBounds.of(rl).response_tokens),
         ("data.return_raw_chat", True),
         (f"{model}.path", model_path),
         (f"{model}.lora_rank", rl.lora_rank),
@@ -351,14 +352,16 @@ def read_metrics(stage_dir: Path) -> list[dict]:
 
 def step_samples_of(stage_dir: Path, step: int) -> dict[str, float]:
     """What one step's samples show, from verl's dump of them: the spread of the rewards verl trained on
-    (``reward_std``, over every sample, as the local engine logs it) and the agent's behaviour
-    (``trajectories.step_behaviour``, over the episodes the reward function could read); empty when the
-    step left no dump."""
+    (``reward_std``, over every sample, as the local engine logs it), the share of groups whose rewards
+    differ (``groups_with_signal``; a group: the samples of one prompt, by its decoded text ``input``) and
+    the agent's behaviour (``trajectories.step_behaviour``, over the episodes the reward function could
+    read); empty when the step left no dump."""
     path = Path(stage_dir) / ROLLOUTS_DIR / f"{step}.jsonl"
     samples = read_jsonl(path) if path.exists() else []
     if not samples:
         return {}
-    spread = {"reward_std": statistics.pstdev(float(row["score"]) for row in samples)}
+    spread = {"reward_std": statistics.pstdev(float(row["score"]) for row in samples),
+              "groups_with_signal": groups_with_signal((row["input"], float(row["score"])) for row in samples)}
     episodes = [row for row in samples if row.get(OK_KEY)]
     if not episodes:
         return spread
