@@ -6,7 +6,8 @@ import pytest
 
 from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
-from mtsql.base.trackers import Trackers, TrackersConfig, flat
+from mtsql.app.config import TrackersConfig
+from mtsql.base.trackers import Trackers, flat
 
 from .tracker_files import mlflow_run, mlflow_runs, tensorboard_params, tensorboard_scalars
 

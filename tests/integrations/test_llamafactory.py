@@ -14,7 +14,8 @@ import yaml
 
 from mtsql.app.config import load_config
 from mtsql.base.errors import StageFailed, UsageError
-from mtsql.base.trackers import Trackers, TrackersConfig
+from mtsql.app.config import TrackersConfig
+from mtsql.base.trackers import Trackers
 from mtsql.core.agent.tools import TOOL_SCHEMAS
 from mtsql.engines.llamafactory import (
     encode_dataset,

@@ -10,7 +10,8 @@ import pytest
 
 from mtsql.app.config import load_config
 from mtsql.app.runner import run_stage, view_for
-from mtsql.base.trackers import Trackers, TrackersConfig
+from mtsql.app.config import TrackersConfig
+from mtsql.base.trackers import Trackers
 from mtsql.core.data import train_pool
 
 from ..inprocess import mtsql_in_process

@@ -19,7 +19,6 @@ from mtsql.base.config import Origins, Range, build, operational, read_raw, resu
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import folder_name
 from mtsql.base.slices import CURRICULUM_LABELS
-from mtsql.base.trackers import TrackersConfig
 from mtsql.core.agent.settings import EnvConfig, SqlConfig
 from mtsql.core.data.settings import DataConfig
 from mtsql.core.rewards import RewardConfig
@@ -31,6 +30,19 @@ from mtsql.engines.rl_settings import RlConfig
 from mtsql.stages.curriculum import CurriculumConfig
 from mtsql.stages.evaluate import EvaluateConfig
 from mtsql.stages.reject import RejectConfig
+
+
+@dataclass(frozen=True)
+class TrackersConfig:
+    """The dashboards every stage logs to (``base/trackers.py``, docs/trackers.md), each off until turned on;
+    readable by every stage (like ``run``), they change what is shown, never what is produced."""
+
+    tensorboard: bool = operational(False)
+    wandb: bool = operational(False)  # offline only (WANDB_MODE=offline): `wandb sync` uploads a run by hand
+    mlflow: bool = operational(False)
+    dir: str | None = operational(None)  # event files, W&B runs, the MLflow store (None: the run folder's trackers/)
+    mlflow_uri: str | None = operational(None)  # a file: URI, no server (None: file:<dir>/mlruns)
+    project: str = operational("mtsql")  # the W&B project and MLflow experiment
 
 
 @dataclass(frozen=True)

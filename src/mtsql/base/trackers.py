@@ -26,25 +26,21 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from mtsql.base.config import operational
 from mtsql.base.errors import UsageError
 
 
-@dataclass(frozen=True)
-class TrackersConfig:
-    """The dashboards every stage logs to (``base/trackers.py``, docs/trackers.md), each off until turned on;
-    readable by every stage (like ``run``), they change what is shown, never what is produced."""
+class TrackerSettings(Protocol):
+    """What the trackers read of the ``trackers`` section (its schema is in ``app/config.py``)."""
 
-    tensorboard: bool = operational(False)
-    wandb: bool = operational(False)  # offline only (WANDB_MODE=offline): `wandb sync` uploads a run by hand
-    mlflow: bool = operational(False)
-    dir: str | None = operational(None)  # event files, W&B runs, the MLflow store (None: the run folder's trackers/)
-    mlflow_uri: str | None = operational(None)  # a file: URI, no server (None: file:<dir>/mlruns)
-    project: str = operational("mtsql")  # the W&B project and MLflow experiment
+    tensorboard: bool
+    wandb: bool
+    mlflow: bool
+    dir: str | None
+    mlflow_uri: str | None
+    project: str
 
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
@@ -72,13 +68,15 @@ def numbers(metrics: dict) -> dict[str, float]:
 class Trackers:
     """The trackers one stage artifact logs to; ``Trackers.off()`` logs nowhere."""
 
-    def __init__(self, settings: TrackersConfig, *, run: str, root: Path, label: str, fingerprint: str):
-        """``root``: the run folder (``trackers.dir`` defaults to its ``trackers/``); ``label`` and
-        ``fingerprint``: the artifact's."""
-        self.settings = settings
-        self.names = tuple(name for name in TRACKERS if getattr(settings, name))
-        self.dir = Path(settings.dir).expanduser() if settings.dir else Path(root) / "trackers"
-        self.mlflow_uri = settings.mlflow_uri or f"file:{(self.dir / 'mlruns').resolve()}"
+    def __init__(self, settings: TrackerSettings | None, *, run: str, root: Path, label: str, fingerprint: str):
+        """``settings``: the ``trackers`` section (None: all off); ``root``: the run folder (``trackers.dir``
+        defaults to its ``trackers/``); ``label`` and ``fingerprint``: the artifact's."""
+        self.names = tuple(name for name in TRACKERS if settings is not None and getattr(settings, name))
+        self.project = settings.project if settings is not None else ""
+        chosen = settings.dir if settings is not None else None
+        self.dir = Path(chosen).expanduser() if chosen else Path(root) / "trackers"
+        uri = settings.mlflow_uri if settings is not None else None
+        self.mlflow_uri = uri or f"file:{(self.dir / 'mlruns').resolve()}"
         if "mlflow" in self.names and not self.mlflow_uri.startswith("file:"):
             raise UsageError(f"trackers.mlflow_uri={self.mlflow_uri}: give a file: URI (a folder); mtsql logs to no "
                              "MLflow server")
@@ -89,10 +87,10 @@ class Trackers:
 
     @classmethod
     def off(cls) -> Trackers:
-        return cls(TrackersConfig(), run="none", root=Path("."), label="none", fingerprint="")
+        return cls(None, run="none", root=Path("."), label="none", fingerprint="")
 
     @classmethod
-    def for_folder(cls, settings: TrackersConfig, *, run: str, folder: Path) -> Trackers:
+    def for_folder(cls, settings: TrackerSettings, *, run: str, folder: Path) -> Trackers:
         """The trackers of the artifact in ``folder`` (``<run folder>/<label>/<fp12>``, or its
         ``.partial``)."""
         folder = Path(folder)
@@ -109,10 +107,10 @@ class Trackers:
         if "tensorboard" in self.names:
             env |= {"TENSORBOARD_LOGGING_DIR": str(self.tensorboard_dir), "TENSORBOARD_DIR": str(self.tensorboard_dir)}
         if "wandb" in self.names:
-            env |= {"WANDB_MODE": "offline", "WANDB_DIR": str(self.dir), "WANDB_PROJECT": self.settings.project,
+            env |= {"WANDB_MODE": "offline", "WANDB_DIR": str(self.dir), "WANDB_PROJECT": self.project,
                     "WANDB_RUN_GROUP": self.group}
         if "mlflow" in self.names:
-            env |= {"MLFLOW_TRACKING_URI": self.mlflow_uri, "MLFLOW_EXPERIMENT_NAME": self.settings.project,
+            env |= {"MLFLOW_TRACKING_URI": self.mlflow_uri, "MLFLOW_EXPERIMENT_NAME": self.project,
                     "MLFLOW_ALLOW_FILE_STORE": "true"}
             mlflow = next((t for t in self._open or () if isinstance(t, _Mlflow)), None)
             if mlflow is not None:
@@ -194,7 +192,7 @@ class _Mlflow:
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=trackers.mlflow_uri)
-        project = trackers.settings.project
+        project = trackers.project
         experiment = self.client.get_experiment_by_name(project)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(project)
         tags = {"mtsql.run": trackers.group, "mtsql.fingerprint": trackers.fingerprint}
@@ -225,7 +223,7 @@ class _Wandb:
         import wandb
 
         trackers.dir.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=trackers.settings.project, group=trackers.group, name=trackers.run_name,
+        self.run = wandb.init(project=trackers.project, group=trackers.group, name=trackers.run_name,
                               dir=str(trackers.dir), mode="offline", reinit="create_new",
                               tags=[trackers.fingerprint[:12]], settings=wandb.Settings(silent=True))
 
