@@ -48,11 +48,32 @@ from mtsql.core.sql.bird_exec import SEPARATOR, BirdOptions  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from make_bird_fixture import build  # noqa: E402
 
-SLOW = ("WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 40000000) "
-        "SELECT count(*) FROM r")
-KINDS = ("gold", "reordered", "duplicates", "two_statements", "semicolons", "trailing_semicolon", "empty",
-         "blanks", "non_string", "no_separator", "two_separators", "missing_table", "cut", "nul", "columns_swapped",
-         "reals", "upper", "limit_0", "other_gold", "slow")
+SLOW = (
+    "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 40000000) "
+    "SELECT count(*) FROM r"
+)
+KINDS = (
+    "gold",
+    "reordered",
+    "duplicates",
+    "two_statements",
+    "semicolons",
+    "trailing_semicolon",
+    "empty",
+    "blanks",
+    "non_string",
+    "no_separator",
+    "two_separators",
+    "missing_table",
+    "cut",
+    "nul",
+    "columns_swapped",
+    "reals",
+    "upper",
+    "limit_0",
+    "other_gold",
+    "slow",
+)
 
 
 def columns_of(db: Path, sql: str) -> int | None:
@@ -66,6 +87,7 @@ def columns_of(db: Path, sql: str) -> int | None:
 
 def mutate(kind: str, gold: str, db_id: str, db: Path, others: list[str], rng: random.Random):
     """The prediction JSON value of one mutation of ``gold``."""
+
     def tagged(sql: str) -> str:
         return f"{sql}{SEPARATOR}{db_id}"
 
@@ -87,7 +109,9 @@ def mutate(kind: str, gold: str, db_id: str, db: Path, others: list[str], rng: r
         "missing_table": tagged("SELECT * FROM no_such_table_here"),
         "cut": tagged(gold[: max(1, len(gold) // 2)]),
         "nul": tagged(f"{gold}\x00"),
-        "columns_swapped": tagged(f"{wrapped} SELECT {', '.join(f'c{i}' for i in reversed(range(width)))} FROM t"),
+        "columns_swapped": tagged(
+            f"{wrapped} SELECT {', '.join(f'c{i}' for i in reversed(range(width)))} FROM t"
+        ),
         "reals": tagged(f"{wrapped} SELECT {', '.join(f'c{i} + 0.0' for i in range(width))} FROM t"),
         "upper": tagged(f"{wrapped} SELECT {', '.join(f'upper(c{i})' for i in range(width))} FROM t"),
         "limit_0": tagged(f"SELECT * FROM ({gold}) LIMIT 0"),
@@ -102,7 +126,9 @@ def build_parity_set(scratch: Path, copies: int, seed: int, slow: int) -> tuple[
     build(data_dir(), scratch)
     dev = scratch / "dev"
     records = json.loads((dev / "dev.json").read_text())
-    records = [dict(r, question_id=copy * len(records) + r["question_id"]) for copy in range(copies) for r in records]
+    records = [
+        dict(r, question_id=copy * len(records) + r["question_id"]) for copy in range(copies) for r in records
+    ]
     (dev / "dev.json").write_text(json.dumps(records))
     (dev / "dev.sql").write_text("".join(f"{r['SQL']}\t{r['db_id']}\n" for r in records))
     rng = random.Random(seed)
@@ -114,7 +140,9 @@ def build_parity_set(scratch: Path, copies: int, seed: int, slow: int) -> tuple[
     for index, record in enumerate(records):
         kind = "slow" if index in slow_at else rng.choice(KINDS[:-1])
         db = dev / "dev_databases" / record["db_id"] / f"{record['db_id']}.sqlite"
-        predictions[str(index)] = mutate(kind, record["SQL"], record["db_id"], db, by_db[record["db_id"]], rng)
+        predictions[str(index)] = mutate(
+            kind, record["SQL"], record["db_id"], db, by_db[record["db_id"]], rng
+        )
         kinds.append(kind)
     (scratch / "predict_dev.json").write_text(json.dumps(predictions, indent=1))
     # the official reader takes the difficulties as JSON lines
@@ -122,7 +150,9 @@ def build_parity_set(scratch: Path, copies: int, seed: int, slow: int) -> tuple[
     return BirdSplit(dev, "dev"), kinds
 
 
-def run_official(code: Path, scratch: Path, found: BirdSplit, timeout_s: float, cpus: int) -> tuple[list[int], list]:
+def run_official(
+    code: Path, scratch: Path, found: BirdSplit, timeout_s: float, cpus: int
+) -> tuple[list[int], list]:
     """Per-item results and the per-difficulty figures of the official code, imported from a scratch
     copy and run on a scratch copy of the databases."""
     copy = scratch / "official"
@@ -137,8 +167,9 @@ def run_official(code: Path, scratch: Path, found: BirdSplit, timeout_s: float, 
     preds, _ = utils.package_sqls(str(scratch / "predict_dev.json"), f"{databases}/", mode="pred")
     golds, db_paths = utils.package_sqls(str(found.gold_sql), f"{databases}/", mode="gt")
     ex.exec_result = []
-    ex.run_sqls_parallel(list(zip(preds, golds, strict=True)), db_places=db_paths, num_cpus=cpus,
-                         meta_time_out=timeout_s)
+    ex.run_sqls_parallel(
+        list(zip(preds, golds, strict=True)), db_places=db_paths, num_cpus=cpus, meta_time_out=timeout_s
+    )
     results = utils.sort_results(ex.exec_result)
     figures = ex.compute_acc_by_diff(results, str(scratch / "dev.jsonl"))
     return [r["res"] for r in results], figures
@@ -146,8 +177,12 @@ def run_official(code: Path, scratch: Path, found: BirdSplit, timeout_s: float, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("official", type=Path, help="the folder of BIRD's evaluation code (evaluation_ex.py ...)")
-    parser.add_argument("--copies", type=int, default=3, help="copies of Spider dev (each question a new item)")
+    parser.add_argument(
+        "official", type=Path, help="the folder of BIRD's evaluation code (evaluation_ex.py ...)"
+    )
+    parser.add_argument(
+        "--copies", type=int, default=3, help="copies of Spider dev (each question a new item)"
+    )
     parser.add_argument("--slow", type=int, default=6, help="items whose prediction runs past the time limit")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds per item, on both sides")
     parser.add_argument("--workers", type=int, default=2, help="processes on each side")
@@ -161,20 +196,29 @@ def main() -> int:
         official, figures = run_official(args.official, scratch, found, args.timeout, args.workers)
         official_s = time.perf_counter() - started
         started = time.perf_counter()
-        ours = evaluate_bird_file(scratch / "predict_dev.json", found,
-                                  options=BirdOptions(timeout_s=args.timeout, workers=args.workers, gold_cache=True))
+        ours = evaluate_bird_file(
+            scratch / "predict_dev.json",
+            found,
+            options=BirdOptions(timeout_s=args.timeout, workers=args.workers, gold_cache=True),
+        )
         ours_s = time.perf_counter() - started
         mine = [item["exec_match"] for item in ours.items]
         differ = [i for i, (a, b) in enumerate(zip(official, mine, strict=True)) if a != b]
         databases = len({r["db_id"] for r in ours.items})
-        print(f"{len(mine)} items, {databases} databases; official {official_s:.0f} s, "
-              f"mtsql {ours_s:.0f} s (timeout {args.timeout:g} s, {args.workers} workers each)")
+        print(
+            f"{len(mine)} items, {databases} databases; official {official_s:.0f} s, "
+            f"mtsql {ours_s:.0f} s (timeout {args.timeout:g} s, {args.workers} workers each)"
+        )
         print("mutations:", ", ".join(f"{k} {n}" for k, n in sorted(Counter(kinds).items())))
         timeouts = sum("timeout" in (item["error"] or "") for item in ours.items)
-        print(f"item agreement: {len(mine) - len(differ)} / {len(mine)} "
-              f"({timeouts} past the time limit in mtsql)")
+        print(
+            f"item agreement: {len(mine) - len(differ)} / {len(mine)} "
+            f"({timeouts} past the time limit in mtsql)"
+        )
         for i in differ[:20]:
-            print(f"  item {i} ({kinds[i]}): official {official[i]}, mtsql {mine[i]}: {ours.items[i]['error']}")
+            print(
+                f"  item {i} ({kinds[i]}): official {official[i]}, mtsql {mine[i]}: {ours.items[i]['error']}"
+            )
         table = ours.summary["execution"]["by_difficulty"]
         theirs = dict(zip(LEVELS, zip(figures[:4], figures[4], strict=True), strict=True))
         same = True
@@ -182,8 +226,10 @@ def main() -> int:
             count, percent = table[level]["count"], 100 * (table[level]["accuracy"] or 0)
             equal = theirs[level][1] == count and f"{theirs[level][0]:.2f}" == f"{percent:.2f}"
             same &= equal
-            print(f"  {level:12} official {theirs[level][0]:6.2f} ({theirs[level][1]}), mtsql {percent:6.2f} "
-                  f"({count}) {'same' if equal else 'DIFFERENT'}")
+            print(
+                f"  {level:12} official {theirs[level][0]:6.2f} ({theirs[level][1]}), mtsql {percent:6.2f} "
+                f"({count}) {'same' if equal else 'DIFFERENT'}"
+            )
         return 0 if not differ and same else 1
 
 

@@ -30,13 +30,17 @@ def synchronize(device: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--batches", nargs="+", type=int, default=[4, 16])
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--profile", action="store_true", help="torch.profiler over one call at the largest batch")
+    parser.add_argument(
+        "--profile", action="store_true", help="torch.profiler over one call at the largest batch"
+    )
     args = parser.parse_args()
 
     backend = HFBackend(resolve_model(args.model), device=args.device, prefix_cache=False)
@@ -61,25 +65,39 @@ def main() -> None:
     def plain(batch: int, new: int) -> float:
         ids = torch.tensor(prompts(batch), device=args.device)
         with torch.inference_mode():
-            return timed(lambda: backend.model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-                do_sample=False, pad_token_id=backend.pad_id))
+            return timed(
+                lambda: backend.model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    do_sample=False,
+                    pad_token_id=backend.pad_id,
+                )
+            )
 
-    print(f"{args.model} on {args.device} ({backend.model.dtype}), prompts of {args.prompt_len} ids, "
-          f"{args.new_tokens} new ids per row", flush=True)
+    print(
+        f"{args.model} on {args.device} ({backend.model.dtype}), prompts of {args.prompt_len} ids, "
+        f"{args.new_tokens} new ids per row",
+        flush=True,
+    )
     ours(2, 2), plain(2, 2)  # warm-up: kernels, allocator, handles
     for batch in args.batches:
         for name, path in (("mtsql", ours), ("plain generate", plain)):
             first, full = path(batch, 1), path(batch, args.new_tokens + 1)
             step = (full - first) / args.new_tokens
             rate = batch * (args.new_tokens + 1) / full
-            print(f"{name:15s} batch {batch:4d}: {rate:8,.0f} ids/s; prefill + 1 id "
-                  f"{first * 1000:6.0f} ms; decoding step {step * 1000:6.1f} ms ({batch / step:,.0f} ids/s)", flush=True)
+            print(
+                f"{name:15s} batch {batch:4d}: {rate:8,.0f} ids/s; prefill + 1 id "
+                f"{first * 1000:6.0f} ms; decoding step {step * 1000:6.1f} ms ({batch / step:,.0f} ids/s)",
+                flush=True,
+            )
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(args.device).type == "cuda"
-                                               else [])
+        activities = [ProfilerActivity.CPU] + (
+            [ProfilerActivity.CUDA] if torch.device(args.device).type == "cuda" else []
+        )
         with profile(activities=activities) as prof:
             wall = ours(max(args.batches), 17)
         events = prof.key_averages()

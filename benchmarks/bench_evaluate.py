@@ -84,19 +84,28 @@ def model_like_predictions(gold_path: Path, seed: int = 0) -> str:
                 lines.append(sql)
             elif draw < 0.55:
                 respaced = re.sub(r"\s+", " ", sql)
-                lines.append(re.sub(r"\b(SELECT|FROM|WHERE|GROUP BY|ORDER BY)\b", lambda m: m.group(1).lower(), respaced))
+                lines.append(
+                    re.sub(
+                        r"\b(SELECT|FROM|WHERE|GROUP BY|ORDER BY)\b", lambda m: m.group(1).lower(), respaced
+                    )
+                )
             elif draw < 0.85:
                 lines.append(rng.choice(by_db[turn.db_id]))
             elif draw < 0.95:
-                lines.append(re.sub(r"\b\d+\b", "value", sql).replace("DESC", "ASC") if rng.random() < 0.5
-                             else sql.replace("count(*)", "count(DISTINCT *)"))
+                lines.append(
+                    re.sub(r"\b\d+\b", "value", sql).replace("DESC", "ASC")
+                    if rng.random() < 0.5
+                    else sql.replace("count(*)", "count(DISTINCT *)")
+                )
             else:
                 lines.append(sql[: len(sql) // 2])
         lines.append("")
     return "\n".join(lines) + "\n"
 
 
-def timed(dataset: str, pred: Path, options: EvaluateOptions, gold: Path | None = None) -> tuple[float, float, list[dict]]:
+def timed(
+    dataset: str, pred: Path, options: EvaluateOptions, gold: Path | None = None
+) -> tuple[float, float, list[dict]]:
     """(wall s, critical-path CPU s: this process plus its busiest worker, items)."""
     clear_caches()
     RecordedWorkers.last = None
@@ -110,15 +119,24 @@ def timed(dataset: str, pred: Path, options: EvaluateOptions, gold: Path | None 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per timing (the minimum is kept)")
-    parser.add_argument("--workers", type=int, default=0, help="processes of the parallel path (0: one per core)")
-    parser.add_argument("--official", type=Path, default=None,
-                        help="a checkout of taoyds/test-suite-sql-eval: also time the official program (not shipped)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="processes of the parallel path (0: one per core)"
+    )
+    parser.add_argument(
+        "--official",
+        type=Path,
+        default=None,
+        help="a checkout of taoyds/test-suite-sql-eval: also time the official program (not shipped)",
+    )
     args = parser.parse_args()
     if not (data_dir() / "sparc" / "dev_gold.txt").is_file():
         print(f"no SParC dev set under {data_dir()}: set MTSQL_DATA", file=sys.stderr)
         return 2
     if args.official and not (args.official / "evaluation.py").is_file():
-        print(f"--official {args.official}: no evaluation.py there (a test-suite-sql-eval checkout)", file=sys.stderr)
+        print(
+            f"--official {args.official}: no evaluation.py there (a test-suite-sql-eval checkout)",
+            file=sys.stderr,
+        )
         return 2
     tokenize("SELECT 1")  # NLTK's import is a one-off cost of the process, the same for every path
     console = Console()
@@ -138,23 +156,36 @@ def main() -> int:
                 print(f"{dataset}: the parallel path's items differ from the reference's", file=sys.stderr)
                 return 1
             items = best.pop("items")
-            column = {"items": str(len(items)), **_timings(best),
-                      "EM": f"{sum(i['exact_match'] or 0 for i in items) / len(items):.3f}",
-                      "EX": f"{sum(i['exec_match'] or 0 for i in items) / len(items):.3f}"}
+            column = {
+                "items": str(len(items)),
+                **_timings(best),
+                "EM": f"{sum(i['exact_match'] or 0 for i in items) / len(items):.3f}",
+                "EX": f"{sum(i['exec_match'] or 0 for i in items) / len(items):.3f}",
+            }
             if args.official:
                 # the official program stops on a turn it cannot score: time both on the rest
                 kept_gold, kept_pred, turns = _scorable_only(gold, pred, items, Path(scratch))
-                mine = _best_of(args.repeat, dataset, kept_pred, kept_gold, reference_opts, parallel_opts,
-                                Path(scratch))
+                mine = _best_of(
+                    args.repeat, dataset, kept_pred, kept_gold, reference_opts, parallel_opts, Path(scratch)
+                )
                 if mine is None:
-                    print(f"{dataset}: the parallel path's items differ from the reference's", file=sys.stderr)
+                    print(
+                        f"{dataset}: the parallel path's items differ from the reference's", file=sys.stderr
+                    )
                     return 1
-                official = min(_official_seconds(args.official, dataset, kept_gold, kept_pred)
-                               for _ in range(args.repeat))
-                column.update({"official: turns": str(turns), "official s": f"{official:.2f}",
-                               "reference / official": f"{mine['reference'] / official:.2f}x",
-                               "first run / official": f"{mine['first run'] / official:.2f}x",
-                               "cached / official": f"{mine['cached'] / official:.2f}x"})
+                official = min(
+                    _official_seconds(args.official, dataset, kept_gold, kept_pred)
+                    for _ in range(args.repeat)
+                )
+                column.update(
+                    {
+                        "official: turns": str(turns),
+                        "official s": f"{official:.2f}",
+                        "reference / official": f"{mine['reference'] / official:.2f}x",
+                        "first run / official": f"{mine['first run'] / official:.2f}x",
+                        "cached / official": f"{mine['cached'] / official:.2f}x",
+                    }
+                )
                 sums["official"] = sums.get("official", 0.0) + official
                 for key in ("reference", "first run", "cached"):
                     sums[f"mine {key}"] = sums.get(f"mine {key}", 0.0) + mine[key]
@@ -163,8 +194,13 @@ def main() -> int:
             columns[dataset] = column
     both = _timings(sums)
     if args.official:
-        both.update({f"{key} / official": f"{sums[f'mine {key}'] / sums['official']:.2f}x"
-                     for key in ("reference", "first run", "cached")} | {"official s": f"{sums['official']:.2f}"})
+        both.update(
+            {
+                f"{key} / official": f"{sums[f'mine {key}'] / sums['official']:.2f}x"
+                for key in ("reference", "first run", "cached")
+            }
+            | {"official s": f"{sums['official']:.2f}"}
+        )
     columns["both"] = both
     table = Table(title=f"mtsql evaluate (EM + test-suite EX), model-like predictions ({data_dir()})")
     table.add_column("")
@@ -174,21 +210,37 @@ def main() -> int:
         table.add_row(row, *(column.get(row, "") for column in columns.values()))
     console.print(table)
     workers = args.workers or available_cores()
-    console.print(f"{workers} worker processes on {available_cores()} cores; load average (1, 5, 15 min) "
-                  f"before {_load(load_before)}, after {_load(os.getloadavg())}; Python {sys.version.split()[0]}")
+    console.print(
+        f"{workers} worker processes on {available_cores()} cores; load average (1, 5, 15 min) "
+        f"before {_load(load_before)}, after {_load(os.getloadavg())}; Python {sys.version.split()[0]}"
+    )
     return 0
 
 
-def _best_of(repeat: int, dataset: str, pred: Path, gold: Path | None, reference_opts: EvaluateOptions,
-             parallel_opts: EvaluateOptions, scratch: Path) -> dict | None:
+def _best_of(
+    repeat: int,
+    dataset: str,
+    pred: Path,
+    gold: Path | None,
+    reference_opts: EvaluateOptions,
+    parallel_opts: EvaluateOptions,
+    scratch: Path,
+) -> dict | None:
     """Minimum wall (and critical-path CPU) seconds of the three paths over interleaved runs, with
     the reference's items; ``None`` if any path's items differ from the reference's."""
-    best = {"reference": float("inf"), "first run": float("inf"), "cached": float("inf"),
-            "reference CPU": float("inf"), "cached CPU": float("inf")}
+    best = {
+        "reference": float("inf"),
+        "first run": float("inf"),
+        "cached": float("inf"),
+        "reference CPU": float("inf"),
+        "cached CPU": float("inf"),
+    }
     for _ in range(repeat):
         for path in (scratch / "cache").glob("gold/*"):
             path.unlink()  # each first run starts from an empty gold cache
-        runs = [timed(dataset, pred, options, gold) for options in (reference_opts, parallel_opts, parallel_opts)]
+        runs = [
+            timed(dataset, pred, options, gold) for options in (reference_opts, parallel_opts, parallel_opts)
+        ]
         if not all(items == runs[0][2] for _, _, items in runs):
             return None
         for key, (wall, _cpu, _items) in zip(("reference", "first run", "cached"), runs, strict=True):
@@ -199,10 +251,14 @@ def _best_of(repeat: int, dataset: str, pred: Path, gold: Path | None, reference
 
 
 def _timings(best: dict) -> dict[str, str]:
-    return {"reference s": f"{best['reference']:.2f}",
-            "first run s": f"{best['first run']:.2f}", "first run ratio": f"{best['first run'] / best['reference']:.2f}x",
-            "cached s": f"{best['cached']:.2f}", "cached ratio": f"{best['cached'] / best['reference']:.2f}x",
-            "cached CPU ratio": f"{best['cached CPU'] / best['reference CPU']:.2f}x"}
+    return {
+        "reference s": f"{best['reference']:.2f}",
+        "first run s": f"{best['first run']:.2f}",
+        "first run ratio": f"{best['first run'] / best['reference']:.2f}x",
+        "cached s": f"{best['cached']:.2f}",
+        "cached ratio": f"{best['cached'] / best['reference']:.2f}x",
+        "cached CPU ratio": f"{best['cached CPU'] / best['reference CPU']:.2f}x",
+    }
 
 
 def _scorable_only(gold: Path, pred: Path, items: list[dict], scratch: Path) -> tuple[Path, Path, int]:
@@ -247,8 +303,16 @@ print(time.perf_counter() - started)
 def _official_seconds(official: Path, dataset: str, gold: Path, pred: Path) -> float:
     """Seconds the official test-suite program spends scoring (EM + EX, as mtsql's defaults), timed
     inside its own process like the mtsql paths (start-up and imports left out)."""
-    args = [sys.executable, "-c", _OFFICIAL_DRIVER, str(official.resolve()), str(gold), str(pred),
-            str(tables_file(dataset, data_dir())), str(data_dir() / "database")]
+    args = [
+        sys.executable,
+        "-c",
+        _OFFICIAL_DRIVER,
+        str(official.resolve()),
+        str(gold),
+        str(pred),
+        str(tables_file(dataset, data_dir())),
+        str(data_dir() / "database"),
+    ]
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"the official program failed:\n{done.stderr[-2000:]}")

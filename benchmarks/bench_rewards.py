@@ -60,7 +60,9 @@ def line(name: str, times: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="passes over the trajectories (the first is cold)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="passes over the trajectories (the first is cold)"
+    )
     parser.add_argument("--families", default="outcome,process,sqlr1")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()}")

@@ -53,7 +53,9 @@ from mtsql.engines.backends.base import SamplingParams
 from mtsql.engines.models.registry import resolve_model
 from mtsql.engines.rollout import STOP_STRINGS, RolloutEngine, derive_seed, episode_key
 
-COUNTING = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) SELECT count(*) FROM n"
+COUNTING = (
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) SELECT count(*) FROM n"
+)
 
 
 class SqlHeavyEnv(SqlAgentEnv):
@@ -92,7 +94,11 @@ def sql_threads(console, queries: int = 16) -> None:
     for threads in (1, 2, 4):
         started = time.perf_counter()
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda _: execute(db, COUNTING.format(SqlHeavyEnv.rows), timeout_s=60), range(queries)))
+            list(
+                pool.map(
+                    lambda _: execute(db, COUNTING.format(SqlHeavyEnv.rows), timeout_s=60), range(queries)
+                )
+            )
         rates.append(f"{threads} thread(s) {queries / (time.perf_counter() - started):.1f}/s")
     console.print(f"SQL work per step ({SqlHeavyEnv.rows:,} rows counted): " + ", ".join(rates))
 
@@ -112,11 +118,23 @@ def reference_run(backend, chat, params, turns, n, batch_size, env_factory) -> t
             turn, sample = waiting.pop()
             env = env_factory()
             key = episode_key(turn.uid, sample)
-            active.append({"key": key, "env": env, "seed": derive_seed(0, key), "generations": [],
-                           "prompt": chat.prompt_ids(env.reset(turn), TOOL_SCHEMAS), "ids": [], "mask": []})
+            active.append(
+                {
+                    "key": key,
+                    "env": env,
+                    "seed": derive_seed(0, key),
+                    "generations": [],
+                    "prompt": chat.prompt_ids(env.reset(turn), TOOL_SCHEMAS),
+                    "ids": [],
+                    "mask": [],
+                }
+            )
         call = time.perf_counter()
-        outs = backend.generate([e["prompt"] + e["ids"] for e in active],
-                                params, [derive_seed(e["seed"], len(e["generations"])) for e in active])
+        outs = backend.generate(
+            [e["prompt"] + e["ids"] for e in active],
+            params,
+            [derive_seed(e["seed"], len(e["generations"])) for e in active],
+        )
         generate_s += time.perf_counter() - call
         for episode, out in zip(list(active), outs, strict=True):
             tokens += len(out.token_ids)
@@ -126,8 +144,13 @@ def reference_run(backend, chat, params, turns, n, batch_size, env_factory) -> t
             observation, ended, _ = episode["env"].step(out.text)
             if ended:
                 active.remove(episode)
-                records[episode["key"]] = comparable(episode["prompt"], episode["ids"], episode["mask"],
-                                                     episode["generations"], episode["env"].trajectory.to_dict())
+                records[episode["key"]] = comparable(
+                    episode["prompt"],
+                    episode["ids"],
+                    episode["mask"],
+                    episode["generations"],
+                    episode["env"].trajectory.to_dict(),
+                )
                 continue
             follow = [] if out.token_ids[-1:] == [chat.end_of_turn_id] else [chat.end_of_turn_id]
             follow += chat.observation_ids(observation)
@@ -139,16 +162,36 @@ def reference_run(backend, chat, params, turns, n, batch_size, env_factory) -> t
 
 def comparable(prompt, ids, mask, generations, trajectory) -> str:
     """What must not change between the loops: tokens, mask, messages and steps (timings left out)."""
-    trajectory = {**trajectory, "elapsed_s": None, "steps": [{**s, "tool_s": None} for s in trajectory["steps"]]}
+    trajectory = {
+        **trajectory,
+        "elapsed_s": None,
+        "steps": [{**s, "tool_s": None} for s in trajectory["steps"]],
+    }
     return json.dumps([prompt, ids, mask, generations, trajectory], sort_keys=True)
 
 
-def engine_run(backend, chat, params, turns, n, batch_size, env_factory, workers: int = 4) -> tuple[dict, dict]:
-    engine = RolloutEngine(env_factory, backend=backend, chat=chat, params=params, tools=TOOL_SCHEMAS,
-                           batch_size=batch_size, tool_workers=workers)
+def engine_run(
+    backend, chat, params, turns, n, batch_size, env_factory, workers: int = 4
+) -> tuple[dict, dict]:
+    engine = RolloutEngine(
+        env_factory,
+        backend=backend,
+        chat=chat,
+        params=params,
+        tools=TOOL_SCHEMAS,
+        batch_size=batch_size,
+        tool_workers=workers,
+    )
     records = engine.run(turns, n=n, progress=False)
-    return ({r["key"]: comparable(r["prompt_ids"], r["response_ids"], r["response_mask"], r["generations"],
-                                  r["trajectory"]) for r in records}, engine.stats)
+    return (
+        {
+            r["key"]: comparable(
+                r["prompt_ids"], r["response_ids"], r["response_mask"], r["generations"], r["trajectory"]
+            )
+            for r in records
+        },
+        engine.stats,
+    )
 
 
 def raw_run(backend, chat, turns, new_tokens: int, env_factory) -> dict:
@@ -161,8 +204,14 @@ def raw_run(backend, chat, turns, new_tokens: int, env_factory) -> dict:
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=backend.device)
     started = time.perf_counter()
     with torch.inference_mode():
-        out = backend.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
-                                     min_new_tokens=new_tokens, do_sample=False, pad_token_id=backend.pad_id)
+        out = backend.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=backend.pad_id,
+        )
     wall = time.perf_counter() - started
     return {"wall_s": wall, "generate_s": wall, "generated_tokens": (out.shape[1] - width) * len(turns)}
 
@@ -185,18 +234,28 @@ def paired_table(engine_runs: dict, starts: dict) -> Table:
             continue
         hf_records, hf_stats = engine_runs[("hf", count)]
         same = sum(records.get(key) == value for key, value in hf_records.items())
-        table.add_row(kind, str(count), f"{stats['wall_s']:.1f}", f"{hf_stats['wall_s']:.1f}",
-                      f"{hf_stats['wall_s'] / stats['wall_s']:.2f}x", f"{starts.get(kind, 0):.1f}",
-                      f"{same}/{len(hf_records)}")
+        table.add_row(
+            kind,
+            str(count),
+            f"{stats['wall_s']:.1f}",
+            f"{hf_stats['wall_s']:.1f}",
+            f"{hf_stats['wall_s'] / stats['wall_s']:.2f}x",
+            f"{starts.get(kind, 0):.1f}",
+            f"{same}/{len(hf_records)}",
+        )
     return table
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backends", nargs="+", default=["hf"], choices=["hf", "vllm", "openai"])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--conversations", nargs="+", type=int, default=[16, 64])
-    parser.add_argument("--batch-size", type=int, default=None, help="both loops (default: half the conversations)")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="both loops (default: half the conversations)"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=48, help="per assistant message")
     parser.add_argument("--max-messages", type=int, default=4, help="assistant messages per conversation")
     parser.add_argument("--sql-ms", type=float, default=100.0, help="SQL work per environment step")
@@ -204,9 +263,16 @@ def main() -> None:
     parser.add_argument("--tool-workers", type=int, default=4, help="the engine's environment threads")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--dtype", default="float32", help="hf and vllm: float32 | bfloat16 | auto")
-    parser.add_argument("--loops", nargs="+", default=["reference", "engine"], choices=["reference", "engine"],
-                        help="which loops to run (speed-up and 'same' need both)")
-    parser.add_argument("--openai-url", default=None, help="an OpenAI-compatible server for the openai backend")
+    parser.add_argument(
+        "--loops",
+        nargs="+",
+        default=["reference", "engine"],
+        choices=["reference", "engine"],
+        help="which loops to run (speed-up and 'same' need both)",
+    )
+    parser.add_argument(
+        "--openai-url", default=None, help="an OpenAI-compatible server for the openai backend"
+    )
     parser.add_argument("--openai-concurrency", type=int, default=64)
     args = parser.parse_args()
 
@@ -221,10 +287,23 @@ def main() -> None:
     console = Console(width=150)
     sql_threads(console)
     model = resolve_model(args.model)
-    table = Table(title=f"rollout: {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
-                        f"<= {args.max_messages} x {args.max_new_tokens} new tokens, {args.sql_ms:.0f} ms SQL per step")
-    for column in ("backend", "conv.", "batch", "loop", "tokens", "seconds", "SQL s", "tokens/s", "busy", "speed-up",
-                   "same"):
+    table = Table(
+        title=f"rollout: {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
+        f"<= {args.max_messages} x {args.max_new_tokens} new tokens, {args.sql_ms:.0f} ms SQL per step"
+    )
+    for column in (
+        "backend",
+        "conv.",
+        "batch",
+        "loop",
+        "tokens",
+        "seconds",
+        "SQL s",
+        "tokens/s",
+        "busy",
+        "speed-up",
+        "same",
+    ):
         table.add_column(column, justify="left" if column in ("backend", "loop") else "right")
     engine_runs, starts = {}, {}
     for kind in args.backends:
@@ -246,36 +325,56 @@ def main() -> None:
             turns = turns[: -(-count // n)]
             batch = args.batch_size or max(1, count // 2)
             runs = {}
-            for name, loop in (("reference", reference_run),
-                               ("engine", partial(engine_run, workers=args.tool_workers))):
+            for name, loop in (
+                ("reference", reference_run),
+                ("engine", partial(engine_run, workers=args.tool_workers)),
+            ):
                 if name not in args.loops:
                     continue
                 getattr(backend, "clear_prefix_cache", lambda: None)()
                 SqlHeavyEnv.sql_s = 0.0
                 runs[name] = loop(backend, chat, params, turns, n, batch, env_factory)
                 runs[name][1]["sql_s"] = SqlHeavyEnv.sql_s
-                console.print(f"{kind} {count} {name}: {runs[name][1]['generated_tokens']} tokens in "
-                              f"{runs[name][1]['wall_s']:.1f} s")
+                console.print(
+                    f"{kind} {count} {name}: {runs[name][1]['generated_tokens']} tokens in "
+                    f"{runs[name][1]['wall_s']:.1f} s"
+                )
             if "engine" in runs:
                 engine_runs[(kind, count)] = runs["engine"]
             both = len(runs) == 2
             same = both and runs["reference"][0] == runs["engine"][0]
-            gains = ({"reference": "1.00x",
-                      "engine": f"{runs['reference'][1]['wall_s'] / runs['engine'][1]['wall_s']:.2f}x"} if both else {})
+            gains = (
+                {
+                    "reference": "1.00x",
+                    "engine": f"{runs['reference'][1]['wall_s'] / runs['engine'][1]['wall_s']:.2f}x",
+                }
+                if both
+                else {}
+            )
             rows = [(name, runs[name][1], gains.get(name, "")) for name in runs]
             if kind == "hf":
                 total = runs.get("engine", runs.get("reference"))[1]["generated_tokens"]
                 raw = raw_run(backend, chat, (turns * n)[:count], max(1, round(total / count)), env_factory)
                 rows.append(("raw generate", raw, ""))
             for name, stats, gain in rows:
-                console.print(f"{kind} {count} {name}: {stats['generated_tokens'] / stats['wall_s']:,.1f} tokens/s, "
-                              f"busy {stats['generate_s'] / stats['wall_s']:.0%}, SQL {stats.get('sql_s', 0):.1f} s "
-                              f"{gain} {'same tokens: ' + str(same) if name == 'engine' and both else ''}")
-                table.add_row(kind, str(count), str(batch), name, str(stats["generated_tokens"]),
-                              f"{stats['wall_s']:.1f}", f"{stats.get('sql_s', 0):.1f}",
-                              f"{stats['generated_tokens'] / stats['wall_s']:,.0f}",
-                              f"{stats['generate_s'] / stats['wall_s']:.0%}", gain,
-                              ("yes" if same else "NO") if name == "engine" and both else "")
+                console.print(
+                    f"{kind} {count} {name}: {stats['generated_tokens'] / stats['wall_s']:,.1f} tokens/s, "
+                    f"busy {stats['generate_s'] / stats['wall_s']:.0%}, SQL {stats.get('sql_s', 0):.1f} s "
+                    f"{gain} {'same tokens: ' + str(same) if name == 'engine' and both else ''}"
+                )
+                table.add_row(
+                    kind,
+                    str(count),
+                    str(batch),
+                    name,
+                    str(stats["generated_tokens"]),
+                    f"{stats['wall_s']:.1f}",
+                    f"{stats.get('sql_s', 0):.1f}",
+                    f"{stats['generated_tokens'] / stats['wall_s']:,.0f}",
+                    f"{stats['generate_s'] / stats['wall_s']:.0%}",
+                    gain,
+                    ("yes" if same else "NO") if name == "engine" and both else "",
+                )
         backend.close()
     console.print(table)
     if len({kind for kind, _ in engine_runs}) > 1:

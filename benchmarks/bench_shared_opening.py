@@ -45,8 +45,11 @@ def timed(backend: hf.HFBackend, prompts: list[list[int]], params: SamplingParam
     minimum, hf.MIN_SHARED = hf.MIN_SHARED, (hf.MIN_SHARED if shared else 10**9)
     try:
         started = time.perf_counter()
-        ids = [g.token_ids for start in range(0, len(prompts), batch)
-               for g in backend.generate(prompts[start:start + batch], params)]
+        ids = [
+            g.token_ids
+            for start in range(0, len(prompts), batch)
+            for g in backend.generate(prompts[start : start + batch], params)
+        ]
         seconds = time.perf_counter() - started
     finally:
         hf.MIN_SHARED = minimum
@@ -61,21 +64,38 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=8, help="ids per first message (8: mostly prefill)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    backend = hf.HFBackend(resolve_model(args.model), dtype="float32" if args.device == "cpu" else "auto",
-                           device=args.device)
+    backend = hf.HFBackend(
+        resolve_model(args.model), dtype="float32" if args.device == "cpu" else "auto", device=args.device
+    )
     chat = ChatFormat(backend.tokenizer)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, stop=STOP_STRINGS)
-    table = Table(title=f"{args.model} on {args.device}: first message of new conversations "
-                        f"(batch {args.batch_size}, {args.new_tokens} new ids)")
-    for column in ("convs", "prompt ids", "computed (shared)", "s without", "s shared", "speed-up",
-                   "same tokens"):
+    table = Table(
+        title=f"{args.model} on {args.device}: first message of new conversations "
+        f"(batch {args.batch_size}, {args.new_tokens} new ids)"
+    )
+    for column in (
+        "convs",
+        "prompt ids",
+        "computed (shared)",
+        "s without",
+        "s shared",
+        "speed-up",
+        "same tokens",
+    ):
         table.add_column(column, justify="right")
     for count in args.conversations:
         prompts = opening_prompts(chat, count)
         without = timed(backend, prompts, params, args.batch_size, shared=False)
         shared = timed(backend, prompts, params, args.batch_size, shared=True)
-        table.add_row(str(len(prompts)), str(sum(map(len, prompts))), str(shared[1]), f"{without[0]:.1f}",
-                      f"{shared[0]:.1f}", f"{without[0] / shared[0]:.2f}x", "yes" if without[2] == shared[2] else "NO")
+        table.add_row(
+            str(len(prompts)),
+            str(sum(map(len, prompts))),
+            str(shared[1]),
+            f"{without[0]:.1f}",
+            f"{shared[0]:.1f}",
+            f"{without[0] / shared[0]:.2f}x",
+            "yes" if without[2] == shared[2] else "NO",
+        )
     Console().print(table)
     print(f"load average before the last run's end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     return 0

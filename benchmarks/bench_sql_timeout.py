@@ -53,9 +53,11 @@ def main() -> None:
                 result = execute(db, sql, timeout_s=args.budget)
                 overshoot.append(time.perf_counter() - started - args.budget)
                 verdicts.add(result.error_class)
-            print(f"{name:>18}: {'/'.join(sorted(map(str, verdicts)))}; over a {args.budget:.2f} s budget by "
-                  f"{min(overshoot) * 1000:.0f} / {statistics.median(overshoot) * 1000:.0f} / "
-                  f"{max(overshoot) * 1000:.0f} ms (min / median / max of {args.repeat})")
+            print(
+                f"{name:>18}: {'/'.join(sorted(map(str, verdicts)))}; over a {args.budget:.2f} s budget by "
+                f"{min(overshoot) * 1000:.0f} / {statistics.median(overshoot) * 1000:.0f} / "
+                f"{max(overshoot) * 1000:.0f} ms (min / median / max of {args.repeat})"
+            )
     print(f"load average after: {os.getloadavg()}")
 
 

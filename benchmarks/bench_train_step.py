@@ -44,7 +44,9 @@ def seconds_per_example(model, tokens: int, *, bf16: bool, checkpointing: bool, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", nargs="+", default=["smollm2-135m"])
     parser.add_argument("--tokens", nargs="+", type=int, default=[1700])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -54,17 +56,23 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
 
-    table = Table(title=f"seconds per training example (fwd+bwd), {torch.get_num_threads()} threads, best of "
-                        f"{args.repeats}")
+    table = Table(
+        title=f"seconds per training example (fwd+bwd), {torch.get_num_threads()} threads, best of "
+        f"{args.repeats}"
+    )
     for column in ("model", "tokens", "float32", "float32, checkpointing", "bf16 autocast", "float32 / bf16"):
         table.add_column(column, justify="left" if column == "model" else "right")
     for name in args.models:
         model = AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=torch.float32)
         for tokens in args.tokens:
             fp32 = seconds_per_example(model, tokens, bf16=False, checkpointing=False, repeats=args.repeats)
-            fp32_ckpt = seconds_per_example(model, tokens, bf16=False, checkpointing=True, repeats=args.repeats)
+            fp32_ckpt = seconds_per_example(
+                model, tokens, bf16=False, checkpointing=True, repeats=args.repeats
+            )
             bf16 = seconds_per_example(model, tokens, bf16=True, checkpointing=False, repeats=args.repeats)
-            table.add_row(name, str(tokens), f"{fp32:.2f}", f"{fp32_ckpt:.2f}", f"{bf16:.2f}", f"{fp32 / bf16:.2f}x")
+            table.add_row(
+                name, str(tokens), f"{fp32:.2f}", f"{fp32_ckpt:.2f}", f"{bf16:.2f}", f"{fp32 / bf16:.2f}x"
+            )
     Console().print(table)
 
 

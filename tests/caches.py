@@ -13,8 +13,15 @@ from mtsql.core.sql.scoring import _first_database, _foreign_keys_digest
 
 def clear_caches() -> None:
     """Forget cached schemas, foreign-key maps, parsed golds, gold results and split files in this process."""
-    for cached in (_read_split, load_schema, load_foreign_key_maps, _remove_distinct_tokens,
-                   testsuite_databases, _foreign_keys_digest, _first_database):
+    for cached in (
+        _read_split,
+        load_schema,
+        load_foreign_key_maps,
+        _remove_distinct_tokens,
+        testsuite_databases,
+        _foreign_keys_digest,
+        _first_database,
+    ):
         cached.cache_clear()
     gold_cache.clear()
     forget_cached()

@@ -19,8 +19,17 @@ for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
 
-MODEL_FIXTURES = {"models_home", "tiny_qwen3", "tiny_qwen25", "tiny_llama3", "tiny_smollm2", "tiny_tokenizer",
-                  "tiny_backend", "smollm2", "model_dir"}
+MODEL_FIXTURES = {
+    "models_home",
+    "tiny_qwen3",
+    "tiny_qwen25",
+    "tiny_llama3",
+    "tiny_smollm2",
+    "tiny_tokenizer",
+    "tiny_backend",
+    "smollm2",
+    "model_dir",
+}
 VLLM_FIXTURES = {"vllm_python", "tiny_server"}
 VERL_FIXTURES = {"verl_python"}
 
@@ -182,7 +191,12 @@ def tiny_server(tiny_qwen3, vllm_python, tmp_path_factory):
     """A vLLM server on the tiny Qwen3 (float32), shared by the tests that only talk to it."""
     from mtsql.engines.backends.vllm import VLLMBackend
 
-    backend = VLLMBackend(tiny_qwen3, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
-                          log_path=tmp_path_factory.mktemp("vllm") / "server.log")
+    backend = VLLMBackend(
+        tiny_qwen3,
+        python=str(vllm_python),
+        dtype="float32",
+        kv_cache_gib=1,
+        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+    )
     yield backend
     backend.close()

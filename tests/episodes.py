@@ -14,8 +14,13 @@ from mtsql.core.agent.tools import MemoryEntry
 from mtsql.core.data.records import Turn
 
 
-def run_episode(env: SqlAgentEnv, policy: Policy, turn: Turn, memory: list[MemoryEntry] | None = None,
-                rng: random.Random | None = None) -> Trajectory:
+def run_episode(
+    env: SqlAgentEnv,
+    policy: Policy,
+    turn: Turn,
+    memory: list[MemoryEntry] | None = None,
+    rng: random.Random | None = None,
+) -> Trajectory:
     """Reset ``env`` on ``turn`` and step ``policy`` until the episode ends; return the trajectory.
     Without ``rng`` the randomness is seeded by the turn's uid (reproducible)."""
     rng = rng or random.Random(turn.uid)

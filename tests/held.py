@@ -59,6 +59,7 @@ def held_command(marker: Path, target: str, *args: str) -> list[str]:
 
 def wait_for(marker: Path, process: subprocess.Popen, seconds: float = 300) -> None:
     """Until ``marker`` exists; fails if ``process`` ends first or ``seconds`` pass."""
+
     def held() -> bool:
         assert process.poll() is None, f"the command ended before it was held: {process.communicate()}"
         return marker.exists()

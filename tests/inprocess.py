@@ -55,8 +55,9 @@ def _logging_to(stream: io.StringIO, level: str) -> Iterator[None]:
         root.setLevel(saved_level)
 
 
-def mtsql_in_process(args: Sequence[str], *, cwd: Path | None = None,
-                     env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+def mtsql_in_process(
+    args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run ``mtsql *args``; the result has a subprocess's ``returncode``, ``stdout`` and ``stderr``."""
     from mtsql.app.cli import main
 
@@ -66,8 +67,12 @@ def mtsql_in_process(args: Sequence[str], *, cwd: Path | None = None,
     out, err = io.StringIO(), io.StringIO()
     code = 0
     clear_caches()
-    with _environment(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-            _logging_to(err, env.get("MTSQL_LOG", "WARNING").upper()):
+    with (
+        _environment(env, cwd),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        _logging_to(err, env.get("MTSQL_LOG", "WARNING").upper()),
+    ):
         sys.argv = ["mtsql", *map(str, args)]
         try:
             main()

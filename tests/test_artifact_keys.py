@@ -14,10 +14,16 @@ from mtsql.base.errors import UsageError
 def test_labels_are_the_ones_runs_already_hold():
     """Existing run folders keep working: every label a pipeline or command writes is derived unchanged."""
     derived = {
-        ArtifactKey("sample"): "sample", ArtifactKey("sample", 2): "sample-r2", ArtifactKey("reject", 2): "reject-r2",
-        ArtifactKey("sft", 10): "sft-r10", ArtifactKey("rl", 3): "rl-c3", ArtifactKey("curriculum"): "curriculum",
-        ArtifactKey("sample", variant="pool"): "sample-pool", ArtifactKey("evaluate"): "evaluate",
-        ArtifactKey.evaluation(None): "eval-base", ArtifactKey.evaluation(ArtifactKey("sft", 2)): "eval-sft-r2",
+        ArtifactKey("sample"): "sample",
+        ArtifactKey("sample", 2): "sample-r2",
+        ArtifactKey("reject", 2): "reject-r2",
+        ArtifactKey("sft", 10): "sft-r10",
+        ArtifactKey("rl", 3): "rl-c3",
+        ArtifactKey("curriculum"): "curriculum",
+        ArtifactKey("sample", variant="pool"): "sample-pool",
+        ArtifactKey("evaluate"): "evaluate",
+        ArtifactKey.evaluation(None): "eval-base",
+        ArtifactKey.evaluation(ArtifactKey("sft", 2)): "eval-sft-r2",
         ArtifactKey.evaluation(ArtifactKey("rl", 1)): "eval-rl-c1",
         ArtifactKey.evaluation(ArtifactKey("sft", 2), name="eval-sft-vote4"): "eval-sft-vote4",
         ArtifactKey.evaluation(ArtifactKey("sft", name="mine")): "eval-mine",
@@ -31,7 +37,9 @@ def test_labels_are_the_ones_runs_already_hold():
 def test_a_label_given_by_hand_keeps_what_the_artifact_is():
     by_hand = ArtifactKey.evaluation(ArtifactKey("sft", 2), name="eval-sft")  # a pipeline step's label
     assert (by_hand.label, by_hand.phase, by_hand.round) == ("eval-sft", "sft", 2)
-    assert ArtifactKey("sample", 1, name="sample-r1") == ArtifactKey("sample", 1), "the derived label is no name"
+    assert ArtifactKey("sample", 1, name="sample-r1") == ArtifactKey("sample", 1), (
+        "the derived label is no name"
+    )
     assert ArtifactKey("rl", 1).phase is None and ArtifactKey.evaluation(None).phase == "base"
 
 
@@ -40,8 +48,13 @@ def test_the_manifest_records_the_key_and_the_store_reads_it(tmp_path):
     key = ArtifactKey.evaluation(ArtifactKey("rl", 2), name="eval-rl-predicted-memory")
     art, _ = store.run(key, {}, {}, lambda ctx: {})
     manifest = json.loads((tmp_path / "eval-rl-predicted-memory" / "latest" / "manifest.json").read_text())
-    assert manifest["key"] == {"stage": "evaluate", "round": 2, "variant": "rl", "name": "eval-rl-predicted-memory",
-                               "model_variant": None}
+    assert manifest["key"] == {
+        "stage": "evaluate",
+        "round": 2,
+        "variant": "rl",
+        "name": "eval-rl-predicted-memory",
+        "model_variant": None,
+    }
     assert manifest["label"] == "eval-rl-predicted-memory" and manifest["stage"] == "evaluate"
     assert store.latest("eval-rl-predicted-memory").key == key == art.key
 
@@ -50,10 +63,16 @@ def test_an_evaluation_key_keeps_the_variant_of_the_model_it_scored(tmp_path):
     """A pipeline step's label says nothing the report reads: the key says which model was scored."""
     store = Store(tmp_path)
     for model in (ArtifactKey("sft", 1, "short"), ArtifactKey("sft", 1)):
-        store.run(ArtifactKey.evaluation(model, name="eval-x" if model.variant else "eval-y"), {"m": model.label}, {},
-                  lambda ctx: {})
-    found = {label: (art.key.phase, art.key.round, art.key.model_variant)
-             for label, art in evaluations(latest_artifacts(tmp_path)).items()}
+        store.run(
+            ArtifactKey.evaluation(model, name="eval-x" if model.variant else "eval-y"),
+            {"m": model.label},
+            {},
+            lambda ctx: {},
+        )
+    found = {
+        label: (art.key.phase, art.key.round, art.key.model_variant)
+        for label, art in evaluations(latest_artifacts(tmp_path)).items()
+    }
     assert found == {"eval-x": ("sft", 1, "short"), "eval-y": ("sft", 1, None)}
 
 
@@ -63,21 +82,35 @@ def _old_artifact(store: Store, label: str, manifest: dict, *, model: bool = Fal
     folder.mkdir(parents=True)
     if model:
         (folder / MODEL_DIR).mkdir()
-    (folder / "manifest.json").write_text(json.dumps({"label": label, "fingerprint": "abc", "outputs": []} | manifest))
+    (folder / "manifest.json").write_text(
+        json.dumps({"label": label, "fingerprint": "abc", "outputs": []} | manifest)
+    )
     (folder.parent / "latest").symlink_to("abc")
 
 
-@pytest.mark.parametrize(("label", "manifest", "lacks"), [
-    ("sft-r1", {"schema_version": 2, "stage": "sft", "round": 1}, "records no artifact key"),
-    ("eval-sft", {"schema_version": 3, "stage": "evaluate", "round": 1,
-                  "key": {"stage": "evaluate", "round": 1, "variant": "sft", "name": "eval-sft"}},
-     "does not record the variant of the model it scored"),
-])
+@pytest.mark.parametrize(
+    ("label", "manifest", "lacks"),
+    [
+        ("sft-r1", {"schema_version": 2, "stage": "sft", "round": 1}, "records no artifact key"),
+        (
+            "eval-sft",
+            {
+                "schema_version": 3,
+                "stage": "evaluate",
+                "round": 1,
+                "key": {"stage": "evaluate", "round": 1, "variant": "sft", "name": "eval-sft"},
+            },
+            "does not record the variant of the model it scored",
+        ),
+    ],
+)
 def test_an_artifact_an_older_mtsql_wrote_is_refused_with_one_line(tmp_path, label, manifest, lacks):
     store = Store(tmp_path)
     _old_artifact(store, label, manifest, model=label.startswith("sft"))
-    with pytest.raises(UsageError, match=f"{label}/abc: written by an older mtsql .*{lacks}.*; delete that folder "
-                                         "and rerun its stage") as refused:
+    with pytest.raises(
+        UsageError,
+        match=f"{label}/abc: written by an older mtsql .*{lacks}.*; delete that folder and rerun its stage",
+    ) as refused:
         store.latest(label)
     assert "\n" not in str(refused.value)
     damaged = []
@@ -96,6 +129,8 @@ def test_latest_input_artifact_placeholder_or_usage_error(tmp_path):
     with pytest.raises(UsageError, match="no complete 'reject' artifact .*mtsql status run"):
         latest_input(store, "reject")
     placeholder = latest_input(store, "reject", dry_run=True)
-    assert isinstance(placeholder, Pending) and placeholder.label == "reject" and placeholder.fingerprint is None
+    assert (
+        isinstance(placeholder, Pending) and placeholder.label == "reject" and placeholder.fingerprint is None
+    )
     done, _ = store.run(ArtifactKey("reject"), {}, {}, lambda ctx: {})
     assert latest_input(store, "reject") == done == latest_input(store, "reject", dry_run=True)

@@ -16,6 +16,7 @@ def _work(records):
     def work(ctx):
         (ctx.out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         return {"n": len(records)}
+
     return work
 
 
@@ -25,7 +26,9 @@ def test_fingerprint_stable_and_sensitive(tmp_path):
     assert fingerprint("sample", {"n": 1}, {}) == fingerprint("sample", {"n": 1}, {}) == base.fingerprint
     assert fingerprint("sample", {"n": 2}, {}) != base.fingerprint
     assert fingerprint("reject", {"n": 1}, {}) != base.fingerprint
-    assert fingerprint("reject", {"n": 1}, {"sample": base}) != fingerprint("reject", {"n": 1}, {"sample": "0" * 64})
+    assert fingerprint("reject", {"n": 1}, {"sample": base}) != fingerprint(
+        "reject", {"n": 1}, {"sample": "0" * 64}
+    )
 
 
 def test_skip_when_complete_and_force(tmp_path):
@@ -109,6 +112,7 @@ def test_lock_refuses_concurrent_run(tmp_path):
 
     def outer(ctx):
         from mtsql.base.errors import StageFailed
+
         try:
             store.run(ArtifactKey("sample"), {}, {}, _work([1]))
         except StageFailed as exc:
@@ -128,7 +132,9 @@ def test_attempts_total_duration_and_error_line_are_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "time", lambda: now[0])  # a clock that moves only when the stage works
 
     def fails(ctx):
-        (ctx.out / "shard-0.jsonl").write_text("{}\n")  # work done before the failure, kept for the next attempt
+        (ctx.out / "shard-0.jsonl").write_text(
+            "{}\n"
+        )  # work done before the failure, kept for the next attempt
         now[0] += 2.5
         raise StageFailed("the engine died")
 

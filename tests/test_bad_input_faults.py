@@ -44,6 +44,7 @@ def mtsql_run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comp
 
 # -- setups: each writes the inputs of a case into the case's folder -----------------------------------
 
+
 def copy_data(tmp: Path) -> Path:
     data = tmp / "data"
     shutil.copytree(FIXTURE_DATA, data)
@@ -61,6 +62,7 @@ def truncated_databases(tmp: Path) -> None:
 def tables_json(data: bytes) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         (copy_data(tmp) / "sparc" / "tables.json").write_bytes(data)
+
     return setup
 
 
@@ -68,6 +70,7 @@ def profile(path: str, data: bytes) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         (tmp / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp / path).write_bytes(data)
+
     return setup
 
 
@@ -75,6 +78,7 @@ def file_named(name: str) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         copy_data(tmp)
         (tmp / name).write_text("my notes\n")
+
     return setup
 
 
@@ -93,52 +97,143 @@ DATA_ENV = {"MTSQL_DATA": "{data}"}
 
 CASES = [
     # 7. user input is never read as Rich markup
-    Case("markup value kept", ("config", "show", "--config", "{tiny}", "data.eval_datasets=[foo]"), 2,
-         ("data.eval_datasets=[foo]", "got 'foo'")),
-    Case("markup closing tag", ("config", "show", "--config", "{tiny}", "data.eval_datasets=[/foo]"), 2,
-         ("data.eval_datasets=[/foo]",)),
-    Case("markup in profile path", ("config", "show", "--config", "{tmp}/[/x]/p.yaml"), 2,
-         ("[/x]/p.yaml", "did you mean 'sample'"), profile("[/x]/p.yaml", b"sampel:\n  n: 2\n")),
+    Case(
+        "markup value kept",
+        ("config", "show", "--config", "{tiny}", "data.eval_datasets=[foo]"),
+        2,
+        ("data.eval_datasets=[foo]", "got 'foo'"),
+    ),
+    Case(
+        "markup closing tag",
+        ("config", "show", "--config", "{tiny}", "data.eval_datasets=[/foo]"),
+        2,
+        ("data.eval_datasets=[/foo]",),
+    ),
+    Case(
+        "markup in profile path",
+        ("config", "show", "--config", "{tmp}/[/x]/p.yaml"),
+        2,
+        ("[/x]/p.yaml", "did you mean 'sample'"),
+        profile("[/x]/p.yaml", b"sampel:\n  n: 2\n"),
+    ),
     Case("markup in run name", ("status", "[/x]"), 2, ("no run '[/x]'",)),
     # 8. corrupt inputs
-    Case("truncated sqlite, evaluate --pred", EVAL, 2, ("pets_1.sqlite", "not a readable SQLite database"),
-         truncated_databases, DATA_ENV),
-    Case("truncated sqlite, sample", ("sample", "--policy", "gold", "data.train_limit=2", "runs_dir={tmp}/runs"), 2,
-         (".sqlite", "not a readable SQLite database"), truncated_databases, DATA_ENV),
-    Case("non-UTF-8 profile", ("config", "show", "--config", "{tmp}/p.yaml"), 2, ("p.yaml line 2", "not UTF-8"),
-         profile("p.yaml", b"run: x\n\xff\xfe: 1\n")),
-    Case("non-UTF-8 pipeline", ("run", "{tmp}/p.yaml", "--dry-run"), 2, ("p.yaml line 1", "not UTF-8"),
-         profile("p.yaml", b"steps: [\xff]\n")),
-    Case("malformed tables.json", EVAL, 2, ("tables.json line 1", "malformed JSON"), tables_json(b'[{"db_id": '),
-         DATA_ENV),
-    Case("tables.json not a list", EVAL, 2, ("tables.json", "list of databases, not a dict"),
-         tables_json(b'{"db_id": "pets_1"}'), DATA_ENV),
-    Case("tables.json entries not databases", EVAL, 2, ("tables.json", "entry 0", "db_id"),
-         tables_json(b'["pets_1"]'), DATA_ENV),
-    Case("tables.json entry lacks a key", EVAL, 2, ("tables.json", "entry 0", "foreign_keys"),
-         tables_json(b'[{"db_id": "pets_1", "table_names_original": [], "column_names_original": []}]'), DATA_ENV),
-    Case("tables.json not UTF-8", EVAL, 2, ("tables.json", "cannot read"), tables_json(b"\xff"),
-         DATA_ENV),
+    Case(
+        "truncated sqlite, evaluate --pred",
+        EVAL,
+        2,
+        ("pets_1.sqlite", "not a readable SQLite database"),
+        truncated_databases,
+        DATA_ENV,
+    ),
+    Case(
+        "truncated sqlite, sample",
+        ("sample", "--policy", "gold", "data.train_limit=2", "runs_dir={tmp}/runs"),
+        2,
+        (".sqlite", "not a readable SQLite database"),
+        truncated_databases,
+        DATA_ENV,
+    ),
+    Case(
+        "non-UTF-8 profile",
+        ("config", "show", "--config", "{tmp}/p.yaml"),
+        2,
+        ("p.yaml line 2", "not UTF-8"),
+        profile("p.yaml", b"run: x\n\xff\xfe: 1\n"),
+    ),
+    Case(
+        "non-UTF-8 pipeline",
+        ("run", "{tmp}/p.yaml", "--dry-run"),
+        2,
+        ("p.yaml line 1", "not UTF-8"),
+        profile("p.yaml", b"steps: [\xff]\n"),
+    ),
+    Case(
+        "malformed tables.json",
+        EVAL,
+        2,
+        ("tables.json line 1", "malformed JSON"),
+        tables_json(b'[{"db_id": '),
+        DATA_ENV,
+    ),
+    Case(
+        "tables.json not a list",
+        EVAL,
+        2,
+        ("tables.json", "list of databases, not a dict"),
+        tables_json(b'{"db_id": "pets_1"}'),
+        DATA_ENV,
+    ),
+    Case(
+        "tables.json entries not databases",
+        EVAL,
+        2,
+        ("tables.json", "entry 0", "db_id"),
+        tables_json(b'["pets_1"]'),
+        DATA_ENV,
+    ),
+    Case(
+        "tables.json entry lacks a key",
+        EVAL,
+        2,
+        ("tables.json", "entry 0", "foreign_keys"),
+        tables_json(b'[{"db_id": "pets_1", "table_names_original": [], "column_names_original": []}]'),
+        DATA_ENV,
+    ),
+    Case("tables.json not UTF-8", EVAL, 2, ("tables.json", "cannot read"), tables_json(b"\xff"), DATA_ENV),
     # beyond the issue's list: a name that is a path wrote artifacts outside the run folder
-    Case("label is a path", ("sample", "--policy", "gold", "--label", "../../escaped", "runs_dir={tmp}/runs"), 2,
-         ("label '../../escaped'", "names a folder")),
-    Case("run name is a path", ("sample", "--policy", "gold", "run=../x", "runs_dir={tmp}/runs"), 2,
-         ("run '../x'", "names a folder")),
+    Case(
+        "label is a path",
+        ("sample", "--policy", "gold", "--label", "../../escaped", "runs_dir={tmp}/runs"),
+        2,
+        ("label '../../escaped'", "names a folder"),
+    ),
+    Case(
+        "run name is a path",
+        ("sample", "--policy", "gold", "run=../x", "runs_dir={tmp}/runs"),
+        2,
+        ("run '../x'", "names a folder"),
+    ),
     # 9. filesystem
-    Case("runs_dir is a file, stage", ("sample", "--policy", "gold", "runs_dir={tmp}/notes.txt"), 2,
-         ("runs_dir=", "notes.txt is a file, not a folder"), file_named("notes.txt")),
-    Case("runs_dir is a file, status", ("status", "runs_dir={tmp}/notes.txt"), 2,
-         ("runs_dir=", "notes.txt is a file, not a folder"), file_named("notes.txt")),
-    Case("evaluate --out is a file", (*EVAL[:-3], "{tmp}/notes.txt", "--workers", "1"), 2,
-         ("notes.txt is a file, not a folder",), file_named("notes.txt"), DATA_ENV),
-    Case("evaluate --out under a file", (*EVAL[:-3], "{tmp}/notes.txt/out", "--workers", "1"), 2,
-         ("notes.txt is a file, not a folder",), file_named("notes.txt"), DATA_ENV),
+    Case(
+        "runs_dir is a file, stage",
+        ("sample", "--policy", "gold", "runs_dir={tmp}/notes.txt"),
+        2,
+        ("runs_dir=", "notes.txt is a file, not a folder"),
+        file_named("notes.txt"),
+    ),
+    Case(
+        "runs_dir is a file, status",
+        ("status", "runs_dir={tmp}/notes.txt"),
+        2,
+        ("runs_dir=", "notes.txt is a file, not a folder"),
+        file_named("notes.txt"),
+    ),
+    Case(
+        "evaluate --out is a file",
+        (*EVAL[:-3], "{tmp}/notes.txt", "--workers", "1"),
+        2,
+        ("notes.txt is a file, not a folder",),
+        file_named("notes.txt"),
+        DATA_ENV,
+    ),
+    Case(
+        "evaluate --out under a file",
+        (*EVAL[:-3], "{tmp}/notes.txt/out", "--workers", "1"),
+        2,
+        ("notes.txt is a file, not a folder",),
+        file_named("notes.txt"),
+        DATA_ENV,
+    ),
 ]
 
 
 def files_under(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()
-            and "home" not in p.relative_to(root).parts[:1]}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "home" not in p.relative_to(root).parts[:1]
+    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -170,6 +265,7 @@ def test_markup_in_a_listed_path_is_printed_as_is(tmp_path):
 
 # -- 8. a gold-cache file holding text: a warning, the entries computed again, the same scores -----------
 
+
 def test_damaged_gold_cache_is_recomputed_with_a_warning(tmp_path):
     copy_data(tmp_path)
     args = ("evaluate", "--pred", "pred.txt", "--dataset", "sparc", "--workers", "1")
@@ -187,6 +283,7 @@ def test_damaged_gold_cache_is_recomputed_with_a_warning(tmp_path):
 
 
 # -- 9. filesystem ----------------------------------------------------------------------------------------
+
 
 def test_evaluate_out_never_pairs_new_items_with_an_old_summary(tmp_path, monkeypatch):
     """A disk that fills up between the two files: the folder must not hold the old summary beside the
@@ -209,7 +306,8 @@ def test_evaluate_out_never_pairs_new_items_with_an_old_summary(tmp_path, monkey
         write_outputs(out, Evaluation([{"turn": "new"}, {"turn": "new"}], {"turns": 2, "version": "new"}))
     summary = out / "summary.json"
     assert not summary.exists() or json.loads(summary.read_text())["turns"] == len(
-        (out / "items.jsonl").read_text().splitlines())
+        (out / "items.jsonl").read_text().splitlines()
+    )
 
 
 def in_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -218,9 +316,19 @@ def in_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
     probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip("needs unprivileged user namespaces (unshare -rm)")
-    return subprocess.run(["unshare", "-rm", "bash", "-c", script], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=300, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONPATH": str(SRC),
-                                            "MTSQL_HOME": str(tmp_path / "home")})
+    return subprocess.run(
+        ["unshare", "-rm", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "COLUMNS": "200",
+            "PYTHONPATH": str(SRC),
+            "MTSQL_HOME": str(tmp_path / "home"),
+        },
+    )
 
 
 def test_full_disk_is_one_line(tmp_path):
@@ -232,13 +340,17 @@ def test_full_disk_is_one_line(tmp_path):
         f"{py} evaluate --pred pred.txt --dataset sparc --out small/out --workers 1 >/dev/null 2>eval.err || "
         "echo $? > eval.rc\n"
         f"{py} sample --policy gold data.train_limit=40 runs_dir=small/runs >/dev/null 2>sample.err || "
-        "echo $? > sample.rc\n", tmp_path)
+        "echo $? > sample.rc\n",
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     for command in ("eval", "sample"):
         err = (tmp_path / f"{command}.err").read_text()
         assert (tmp_path / f"{command}.rc").read_text().strip() == "1", err
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and "No space left on device" in lines[0] and "free some space" in lines[0], err
+        assert len(lines) == 1 and "No space left on device" in lines[0] and "free some space" in lines[0], (
+            err
+        )
 
 
 def test_read_only_run_can_be_read(tmp_path):
@@ -258,7 +370,8 @@ def test_read_only_run_can_be_read(tmp_path):
         "report_inside": f"{py} report r runs_dir=runs",
     }
     script = "mount --bind -o ro runs runs\n" + "".join(
-        f"{command} >{name}.out 2>{name}.err; echo $? >{name}.rc\n" for name, command in steps.items())
+        f"{command} >{name}.out 2>{name}.err; echo $? >{name}.rc\n" for name, command in steps.items()
+    )
     assert in_namespace(script, tmp_path).returncode == 0
 
     def outcome(name):
@@ -271,20 +384,37 @@ def test_read_only_run_can_be_read(tmp_path):
     assert (tmp_path / "elsewhere" / "report" / "report.md").is_file()
     assert (tmp_path / "elsewhere" / "eval" / "summary.json").is_file()
     code, err = outcome("report_inside")
-    assert code == 1 and len(err.strip().splitlines()) == 1 and "Read-only file system" in err and "--out" in err
+    assert (
+        code == 1 and len(err.strip().splitlines()) == 1 and "Read-only file system" in err and "--out" in err
+    )
 
 
 # -- 10. Ctrl-C -------------------------------------------------------------------------------------------
+
 
 def test_ctrl_c_names_the_partial_folder(tmp_path):
     """A real SIGINT while a stage runs (held in its rollout, so that it cannot finish first): exit 130
     and the promised line (Typer used to swallow it)."""
     runs, marker = tmp_path / "runs", tmp_path / "in-rollout"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "MTSQL_HOME": str(tmp_path / "home")}
-    command = held_command(marker, "mtsql.core.agent.policies:GoldPolicy.__call__", "sample", "--policy", "gold",
-                           f"runs_dir={runs}", "run=r")
-    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=ctrl_c_reaches_it)
+    command = held_command(
+        marker,
+        "mtsql.core.agent.policies:GoldPolicy.__call__",
+        "sample",
+        "--policy",
+        "gold",
+        f"runs_dir={runs}",
+        "run=r",
+    )
+    process = subprocess.Popen(
+        command,
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ctrl_c_reaches_it,
+    )
     wait_for(marker, process)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)

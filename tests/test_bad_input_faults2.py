@@ -74,15 +74,20 @@ def data_copy(here: Path) -> Path:
 # 6. MTSQL_HOME that is a file
 
 
-@pytest.mark.parametrize("args", [
-    ("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--out", "out", "--workers", "2"),
-    ("models", "make-tiny", "qwen3"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--out", "out", "--workers", "2"),
+        ("models", "make-tiny", "qwen3"),
+    ],
+)
 def test_r6_a_home_that_is_a_file_is_one_line(here, run_cli, monkeypatch, args):
     home = here / "home-file"
     home.write_text("not a folder\n")
     monkeypatch.setenv("MTSQL_HOME", str(home))
-    (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
+    (here / "pred.txt").write_text(
+        "".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines())
+    )
     refused(run_cli(*args), 2, f"MTSQL_HOME: {home} is a file, not a folder", "set MTSQL_HOME to a folder")
     assert home.read_text() == "not a folder\n" and not (here / "out").exists()
 
@@ -96,8 +101,14 @@ def test_r8_an_edited_output_is_not_served_as_cached(run, run_cli):
     edit(trajectories)
     before = snapshot(run)
     for dry in ((), ("--dry-run",)):
-        line = refused(run_cli("sample", *RUNS, *GOLD_POLICY, *dry), 2, str(trajectories), "content changed",
-                       "mtsql data verify", "--force")
+        line = refused(
+            run_cli("sample", *RUNS, *GOLD_POLICY, *dry),
+            2,
+            str(trajectories),
+            "content changed",
+            "mtsql data verify",
+            "--force",
+        )
         assert "cached" not in line
     assert snapshot(run) == before
 
@@ -108,7 +119,10 @@ def test_r8_sft_iterate_does_not_serve_an_edited_round(here, run_cli):
     run_stage("reject", cfg, key=ArtifactKey("reject", 1), inputs={"sample": sampled})
     edit(sampled.path / "trajectories.jsonl")
     before = snapshot(here / "runs")
-    for dry in (("--dry-run",), ()):  # the plan first: where the store served the round, the real run would train
+    for dry in (
+        ("--dry-run",),
+        (),
+    ):  # the plan first: where the store served the round, the real run would train
         ran = run_cli("sft-iterate", *RUNS, "data.train_limit=2", *dry)
         refused(ran, 2, "trajectories.jsonl", "content changed", "sample-r1")
     assert snapshot(here / "runs") == before
@@ -176,16 +190,23 @@ def test_r11_a_database_locked_by_another_process_says_so(here, run_cli, monkeyp
     data = data_copy(here)
     train, dev = train_database(data), json.loads((data / "sparc" / "dev.json").read_text())[0]["database_id"]
     train_db, dev_db = (data / "database" / name / f"{name}.sqlite" for name in (train, dev))
-    (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
+    (here / "pred.txt").write_text(
+        "".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines())
+    )
     scored = ("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--workers", "1", f"data.root={data}")
     assert run_cli(*scored, "--out", "warm").code == 0  # the gold cache now answers for the gold queries
     before = snapshot(data)
-    holder = subprocess.Popen([sys.executable, "-c", LOCKER, str(train_db), str(dev_db)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(train_db), str(dev_db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        line = refused(run_cli("sample", *RUNS, *GOLD_POLICY, f"data.root={data}"), 2, str(train_db),
-                       "another process")
+        line = refused(
+            run_cli("sample", *RUNS, *GOLD_POLICY, f"data.root={data}"), 2, str(train_db), "another process"
+        )
         assert "copy it again" not in line
         refused(run_cli(*scored, "--out", "out"), 2, str(dev_db), "another process")
         found = check_split("sparc", "dev", data)
@@ -278,8 +299,12 @@ def test_r21_a_utf16_file_is_named_as_such(here, run_cli, encoding, which):
     shutil.copy(GOLD, here / "gold.txt")
     target = here / f"{which}.txt"
     target.write_bytes(target.read_text().encode(encoding))
-    refused(run_cli("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--gold", "gold.txt", "--out", "out"), 2,
-            f"{which}.txt: UTF-16", "save it as UTF-8")
+    refused(
+        run_cli("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--gold", "gold.txt", "--out", "out"),
+        2,
+        f"{which}.txt: UTF-16",
+        "save it as UTF-8",
+    )
     assert not (here / "out").exists()
 
 
@@ -287,9 +312,17 @@ def test_r21_a_utf16_file_is_named_as_such(here, run_cli, encoding, which):
 def test_r21_a_utf16_tables_json_is_named_as_such(here, run_cli, encoding):
     tables = here / "tables.json"
     tables.write_bytes((FIXTURE_DATA / "sparc" / "tables.json").read_text().encode(encoding))
-    (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
-    refused(run_cli("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--tables", "tables.json", "--out", "out"),
-            2, "tables.json: UTF-16", "save it as UTF-8")
+    (here / "pred.txt").write_text(
+        "".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines())
+    )
+    refused(
+        run_cli(
+            "evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--tables", "tables.json", "--out", "out"
+        ),
+        2,
+        "tables.json: UTF-16",
+        "save it as UTF-8",
+    )
     assert not (here / "out").exists()
 
 
@@ -312,13 +345,18 @@ Store(Path(sys.argv[1])).run(ArtifactKey("sample"), {}, {}, work)
 
 def test_r22_a_killed_attempt_is_recorded_with_its_time(here):
     runs, marker = here / "runs" / "r", here / "started"
-    process = subprocess.Popen([sys.executable, "-c", KILLED_STAGE, str(runs), str(marker)], stdin=subprocess.PIPE,
-                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "MTSQL_HOME": str(here / "home")})
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILLED_STAGE, str(runs), str(marker)],
+        stdin=subprocess.PIPE,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "MTSQL_HOME": str(here / "home")},
+    )
     wait_for(marker, process, seconds=120)
     process.kill()
     process.wait(timeout=60)
     partial = next(runs.glob("sample/*.partial"))
-    started = dt.datetime.fromisoformat(json.loads((partial / ATTEMPTS).read_text())["attempts"][0]["started_at"])
+    started = dt.datetime.fromisoformat(
+        json.loads((partial / ATTEMPTS).read_text())["attempts"][0]["started_at"]
+    )
     last_write = started.timestamp() + 30.0  # as if its last shard were written 30 s in
     os.utime(partial / "shard-0.jsonl", (last_write, last_write))
 
@@ -361,14 +399,27 @@ def test_r25_a_read_only_home_says_to_move_mtsql_home(here):
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
         pytest.skip("needs unprivileged user namespaces (unshare -rm)")
     (here / "home").mkdir()
-    (here / "pred.txt").write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
-    script = ("mount --bind -o ro home home\n"
-              f"{sys.executable} -m mtsql evaluate --dataset sparc --pred pred.txt --out out --workers 1 "
-              "2>err.txt\n"
-              "echo $? >rc.txt\n")
-    subprocess.run(["unshare", "-rm", "bash", "-c", script], cwd=here, timeout=300, check=True,
-                   env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "PYTHONPATH": str(SRC),
-                        "MTSQL_HOME": str(here / "home")})
+    (here / "pred.txt").write_text(
+        "".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines())
+    )
+    script = (
+        "mount --bind -o ro home home\n"
+        f"{sys.executable} -m mtsql evaluate --dataset sparc --pred pred.txt --out out --workers 1 "
+        "2>err.txt\n"
+        "echo $? >rc.txt\n"
+    )
+    subprocess.run(
+        ["unshare", "-rm", "bash", "-c", script],
+        cwd=here,
+        timeout=300,
+        check=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "COLUMNS": "200",
+            "PYTHONPATH": str(SRC),
+            "MTSQL_HOME": str(here / "home"),
+        },
+    )
     err = (here / "err.txt").read_text()
     assert (here / "rc.txt").read_text().strip() == "1", err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -384,17 +435,33 @@ def test_r26_a_non_ascii_label_in_the_c_locale(run):
     """``status`` and ``show`` of a run with a non-ASCII label (the label typed as the terminal sends it),
     and a pipeline step that would make one where no file name can hold it: escapes, or one line."""
     Store(run).run(ArtifactKey("sample", name="café"), {"n": 2}, {}, lambda ctx: {"count": 0})
-    Store(run).run(ArtifactKey("sample", variant="éé"), {"n": 3}, {},  # an artifact with trajectories to show
-                   lambda ctx: shutil.copy(sample_folder(run) / "trajectories.jsonl", ctx.out) and {})
-    (run.parent.parent / "p.yaml").write_text("steps:\n  - stage: sample\n    label: thé\n"
-                                              "    overrides: [sample.policy=gold, data.train_limit=2]\n")
+    Store(run).run(
+        ArtifactKey("sample", variant="éé"),
+        {"n": 3},
+        {},  # an artifact with trajectories to show
+        lambda ctx: shutil.copy(sample_folder(run) / "trajectories.jsonl", ctx.out) and {},
+    )
+    (run.parent.parent / "p.yaml").write_text(
+        "steps:\n  - stage: sample\n    label: thé\n    overrides: [sample.policy=gold, data.train_limit=2]\n"
+    )
     before = snapshot(run)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "LC_ALL": "C", "PYTHONUTF8": "0", "COLUMNS": "200",
-           "MTSQL_HOME": str(run.parent.parent / "home")}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(SRC),
+        "LC_ALL": "C",
+        "PYTHONUTF8": "0",
+        "COLUMNS": "200",
+        "MTSQL_HOME": str(run.parent.parent / "home"),
+    }
 
     def mtsql_c(*args: str) -> tuple[int, str, str]:
-        done = subprocess.run([sys.executable, "-m", "mtsql", *args], cwd=run.parent.parent, capture_output=True,
-                              timeout=120, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "mtsql", *args],
+            cwd=run.parent.parent,
+            capture_output=True,
+            timeout=120,
+            env=env,
+        )
         return done.returncode, done.stdout.decode("utf-8"), done.stderr.decode("ascii")
 
     code, out, err = mtsql_c("status", "tiny", "runs_dir=runs")
@@ -407,7 +474,9 @@ def test_r26_a_non_ascii_label_in_the_c_locale(run):
     assert code == 2 and "Traceback" not in err and last.startswith("error: "), err
     assert "th\\xe9" in last and "LC_ALL=C.UTF-8" in last, err
     assert snapshot(run) == before
-    code, out, err = mtsql_c("report", "tiny", "runs_dir=runs")  # report.md holds non-ASCII text whatever the locale
+    code, out, err = mtsql_c(
+        "report", "tiny", "runs_dir=runs"
+    )  # report.md holds non-ASCII text whatever the locale
     assert code == 0 and "Traceback" not in err, err
     assert "caf" in (run / "report" / "report.md").read_text(encoding="utf-8")
 

@@ -45,11 +45,13 @@ from .test_bad_input_store import (
 @pytest.fixture
 def run_cli(capsys):
     """``run_cli(*args)``: a ``Ran`` with what the command printed."""
+
     def call(*args: str) -> Ran:
         capsys.readouterr()
         code = mtsql(*args)
         captured = capsys.readouterr()
         return Ran(code, captured.out + captured.err)
+
     return call
 
 
@@ -63,7 +65,9 @@ def two_runs(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MTSQL_HOME", str(root / "home"))
         patch.delenv("MTSQL_DATA", raising=False)
-        cfg = load_config(Path(TINY), [f"runs_dir={root / 'runs'}", "sample.policy=gold", "data.train_limit=2"])
+        cfg = load_config(
+            Path(TINY), [f"runs_dir={root / 'runs'}", "sample.policy=gold", "data.train_limit=2"]
+        )
         run_stage("sample", cfg)
         shutil.copytree(root / "runs" / "tiny", root / "runs" / "y", symlinks=True)
         evaluation(Store(root / "runs" / "y"))
@@ -103,8 +107,13 @@ def report_text(folder: Path) -> str:
 def test_r1_report_out_onto_its_own_run_deletes_nothing(here, run, run_cli):
     before = snapshot(here / "runs")
     for out in ("runs/tiny", str(run.resolve()), "runs/tiny/"):
-        refused(run_cli("report", "tiny", "runs_dir=runs", "--out", out), 2, f"--out {Path(out)}", "is the run folder",
-                "outside any run")
+        refused(
+            run_cli("report", "tiny", "runs_dir=runs", "--out", out),
+            2,
+            f"--out {Path(out)}",
+            "is the run folder",
+            "outside any run",
+        )
     assert snapshot(here / "runs") == before
     assert run_cli("data", "verify", "tiny", "runs_dir=runs").code == 0
 
@@ -116,9 +125,14 @@ def test_r2_report_out_onto_another_run_deletes_nothing(here, run, run_cli):
     evaluation(Store(outside))
     before = snapshot(here / "runs"), snapshot(here / "elsewhere")
     eval_folder = str((here / "runs" / "y" / "eval-base" / "latest").resolve())
-    for out, words in (("runs/y", "is the run folder"), ("runs/y/eval-base", "is inside the run folder"),
-                       (eval_folder, "is inside the run folder"), ("runs/y/notes", "is inside the run folder"),
-                       ("elsewhere/r2", "is the run folder"), ("elsewhere/r2/eval-base", "is inside the run folder")):
+    for out, words in (
+        ("runs/y", "is the run folder"),
+        ("runs/y/eval-base", "is inside the run folder"),
+        (eval_folder, "is inside the run folder"),
+        ("runs/y/notes", "is inside the run folder"),
+        ("elsewhere/r2", "is the run folder"),
+        ("elsewhere/r2/eval-base", "is inside the run folder"),
+    ):
         refused(run_cli("report", "tiny", "runs_dir=runs", "--out", out), 2, f"--out {Path(out)}", words)
     refused(run_cli("report", "tiny", "runs_dir=runs", "--out", "runs/reports"), 2, "under runs_dir")
     assert (snapshot(here / "runs"), snapshot(here / "elsewhere")) == before
@@ -132,8 +146,13 @@ def test_r3_report_out_onto_a_users_folder_deletes_nothing(here, run, run_cli):
     folder = notes(here)
     before = snapshot(folder)
     for out in ("notes", "~/notes", str(folder)):
-        refused(run_cli("report", "tiny", "runs_dir=runs", "--out", out), 2, f"--out {out}",
-                "not written by mtsql report", "deletes only what it wrote")
+        refused(
+            run_cli("report", "tiny", "runs_dir=runs", "--out", out),
+            2,
+            f"--out {out}",
+            "not written by mtsql report",
+            "deletes only what it wrote",
+        )
     assert snapshot(folder) == before
     (here / "empty").mkdir()
     for out in ("fresh/report", "fresh/report", "empty"):
@@ -147,12 +166,20 @@ def test_r3_report_out_onto_a_users_folder_deletes_nothing(here, run, run_cli):
     assert snapshot(folder) == before
     (here / "fresh" / "report" / "plots" / "drawn-by-hand.png").write_bytes(b"mine")
     before = snapshot(here / "fresh")
-    refused(run_cli("report", "tiny", "runs_dir=runs", "--out", "fresh/report"), 2, "drawn-by-hand.png",
-            "not written by mtsql report")
+    refused(
+        run_cli("report", "tiny", "runs_dir=runs", "--out", "fresh/report"),
+        2,
+        "drawn-by-hand.png",
+        "not written by mtsql report",
+    )
     report = here / "empty" / "report.md"
     report.write_text(report.read_text() + "\nmy comment\n")
-    refused(run_cli("report", "tiny", "runs_dir=runs", "--out", "empty"), 2, str(report),
-            "changed since the report wrote it")
+    refused(
+        run_cli("report", "tiny", "runs_dir=runs", "--out", "empty"),
+        2,
+        str(report),
+        "changed since the report wrote it",
+    )
     assert snapshot(here / "fresh") == before and "my comment" in report.read_text()
     assert leftovers(here) == []
 
@@ -169,20 +196,38 @@ def test_r7_a_run_is_known_by_what_it_holds(here, run, run_cli):
     pred.write_text("".join(line.split("\t")[0] + "\n" for line in GOLD.read_text().splitlines()))
     before = snapshot(here / "elsewhere")
     for out in ("elsewhere/r2", "elsewhere/r2/scores", "elsewhere/r2/sample", "elsewhere/r2/sample/scores"):
-        refused(run_cli("evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", out, "runs_dir=runs"), 2,
-                f"--out {out}", "inside a run folder")
+        refused(
+            run_cli("evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", out, "runs_dir=runs"),
+            2,
+            f"--out {out}",
+            "inside a run folder",
+        )
     assert snapshot(here / "elsewhere") == before
-    assert run_cli("evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", "elsewhere/scores",
-                   "runs_dir=runs").code == 0
+    assert (
+        run_cli(
+            "evaluate",
+            "--dataset",
+            "sparc",
+            "--pred",
+            str(pred),
+            "--out",
+            "elsewhere/scores",
+            "runs_dir=runs",
+        ).code
+        == 0
+    )
     (outside / "scores").mkdir()
     (outside / "scores" / "summary.json").write_text("{}")
     (outside / "notes.txt").write_text("mine")
     (outside / "sample" / "copy").mkdir()
     (outside / "sample" / "0123456789ab").mkdir()
-    lines = verify_problems(run_cli("data", "verify", str(outside)), f"{outside / 'scores'}: not written by a stage",
-                            f"{outside / 'notes.txt'}: not written by a stage",
-                            f"{outside / 'sample' / 'copy'}: not written by a stage",
-                            f"{outside / 'sample' / '0123456789ab'}: an artifact folder without manifest.json")
+    lines = verify_problems(
+        run_cli("data", "verify", str(outside)),
+        f"{outside / 'scores'}: not written by a stage",
+        f"{outside / 'notes.txt'}: not written by a stage",
+        f"{outside / 'sample' / 'copy'}: not written by a stage",
+        f"{outside / 'sample' / '0123456789ab'}: an artifact folder without manifest.json",
+    )
     assert len(lines) == 4, lines
     assert run_cli("report", str(outside), "--out", "r2-report").code == 0
     assert run_cli("report", str(outside)).code == 0
@@ -198,15 +243,23 @@ def test_r15_report_out_onto_what_is_not_a_folder_of_its_own(here, run, run_cli)
     (here / "file.txt").write_text("mine\n")
     folder = notes(here)
     (here / "link").symlink_to(folder)
-    cases = (("file.txt", "is a file, not a folder"), ("file.txt/sub", f"{here / 'file.txt'} is a file, not a folder"),
-             (".", "holds the working folder"),
-             (str(here), "holds the working folder"), ("/", "holds the working folder"),
-             ("runs/tiny/sample/latest", "is a symlink"), ("link", "is a symlink"), ("link/", "is a symlink"))
+    cases = (
+        ("file.txt", "is a file, not a folder"),
+        ("file.txt/sub", f"{here / 'file.txt'} is a file, not a folder"),
+        (".", "holds the working folder"),
+        (str(here), "holds the working folder"),
+        ("/", "holds the working folder"),
+        ("runs/tiny/sample/latest", "is a symlink"),
+        ("link", "is a symlink"),
+        ("link/", "is a symlink"),
+    )
     before = snapshot(here)
     for out, words in cases:
         refused(run_cli("report", "tiny", "runs_dir=runs", "--out", out), 2, f"--out {Path(out)}", words)
     (run / "report").symlink_to(folder)
-    refused(run_cli("report", "tiny", "runs_dir=runs"), 2, f"{run / 'report'} is a symlink", "delete the link")
+    refused(
+        run_cli("report", "tiny", "runs_dir=runs"), 2, f"{run / 'report'} is a symlink", "delete the link"
+    )
     (run / "report").unlink()
     assert snapshot(here) == before and leftovers(here) == []
 
@@ -230,15 +283,32 @@ def test_r16_two_reports_of_one_run_at_once_both_end_well(here, run):
     nothing else of the run changed."""
     marker, gate = here / "building", here / "gate"
     os.mkfifo(gate)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "COLUMNS": "200", "MTSQL_HOME": str(here / "home")}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(SRC),
+        "COLUMNS": "200",
+        "MTSQL_HOME": str(here / "home"),
+    }
     command = ("report", "tiny", "runs_dir=runs")
     before = snapshot(here / "runs")
-    first = subprocess.Popen([sys.executable, "-c", HELD_REPORT, str(marker), str(gate), *command], cwd=here,
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", HELD_REPORT, str(marker), str(gate), *command],
+        cwd=here,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(marker, first, seconds=120)
-        second = subprocess.run([sys.executable, "-m", "mtsql", *command], cwd=here, env=env, capture_output=True,
-                                text=True, timeout=300)
+        second = subprocess.run(
+            [sys.executable, "-m", "mtsql", *command],
+            cwd=here,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert second.returncode == 0 and "Traceback" not in second.stderr, second.stderr
         with open(gate, "w") as released:  # the first report waits on the other end
             released.write("go")
@@ -262,9 +332,19 @@ def test_r16_a_report_killed_outright_leaves_nothing_the_next_does_not_clear(her
     that), and `data verify` finds nothing in the run that no stage or report wrote."""
     marker, gate = here / "building", here / "gate"
     os.mkfifo(gate)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "COLUMNS": "200", "MTSQL_HOME": str(here / "home")}
-    killed = subprocess.Popen([sys.executable, "-c", HELD_REPORT, str(marker), str(gate), "report", "tiny",
-                               "runs_dir=runs"], cwd=here, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(SRC),
+        "COLUMNS": "200",
+        "MTSQL_HOME": str(here / "home"),
+    }
+    killed = subprocess.Popen(
+        [sys.executable, "-c", HELD_REPORT, str(marker), str(gate), "report", "tiny", "runs_dir=runs"],
+        cwd=here,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(marker, killed, seconds=120)
     finally:
@@ -309,30 +389,56 @@ def test_r19_a_run_whose_only_artifact_is_edited_says_why(here, run, run_cli):
     trajectories = (run / "sample" / "latest").resolve() / "trajectories.jsonl"
     trajectories.write_text(trajectories.read_text().replace('"execution": 1', '"execution": 0', 1))
     before = snapshot(here / "runs")
-    refused(run_cli("report", "tiny", "runs_dir=runs"), 2, "no complete artifacts to report on", "1 left out",
-            "do not verify", str(trajectories), "content changed")
+    refused(
+        run_cli("report", "tiny", "runs_dir=runs"),
+        2,
+        "no complete artifacts to report on",
+        "1 left out",
+        "do not verify",
+        str(trajectories),
+        "content changed",
+    )
     assert snapshot(here / "runs") == before
 
 
 def test_r30_status_of_what_is_not_a_run_is_one_line(here, run, run_cli):
-    for folder, kind in (("runs/tiny/sample", "a label folder"), ("runs/tiny/sample/latest", "an artifact folder")):
+    for folder, kind in (
+        ("runs/tiny/sample", "a label folder"),
+        ("runs/tiny/sample/latest", "an artifact folder"),
+    ):
         for command in (("status",), ("report",), ("data", "verify")):
-            refused(run_cli(*command, folder), 2, f"{folder} is {kind} of the run {run.resolve()}", "not a run")
+            refused(
+                run_cli(*command, folder), 2, f"{folder} is {kind} of the run {run.resolve()}", "not a run"
+            )
     notes(here)
     refused(run_cli("status", "notes"), 2, "notes holds no artifact, not a run folder")
-    refused(run_cli("status", "runs"), 2, "runs holds no artifact, not a run folder", "holds the runs tiny, y",
-            "mtsql status runs/tiny")
+    refused(
+        run_cli("status", "runs"),
+        2,
+        "runs holds no artifact, not a run folder",
+        "holds the runs tiny, y",
+        "mtsql status runs/tiny",
+    )
     line = refused(run_cli("status", str(here / "nowhere")), 2, "no run")
     assert line.count(str(here / "nowhere")) == 2, line  # the run asked for and where it was looked for: once
 
 
-def test_a_pipeline_whose_report_folder_holds_a_users_file_is_refused_before_its_first_step(here, run, run_cli):
+def test_a_pipeline_whose_report_folder_holds_a_users_file_is_refused_before_its_first_step(
+    here, run, run_cli
+):
     """The report is a pipeline's last step: a folder it could not replace is refused before any stage
     runs."""
     (run / "report").mkdir()
     (run / "report" / "mine.md").write_text("the user's own notes\n")
-    (here / "p.yaml").write_text("steps:\n  - stage: sample\n    label: s2\n"
-                                 "    overrides: [sample.policy=gold, data.train_limit=1]\n  - stage: report\n")
+    (here / "p.yaml").write_text(
+        "steps:\n  - stage: sample\n    label: s2\n"
+        "    overrides: [sample.policy=gold, data.train_limit=1]\n  - stage: report\n"
+    )
     before = snapshot(here / "runs")
-    refused(run_cli("run", "p.yaml", "--config", TINY, "runs_dir=runs"), 2, "mine.md", "deletes only what it wrote")
+    refused(
+        run_cli("run", "p.yaml", "--config", TINY, "runs_dir=runs"),
+        2,
+        "mine.md",
+        "deletes only what it wrote",
+    )
     assert snapshot(here / "runs") == before

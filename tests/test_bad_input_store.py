@@ -80,11 +80,13 @@ def mtsql(*args: str) -> int:
 @pytest.fixture
 def run_cli(capsys):
     """``run_cli(*args)``: a ``Ran`` with what the command printed."""
+
     def call(*args: str) -> Ran:
         capsys.readouterr()
         code = mtsql(*args)
         captured = capsys.readouterr()
         return Ran(code, captured.out + captured.err)
+
     return call
 
 
@@ -141,7 +143,9 @@ def sample_run(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MTSQL_HOME", str(root / "home"))
         patch.delenv("MTSQL_DATA", raising=False)
-        cfg = load_config(Path(TINY), [f"runs_dir={root / 'runs'}", "sample.policy=gold", "data.train_limit=2"])
+        cfg = load_config(
+            Path(TINY), [f"runs_dir={root / 'runs'}", "sample.policy=gold", "data.train_limit=2"]
+        )
         run_stage("sample", cfg)
     return root / "runs"
 
@@ -163,16 +167,27 @@ GOLD_POLICY = ("--policy", "gold", "data.train_limit=2")  # the sample of the fi
 def evaluation(store: Store, *, correct: bool = False) -> Path:
     """An evaluation artifact of the base model on SParC: the scorer's files for predictions that are
     the gold (``correct``) or ``SELECT 1`` everywhere."""
+
     def work(ctx):
         lines = GOLD.read_text().splitlines()
         pred = ctx.out / "pred.txt"
-        pred.write_text("".join((line.split("\t")[0] if correct else "SELECT 1") + "\n" if line.strip() else "\n"
-                                for line in lines))
+        pred.write_text(
+            "".join(
+                (line.split("\t")[0] if correct else "SELECT 1") + "\n" if line.strip() else "\n"
+                for line in lines
+            )
+        )
         result = evaluate_files("sparc", pred)
         write_outputs(ctx.out / "sparc", result)
         question = result.summary["execution"]["question"]
-        return {"model_name": "smollm2-135m", "mode": "long", "memory": "gold", "decoding": "greedy",
-                "datasets": {"sparc": {"turns": question["scored"], "ex": question["accuracy"], "em": 0.0}}}
+        return {
+            "model_name": "smollm2-135m",
+            "mode": "long",
+            "memory": "gold",
+            "decoding": "greedy",
+            "datasets": {"sparc": {"turns": question["scored"], "ex": question["accuracy"], "em": 0.0}},
+        }
+
     artifact, _ = store.run(ArtifactKey("evaluate", variant="base"), {"correct": correct}, {}, work)
     return artifact.path
 
@@ -242,8 +257,12 @@ def test_h4_evaluate_out_refuses_a_folder_inside_a_run(here, run, run_cli):
     inside_other = evaluation(other) / "sparc"
     before = snapshot(here / "runs"), snapshot(here / "elsewhere")
     for out in ("runs/tiny/eval-base/latest/sparc", "runs/tiny/notes", str(inside_other)):
-        refused(run_cli("evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", out, "runs_dir=runs"), 2,
-                f"--out {out}", "inside a run folder")
+        refused(
+            run_cli("evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", out, "runs_dir=runs"),
+            2,
+            f"--out {out}",
+            "inside a run folder",
+        )
     assert (snapshot(here / "runs"), snapshot(here / "elsewhere")) == before
 
 
@@ -275,15 +294,20 @@ def test_h6_the_store_never_writes_through_a_symlink(here, run, run_cli):
     assert precious.read_text() == "mine\n" and snapshot(run) == before
 
 
-@pytest.mark.parametrize("args", [
-    ("reject", "--sample", "{abs}"),
-    ("reject", "--sample", "../other/sample"),
-    ("evaluate", "--model", "../other/sft"),
-    ("sft", "--from", "../other/reject"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("reject", "--sample", "{abs}"),
+        ("reject", "--sample", "../other/sample"),
+        ("evaluate", "--model", "../other/sft"),
+        ("sft", "--from", "../other/reject"),
+    ],
+)
 def test_h7_an_input_label_is_a_name_not_a_path(here, run, run_cli, args):
     other = Store(here / "runs" / "other")
-    other.run(ArtifactKey("sample"), {"n": 1}, {}, lambda ctx: (ctx.out / "trajectories.jsonl").write_text("") or {})
+    other.run(
+        ArtifactKey("sample"), {"n": 1}, {}, lambda ctx: (ctx.out / "trajectories.jsonl").write_text("") or {}
+    )
     before = snapshot(here / "runs")
     args = tuple(a.format(abs=here / "runs" / "other" / "sample") for a in args)
     refused(run_cli(*args, *RUNS), 2, repr(args[2]), "names a folder")
@@ -296,7 +320,9 @@ def test_h8_a_byte_order_mark_is_not_part_of_the_first_query(here, run_cli):
     (here / "bom.txt").write_bytes(b"\xef\xbb\xbf" + sqls.encode())
     items = {}
     for name in ("plain", "bom"):
-        ran = run_cli("evaluate", "--dataset", "sparc", "--pred", f"{name}.txt", "--out", name, "--etype", "match")
+        ran = run_cli(
+            "evaluate", "--dataset", "sparc", "--pred", f"{name}.txt", "--out", name, "--etype", "match"
+        )
         assert ran.code == 0, ran.out
         items[name] = [json.loads(line)["exact_match"] for line in (here / name / "items.jsonl").open()]
     assert items["bom"] == items["plain"] and items["bom"][0] == 1
@@ -312,13 +338,18 @@ def test_m9_links_that_lead_out_of_the_run_are_named(here, run, run_cli):
     shutil.copy(artifact / "trajectories.jsonl", outside)
     (artifact / "trajectories.jsonl").unlink()
     (artifact / "trajectories.jsonl").symlink_to(outside)  # the same bytes, outside the run
-    verify_problems(run_cli("data", "verify", "tiny", "runs_dir=runs"), "trajectories.jsonl", "outside the artifact")
+    verify_problems(
+        run_cli("data", "verify", "tiny", "runs_dir=runs"), "trajectories.jsonl", "outside the artifact"
+    )
     refused(run_cli("reject", *RUNS), 2, "trajectories.jsonl", "outside the artifact")
 
     (artifact / "trajectories.jsonl").unlink()
     shutil.copy(outside, artifact / "trajectories.jsonl")
     latest = run / "sample" / "latest"
-    for target, words in (("/nonexistent", "not to an artifact folder"), (str(here), "not to an artifact folder")):
+    for target, words in (
+        ("/nonexistent", "not to an artifact folder"),
+        (str(here), "not to an artifact folder"),
+    ):
         latest.unlink()
         latest.symlink_to(target)
         before = snapshot(run)
@@ -358,8 +389,12 @@ def test_m12_a_corrupt_safetensors_file_is_one_line_with_hf(tiny_qwen3, tmp_path
 
 def test_m13_a_prediction_file_that_is_not_utf8_is_refused(here, run_cli):
     (here / "latin1.txt").write_bytes("SELECT 1\n\nSELECT name FROM t WHERE x = 'café'\n".encode("latin-1"))
-    refused(run_cli("evaluate", "--dataset", "sparc", "--pred", "latin1.txt", "--out", "out"), 2,
-            "latin1.txt line 3", "not UTF-8")
+    refused(
+        run_cli("evaluate", "--dataset", "sparc", "--pred", "latin1.txt", "--out", "out"),
+        2,
+        "latin1.txt line 3",
+        "not UTF-8",
+    )
     assert not (here / "out").exists()
 
 
@@ -367,8 +402,10 @@ def test_m14_a_killed_vllm_server_is_named_at_once(tmp_path):
     """The cause of a server killed by a signal is the signal, not an earlier warning of its log; and a
     client stops retrying a server that is gone."""
     log = tmp_path / "vllm-server.log"
-    log.write_text("WARNING 11-27 [api_server.py:1] Found ulimit of 1024 and failed to automatically increase "
-                   "with error ValueError: not allowed\nINFO started\n")
+    log.write_text(
+        "WARNING 11-27 [api_server.py:1] Found ulimit of 1024 and failed to automatically increase "
+        "with error ValueError: not allowed\nINFO started\n"
+    )
     server = ManagedServer(None, log)
     server.process = subprocess.Popen(["sleep", "60"])
     server.process.kill()
@@ -384,7 +421,12 @@ def test_m14_a_killed_vllm_server_is_named_at_once(tmp_path):
         calls.append(args)
         raise httpx.ConnectError("refused")
 
-    client.httpx, client.url, client.max_retries, client.backoff_s = httpx, "http://127.0.0.1:9/v1/completions", 4, 60.0
+    client.httpx, client.url, client.max_retries, client.backoff_s = (
+        httpx,
+        "http://127.0.0.1:9/v1/completions",
+        4,
+        60.0,
+    )
     client.client = type("Client", (), {"post": staticmethod(refuse)})()
     client.gone = lambda: True
     with pytest.raises(StageFailed, match="ConnectError"):
@@ -415,10 +457,19 @@ cli.main()
 
 def test_l15_sigterm_stops_a_stage_as_ctrl_c_does(tmp_path):
     marker, runs = tmp_path / "started", tmp_path / "runs" / "r"
-    process = subprocess.Popen([sys.executable, "-c", BLOCKING_STAGE, str(runs), str(marker)], cwd=tmp_path,
-                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SRC), "COLUMNS": "200",
-                                    "MTSQL_HOME": str(tmp_path / "home")},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", BLOCKING_STAGE, str(runs), str(marker)],
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(SRC),
+            "COLUMNS": "200",
+            "MTSQL_HOME": str(tmp_path / "home"),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for(marker, process, seconds=120)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
@@ -433,6 +484,7 @@ def test_l15_sigterm_stops_a_stage_as_ctrl_c_does(tmp_path):
 def test_l16_a_refusal_before_any_work_leaves_no_lock_and_no_run(here):
     def work(ctx):
         raise UsageError("cannot reach the server at http://127.0.0.1:1/v1")
+
     with pytest.raises(UsageError):
         Store(here / "runs" / "r").run(ArtifactKey("sample"), {}, {}, work)
     assert not (here / "runs").exists()
@@ -456,7 +508,9 @@ def test_l17_a_server_that_does_not_infer_is_named(tmp_path):
         client.httpx, client.client = httpx, httpx.Client(timeout=10)
         client.url = f"http://127.0.0.1:{server.server_address[1]}/v1/completions"
         client.max_retries, client.backoff_s = 4, 60.0
-        with pytest.raises(UsageError, match="HTTP 501 from SimpleHTTP.*not an OpenAI-compatible completions server"):
+        with pytest.raises(
+            UsageError, match="HTTP 501 from SimpleHTTP.*not an OpenAI-compatible completions server"
+        ):
             client._post({"prompt": [1]})
     finally:
         server.shutdown()
@@ -465,10 +519,12 @@ def test_l17_a_server_that_does_not_infer_is_named(tmp_path):
 
 def test_l18_the_root_cause_is_quoted_not_the_line_that_points_at_it(tmp_path):
     log = tmp_path / "vllm-server.log"
-    log.write_text("(EngineCore pid=1) Traceback (most recent call last):\n"
-                   "(EngineCore pid=1) safetensors_rust.SafetensorError: Error while deserializing header: "
-                   "incomplete metadata, file not fully covered\n"
-                   "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    log.write_text(
+        "(EngineCore pid=1) Traceback (most recent call last):\n"
+        "(EngineCore pid=1) safetensors_rust.SafetensorError: Error while deserializing header: "
+        "incomplete metadata, file not fully covered\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
     cause = ManagedServer(None, log).last_error()
     assert "SafetensorError: Error while deserializing header" in cause and "See root cause" not in cause
 
@@ -488,8 +544,11 @@ def test_l20_a_prediction_file_with_an_empty_interaction_names_its_line(here, ru
     blank = lines.index("")
     lines.insert(blank, "")  # two blank lines in a row: an interaction of no turn
     (here / "pred.txt").write_text("\n".join(lines) + "\n")
-    refused(run_cli("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--out", "out"), 2,
-            f"interaction of no turn at line {blank + 2}")
+    refused(
+        run_cli("evaluate", "--dataset", "sparc", "--pred", "pred.txt", "--out", "out"),
+        2,
+        f"interaction of no turn at line {blank + 2}",
+    )
 
 
 def fixture_copy(here: Path) -> Path:
@@ -505,8 +564,12 @@ def test_l21_a_dialogue_of_no_turn_is_named_not_dropped(here, run_cli):
     dev = json.loads((data / "sparc" / "dev.json").read_text())
     dev[1]["interaction"] = []
     (data / "sparc" / "dev.json").write_text(json.dumps(dev))
-    refused(run_cli("data", "check", "--dataset", "sparc", "--root", str(data)), 2,
-            "dev.json", "interaction 1 has no turn")
+    refused(
+        run_cli("data", "check", "--dataset", "sparc", "--root", str(data)),
+        2,
+        "dev.json",
+        "interaction 1 has no turn",
+    )
 
 
 def test_l22_a_database_that_is_a_folder_is_a_missing_database(here):
@@ -522,7 +585,9 @@ def test_l22_a_database_that_is_a_folder_is_a_missing_database(here):
 
 @pytest.mark.parametrize(("pred", "words"), [("/dev/zero", "not a regular file"), (".", "is a folder")])
 def test_l23_a_device_or_a_folder_as_predictions(here, run_cli, pred, words):
-    refused(run_cli("evaluate", "--dataset", "sparc", "--pred", pred, "--out", "out"), 2, "prediction file", words)
+    refused(
+        run_cli("evaluate", "--dataset", "sparc", "--pred", pred, "--out", "out"), 2, "prediction file", words
+    )
 
 
 def test_l24_a_model_folder_without_config_json_says_which_file_is_missing(here, run_cli):
@@ -530,8 +595,13 @@ def test_l24_a_model_folder_without_config_json_says_which_file_is_missing(here,
     folder.mkdir(parents=True)
     (folder / registry.INFO_FILE).write_text(json.dumps({"recipe": registry.RECIPES["tiny-qwen3"]}))
     (folder / "model.safetensors").write_bytes(b"\0" * 64)
-    refused(run_cli("sample", *RUNS, "model.name=tiny-qwen3", "sample.backend=hf", "data.train_limit=1"), 2,
-            str(folder), "file missing: config.json", "make-tiny qwen3 --force")
+    refused(
+        run_cli("sample", *RUNS, "model.name=tiny-qwen3", "sample.backend=hf", "data.train_limit=1"),
+        2,
+        str(folder),
+        "file missing: config.json",
+        "make-tiny qwen3 --force",
+    )
     assert not (here / "runs").exists()
 
 
@@ -559,7 +629,9 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()):
 def test_l27_help_keeps_every_word_at_80_columns():
     runner = CliRunner()
     for path in _commands(typer.main.get_command(cli.app)):
-        shown = runner.invoke(cli.app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"}).output
+        shown = runner.invoke(
+            cli.app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"}
+        ).output
         assert "…" not in shown, (path, shown)
 
 
@@ -571,8 +643,12 @@ def test_x1_a_label_of_another_stage_is_refused(run, run_cli):
     """`reject --label sample` would make the sample label's latest a reject artifact, which the next
     `reject` would then read as its sample."""
     before = snapshot(run)
-    refused(run_cli("reject", *RUNS, "--label", "sample"), 2, "label 'sample' is taken by a sample artifact",
-            "another label")
+    refused(
+        run_cli("reject", *RUNS, "--label", "sample"),
+        2,
+        "label 'sample' is taken by a sample artifact",
+        "another label",
+    )
     assert snapshot(run) == before
 
 

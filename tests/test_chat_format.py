@@ -11,34 +11,56 @@ from mtsql.base.errors import UsageError
 from mtsql.core.chat_format import EMPTY_THINK, ChatFormat, render, segments, tools_block
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "exec_sql", "description": "Run one read-only query — returns rows.",
-        "parameters": {"type": "object", "properties": {"sql": {"type": "string"}}, "required": ["sql"]}}},
-    {"name": "memory_retrieve", "description": "Show earlier turns.",
-     "parameters": {"type": "object", "properties": {}, "required": []}},
+    {
+        "type": "function",
+        "function": {
+            "name": "exec_sql",
+            "description": "Run one read-only query — returns rows.",
+            "parameters": {"type": "object", "properties": {"sql": {"type": "string"}}, "required": ["sql"]},
+        },
+    },
+    {
+        "name": "memory_retrieve",
+        "description": "Show earlier turns.",
+        "parameters": {"type": "object", "properties": {}, "required": []},
+    },
 ]
 
 
 def call(name: str, arguments: dict) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+    return (
+        "<tool_call>\n"
+        + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        + "\n</tool_call>"
+    )
 
 
 CONVERSATION = [
     {"role": "system", "content": "You are an SQLite analyst. Schema: singer(name, age, country)."},
     {"role": "user", "content": "How many singers are older than 30?"},
-    {"role": "assistant", "content": "<think>\nCount with a filter.\n</think>\n\n"
-                                     + call("exec_sql", {"sql": "SELECT count(*) FROM singer WHERE age > 30"})},
+    {
+        "role": "assistant",
+        "content": "<think>\nCount with a filter.\n</think>\n\n"
+        + call("exec_sql", {"sql": "SELECT count(*) FROM singer WHERE age > 30"}),
+    },
     {"role": "tool", "content": "Result: [(4,)]\n\nVerify this result: café ✓"},
-    {"role": "assistant", "content": "<think>\nFour rows, plausible.\n</think>\n\n<exec_verify>pass</exec_verify>\n"
-                                     + call("memory_retrieve", {})},
+    {
+        "role": "assistant",
+        "content": "<think>\nFour rows, plausible.\n</think>\n\n<exec_verify>pass</exec_verify>\n"
+        + call("memory_retrieve", {}),
+    },
     {"role": "tool", "content": "Earlier turns of this conversation:\nTurn 1 ..."},
-    {"role": "assistant", "content": "<memory_verify>pass</memory_verify>\n"
-                                     "<answer_sql>SELECT count(*) FROM singer WHERE age > 30</answer_sql>"},
+    {
+        "role": "assistant",
+        "content": "<memory_verify>pass</memory_verify>\n"
+        "<answer_sql>SELECT count(*) FROM singer WHERE age > 30</answer_sql>",
+    },
 ]
 
 
-def llamafactory_ids(tokenizer_path, template_name: str, messages: list[dict],
-                     tools: list[dict] | None) -> list[int]:
+def llamafactory_ids(
+    tokenizer_path, template_name: str, messages: list[dict], tools: list[dict] | None
+) -> list[int]:
     """What LLaMA-Factory trains on for this conversation (sharegpt roles: function_call for tool calls;
     without ``tools``, every assistant message is a plain reply, as the export gives a family without
     them)."""
@@ -51,9 +73,12 @@ def llamafactory_ids(tokenizer_path, template_name: str, messages: list[dict],
     system = messages[0]["content"] if messages[0]["role"] == "system" else None
     roles = {"user": "user", "tool": "observation"}
     converted = [
-        {"role": roles.get(m["role"]) or ("function" if tools and "<tool_call>" in m["content"]
-                                          else "assistant"), "content": m["content"]}
-        for m in messages[system is not None:]
+        {
+            "role": roles.get(m["role"])
+            or ("function" if tools and "<tool_call>" in m["content"] else "assistant"),
+            "content": m["content"],
+        }
+        for m in messages[system is not None :]
     ]
     pairs = template.encode_multiturn(tokenizer, converted, system, json.dumps(tools) if tools else None)
     return [i for prompt, response in pairs for i in prompt + response]
@@ -91,10 +116,14 @@ def test_smollm2_ids_equal_llamafactory_given_no_tools(tiny_smollm2, with_system
 
 def test_smollm2_renders_tool_results_as_user_turns_after_smollms_default_system():
     text = render(CONVERSATION[1:4], TOOLS, "smollm2")
-    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
-                           "Hugging Face.<|im_end|>\n<|im_start|>user\nHow many singers")
-    assert ("</tool_call><|im_end|>\n<|im_start|>user\nResult: [(4,)]\n\nVerify this result: café ✓"
-            "<|im_end|>\n<|im_start|>assistant\n") in text
+    assert text.startswith(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+        "Hugging Face.<|im_end|>\n<|im_start|>user\nHow many singers"
+    )
+    assert (
+        "</tool_call><|im_end|>\n<|im_start|>user\nResult: [(4,)]\n\nVerify this result: café ✓"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    ) in text
     assert "<tools>" not in text and "<tool_response>" not in text  # no tool list, no response tags
     given = render(CONVERSATION[:2], TOOLS, "smollm2")
     assert given.startswith(f"<|im_start|>system\n{CONVERSATION[0]['content']}<|im_end|>\n<|im_start|>user\n")
@@ -117,8 +146,9 @@ def test_rendered_text_layout():
     assert not render([{"role": "user", "content": "hi"}]).startswith("<|im_start|>system")
 
 
-@pytest.mark.parametrize(("model", "template"),
-                         [("tiny_qwen3", "qwen3_nothink"), ("tiny_smollm2", "smollm2")])
+@pytest.mark.parametrize(
+    ("model", "template"), [("tiny_qwen3", "qwen3_nothink"), ("tiny_smollm2", "smollm2")]
+)
 def test_incremental_ids_equal_the_whole_conversation(model, template, request):
     from transformers import AutoTokenizer
 
@@ -139,7 +169,9 @@ def test_incremental_ids_equal_the_whole_conversation(model, template, request):
 @pytest.mark.parametrize("upto", [2, 4, 6])
 def test_tokenizer_chat_template_agrees(tiny_tokenizer, upto):
     messages = CONVERSATION[:upto]
-    by_template = tiny_tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    by_template = tiny_tokenizer.apply_chat_template(
+        messages, tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
     assert by_template == render(messages, TOOLS)
     closed = CONVERSATION[: upto + 1]
     assert tiny_tokenizer.apply_chat_template(closed, tools=TOOLS, tokenize=False) == render(closed, TOOLS)
@@ -147,8 +179,13 @@ def test_tokenizer_chat_template_agrees(tiny_tokenizer, upto):
 
 def test_roles_must_alternate():
     with pytest.raises(ValueError, match="message 2 has role 'user'"):
-        segments([{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
-                  {"role": "user", "content": "b"}])
+        segments(
+            [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "a"},
+                {"role": "user", "content": "b"},
+            ]
+        )
     with pytest.raises(ValueError, match="expected user or tool"):
         segments([{"role": "assistant", "content": "a"}])
 
@@ -176,9 +213,11 @@ def test_auto_refuses_templates_it_cannot_follow_token_by_token(tiny_tokenizer):
     with pytest.raises(UsageError, match="not a special token"):
         AutoChatFormat(tokenizer)
     # a template whose header counts the messages renders the earlier ones differently once more follow
-    tokenizer.chat_template = ("{{ messages | length }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-                               "{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tokenizer.chat_template = (
+        "{{ messages | length }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     with pytest.raises(UsageError, match="renders earlier messages differently"):
         AutoChatFormat(tokenizer)
 

@@ -10,8 +10,22 @@ from .inprocess import mtsql_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 
-COMMANDS = ["sample", "reject", "sft", "sft-iterate", "curriculum", "rl", "evaluate", "report", "run",
-            "status", "show", "data", "models", "config"]
+COMMANDS = [
+    "sample",
+    "reject",
+    "sft",
+    "sft-iterate",
+    "curriculum",
+    "rl",
+    "evaluate",
+    "report",
+    "run",
+    "status",
+    "show",
+    "data",
+    "models",
+    "config",
+]
 
 
 def mtsql(*args, cwd=None, env=None):
@@ -67,7 +81,9 @@ def test_data_check_unknown_dataset():
 
 @pytest.mark.parametrize("command", ["evaluate", "rl", "sample", "reject", "run"])
 def test_help_fits_100_columns(command):
-    result = mtsql_in_process([command, "--help"], env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
+    result = mtsql_in_process(
+        [command, "--help"], env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "TERM": "dumb"}
+    )
     assert result.returncode == 0 and "Usage" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
 
@@ -76,7 +92,12 @@ def test_verify_catches_metrics_edited_in_the_manifest(tmp_path):
     """An edit of the manifest's metrics is a difference from the hashed metrics.json: `status` says the
     artifact is edited instead of showing them (issue 39)."""
     store = Store(tmp_path / "runs" / "r1")
-    done, _ = store.run(ArtifactKey("evaluate", variant="base"), {}, {}, lambda ctx: {"mode": "long", "datasets": {"cosql": {"ex": 0.1}}})
+    done, _ = store.run(
+        ArtifactKey("evaluate", variant="base"),
+        {},
+        {},
+        lambda ctx: {"mode": "long", "datasets": {"cosql": {"ex": 0.1}}},
+    )
     assert mtsql("data", "verify", "r1", cwd=tmp_path).returncode == 0
     manifest = json.loads((done.path / "manifest.json").read_text())
     manifest["metrics"]["datasets"]["cosql"]["ex"] = 0.9
@@ -97,10 +118,14 @@ def test_reading_commands_find_runs_as_stage_commands_do(tmp_path):
     env = {"PYTHONPATH": str(Path(artifacts.__file__).resolve().parents[1])}  # the code under test
     for args in (("status", "--config", "p.yaml"), ("status", "r1", "runs_dir=elsewhere")):
         result = mtsql(*args, cwd=tmp_path, env=env)
-        assert result.returncode == 0 and "sample-r1" in result.stdout and "EX 50.0%" in result.stdout, result.stderr
+        assert result.returncode == 0 and "sample-r1" in result.stdout and "EX 50.0%" in result.stdout, (
+            result.stderr
+        )
     result = mtsql("status", "runs_dir=elsewhere", cwd=tmp_path, env=env)
     assert result.returncode == 0 and result.stdout.split() == ["r1"], result.stderr
     result = mtsql("data", "verify", "--config", "p.yaml", cwd=tmp_path, env=env)
     assert result.returncode == 0 and "all 1 artifacts intact" in result.stdout, result.stderr
     result = mtsql("report", "runs_dir=elsewhere", "run=r1", cwd=tmp_path, env=env)
-    assert result.returncode == 0 and (tmp_path / "elsewhere" / "r1" / "report" / "report.md").is_file(), result.stderr
+    assert result.returncode == 0 and (tmp_path / "elsewhere" / "r1" / "report" / "report.md").is_file(), (
+        result.stderr
+    )

@@ -25,7 +25,9 @@ def test_profiles_exist():
 
 
 def test_dotted_overrides_are_typed():
-    cfg = load_config(REPO / "configs/profiles/tiny.yaml", ["sample.n=8", "sql.timeout_s=2", "data.eval_limit=null"])
+    cfg = load_config(
+        REPO / "configs/profiles/tiny.yaml", ["sample.n=8", "sql.timeout_s=2", "data.eval_limit=null"]
+    )
     assert cfg.sample.n == 8
     assert cfg.sql.timeout_s == 2.0 and isinstance(cfg.sql.timeout_s, float)
     assert cfg.data.eval_limit is None
@@ -60,18 +62,34 @@ def test_base_inheritance_and_roundtrip(tmp_path):
     (tmp_path / "b.yaml").write_text("base: a.yaml\nsample:\n  n: 5\n")
     cfg = load_config(tmp_path / "b.yaml")
     assert (cfg.sample.n, cfg.sample.temperature) == (5, 0.2)
-    again = load_config(None, [f"{k}.{kk}={v!r}" for k, sect in to_dict(cfg).items() if isinstance(sect, dict)
-                               for kk, v in sect.items() if isinstance(v, (int, float)) and not isinstance(v, bool)])
+    again = load_config(
+        None,
+        [
+            f"{k}.{kk}={v!r}"
+            for k, sect in to_dict(cfg).items()
+            if isinstance(sect, dict)
+            for kk, v in sect.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        ],
+    )
     assert again.sample == cfg.sample
 
 
-@pytest.mark.parametrize("override, legal", [
-    ("env.mode=lng", "long, short"), ("env.memory=oracle", "gold, predicted"),
-    ("reward.family=sql-r1", "process, outcome, sqlr1"), ("sample.policy=greedy", "model, gold, gold_with_correction"),
-    ("sample.backend=tgi", "hf, vllm, openai"), ("rl.engine=trl", "auto, local, verl"),
-    ("curriculum.by=length", "hardness, turn, pass_rate"), ("sft.finetuning_type=qlora", "lora, full, freeze"),
-    ("data.eval_datasets=[cosql, spdier]", "sparc, cosql"), ("model.template=chatml", "qwen3_nothink, qwen3"),
-])
+@pytest.mark.parametrize(
+    "override, legal",
+    [
+        ("env.mode=lng", "long, short"),
+        ("env.memory=oracle", "gold, predicted"),
+        ("reward.family=sql-r1", "process, outcome, sqlr1"),
+        ("sample.policy=greedy", "model, gold, gold_with_correction"),
+        ("sample.backend=tgi", "hf, vllm, openai"),
+        ("rl.engine=trl", "auto, local, verl"),
+        ("curriculum.by=length", "hardness, turn, pass_rate"),
+        ("sft.finetuning_type=qlora", "lora, full, freeze"),
+        ("data.eval_datasets=[cosql, spdier]", "sparc, cosql"),
+        ("model.template=chatml", "qwen3_nothink, qwen3"),
+    ],
+)
 def test_a_bad_choice_names_the_key_the_legal_values_and_the_override(override, legal):
     key = override.split("=")[0]
     with pytest.raises(UsageError) as err:
@@ -91,14 +109,24 @@ def test_a_bad_choice_in_a_file_names_that_file_even_through_base(tmp_path):
 def test_a_bad_choice_on_the_command_line_exits_2_before_anything_is_written(tmp_path):
     from .inprocess import mtsql_in_process
 
-    result = mtsql_in_process(["sample", "--config", str(REPO / "configs/profiles/tiny.yaml"), "env.mode=lng",
-                               f"runs_dir={tmp_path / 'runs'}"], env={"PATH": "/usr/bin:/bin"})
+    result = mtsql_in_process(
+        [
+            "sample",
+            "--config",
+            str(REPO / "configs/profiles/tiny.yaml"),
+            "env.mode=lng",
+            f"runs_dir={tmp_path / 'runs'}",
+        ],
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "override 'env.mode=lng': 'env.mode' must be one of long, short" in result.stderr
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("use_cpu, fast, expected", [(True, True, True), (True, False, False), (False, False, True)])
+@pytest.mark.parametrize(
+    "use_cpu, fast, expected", [(True, True, True), (True, False, False), (False, False, True)]
+)
 def test_bf16_auto_follows_the_hardware(monkeypatch, use_cpu, fast, expected):
     import mtsql.engines.llamafactory.settings
 
@@ -128,21 +156,45 @@ def test_every_setting_declares_whether_it_changes_results():
 def test_fingerprints_cover_result_settings_and_leave_operational_ones_out():
     settings = dict(every_setting())
     operational = sorted(name for name, f in settings.items() if not f.metadata[HASHED])
-    for name in ("sample.batch_size", "sample.openai.timeout_s", "sft.node_rank", "sft.master_addr", "sft.master_port",
-                 "trackers.tensorboard", "trackers.mlflow", "trackers.dir", "sample.vllm.python", "data.root", "run",
-                 "runs_dir"):
+    for name in (
+        "sample.batch_size",
+        "sample.openai.timeout_s",
+        "sft.node_rank",
+        "sft.master_addr",
+        "sft.master_port",
+        "trackers.tensorboard",
+        "trackers.mlflow",
+        "trackers.dir",
+        "sample.vllm.python",
+        "data.root",
+        "run",
+        "runs_dir",
+    ):
         assert name in operational
-    for name in ("sample.temperature", "sample.n", "sft.nnodes", "sft.batch_size", "rl.batch_size", "seed",
-                 "sql.timeout_s", "env.max_messages"):
+    for name in (
+        "sample.temperature",
+        "sample.n",
+        "sft.nnodes",
+        "sft.batch_size",
+        "rl.batch_size",
+        "seed",
+        "sql.timeout_s",
+        "env.max_messages",
+    ):
         assert settings[name].metadata[HASHED], name
     hashed = hashed_settings(load_config().sample)
     assert "batch_size" not in hashed and hashed["temperature"] == 0.7
 
 
-@pytest.mark.parametrize("old, new", [("sft.freeze_layers", "sft.trainable_layers"),
-                                      ("rl.freeze_layers", "rl.local.trainable_layers"),
-                                      ("env.max_turns", "env.max_messages"),
-                                      ("rl.max_turn_tokens", "rl.max_message_tokens")])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("sft.freeze_layers", "sft.trainable_layers"),
+        ("rl.freeze_layers", "rl.local.trainable_layers"),
+        ("env.max_turns", "env.max_messages"),
+        ("rl.max_turn_tokens", "rl.max_message_tokens"),
+    ],
+)
 def test_a_renamed_key_names_its_new_name(tmp_path, old, new):
     with pytest.raises(UsageError, match=rf"override '{old}=3': unknown key '{old}'; renamed: use '{new}'"):
         load_config(None, [f"{old}=3"])

@@ -28,10 +28,22 @@ PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # loop imports it without declaring it).
 NOT_IMPORTED = {"tiktoken", "cachetools"}
 # The import names of the engines extra's distributions, refused in the light process.
-ENGINE_IMPORTS = {"torch": "torch", "transformers": "transformers", "tokenizers": "tokenizers",
-                  "safetensors": "safetensors", "huggingface_hub": "huggingface_hub", "llamafactory": "llamafactory",
-                  "peft": "peft", "verl": "verl", "omegaconf": "omegaconf", "hydra-core": "hydra",
-                  "cachetools": "cachetools", "gguf": "gguf", "tiktoken": "tiktoken", "psutil": "psutil"}
+ENGINE_IMPORTS = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "tokenizers": "tokenizers",
+    "safetensors": "safetensors",
+    "huggingface_hub": "huggingface_hub",
+    "llamafactory": "llamafactory",
+    "peft": "peft",
+    "verl": "verl",
+    "omegaconf": "omegaconf",
+    "hydra-core": "hydra",
+    "cachetools": "cachetools",
+    "gguf": "gguf",
+    "tiktoken": "tiktoken",
+    "psutil": "psutil",
+}
 
 
 def name_of(requirement: str) -> str:
@@ -66,7 +78,11 @@ def declared(*extras: str) -> set[str]:
 
 def test_every_package_src_imports_is_declared_and_every_declared_one_is_imported():
     imported = imported_distributions()
-    undeclared = {dist: sorted(files) for dist, files in imported.items() if dist not in declared("engines", "gpu", "trackers")}
+    undeclared = {
+        dist: sorted(files)
+        for dist, files in imported.items()
+        if dist not in declared("engines", "gpu", "trackers")
+    }
     assert undeclared == {}, "imported by src/ but not declared in pyproject.toml"
     unused = declared("engines") - set(imported) - NOT_IMPORTED
     assert unused == set(), "declared in pyproject.toml but imported nowhere in src/"
@@ -97,15 +113,29 @@ main()
 def light_mtsql(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     """``mtsql ARGS`` in a process where every package of the engines extra fails to import."""
     code = REFUSE.format(names=sorted(set(ENGINE_IMPORTS.values())))
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MTSQL_DATA": str(FIXTURE_DATA), "COLUMNS": "200", **env})
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MTSQL_DATA": str(FIXTURE_DATA), "COLUMNS": "200", **env},
+    )
 
 
 def test_scoring_a_prediction_file_and_exporting_need_no_engine(tmp_path):
     gold = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines()
     (tmp_path / "pred.txt").write_text("\n".join(line.split("\t")[0] for line in gold) + "\n")
-    scored = light_mtsql("evaluate", "--dataset", "sparc", "--pred", str(tmp_path / "pred.txt"),
-                         "--out", str(tmp_path / "scored"), cwd=tmp_path)
+    scored = light_mtsql(
+        "evaluate",
+        "--dataset",
+        "sparc",
+        "--pred",
+        str(tmp_path / "pred.txt"),
+        "--out",
+        str(tmp_path / "scored"),
+        cwd=tmp_path,
+    )
     assert scored.returncode == 0 and "REFUSED" not in scored.stderr, scored.stderr
     summary = json.loads((tmp_path / "scored" / "summary.json").read_text())
     assert summary["exact"]["question"]["accuracy"] == 1.0
@@ -120,15 +150,28 @@ def test_scoring_a_prediction_file_and_exporting_need_no_engine(tmp_path):
 
 def test_a_chat_api_evaluation_needs_no_engine(tmp_path):
     """The whole evaluate stage (rollouts, tools, official scoring) against a chat API that always answers."""
-    server = Server([(200, completion("<answer_sql>SELECT count(*) FROM singer"))], models=("gpt-test",), key=None)
+    server = Server(
+        [(200, completion("<answer_sql>SELECT count(*) FROM singer"))], models=("gpt-test",), key=None
+    )
     try:
-        done = light_mtsql("evaluate", "--config", str(REPO / "configs" / "profiles" / "tiny.yaml"),
-                           f"runs_dir={tmp_path / 'runs'}", "data.eval_limit=1", "sample.backend=chat",
-                           f"sample.chat.base_url={server.url}", "sample.chat.model=gpt-test",
-                           "sample.chat.api_key_env=null", cwd=tmp_path)
+        done = light_mtsql(
+            "evaluate",
+            "--config",
+            str(REPO / "configs" / "profiles" / "tiny.yaml"),
+            f"runs_dir={tmp_path / 'runs'}",
+            "data.eval_limit=1",
+            "sample.backend=chat",
+            f"sample.chat.base_url={server.url}",
+            "sample.chat.model=gpt-test",
+            "sample.chat.api_key_env=null",
+            cwd=tmp_path,
+        )
     finally:
         server.close()
     assert done.returncode == 0 and "REFUSED" not in done.stderr, done.stderr
     metrics = json.loads(next((tmp_path / "runs").rglob("metrics.json")).read_text())
     assert metrics["model_name"] == "gpt-test" and metrics["usage"]["requests"] == len(server.requests) > 0
-    assert {name: block["turns"] > 0 for name, block in metrics["datasets"].items()} == {"cosql": True, "sparc": True}
+    assert {name: block["turns"] > 0 for name, block in metrics["datasets"].items()} == {
+        "cosql": True,
+        "sparc": True,
+    }

@@ -30,13 +30,18 @@ def test_each_engine_resolves_auto_through_the_one_resolver(monkeypatch):
     assert server_spec(Path("m"), python=sys.executable).dtype == "bfloat16"  # vLLM: native bf16 on this CPU
     assert server_spec(Path("m"), python=sys.executable, dtype="float16").dtype == "float16"
     cuda = load_config(None, ["model.device=cuda"]).model
-    assert train_dtype(cuda) == "float32", "the local RL engine trains in float32 where hf would take bfloat16"
+    assert train_dtype(cuda) == "float32", (
+        "the local RL engine trains in float32 where hf would take bfloat16"
+    )
     assert train_dtype(load_config(None, ["model.dtype=bfloat16"]).model) == "bfloat16"
 
 
 def test_one_function_is_named_resolve_dtype():
     root = Path(mtsql.__file__).parent
-    found = [str(path.relative_to(root)) for path in root.rglob("*.py")
-             for node in ast.walk(ast.parse(path.read_text()))
-             if isinstance(node, ast.FunctionDef) and node.name == "resolve_dtype"]
+    found = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "resolve_dtype"
+    ]
     assert found == ["engines/models/settings.py"]

@@ -33,10 +33,11 @@ def test_messages_and_observations_are_masked_and_closed(chat):
     tokens.add_generation(reply, [-0.25] * len(reply))
     assert tokens.text(reply) == "ok"
     assert tokens.add_observation(OBSERVATION)
-    assert tokens.ids[-len(observation) - len(reply):] == reply + observation
+    assert tokens.ids[-len(observation) - len(reply) :] == reply + observation
     assert tokens.sequence == [1, 2, 3] + tokens.ids
-    assert tokens.logprobs == ([-0.5] * len(call) + [0.0] * (1 + len(observation)) + [-0.25] * len(reply)
-                               + [0.0] * len(observation))
+    assert tokens.logprobs == (
+        [-0.5] * len(call) + [0.0] * (1 + len(observation)) + [-0.25] * len(reply) + [0.0] * len(observation)
+    )
     assert tokens.stop == EPISODE_END and tokens.max_new_tokens(64) == 64 and tokens.max_new_tokens() is None
 
 

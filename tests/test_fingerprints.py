@@ -21,7 +21,9 @@ from mtsql.engines.rl_settings import RL_ENGINES, RlConfig
 
 
 def cfg_for(tmp_path, *overrides):
-    return load_config(None, [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=2", "sample.policy=gold", *overrides])
+    return load_config(
+        None, [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=2", "sample.policy=gold", *overrides]
+    )
 
 
 def test_a_stage_cannot_read_a_section_it_does_not_declare():
@@ -48,7 +50,9 @@ def planned(name: str, cfg, params: dict | None = None, **inputs) -> str:
     return run_stage(name, cfg, inputs=inputs, params=params, dry_run=True).fingerprint
 
 
-def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_data_bytes_do(tmp_path, monkeypatch):
+def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_data_bytes_do(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
     here, there = tmp_path / "data", tmp_path / "copy" / "data"
     shutil.copytree(FIXTURE_DATA, here)
@@ -61,16 +65,20 @@ def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_
     pool = run_stage("curriculum", cfg())
 
     def after(*overrides, data=here) -> dict:
-        return {"sample": planned("sample", cfg(data, *overrides)), "sft": planned("sft", cfg(data, *overrides), reject=kept),
-                "rl": planned("rl", cfg(data, "rl.engine=local", *overrides), {"stage": 1}, curriculum=pool),
-                "evaluate": planned("evaluate", cfg(data, *overrides))}
+        return {
+            "sample": planned("sample", cfg(data, *overrides)),
+            "sft": planned("sft", cfg(data, *overrides), reject=kept),
+            "rl": planned("rl", cfg(data, "rl.engine=local", *overrides), {"stage": 1}, curriculum=pool),
+            "evaluate": planned("evaluate", cfg(data, *overrides)),
+        }
 
     before = after()
     assert before["sample"] == sampled.fingerprint
     shown = yaml.safe_load((sampled.path / "config.yaml").read_text())
     assert "batch_size" not in shown["sample"] and shown["not_hashed"]["sample"]["batch_size"] == 16
-    assert shown["not_hashed"]["data_root"] == str(here) and "root" not in shown["data"], \
+    assert shown["not_hashed"]["data_root"] == str(here) and "root" not in shown["data"], (
         "config.yaml still records what the fingerprint leaves out"
+    )
 
     shutil.copytree(here, there)
     for same in (after("sample.batch_size=3"), after("sft.node_rank=1"), after(data=there)):
@@ -81,8 +89,11 @@ def test_operational_settings_and_the_data_path_rerun_nothing_while_results_and_
     warmer = after("sample.temperature=0.3")
     assert warmer["sample"] != before["sample"]
     assert {name: fp for name, fp in warmer.items() if name != "sample"} == {
-        name: fp for name, fp in before.items() if name != "sample"}, "greedy, or at rl.temperature: not sample's"
-    pass_at_k = [planned("evaluate", cfg(here, "evaluate.samples=2", f"sample.temperature={t}")) for t in (0.7, 0.3)]
+        name: fp for name, fp in before.items() if name != "sample"
+    }, "greedy, or at rl.temperature: not sample's"
+    pass_at_k = [
+        planned("evaluate", cfg(here, "evaluate.samples=2", f"sample.temperature={t}")) for t in (0.7, 0.3)
+    ]
     assert pass_at_k[0] != pass_at_k[1], "pass@k samples at sample.temperature"
     assert after("rl.temperature=0.5")["rl"] != before["rl"]
 
@@ -107,17 +118,29 @@ def test_a_stage_reruns_for_the_settings_of_the_engine_it_runs_and_for_no_other(
         return planned("evaluate", cfg_for(tmp_path, "sample.backend=hf", *overrides))
 
     def rl(engine, *overrides):
-        return planned("rl", cfg_for(tmp_path, f"rl.engine={engine}", "rl.batch_size=2", "rl.mini_batch_size=2", *overrides), {"stage": 1}, curriculum=pool)
+        return planned(
+            "rl",
+            cfg_for(tmp_path, f"rl.engine={engine}", "rl.batch_size=2", "rl.mini_batch_size=2", *overrides),
+            {"stage": 1},
+            curriculum=pool,
+        )
 
     hf = evaluate()
-    assert evaluate("sample.vllm.args=[--max-num-seqs, '128']", "sample.openai.model=x") == hf, "not the hf backend's"
+    assert evaluate("sample.vllm.args=[--max-num-seqs, '128']", "sample.openai.model=x") == hf, (
+        "not the hf backend's"
+    )
     assert evaluate("sample.max_new_tokens=64") != hf
     served = planned("evaluate", cfg_for(tmp_path, "sample.backend=openai"))
     assert planned("evaluate", cfg_for(tmp_path, "sample.backend=openai", "sample.openai.model=x")) != served
     local, verl = rl("local"), rl("verl")
-    assert rl("local", "rl.verl.rollout_name=sglang", "rl.verl.extra=[trainer.val_before_train=true]") == local
+    assert (
+        rl("local", "rl.verl.rollout_name=sglang", "rl.verl.extra=[trainer.val_before_train=true]") == local
+    )
     assert rl("verl", "rl.local.trainable_layers=12") == verl, "the local engine's layers are not verl's"
-    assert rl("local", "rl.local.trainable_layers=12") != local and rl("verl", "rl.verl.rollout_name=sglang") != verl
+    assert (
+        rl("local", "rl.local.trainable_layers=12") != local
+        and rl("verl", "rl.verl.rollout_name=sglang") != verl
+    )
 
 
 def test_the_rl_stage_reruns_for_what_its_engine_reads_and_for_nothing_else(tmp_path):
@@ -127,29 +150,45 @@ def test_the_rl_stage_reruns_for_what_its_engine_reads_and_for_nothing_else(tmp_
     pool = run_stage("curriculum", cfg_for(tmp_path))
 
     def rl(engine, *overrides):
-        return planned("rl", cfg_for(tmp_path, f"rl.engine={engine}", "rl.batch_size=2", "rl.mini_batch_size=2",
-                                     *overrides), {"stage": 1}, curriculum=pool)
+        return planned(
+            "rl",
+            cfg_for(tmp_path, f"rl.engine={engine}", "rl.batch_size=2", "rl.mini_batch_size=2", *overrides),
+            {"stage": 1},
+            curriculum=pool,
+        )
 
     for engine in RL_ENGINES:
         before = rl(engine)
-        for unread in ("sample.top_p=0.5", "sample.max_new_tokens=64", "sample.backend=vllm",
-                       "sample.vllm.args=[--max-num-seqs, '8']", "sample.openai.model=x"):
+        for unread in (
+            "sample.top_p=0.5",
+            "sample.max_new_tokens=64",
+            "sample.backend=vllm",
+            "sample.vllm.args=[--max-num-seqs, '8']",
+            "sample.openai.model=x",
+        ):
             assert rl(engine, unread) == before, f"{engine}: {unread}"
         for bound in ("rl.max_message_tokens=64", "rl.max_response_len=512"):
             assert rl(engine, bound) != before, f"{engine}: {bound} bounds its rollouts"
     local = rl("local")
-    for other in ("rl.verl.rollout_name=sglang", "rl.verl.n_gpus_per_node=2", "rl.verl.extra=[trainer.val_before_train=true]"):
+    for other in (
+        "rl.verl.rollout_name=sglang",
+        "rl.verl.n_gpus_per_node=2",
+        "rl.verl.extra=[trainer.val_before_train=true]",
+    ):
         assert rl("local", other) == local, other
     served = rl("local", "rl.local.rollout_backend=vllm")
     assert served != local
-    assert rl("local", "rl.local.rollout_backend=vllm", "sample.vllm.args=[--max-num-seqs, '8']") != served, \
+    assert rl("local", "rl.local.rollout_backend=vllm", "sample.vllm.args=[--max-num-seqs, '8']") != served, (
         "the local engine's vLLM rollouts read the server's settings, whatever sample.backend is"
+    )
 
 
 def test_a_setting_moved_into_its_engine_names_its_new_place():
     with pytest.raises(UsageError, match=r"unknown key 'sample.vllm_args'; moved: use 'sample.vllm.args'"):
         load_config(None, ["sample.vllm_args=[--x]"])
-    with pytest.raises(UsageError, match=r"unknown key 'rl.trainable_layers'; moved: use 'rl.local.trainable_layers'"):
+    with pytest.raises(
+        UsageError, match=r"unknown key 'rl.trainable_layers'; moved: use 'rl.local.trainable_layers'"
+    ):
         load_config(None, ["rl.trainable_layers=3"])
     with pytest.raises(UsageError, match=r"unknown key 'rl.verl.trainable_layers'"):
         load_config(None, ["rl.verl.trainable_layers=3"])
@@ -157,8 +196,10 @@ def test_a_setting_moved_into_its_engine_names_its_new_place():
 
 def test_sft_without_a_heldout_check_reruns_for_no_sampling_setting(tmp_path):
     kept = run_stage("reject", cfg_for(tmp_path), inputs={"sample": run_stage("sample", cfg_for(tmp_path))})
-    fps = {extra: planned("sft", cfg_for(tmp_path, *extra), reject=kept)
-           for extra in [(), ("sample.max_new_tokens=7",), ("sql.timeout_s=1",), ("sample.n=3",)]}
+    fps = {
+        extra: planned("sft", cfg_for(tmp_path, *extra), reject=kept)
+        for extra in [(), ("sample.max_new_tokens=7",), ("sql.timeout_s=1",), ("sample.n=3",)]
+    }
     assert fps[("sample.n=3",)] == fps[()], "the held-out check samples once per turn"
     assert fps[("sample.max_new_tokens=7",)] != fps[()] and fps[("sql.timeout_s=1",)] != fps[()]
     without = {planned("sft", cfg_for(tmp_path, "sft.heldout=0", *extra), reject=kept) for extra in fps}
@@ -167,12 +208,22 @@ def test_sft_without_a_heldout_check_reruns_for_no_sampling_setting(tmp_path):
 
 def test_both_ranks_of_a_multi_node_sft_work_in_the_same_folder(tmp_path):
     kept = run_stage("reject", cfg_for(tmp_path), inputs={"sample": run_stage("sample", cfg_for(tmp_path))})
-    ranks = [cfg_for(tmp_path, "sft.nnodes=2", f"sft.node_rank={rank}", f"sft.master_port={29500 + rank}",
-                     f"sft.master_addr=10.0.0.{rank + 1}") for rank in (0, 1)]
+    ranks = [
+        cfg_for(
+            tmp_path,
+            "sft.nnodes=2",
+            f"sft.node_rank={rank}",
+            f"sft.master_port={29500 + rank}",
+            f"sft.master_addr=10.0.0.{rank + 1}",
+        )
+        for rank in (0, 1)
+    ]
     fps = [planned("sft", cfg, reject=kept) for cfg in ranks]
     assert fps[0] == fps[1]
     assert store_for(ranks[0]).folder("sft-r1", fps[0]) == store_for(ranks[1]).folder("sft-r1", fps[1])
-    assert planned("sft", cfg_for(tmp_path, "sft.nnodes=1"), reject=kept) != fps[0], "the world size sets the batch"
+    assert planned("sft", cfg_for(tmp_path, "sft.nnodes=1"), reject=kept) != fps[0], (
+        "the world size sets the batch"
+    )
 
 
 def test_the_data_digest_is_cached_and_sees_a_change_within_one_mtime_tick(tmp_path, monkeypatch):
@@ -235,7 +286,9 @@ def test_a_changed_source_line_changes_the_fingerprint_of_the_stages_that_run_it
     provenance.code_digest.cache_clear()
     try:
         after = {name: provenance.code_digest(STAGES[name].__name__) for name in ("sample", "reject")}
-        assert "mtsql.engines.backends.hf" in provenance.code_closure("mtsql.stages.sample"), "imported by name in a registry"
+        assert "mtsql.engines.backends.hf" in provenance.code_closure("mtsql.stages.sample"), (
+            "imported by name in a registry"
+        )
     finally:
         provenance.code_closure.cache_clear()
         provenance.code_digest.cache_clear()
@@ -247,8 +300,13 @@ def test_the_rl_stage_digest_covers_the_code_of_both_engines():
     """The stage reaches its engine through a registry (engines.rl_engines.RL_ENGINES): its code digest
     must still cover the engines' code, or a changed trainer would be served from the store."""
     closure = provenance.code_closure(STAGES["rl"].__name__)
-    for module in ("mtsql.engines.local_grpo.engine", "mtsql.engines.local_grpo.trainer",
-                   "mtsql.engines.local_grpo.update", "mtsql.engines.verl.engine", "mtsql.engines.verl.main_ppo"):
+    for module in (
+        "mtsql.engines.local_grpo.engine",
+        "mtsql.engines.local_grpo.trainer",
+        "mtsql.engines.local_grpo.update",
+        "mtsql.engines.verl.engine",
+        "mtsql.engines.verl.main_ppo",
+    ):
         assert module in closure, module
 
 
@@ -258,8 +316,11 @@ def test_each_engine_of_a_registry_names_its_code_and_owns_its_settings():
     assert engines_of(SampleConfig) == {name: engine.settings for name, engine in BACKENDS.items()}
     for engine in (*RL_ENGINES.values(), *BACKENDS.values()):
         source = Path(importlib.util.find_spec(engine.module).origin).read_text()
-        wanted = (f"class {engine.attribute}(",) if engine.attribute else \
-            ("def train_curriculum_stage(", "def plan_curriculum_stage(", "def identity(")
+        wanted = (
+            (f"class {engine.attribute}(",)
+            if engine.attribute
+            else ("def train_curriculum_stage(", "def plan_curriculum_stage(", "def identity(")
+        )
         assert all(w in source for w in wanted), engine
 
 
@@ -269,7 +330,7 @@ def test_comments_and_docstrings_do_not_change_the_code_digest(tmp_path):
     before = provenance.code_text(source)
     source.write_text('"""Other words."""\n\n\ndef f(x):\n    return x + 1\n')
     assert provenance.code_text(source) == before
-    source.write_text('def f(x):\n    return x + 2\n')
+    source.write_text("def f(x):\n    return x + 2\n")
     assert provenance.code_text(source) != before
 
 

@@ -15,8 +15,19 @@ import mtsql
 ROOT = Path(mtsql.__file__).parent
 SRC = ROOT.parent
 LAYERS = ("base", "core", "engines", "stages", "app")
-CORE_ORDER = ("sql", "data", "agent", "rewards", "trajectories", "measures", "chat_format", "episode_tokens",
-              "evaluation_files", "bird_evaluation", "results")  # the folders and modules of core/, lowest first
+CORE_ORDER = (
+    "sql",
+    "data",
+    "agent",
+    "rewards",
+    "trajectories",
+    "measures",
+    "chat_format",
+    "episode_tokens",
+    "evaluation_files",
+    "bird_evaluation",
+    "results",
+)  # the folders and modules of core/, lowest first
 
 
 def modules() -> dict[str, Path]:
@@ -63,27 +74,36 @@ def test_every_module_lives_in_a_layer_folder():
 
 
 def test_no_import_runs_up_a_layer():
-    wrong = {name: sorted(i for i in imports(path) if layer(i) > layer(name)) for name, path in modules().items()}
+    wrong = {
+        name: sorted(i for i in imports(path) if layer(i) > layer(name)) for name, path in modules().items()
+    }
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
 def test_stages_do_not_import_each_other():
     stages = {name: path for name, path in modules().items() if name.startswith("mtsql.stages.")}
-    wrong = {name: sorted(i for i in imports(path) if i.startswith("mtsql.stages.") and i != name)
-             for name, path in stages.items()}
+    wrong = {
+        name: sorted(i for i in imports(path) if i.startswith("mtsql.stages.") and i != name)
+        for name, path in stages.items()
+    }
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
 def below(name: str, prefixes: tuple[str, ...]) -> list[str]:
     """The mtsql modules ``name`` imports that are, or lie inside, one of ``prefixes``."""
-    return sorted(i for i in imports(modules()[name]) if any(i == p or i.startswith(p + ".") for p in prefixes))
+    return sorted(
+        i for i in imports(modules()[name]) if any(i == p or i.startswith(p + ".") for p in prefixes)
+    )
 
 
 def test_the_sql_layer_reads_no_config_or_data_and_the_config_no_sql():
     """sql/ scores files given their paths (the data folder's gold is found by evaluate_files.py), and
     the config checks curriculum labels against slices.py, which sql/ imports too."""
-    wrong = {name: below(name, ("mtsql.base.config", "mtsql.core.data")) for name in modules()
-             if name == "mtsql.core.sql" or name.startswith("mtsql.core.sql.")}
+    wrong = {
+        name: below(name, ("mtsql.base.config", "mtsql.core.data"))
+        for name in modules()
+        if name == "mtsql.core.sql" or name.startswith("mtsql.core.sql.")
+    }
     wrong["mtsql.base.config"] = below("mtsql.base.config", ("mtsql.core.sql",))
     assert {k: v for k, v in wrong.items() if v} == {}
 
@@ -102,18 +122,31 @@ def test_core_has_no_folder_or_module_outside_its_order():
 
 def test_no_import_inside_core_runs_up_its_order():
     core = {name: path for name, path in modules().items() if name.startswith("mtsql.core.")}
-    wrong = {name: sorted(i for i in imports(path) if i.startswith("mtsql.core.") and core_rank(i) > core_rank(name))
-             for name, path in core.items()}
+    wrong = {
+        name: sorted(
+            i for i in imports(path) if i.startswith("mtsql.core.") and core_rank(i) > core_rank(name)
+        )
+        for name, path in core.items()
+    }
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
 def section_classes(path: Path) -> list[str]:
     """The config sections a module defines: classes with fields declared ``result(...)`` or ``operational(...)``."""
+
     def declares_settings(cls: ast.ClassDef) -> bool:
-        return any(isinstance(s, ast.AnnAssign) and isinstance(s.value, ast.Call)
-                   and getattr(s.value.func, "id", None) in ("result", "operational") for s in cls.body)
-    return sorted(node.name for node in ast.walk(ast.parse(path.read_text()))
-                  if isinstance(node, ast.ClassDef) and declares_settings(node))
+        return any(
+            isinstance(s, ast.AnnAssign)
+            and isinstance(s.value, ast.Call)
+            and getattr(s.value.func, "id", None) in ("result", "operational")
+            for s in cls.body
+        )
+
+    return sorted(
+        node.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and declares_settings(node)
+    )
 
 
 def test_base_keeps_the_config_mechanism_and_no_section():
@@ -121,19 +154,30 @@ def test_base_keeps_the_config_mechanism_and_no_section():
     section is defined under base (the trackers' schema is composed with ``run`` in app/config.py; base/trackers.py
     reads it through a Protocol)."""
     assert len((ROOT / "base" / "config.py").read_text().splitlines()) < 450
-    sections = {name: section_classes(path) for name, path in modules().items() if name.startswith("mtsql.base.")}
+    sections = {
+        name: section_classes(path) for name, path in modules().items() if name.startswith("mtsql.base.")
+    }
     assert {name: found for name, found in sections.items() if found} == {}
-    assert section_classes(ROOT / "app" / "config.py") == ["Config", "TrackersConfig"], "the check sees sections"
+    assert section_classes(ROOT / "app" / "config.py") == ["Config", "TrackersConfig"], (
+        "the check sees sections"
+    )
 
 
 def test_base_imports_nothing_above_it_even_at_run_time():
     """Importing every module of base, in a fresh interpreter, loads no module of core, engines, stages or app
     (test_no_import_runs_up_a_layer reads the source; this catches what importing does besides)."""
     base = sorted(name for name in modules() if name.startswith("mtsql.base"))
-    code = (f"import importlib, sys; [importlib.import_module(m) for m in {base!r}]; "
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith('mtsql.') and not m.startswith('mtsql.base'))))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}).stdout.split()
+    code = (
+        f"import importlib, sys; [importlib.import_module(m) for m in {base!r}]; "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('mtsql.') and not m.startswith('mtsql.base'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+    ).stdout.split()
     assert loaded == []
 
 

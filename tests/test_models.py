@@ -15,9 +15,17 @@ from mtsql.engines.models.tiny_qwen3 import TINY_QWEN3_SEED
 
 def test_tiny_qwen3_has_the_real_qwen3_special_tokens(tiny_tokenizer):
     assert len(tiny_tokenizer) == 151_669
-    expected = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<tool_call>": 151657,
-                "</tool_call>": 151658, "<tool_response>": 151665, "</tool_response>": 151666,
-                "<think>": 151667, "</think>": 151668}
+    expected = {
+        "<|endoftext|>": 151643,
+        "<|im_start|>": 151644,
+        "<|im_end|>": 151645,
+        "<tool_call>": 151657,
+        "</tool_call>": 151658,
+        "<tool_response>": 151665,
+        "</tool_response>": 151666,
+        "<think>": 151667,
+        "</think>": 151668,
+    }
     assert {t: tiny_tokenizer.convert_tokens_to_ids(t) for t in expected} == expected
     assert tiny_tokenizer.eos_token == "<|im_end|>" and tiny_tokenizer.pad_token == "<|endoftext|>"
     # Qwen's byte-level BPE with single digits; tags stay when special tokens are skipped, ChatML does not
@@ -41,13 +49,17 @@ def test_tiny_qwen3_weights_are_the_seeded_init(tiny_qwen3):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_QWEN3_SEED)
         fresh = type(saved)(config)
-    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), fresh.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(saved.state_dict().values(), fresh.state_dict().values(), strict=True)
+    )
     info = json.loads((tiny_qwen3 / registry.INFO_FILE).read_text())
     assert info["alias"] == "tiny-qwen3" and 9_000_000 < info["params"] < 11_000_000
 
 
 def no_work_again(monkeypatch):
     """Cached models must come back as they are: building, converting or loading one again fails."""
+
     def refuse(*args):
         raise AssertionError("a cached model was built or loaded again")
 
@@ -78,12 +90,14 @@ def test_resolve_model_passes_folders(tmp_path):
 
 def fake_snapshot(files: dict[str, str], calls: list):
     """A stand-in for ``huggingface_hub.snapshot_download`` that writes ``files`` into ``local_dir``."""
+
     def download(repo_id, local_dir, **kwargs):
         calls.append(repo_id)
         for name, text in files.items():
             (Path(local_dir) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(local_dir) / name).write_text(text)
         return str(local_dir)
+
     return download
 
 
@@ -92,9 +106,14 @@ def test_a_hub_id_is_fetched_once_into_the_models_folder(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
     calls: list = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        fake_snapshot({"config.json": "{}", "model.safetensors": "w"}, calls))
-    assert registry.model_folder("Qwen/Qwen3-1.7B") == tmp_path / "models" / "Qwen--Qwen3-1.7B" and calls == []
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        fake_snapshot({"config.json": "{}", "model.safetensors": "w"}, calls),
+    )
+    assert (
+        registry.model_folder("Qwen/Qwen3-1.7B") == tmp_path / "models" / "Qwen--Qwen3-1.7B" and calls == []
+    )
     folder = registry.resolve_model("Qwen/Qwen3-1.7B")
     assert folder == tmp_path / "models" / "Qwen--Qwen3-1.7B" and (folder / "model.safetensors").is_file()
     assert registry.resolve_model("Qwen/Qwen3-1.7B") == folder and calls == ["Qwen/Qwen3-1.7B"]
@@ -118,26 +137,44 @@ def test_an_incomplete_hub_download_is_not_taken_for_a_model(tmp_path, monkeypat
     import huggingface_hub
 
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path))
-    index = json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
-    files = {"config.json": "{}", "model.safetensors.index.json": index, "model-00001-of-00002.safetensors": "w"}
+    index = json.dumps(
+        {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    )
+    files = {
+        "config.json": "{}",
+        "model.safetensors.index.json": index,
+        "model-00001-of-00002.safetensors": "w",
+    }
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot(files, []))
     with pytest.raises(UsageError, match="lacks model-00002-of-00002.safetensors"):
         registry.resolve_model("Qwen/Qwen3-4B")
     assert not (tmp_path / "models" / "Qwen--Qwen3-4B").exists()
 
 
-@pytest.mark.parametrize("name, hub", [("Qwen/Qwen3-4B", True), ("org/my.model-v2_1", True), ("a/b/c", False),
-                                       ("/abs/path", False), ("./rel", False), ("smollm2-135m", False),
-                                       ("<from sft-r2>", False)])
+@pytest.mark.parametrize(
+    "name, hub",
+    [
+        ("Qwen/Qwen3-4B", True),
+        ("org/my.model-v2_1", True),
+        ("a/b/c", False),
+        ("/abs/path", False),
+        ("./rel", False),
+        ("smollm2-135m", False),
+        ("<from sft-r2>", False),
+    ],
+)
 def test_hub_ids(name, hub):
     assert registry.is_hub_id(name) is hub
 
 
-@pytest.mark.parametrize("name, message", [
-    ("./no/such/folder", "neither a folder that exists"),
-    ("a/b/c", "neither a folder that exists"),
-    ("smollm9", "neither a folder that exists"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("./no/such/folder", "neither a folder that exists"),
+        ("a/b/c", "neither a folder that exists"),
+        ("smollm9", "neither a folder that exists"),
+    ],
+)
 def test_resolve_model_rejects_unknown_names(name, message):
     with pytest.raises(UsageError, match=message):
         registry.resolve_model(name)
@@ -158,13 +195,24 @@ def test_tiny_family_models_carry_their_familys_tokens_and_template(tiny_qwen25,
     assert AutoConfig.from_pretrained(tiny_qwen25).model_type == "qwen2"
     hello = [{"role": "user", "content": "Hi"}]
     assert qwen25.apply_chat_template(hello, tokenize=False, add_generation_prompt=True).startswith(
-        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>")
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>"
+    )
     # Llama-3: the end of a chat turn is its eos, the template opens with <|begin_of_text|>
     assert (llama3.bos_token, llama3.eos_token, len(llama3)) == ("<|begin_of_text|>", "<|eot_id|>", 128_257)
-    assert llama3.apply_chat_template(hello, tokenize=True, add_generation_prompt=True, return_dict=False) == [
-        128000, 128006, *llama3.encode("user", add_special_tokens=False), 128007,
-        *llama3.encode("\n\nHi", add_special_tokens=False), 128009, 128006,
-        *llama3.encode("assistant", add_special_tokens=False), 128007, *llama3.encode("\n\n", add_special_tokens=False)]
+    assert llama3.apply_chat_template(
+        hello, tokenize=True, add_generation_prompt=True, return_dict=False
+    ) == [
+        128000,
+        128006,
+        *llama3.encode("user", add_special_tokens=False),
+        128007,
+        *llama3.encode("\n\nHi", add_special_tokens=False),
+        128009,
+        128006,
+        *llama3.encode("assistant", add_special_tokens=False),
+        128007,
+        *llama3.encode("\n\n", add_special_tokens=False),
+    ]
     assert AutoConfig.from_pretrained(tiny_llama3).model_type == "llama"
 
 
@@ -173,12 +221,17 @@ def test_tiny_smollm2_carries_smollm2s_tokens_and_template(tiny_smollm2):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_smollm2)
     # SmolLM2's BPE from the GGUF: <|im_start|> and <|im_end|> are its bos and eos, 49,152 tokens in all
-    assert (tokenizer.bos_token, tokenizer.eos_token, len(tokenizer)) == ("<|im_start|>", "<|im_end|>", 49_152)
+    assert (tokenizer.bos_token, tokenizer.eos_token, len(tokenizer)) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        49_152,
+    )
     assert tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]) == [1, 2]
     hello = [{"role": "user", "content": "Hi"}]
     assert tokenizer.apply_chat_template(hello, tokenize=False, add_generation_prompt=True) == (
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face.<|im_end|>\n"
-        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert AutoConfig.from_pretrained(tiny_smollm2).vocab_size == 49_152
 
 
@@ -217,7 +270,11 @@ def test_smollm2_pull_converts_the_gguf(smollm2, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
-    assert (tokenizer.eos_token, tokenizer.bos_token, len(tokenizer)) == ("<|im_end|>", "<|im_start|>", 49_152)
+    assert (tokenizer.eos_token, tokenizer.bos_token, len(tokenizer)) == (
+        "<|im_end|>",
+        "<|im_start|>",
+        49_152,
+    )
     text = "Hello world!  SELECT name, 2024 FROM singer;\n"
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert tokenizer.decode(ids) == text and tokenizer.unk_token_id not in ids
@@ -227,9 +284,13 @@ def test_smollm2_pull_converts_the_gguf(smollm2, monkeypatch):
     chat = ChatFormat(tokenizer)
     prompt = chat.prompt_ids([{"role": "user", "content": "What is the capital of France?"}])
     with torch.inference_mode():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=12, do_sample=False)
-    assert "Paris" in tokenizer.decode(out[0, len(prompt):])
+        out = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=12,
+            do_sample=False,
+        )
+    assert "Paris" in tokenizer.decode(out[0, len(prompt) :])
     no_work_again(monkeypatch)
     assert registry.pull("smollm2-135m") == smollm2
 

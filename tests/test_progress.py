@@ -17,8 +17,12 @@ def test_redirected_output_gets_plain_lines(monkeypatch):
         for _ in range(4):
             bar.advance(task)
     lines = out.getvalue().splitlines()
-    assert [line.split(",")[0] for line in lines] == ["scoring: 1/4 (25%)", "scoring: 2/4 (50%)",
-                                                       "scoring: 3/4 (75%)", "scoring: 4/4 (100%)"]
+    assert [line.split(",")[0] for line in lines] == [
+        "scoring: 1/4 (25%)",
+        "scoring: 2/4 (50%)",
+        "scoring: 3/4 (75%)",
+        "scoring: 4/4 (100%)",
+    ]
     assert "loss -" in lines[0] and "elapsed 0:00:00" in lines[0] and "left ~" in lines[0]
     assert "\x1b" not in out.getvalue()  # no cursor moves or colours in a log file
 

@@ -30,8 +30,14 @@ OK, EMPTY, ERROR = "SELECT PetID FROM pets", "SELECT * FROM pets WHERE 1 = 0", "
 
 @pytest.fixture(scope="module")
 def turns() -> dict:
-    found = {t.uid: t for ds in ("sparc", "cosql") for t in load_turns(ds, "dev", root=FIXTURE_DATA, with_hardness=False)}
-    assert found["sparc-dev-0000/0"].gold_sql == FIRST_GOLD and found["sparc-dev-0000/2"].gold_sql == LATER_GOLD
+    found = {
+        t.uid: t
+        for ds in ("sparc", "cosql")
+        for t in load_turns(ds, "dev", root=FIXTURE_DATA, with_hardness=False)
+    }
+    assert (
+        found["sparc-dev-0000/0"].gold_sql == FIRST_GOLD and found["sparc-dev-0000/2"].gold_sql == LATER_GOLD
+    )
     return found
 
 
@@ -56,8 +62,14 @@ def test_exec_verify_table(turns, sql, kind, verdict):
     tag = f"<exec_verify>{verdict}</exec_verify>" if verdict else ""
     traj = episode(turns, "sparc-dev-0000/0", [EXEC.format("", sql), ANSWER.format(tag, FIRST_GOLD)])
     assert traj.steps[0].result_kind == kind and traj.steps[0].verdict == verdict
-    expected = {("error", "pass"): 0.0, ("error", "no_pass"): 1.0, ("empty", "pass"): 0.0,
-                ("empty", "no_pass"): 0.1, ("ok", "pass"): 1.0, ("ok", "no_pass"): 0.0}.get((kind, verdict), 0.0)
+    expected = {
+        ("error", "pass"): 0.0,
+        ("error", "no_pass"): 1.0,
+        ("empty", "pass"): 0.0,
+        ("empty", "no_pass"): 0.1,
+        ("ok", "pass"): 1.0,
+        ("ok", "no_pass"): 0.0,
+    }.get((kind, verdict), 0.0)
     assert EXEC_VERIFY_TABLE.get((kind, verdict), 0.0) == expected
     assert rewards(traj, FIRST_GOLD)["exec_verify"] == pytest.approx(expected)
 
@@ -72,11 +84,17 @@ def test_exec_verify_is_the_mean_over_calls(turns):
 PARTIAL = "SELECT count(*) FROM pets"  # clause F1 0.8 against LATER_GOLD
 
 
-@pytest.mark.parametrize(("checked", "verdict", "expected"), [
-    (LATER_GOLD, M_PASS, 1.0), (LATER_GOLD, M_NO_PASS, 0.0),
-    (PARTIAL, M_PASS, 0.8), (PARTIAL, M_NO_PASS, 0.2),
-    (PARTIAL, "", 0.0), (PARTIAL, PASS, 0.0),  # a missing verdict, or the wrong tag, is not a pass
-])
+@pytest.mark.parametrize(
+    ("checked", "verdict", "expected"),
+    [
+        (LATER_GOLD, M_PASS, 1.0),
+        (LATER_GOLD, M_NO_PASS, 0.0),
+        (PARTIAL, M_PASS, 0.8),
+        (PARTIAL, M_NO_PASS, 0.2),
+        (PARTIAL, "", 0.0),
+        (PARTIAL, PASS, 0.0),  # a missing verdict, or the wrong tag, is not a pass
+    ],
+)
 def test_coherence(turns, checked, verdict, expected):
     texts = [EXEC.format("", checked), MEMORY.format(PASS), ANSWER.format(verdict, LATER_GOLD)]
     traj = episode(turns, "sparc-dev-0000/2", texts)
@@ -86,10 +104,14 @@ def test_coherence(turns, checked, verdict, expected):
     assert out["clause_f1"] == pytest.approx((clause_f1(checked, LATER_GOLD) + 1.0) / 2)
 
 
-ORDERED = "SELECT PetID FROM pets WHERE weight > 10 ORDER BY PetID"  # SELECT and ORDER BY differ from LATER_GOLD
+ORDERED = (
+    "SELECT PetID FROM pets WHERE weight > 10 ORDER BY PetID"  # SELECT and ORDER BY differ from LATER_GOLD
+)
 UNPARSEABLE = "SELECT nope FROM pets"  # no such column: the Spider parser refuses it
 RELEASE_EXEC = THINK + '{}<tool_call>{{"name": "exec_sql", "arguments": {{"code": "{}"}}}}</tool_call>'
-RELEASE_MEMORY = THINK + '{}<tool_call>{{"name": "memory_retrieve", "arguments": {{"code": "{}"}}}}</tool_call>'
+RELEASE_MEMORY = (
+    THINK + '{}<tool_call>{{"name": "memory_retrieve", "arguments": {{"code": "{}"}}}}</tool_call>'
+)
 
 
 def test_clause_scores_by_hand(turns):
@@ -98,8 +120,12 @@ def test_clause_scores_by_hand(turns):
     #   PARTIAL:     items 2 of them, F1 = 2*1*(2/3)/(1+2/3) = 0.8;  clauses 2 of 3 equal (no WHERE) = 2/3
     #   ORDERED:     4 items, 2 shared, F1 = 2*(1/2)*(2/3)/(7/6) = 4/7;  4 clauses, from and where equal = 1/2
     #   UNPARSEABLE: 2 items, 1 shared, F1 = 2*(1/2)*(1/3)/(5/6) = 0.4;  no parse = 0
-    texts = [EXEC.format("", UNPARSEABLE), EXEC.format(NO_PASS, PARTIAL), EXEC.format(NO_PASS, ORDERED),
-             ANSWER.format(NO_PASS, LATER_GOLD)]
+    texts = [
+        EXEC.format("", UNPARSEABLE),
+        EXEC.format(NO_PASS, PARTIAL),
+        EXEC.format(NO_PASS, ORDERED),
+        ANSWER.format(NO_PASS, LATER_GOLD),
+    ]
     traj = episode(turns, "sparc-dev-0000/2", texts)
     f1 = rewards(traj, LATER_GOLD, RewardConfig(clause_score="f1"))
     release = rewards(traj, LATER_GOLD, RewardConfig(clause_score="release"))
@@ -109,14 +135,22 @@ def test_clause_scores_by_hand(turns):
     assert f1["score"] - release["score"] == pytest.approx(0.8 * (f1["clause_f1"] - release["clause_exact"]))
 
 
-@pytest.mark.parametrize(("clause_score", "term", "clause", "memory_score"), [
-    ("f1", "clause_f1", (0.8 + 1 + 1) / 3, 4 / 7),  # exec arguments and the answer
-    ("release", "clause_exact", (2 / 3 + 1 + 1 / 2) / 3, 1 / 2),  # the memory call's copy is the third
-])
+@pytest.mark.parametrize(
+    ("clause_score", "term", "clause", "memory_score"),
+    [
+        ("f1", "clause_f1", (0.8 + 1 + 1) / 3, 4 / 7),  # exec arguments and the answer
+        ("release", "clause_exact", (2 / 3 + 1 + 1 / 2) / 3, 1 / 2),  # the memory call's copy is the third
+    ],
+)
 def test_release_protocol_memory_copies_count_in_the_clause_score_and_are_what_coherence_checks(
-        turns, clause_score, term, clause, memory_score):
-    texts = [RELEASE_EXEC.format("", PARTIAL), RELEASE_EXEC.format(NO_PASS, LATER_GOLD),
-             RELEASE_MEMORY.format(PASS, ORDERED), ANSWER.format(M_NO_PASS, LATER_GOLD)]
+    turns, clause_score, term, clause, memory_score
+):
+    texts = [
+        RELEASE_EXEC.format("", PARTIAL),
+        RELEASE_EXEC.format(NO_PASS, LATER_GOLD),
+        RELEASE_MEMORY.format(PASS, ORDERED),
+        ANSWER.format(M_NO_PASS, LATER_GOLD),
+    ]
     traj = episode(turns, "sparc-dev-0000/2", texts, protocol="release")
     assert traj.steps[2].checked_sql == ORDERED
     out = rewards(traj, LATER_GOLD, RewardConfig(clause_score=clause_score))
@@ -135,7 +169,13 @@ def test_gold_policy_scores_the_maximum(turns):
     env = SqlAgentEnv(data_root=FIXTURE_DATA)
     first = rewards(run_episode(env, GoldPolicy(), turns["sparc-dev-0000/0"]), FIRST_GOLD)
     later = rewards(run_episode(env, GoldPolicy(), turns["sparc-dev-0000/2"]), LATER_GOLD)
-    assert (first["ex"], first["em"], first["exec_verify"], first["coherence"], first["clause_f1"]) == (1, 1, 1, 0, 1)
+    assert (first["ex"], first["em"], first["exec_verify"], first["coherence"], first["clause_f1"]) == (
+        1,
+        1,
+        1,
+        0,
+        1,
+    )
     assert first["score"] == pytest.approx(2.9)
     assert later["score"] == pytest.approx(3.0) and later["format"] == 1.0
     later_traj = run_episode(env, GoldPolicy(), turns["sparc-dev-0000/2"])
@@ -150,7 +190,9 @@ def test_gold_with_correction_rewards_follow_the_recorded_steps(turns):
         traj = run_episode(env, policy, turn)
         wrong, right = traj.steps[0], traj.steps[1]
         out = rewards(traj, turn.gold_sql)
-        assert out["exec_verify"] == pytest.approx((EXEC_VERIFY_TABLE[wrong.result_kind, "no_pass"] + 1.0) / 2)
+        assert out["exec_verify"] == pytest.approx(
+            (EXEC_VERIFY_TABLE[wrong.result_kind, "no_pass"] + 1.0) / 2
+        )
         assert out["clause_f1"] == pytest.approx((clause_f1(wrong.sql, turn.gold_sql) + 2.0) / 3)
         assert right.sql == turn.gold_sql and (out["ex"], out["em"], out["format"]) == (1.0, 1.0, 1.0)
 
@@ -170,22 +212,34 @@ def test_sqlr1_values(turns):
     assert sqlr1(wrong, FIRST_GOLD)["score"] == 1.0 + 2.0 - 3.0
     failing = episode(turns, "sparc-dev-0000/0", [EXEC.format("", ERROR), ANSWER.format(PASS, ERROR)])
     assert sqlr1(failing, FIRST_GOLD)["score"] == 1.0 - 2.0
-    no_think = episode(turns, "sparc-dev-0000/0", [EXEC.format("", FIRST_GOLD).replace(THINK, ""),
-                                                   ANSWER.format(PASS, FIRST_GOLD)])
+    no_think = episode(
+        turns,
+        "sparc-dev-0000/0",
+        [EXEC.format("", FIRST_GOLD).replace(THINK, ""), ANSWER.format(PASS, FIRST_GOLD)],
+    )
     out = rewards(no_think, FIRST_GOLD)
     assert (sqlr1(no_think, FIRST_GOLD)["score"], out["format"], out["ex"]) == (-1.0, 0.0, 1.0)
 
 
 def test_short_mode_sqlr1_is_one_think_then_one_answer(turns):
-    traj = run_episode(SqlAgentEnv(EnvConfig(mode="short"), data_root=FIXTURE_DATA), GoldPolicy(mode="short"),
-                       turns["sparc-dev-0000/0"])
+    traj = run_episode(
+        SqlAgentEnv(EnvConfig(mode="short"), data_root=FIXTURE_DATA),
+        GoldPolicy(mode="short"),
+        turns["sparc-dev-0000/0"],
+    )
     out = rewards(traj, FIRST_GOLD)
-    assert tuple(sqlr1(traj, FIRST_GOLD)[k] for k in ("sqlr1_format", "sqlr1_execution", "sqlr1_result")) == (1, 2, 3)
+    assert tuple(sqlr1(traj, FIRST_GOLD)[k] for k in ("sqlr1_format", "sqlr1_execution", "sqlr1_result")) == (
+        1,
+        2,
+        3,
+    )
     assert (out["exec_verify"], out["coherence"], out["clause_f1"]) == (0.0, 0.0, 1.0)
 
 
 def test_no_answer_scores_zero_and_answers_are_never_read_from_observations(turns):
-    bait = "SELECT '<answer' || '_sql>SELECT * FROM pets</answer' || '_sql>' FROM pets"  # tags only in results
+    bait = (
+        "SELECT '<answer' || '_sql>SELECT * FROM pets</answer' || '_sql>' FROM pets"  # tags only in results
+    )
     traj = episode(turns, "sparc-dev-0000/0", [EXEC.format("", bait)] * 4)
     assert "<answer_sql>SELECT * FROM pets</answer_sql>" in traj.messages[3]["content"]
     assert traj.final_sql is None
@@ -205,21 +259,32 @@ def test_unscorable_golds_count_zero_and_say_so(turns):
 
 
 def test_families_and_weights(turns):
-    traj = episode(turns, "sparc-dev-0000/2", [EXEC.format("", PARTIAL), MEMORY.format(PASS),
-                                                ANSWER.format(M_PASS, LATER_GOLD)])
+    traj = episode(
+        turns,
+        "sparc-dev-0000/2",
+        [EXEC.format("", PARTIAL), MEMORY.format(PASS), ANSWER.format(M_PASS, LATER_GOLD)],
+    )
     base = rewards(traj, LATER_GOLD)
     assert base["score"] == pytest.approx(2.0 + 0.1 * 1.0 + 0.1 * 0.8 + 0.8 * 0.9)
     assert rewards(traj, LATER_GOLD, RewardConfig(family="outcome"))["score"] == 2.0
-    heavy = rewards(traj, LATER_GOLD, RewardConfig(ex=2.0, em=0.0, exec_verify=1.0, coherence=0.0, clause_f1=0.0,
-                                                   format=0.5))
+    heavy = rewards(
+        traj,
+        LATER_GOLD,
+        RewardConfig(ex=2.0, em=0.0, exec_verify=1.0, coherence=0.0, clause_f1=0.0, format=0.5),
+    )
     assert heavy["score"] == pytest.approx(2.0 + 0.5 + 1.0)
     with pytest.raises(ValueError, match="reward.family"):
         compute_rewards(traj, LATER_GOLD, RewardConfig(family="dense"), data_root=FIXTURE_DATA)
 
 
 def test_an_empty_prediction_matching_an_empty_gold_can_earn_no_credit(turns):
-    empty_gold, other_empty = "SELECT PetID FROM pets WHERE pet_age > 100", "SELECT PetID FROM pets WHERE weight > 1000"
-    traj = episode(turns, "sparc-dev-0000/0", [EXEC.format("", other_empty), ANSWER.format(PASS, other_empty)])
+    empty_gold, other_empty = (
+        "SELECT PetID FROM pets WHERE pet_age > 100",
+        "SELECT PetID FROM pets WHERE weight > 1000",
+    )
+    traj = episode(
+        turns, "sparc-dev-0000/0", [EXEC.format("", other_empty), ANSWER.format(PASS, other_empty)]
+    )
     credited = rewards(traj, empty_gold, RewardConfig(family="sqlr1"))
     assert (credited["ex"], credited["sqlr1_result"]) == (1.0, 3.0), "by default [] == [] is a match"
     refused = rewards(traj, empty_gold, RewardConfig(family="sqlr1", empty_match_credit=False))
@@ -227,20 +292,37 @@ def test_an_empty_prediction_matching_an_empty_gold_can_earn_no_credit(turns):
     assert rewards(traj, empty_gold, RewardConfig(family="outcome", empty_match_credit=False))["score"] == 0.0
     assert refused["score"] == 1.0 + 2.0, "format and execution only: no result credit, and no penalty either"
     right = episode(turns, "sparc-dev-0000/0", [EXEC.format("", FIRST_GOLD), ANSWER.format(PASS, FIRST_GOLD)])
-    assert rewards(right, FIRST_GOLD, RewardConfig(empty_match_credit=False))["ex"] == 1.0, "non-empty golds keep it"
+    assert rewards(right, FIRST_GOLD, RewardConfig(empty_match_credit=False))["ex"] == 1.0, (
+        "non-empty golds keep it"
+    )
 
 
 def _refuse(name):
     def refuse(*args, **kwargs):
         raise AssertionError(f"{name} is not a term of this family")
+
     return refuse
 
 
 OTHER_FAMILIES_TERMS = {  # the functions of the rewards module each family must not call
-    "outcome": ("sqlr1_terms", "exec_verify_reward", "coherence_reward", "clause_f1_reward", "clause_exact_reward",
-                "release_clause_score", "clause_f1"),
-    "sqlr1": ("format_reward", "exec_verify_reward", "coherence_reward", "clause_f1_reward", "clause_exact_reward",
-              "release_clause_score", "clause_f1"),
+    "outcome": (
+        "sqlr1_terms",
+        "exec_verify_reward",
+        "coherence_reward",
+        "clause_f1_reward",
+        "clause_exact_reward",
+        "release_clause_score",
+        "clause_f1",
+    ),
+    "sqlr1": (
+        "format_reward",
+        "exec_verify_reward",
+        "coherence_reward",
+        "clause_f1_reward",
+        "clause_exact_reward",
+        "release_clause_score",
+        "clause_f1",
+    ),
     "process": ("sqlr1_terms",),
 }
 
@@ -255,9 +337,13 @@ def test_a_family_computes_only_its_own_terms(turns, monkeypatch, family):
     assert rewards(traj, LATER_GOLD, RewardConfig(family=family)) == expected
 
 
-@pytest.mark.parametrize(("clause_score", "unused"), [("f1", ("clause_exact_reward", "release_clause_score")),
-                                                      ("release", ("clause_f1_reward", "clause_f1"))])
-def test_process_computes_only_the_clause_score_it_is_configured_for(turns, monkeypatch, clause_score, unused):
+@pytest.mark.parametrize(
+    ("clause_score", "unused"),
+    [("f1", ("clause_exact_reward", "release_clause_score")), ("release", ("clause_f1_reward", "clause_f1"))],
+)
+def test_process_computes_only_the_clause_score_it_is_configured_for(
+    turns, monkeypatch, clause_score, unused
+):
     texts = [EXEC.format("", PARTIAL), MEMORY.format(PASS), ANSWER.format(M_PASS, LATER_GOLD)]
     traj = episode(turns, "sparc-dev-0000/2", texts)
     cfg = RewardConfig(clause_score=clause_score)
@@ -269,9 +355,11 @@ def test_process_computes_only_the_clause_score_it_is_configured_for(turns, monk
 
 def test_a_new_family_is_one_registry_entry(turns, monkeypatch):
     traj = episode(turns, "sparc-dev-0000/0", [EXEC.format("", OK), ANSWER.format(PASS, FIRST_GOLD)])
-    monkeypatch.setitem(rewards_module.FAMILIES, "answered",
-                        rewards_module.Family(lambda s: {"answered": 1.0, "score": 2 * s.ex},
-                                              lambda cfg: ("answered",)))
+    monkeypatch.setitem(
+        rewards_module.FAMILIES,
+        "answered",
+        rewards_module.Family(lambda s: {"answered": 1.0, "score": 2 * s.ex}, lambda cfg: ("answered",)),
+    )
     out = rewards(traj, FIRST_GOLD, RewardConfig(family="answered"))
     assert out == {"score": 2.0, "ex": 1.0, "em": 1.0, "ex_scored": 1.0, "em_scored": 1.0, "answered": 1.0}
 

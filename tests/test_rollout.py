@@ -23,9 +23,20 @@ def dialogue(name: str, questions: int) -> list[Turn]:
     turns = []
     for index in range(questions):
         question = f"{name} question {index}?"
-        turns.append(Turn(dataset="cosql", split="dev", interaction_id=name, interaction_index=0,
-                          turn_index=index, db_id="db", question=question, gold_sql=f"SELECT {index}",
-                          previous_questions=tuple(previous), previous_sql=tuple(f"SELECT {i}" for i in range(index))))
+        turns.append(
+            Turn(
+                dataset="cosql",
+                split="dev",
+                interaction_id=name,
+                interaction_index=0,
+                turn_index=index,
+                db_id="db",
+                question=question,
+                gold_sql=f"SELECT {index}",
+                previous_questions=tuple(previous),
+                previous_sql=tuple(f"SELECT {i}" for i in range(index)),
+            )
+        )
         previous.append(question)
     return turns
 
@@ -33,8 +44,10 @@ def dialogue(name: str, questions: int) -> list[Turn]:
 class FakeTrajectory:
     def __init__(self, turn: Turn, memory):
         self.uid, self.memory, self.final_sql = turn.uid, memory, None
-        self.messages = [{"role": "system", "content": "Answer in SQL."},
-                         {"role": "user", "content": turn.question}]
+        self.messages = [
+            {"role": "system", "content": "Answer in SQL."},
+            {"role": "user", "content": turn.question},
+        ]
 
     def to_dict(self) -> dict:
         memory = None if self.memory is None else [(m.question, m.sql) for m in self.memory]
@@ -82,9 +95,11 @@ class ScriptedBackend(Backend):
         out = []
         for prompt, seed in zip(prompts, self._seeds(prompts, params, seeds), strict=True):
             done = self.tokenizer.decode(prompt).count("<|im_start|>assistant") - 1
-            text = ['<tool_call>\n{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}\n</tool_call>',
-                    "<exec_verify>pass</exec_verify> looks fine",
-                    f"<answer_sql>SELECT {seed}</answer_sql>"][min(done, 2)]
+            text = [
+                '<tool_call>\n{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}\n</tool_call>',
+                "<exec_verify>pass</exec_verify> looks fine",
+                f"<answer_sql>SELECT {seed}</answer_sql>",
+            ][min(done, 2)]
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if done == 1:
                 ids.append(min(self.end_of_turn_ids))
@@ -108,8 +123,9 @@ class InterruptAfter(Backend):
 
 def engine(backend, tokenizer, **options) -> RolloutEngine:
     params = options.pop("params", SamplingParams(max_new_tokens=6, stop=STOP_STRINGS))
-    return RolloutEngine(FakeEnv, backend=backend, chat=ChatFormat(tokenizer), params=params, tools=TOOLS,
-                         **options)
+    return RolloutEngine(
+        FakeEnv, backend=backend, chat=ChatFormat(tokenizer), params=params, tools=TOOLS, **options
+    )
 
 
 def comparable(records: list[dict]) -> list[dict]:
@@ -125,14 +141,22 @@ def test_token_ids_are_the_rendered_conversation_and_the_mask_marks_model_ids(ti
         messages = record["trajectory"]["messages"]
         ids = record["prompt_ids"] + record["response_ids"]
         closing = "\n" if ids[-1] == chat.end_of_turn_id else "<|im_end|>\n"  # none after a stop string
-        assert ids + tiny_tokenizer.encode(closing, add_special_tokens=False) == chat.render_ids(messages, TOOLS)
+        assert ids + tiny_tokenizer.encode(closing, add_special_tokens=False) == chat.render_ids(
+            messages, TOOLS
+        )
         model_ids = [i for i, m in zip(record["response_ids"], record["response_mask"], strict=True) if m]
-        expected = [i for m in messages if m["role"] == "assistant"
-                    for i in tiny_tokenizer.encode(m["content"], add_special_tokens=False)]
+        expected = [
+            i
+            for m in messages
+            if m["role"] == "assistant"
+            for i in tiny_tokenizer.encode(m["content"], add_special_tokens=False)
+        ]
         end = chat.end_of_turn_id
         assert [i for i in model_ids if i != end] == expected
         assert model_ids.count(end) == (len(messages) >= 5)  # only the 2nd reply generates <|im_end|>
-        tool_text = tiny_tokenizer.decode([i for i, m in zip(record["response_ids"], record["response_mask"], strict=True) if not m])
+        tool_text = tiny_tokenizer.decode(
+            [i for i, m in zip(record["response_ids"], record["response_mask"], strict=True) if not m]
+        )
         assert tool_text.count("<tool_response>") == sum(m["role"] == "tool" for m in messages)
         assert record["generated_tokens"] == sum(record["response_mask"])
         assert not record["truncated"] and record["response_logprobs"] is None
@@ -147,19 +171,24 @@ def test_engine_batches_equal_one_at_a_time_with_the_tiny_model(tiny_backend, ti
 
 
 def test_tool_tokens_are_masked_and_cut_messages_recorded(tiny_backend, tiny_tokenizer):
-    records = engine(tiny_backend, tiny_tokenizer, params=SamplingParams(max_new_tokens=3, logprobs=True)).run(
-        dialogue("m", 3), progress=False)
+    records = engine(
+        tiny_backend, tiny_tokenizer, params=SamplingParams(max_new_tokens=3, logprobs=True)
+    ).run(dialogue("m", 3), progress=False)
     for record in records:
         mask, ids = record["response_mask"], record["response_ids"]
         messages = record["trajectory"]["messages"]
         assert record["truncated"] and {g["finish_reason"] for g in record["generations"]} == {"length"}
-        assert len(record["generations"]) == sum(m["role"] == "assistant" for m in messages)  # all reached the env
+        assert len(record["generations"]) == sum(
+            m["role"] == "assistant" for m in messages
+        )  # all reached the env
         assert sum(mask) == 3 * len(record["generations"]) == record["generated_tokens"]
         masked = tiny_tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if not m])
         for message in messages:
             if message["role"] == "tool":
                 assert f"<tool_response>\n{message['content']}\n</tool_response>" in masked
-        assert masked.count("<|im_end|>") == 2 * sum(m["role"] == "tool" for m in messages)  # closing + tool turn
+        assert masked.count("<|im_end|>") == 2 * sum(
+            m["role"] == "tool" for m in messages
+        )  # closing + tool turn
         logprobs = record["response_logprobs"]
         assert len(logprobs) == len(ids) and all(lp < 0 for lp, m in zip(logprobs, mask, strict=True) if m)
 
@@ -177,10 +206,14 @@ def test_samples_are_seeded(tiny_backend, tiny_tokenizer):
 
 def test_an_interrupted_run_resumes_where_it_stopped(tiny_backend, tiny_tokenizer, tmp_path):
     turns = dialogue("r", 6)
-    reference = engine(tiny_backend, tiny_tokenizer, batch_size=2).run(turns, out_dir=tmp_path / "ref", progress=False)
+    reference = engine(tiny_backend, tiny_tokenizer, batch_size=2).run(
+        turns, out_dir=tmp_path / "ref", progress=False
+    )
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        engine(InterruptAfter(tiny_backend, 4), tiny_tokenizer, batch_size=2).run(turns, out_dir=out, progress=False)
+        engine(InterruptAfter(tiny_backend, 4), tiny_tokenizer, batch_size=2).run(
+            turns, out_dir=out, progress=False
+        )
     kept = load_records(out)
     assert 0 < len(kept) < len(turns)
     FakeEnv.events = []
@@ -190,8 +223,9 @@ def test_an_interrupted_run_resumes_where_it_stopped(tiny_backend, tiny_tokenize
     assert started == {t.uid for t in turns} - {r["uid"] for r in kept.values()}  # finished ones not rerun
     assert len(list(out.glob("rollout-*.jsonl"))) == 2
     FakeEnv.events = []
-    assert comparable(engine(tiny_backend, tiny_tokenizer).run(turns, out_dir=out, progress=False)) == \
-           comparable(reference)
+    assert comparable(
+        engine(tiny_backend, tiny_tokenizer).run(turns, out_dir=out, progress=False)
+    ) == comparable(reference)
     assert FakeEnv.events == []  # a finished run is only read back
 
 
@@ -205,7 +239,9 @@ def test_a_line_cut_by_a_crash_is_skipped(tmp_path, caplog):
 def test_predicted_memory_runs_each_dialogue_in_order_and_batches_dialogues(tiny_tokenizer):
     backend = ScriptedBackend(tiny_tokenizer)
     turns = dialogue("x", 3) + dialogue("y", 3)
-    records = engine(backend, tiny_tokenizer, memory="predicted").run(list(reversed(turns)), n=2, progress=False)
+    records = engine(backend, tiny_tokenizer, memory="predicted").run(
+        list(reversed(turns)), n=2, progress=False
+    )
     by_key = {r["key"]: r for r in records}
     for sample in range(2):
         for name in ("x", "y"):
@@ -213,7 +249,9 @@ def test_predicted_memory_runs_each_dialogue_in_order_and_batches_dialogues(tiny
             assert len(set(answers)) == 3  # each answer carries its own seed
             for k in range(3):
                 memory = by_key[f"{name}/{k}#{sample}"]["trajectory"]["memory"]
-                assert memory == (None if k == 0 else [[f"{name} question {j}?", answers[j]] for j in range(k)])
+                assert memory == (
+                    None if k == 0 else [[f"{name} question {j}?", answers[j]] for j in range(k)]
+                )
     for name in ("x", "y"):  # turn k starts only after turn k-1 of the same sample ended
         order = [e for e in FakeEnv.events if e[1].startswith(name)]
         assert order.index(("reset", f"{name}/1")) > order.index(("done", f"{name}/0"))
@@ -261,11 +299,17 @@ def test_gold_policy_through_the_real_environment(fixture_root):
     from mtsql.core.data import load_turns
 
     turns = load_turns("cosql", "dev", root=fixture_root, with_hardness=False)[:12]
-    records = RolloutEngine(lambda: SqlAgentEnv(EnvConfig(memory="predicted"), data_root=fixture_root),
-                            policy=GoldPolicy(), memory="predicted").run(turns, progress=False)
+    records = RolloutEngine(
+        lambda: SqlAgentEnv(EnvConfig(memory="predicted"), data_root=fixture_root),
+        policy=GoldPolicy(),
+        memory="predicted",
+    ).run(turns, progress=False)
     for turn, record in zip(turns, records, strict=True):
         trajectory = record["trajectory"]
-        assert trajectory["protocol_valid"] and trajectory["final_sql"].split() == turn.gold_sql.replace("> =", ">=").split()
+        assert (
+            trajectory["protocol_valid"]
+            and trajectory["final_sql"].split() == turn.gold_sql.replace("> =", ">=").split()
+        )
         assert [m["sql"] for m in trajectory["memory"]] == list(turn.previous_sql)
 
 
@@ -276,17 +320,19 @@ def test_tiny_model_through_the_real_environment(tiny_backend, tiny_tokenizer, f
     from mtsql.core.data import load_turns
 
     turns = load_turns("cosql", "dev", root=fixture_root, with_hardness=False)[:2]
-    records = RolloutEngine(lambda: SqlAgentEnv(EnvConfig(max_messages=2), data_root=fixture_root),
-                            backend=tiny_backend, chat=ChatFormat(tiny_tokenizer),
-                            params=SamplingParams(max_new_tokens=4, stop=STOP_STRINGS),
-                            tools=TOOL_SCHEMAS).run(turns, progress=False)
+    records = RolloutEngine(
+        lambda: SqlAgentEnv(EnvConfig(max_messages=2), data_root=fixture_root),
+        backend=tiny_backend,
+        chat=ChatFormat(tiny_tokenizer),
+        params=SamplingParams(max_new_tokens=4, stop=STOP_STRINGS),
+        tools=TOOL_SCHEMAS,
+    ).run(turns, progress=False)
     for record in records:
         prompt = tiny_tokenizer.decode(record["prompt_ids"])
         assert prompt.startswith("<|im_start|>system\n") and '"name": "exec_sql"' in prompt
         assert prompt.endswith("<|im_start|>assistant\n") and record["turn"]["question"] in prompt
         assert len(record["generations"]) == record["trajectory"]["num_messages"] == 2
         assert record["trajectory"]["finish_reason"] == "max_messages"
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,15 +353,26 @@ def one_at_a_time(backend, chat, params, make_env, turns, n, seed):
             answers = []
             for position, turn in enumerate(dialogue):
                 key = f"{turn.uid}#{sample}"
-                memory = [MemoryEntry(t.question, a) for t, a in zip(dialogue[:position], answers, strict=True)] if position else None
+                memory = (
+                    [MemoryEntry(t.question, a) for t, a in zip(dialogue[:position], answers, strict=True)]
+                    if position
+                    else None
+                )
                 env = make_env()
                 prompt = chat.prompt_ids(env.reset(turn, memory), TOOL_SCHEMAS)
                 ids, mask, generations = [], [], []
                 while True:
-                    out = backend.generate([prompt + ids], params, [derive_seed(derive_seed(seed, key), len(generations))])[0]
+                    out = backend.generate(
+                        [prompt + ids], params, [derive_seed(derive_seed(seed, key), len(generations))]
+                    )[0]
                     ids, mask = ids + out.token_ids, mask + [1] * len(out.token_ids)
-                    generations.append({"tokens": len(out.token_ids), "prompt_tokens": len(prompt + ids) - len(out.token_ids),
-                                        "finish_reason": out.finish_reason})
+                    generations.append(
+                        {
+                            "tokens": len(out.token_ids),
+                            "prompt_tokens": len(prompt + ids) - len(out.token_ids),
+                            "finish_reason": out.finish_reason,
+                        }
+                    )
                     observation, ended, _ = env.step(out.text)
                     if ended:
                         break
@@ -333,25 +390,43 @@ def same_parts(prompt, ids, mask, generations, trajectory):
 
 
 @pytest.mark.parametrize("model", ["tiny", "scripted"])
-def test_pipelined_engine_gives_the_tokens_of_a_one_at_a_time_loop(model, tiny_backend, tiny_tokenizer, fixture_root):
+def test_pipelined_engine_gives_the_tokens_of_a_one_at_a_time_loop(
+    model, tiny_backend, tiny_tokenizer, fixture_root
+):
     from mtsql.core.agent.env import SqlAgentEnv
     from mtsql.core.agent.settings import EnvConfig
     from mtsql.core.data import load_turns
 
-    turns = [t for t in load_turns("cosql", "dev", root=fixture_root, with_hardness=False) if t.turn_index < 2][:6]
+    turns = [
+        t for t in load_turns("cosql", "dev", root=fixture_root, with_hardness=False) if t.turn_index < 2
+    ][:6]
     backend = tiny_backend if model == "tiny" else ScriptedBackend(tiny_tokenizer)  # scripted: real SQL runs
-    chat, params = ChatFormat(tiny_tokenizer), SamplingParams(temperature=1.0, max_new_tokens=6, stop=STOP_STRINGS)
+    chat, params = (
+        ChatFormat(tiny_tokenizer),
+        SamplingParams(temperature=1.0, max_new_tokens=6, stop=STOP_STRINGS),
+    )
 
     def make_env():
         return SqlAgentEnv(EnvConfig(max_messages=3, memory="predicted"), data_root=fixture_root)
 
     expected = one_at_a_time(backend, chat, params, make_env, turns, 2, seed=5)
     for batch_size, workers in ((4, 3), (16, 1)):
-        records = RolloutEngine(make_env, backend=backend, chat=chat, params=params, tools=TOOL_SCHEMAS,
-                                memory="predicted", batch_size=batch_size, tool_workers=workers).run(
-            turns, n=2, seed=5, progress=False)
-        got = {r["key"]: same_parts(r["prompt_ids"], r["response_ids"], r["response_mask"], r["generations"],
-                                    r["trajectory"]) for r in records}
+        records = RolloutEngine(
+            make_env,
+            backend=backend,
+            chat=chat,
+            params=params,
+            tools=TOOL_SCHEMAS,
+            memory="predicted",
+            batch_size=batch_size,
+            tool_workers=workers,
+        ).run(turns, n=2, seed=5, progress=False)
+        got = {
+            r["key"]: same_parts(
+                r["prompt_ids"], r["response_ids"], r["response_mask"], r["generations"], r["trajectory"]
+            )
+            for r in records
+        }
         assert got == expected
     if model == "scripted":
         assert any(s["result_kind"] == "ok" for parts in expected.values() for s in parts[4]["steps"])
@@ -382,9 +457,13 @@ def test_generation_goes_on_while_a_tool_call_runs(tiny_tokenizer):
     BlockingEnv.release, BlockingEnv.overlapped = threading.Event(), None
     backend = SignallingBackend(tiny_tokenizer)
     turns = dialogue("a", 3)[2:] + dialogue("b", 1)  # a/2 needs three messages, b/0 one
-    records = RolloutEngine(BlockingEnv, backend=backend, chat=ChatFormat(tiny_tokenizer),
-                            params=SamplingParams(max_new_tokens=6, stop=STOP_STRINGS), tools=TOOLS).run(
-        turns, progress=False)
+    records = RolloutEngine(
+        BlockingEnv,
+        backend=backend,
+        chat=ChatFormat(tiny_tokenizer),
+        params=SamplingParams(max_new_tokens=6, stop=STOP_STRINGS),
+        tools=TOOLS,
+    ).run(turns, progress=False)
     assert BlockingEnv.overlapped  # the backend was called again while b/0's step was still running
     assert backend.batches[:2] == [2, 1] and [len(r["generations"]) for r in records] == [3, 1]
 
@@ -395,18 +474,27 @@ def test_a_response_budget_ends_episodes_without_a_dangling_observation(tiny_tok
     first = free[2]["generations"][0]["tokens"]
     budget = first + 3  # room for the first message, not for its observation
     records = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer, max_response_tokens=budget).run(
-        turns, progress=False)
+        turns, progress=False
+    )
     assert [r["stop"] for r in free] == ["episode_end"] * 3
-    assert records[0] == {**records[0], "stop": "episode_end", "response_ids": free[0]["response_ids"]}  # one message
+    assert records[0] == {
+        **records[0],
+        "stop": "episode_end",
+        "response_ids": free[0]["response_ids"],
+    }  # one message
     for record in records[1:]:
         assert record["stop"] == "response_length" and record["response_mask"] == [1] * first
         assert record["response_ids"] == free[2]["response_ids"][:first] and len(record["generations"]) == 1
     cut = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer, max_response_tokens=first - 2).run(
-        turns[1:2], progress=False)[0]
+        turns[1:2], progress=False
+    )[0]
     assert cut["response_ids"] == free[1]["response_ids"][: first - 2] and cut["stop"] == "response_length"
-    assert cut["truncated"] and cut["generations"] == [{"tokens": first - 2, "prompt_tokens": len(cut["prompt_ids"]),
-                                                        "finish_reason": "length"}]
-    assert cut["trajectory"]["messages"][2]["content"] == tiny_tokenizer.decode(cut["response_ids"])  # what the env read
+    assert cut["truncated"] and cut["generations"] == [
+        {"tokens": first - 2, "prompt_tokens": len(cut["prompt_ids"]), "finish_reason": "length"}
+    ]
+    assert cut["trajectory"]["messages"][2]["content"] == tiny_tokenizer.decode(
+        cut["response_ids"]
+    )  # what the env read
 
 
 def test_scoring_runs_on_the_workers_for_new_and_resumed_records(tiny_tokenizer, tmp_path):
@@ -420,8 +508,9 @@ def test_scoring_runs_on_the_workers_for_new_and_resumed_records(tiny_tokenizer,
         threads.add(threading.current_thread().name)
         return {"key": record["key"], "answer": record["trajectory"]["final_sql"]}
 
-    rows = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer).run(turns, out_dir=tmp_path, progress=False,
-                                                                       score=score)
+    rows = engine(ScriptedBackend(tiny_tokenizer), tiny_tokenizer).run(
+        turns, out_dir=tmp_path, progress=False, score=score
+    )
     assert [r["key"] for r in rows] == [f"w/{k}#0" for k in range(4)] and all(r["answer"] for r in rows)
     assert threads and all(name.startswith("rollout-tools") for name in threads)
     assert len(load_records(tmp_path)) == 4
@@ -464,12 +553,16 @@ class LimitedBackend(ScriptedBackend):
 
 def test_batch_sizes_follow_the_backend(tiny_tokenizer):
     turns = [t for name in "abcdefgh" for t in dialogue(name, 1)]  # one message each
-    plain, scheduling, limited = (cls(tiny_tokenizer) for cls in (ScriptedBackend, SchedulingBackend, LimitedBackend))
+    plain, scheduling, limited = (
+        cls(tiny_tokenizer) for cls in (ScriptedBackend, SchedulingBackend, LimitedBackend)
+    )
     for backend in (plain, scheduling, limited):
         records = engine(backend, tiny_tokenizer, batch_size=2).run(turns, progress=False)
         assert [r["uid"] for r in records] == [t.uid for t in turns]
     assert plain.batches[0] == 2 and max(plain.batches) == 2  # 4 in flight, 2 per call
-    assert set(scheduling.batches) == {1} and scheduling.most_in_flight == 4  # each alone, all admitted at once
+    assert (
+        set(scheduling.batches) == {1} and scheduling.most_in_flight == 4
+    )  # each alone, all admitted at once
     assert limited.batches[0] == 3 and max(limited.batches) == 3 and sum(limited.batches) == 8  # 3, not 2
 
 
@@ -488,7 +581,9 @@ def test_a_finished_conversation_is_forgotten_by_the_backend(tiny_tokenizer, tmp
     turns = dialogue("f", 3)  # one, two and three messages
     backend = ForgettingBackend(tiny_tokenizer)
     records = engine(backend, tiny_tokenizer).run(turns[:2], out_dir=tmp_path, progress=False)
-    assert backend.forgotten == [r["prompt_ids"] + r["response_ids"] for r in records]  # each once, when it ends
+    assert backend.forgotten == [
+        r["prompt_ids"] + r["response_ids"] for r in records
+    ]  # each once, when it ends
     again = ForgettingBackend(tiny_tokenizer)
     engine(again, tiny_tokenizer).run(turns, out_dir=tmp_path, progress=False)
     assert len(again.forgotten) == 1  # the resumed records were never in this backend

@@ -28,12 +28,15 @@ def test_real_rows_round_trip_byte_for_byte(tmp_path):
 
 
 def test_rows_written_now_have_the_keys_in_the_order_they_had(tmp_path):
-    cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml",
-                      [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=2", "sample.n=1"])
+    cfg = load_config(
+        REPO / "configs" / "profiles" / "tiny.yaml",
+        [f"runs_dir={tmp_path / 'runs'}", "data.train_limit=2", "sample.n=1"],
+    )
     art = pipeline.sample(cfg, key=ArtifactKey("sample", 1), policy="gold_with_correction")
     written = (art.path / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
-    assert written and all(list(json.loads(line)) == list(json.loads(REAL_ROWS.read_text().splitlines()[0]))
-                           for line in written)
+    assert written and all(
+        list(json.loads(line)) == list(json.loads(REAL_ROWS.read_text().splitlines()[0])) for line in written
+    )
     write_rows(tmp_path / "again.jsonl", read_rows(art.path / "trajectories.jsonl"))
     assert (tmp_path / "again.jsonl").read_bytes() == (art.path / "trajectories.jsonl").read_bytes()
 

@@ -41,10 +41,16 @@ def test_an_interrupted_stage_is_kept_for_resume_and_the_log_marks_each_attempt(
     with pytest.raises(StageInterrupted) as caught:
         store.run(ArtifactKey("sample", 1), {}, {}, interrupted)
     assert caught.value.label == "sample-r1" and caught.value.partial.name.endswith(".partial")
-    done, _ = store.run(ArtifactKey("sample", 1), {}, {}, lambda ctx: {"resumed": (ctx.out / "shard.jsonl").exists()})
+    done, _ = store.run(
+        ArtifactKey("sample", 1), {}, {}, lambda ctx: {"resumed": (ctx.out / "shard.jsonl").exists()}
+    )
     assert done.metrics == {"resumed": True}
     log = (done.path / "log.txt").read_text()
-    assert log.count("attempt started") == 2 and "=== interrupted" in log and "(resuming the .partial folder)" in log
+    assert (
+        log.count("attempt started") == 2
+        and "=== interrupted" in log
+        and "(resuming the .partial folder)" in log
+    )
 
 
 def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, monkeypatch):
@@ -61,4 +67,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli.app, ["status", str(tmp_path)])
     assert result.exit_code == 130
     err = result.stderr
-    assert err.count("\n") == 1 and f"interrupted: sft-r1 left as {tmp_path / 'abc.partial'}; rerun to resume" in err
+    assert (
+        err.count("\n") == 1
+        and f"interrupted: sft-r1 left as {tmp_path / 'abc.partial'}; rerun to resume" in err
+    )

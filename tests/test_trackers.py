@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from mtsql.app.config import load_config
+from mtsql.app.config import TrackersConfig, load_config
 from mtsql.base.errors import UsageError
-from mtsql.app.config import TrackersConfig
 from mtsql.base.trackers import Trackers, flat
 
 from .tracker_files import mlflow_run, mlflow_runs, tensorboard_params, tensorboard_scalars
 
 
 def stage_trackers(tmp_path, **on) -> Trackers:
-    return Trackers.for_folder(TrackersConfig(**on), run="demo", folder=tmp_path / "demo" / "rl-c1" / "0123456789ab.partial")
+    return Trackers.for_folder(
+        TrackersConfig(**on), run="demo", folder=tmp_path / "demo" / "rl-c1" / "0123456789ab.partial"
+    )
 
 
 def test_off_by_default_logs_nowhere_and_imports_nothing(tmp_path):
@@ -29,7 +30,9 @@ def test_off_by_default_logs_nowhere_and_imports_nothing(tmp_path):
 def test_tensorboard_and_mlflow_at_once_read_back(tmp_path):
     trackers = stage_trackers(tmp_path, tensorboard=True, mlflow=True)
     with trackers:
-        trackers.log_params({"config": {"rl": {"lr": 1e-6, "engine": "local"}}, "fingerprint": "0123456789abcdef"})
+        trackers.log_params(
+            {"config": {"rl": {"lr": 1e-6, "engine": "local"}}, "fingerprint": "0123456789abcdef"}
+        )
         trackers.log_metrics(1, {"rl/reward_mean": 0.25, "rl/kl": 0.0, "rl/pg_loss": None, "note": "text"})
         trackers.log_metrics(2, {"rl/reward_mean": 0.75, "rl/kl": 0.125, "rl/clipfrac": float("nan")})
         env = trackers.env()
@@ -50,11 +53,16 @@ def test_tensorboard_and_mlflow_at_once_read_back(tmp_path):
 
 
 def test_a_failed_stage_marks_its_mlflow_run_failed(tmp_path):
-    with pytest.raises(RuntimeError), stage_trackers(tmp_path, mlflow=True, dir=str(tmp_path / "t")) as trackers:
+    with (
+        pytest.raises(RuntimeError),
+        stage_trackers(tmp_path, mlflow=True, dir=str(tmp_path / "t")) as trackers,
+    ):
         trackers.log_metrics(1, {"rl/reward_mean": 0.5})
         raise RuntimeError("the stage failed")
     runs = mlflow_runs(f"file:{(tmp_path / 't' / 'mlruns').resolve()}")
-    assert runs["demo/rl-c1"].status == "FAILED" and runs["demo/rl-c1"].metrics == {"rl/reward_mean": [(1, 0.5)]}
+    assert runs["demo/rl-c1"].status == "FAILED" and runs["demo/rl-c1"].metrics == {
+        "rl/reward_mean": [(1, 0.5)]
+    }
 
 
 def test_mlflow_logs_to_a_file_store_only(tmp_path):
@@ -72,7 +80,11 @@ def test_one_setting_turns_each_tracker_on_and_the_old_loggers_say_where_they_we
 
 def test_flat_names_nested_settings_by_dotted_keys():
     assert flat({"rl": {"lr": 1e-6, "verl": {"extra": []}}, "seed": 0, "empty": {}}) == {
-        "rl.lr": 1e-6, "rl.verl.extra": [], "seed": 0, "empty": {}}
+        "rl.lr": 1e-6,
+        "rl.verl.extra": [],
+        "seed": 0,
+        "empty": {},
+    }
 
 
 def test_wandb_runs_offline_beside_the_others(tmp_path, monkeypatch):

@@ -14,9 +14,21 @@ from .tracker_files import mlflow_runs, tensorboard_scalars
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
-CHAIN = ("run=tracked", "sample.backend=hf", "model.dtype=float32", "data.train_limit=2", "data.eval_limit=1",
-         "sample.max_new_tokens=32", "env.max_messages=3", "rl.local.trainable_layers=0", "rl.max_message_tokens=32",
-         "sft.heldout=0", "sft.max_steps=2", "trackers.tensorboard=true", "trackers.mlflow=true")
+CHAIN = (
+    "run=tracked",
+    "sample.backend=hf",
+    "model.dtype=float32",
+    "data.train_limit=2",
+    "data.eval_limit=1",
+    "sample.max_new_tokens=32",
+    "env.max_messages=3",
+    "rl.local.trainable_layers=0",
+    "rl.max_message_tokens=32",
+    "sft.heldout=0",
+    "sft.max_steps=2",
+    "trackers.tensorboard=true",
+    "trackers.mlflow=true",
+)
 
 
 def latest(run: Path, label: str) -> Path:
@@ -24,18 +36,25 @@ def latest(run: Path, label: str) -> Path:
 
 
 @pytest.mark.slow
-def test_the_reproduce_chain_leaves_sft_loss_rl_rewards_and_every_evaluations_ex(tmp_path, monkeypatch, tiny_qwen3):
+def test_the_reproduce_chain_leaves_sft_loss_rl_rewards_and_every_evaluations_ex(
+    tmp_path, monkeypatch, tiny_qwen3
+):
     monkeypatch.delenv("MTSQL_DATA", raising=False)
-    pipeline.run_pipeline(REPO / "pipelines" / "reproduce.yaml", TINY,
-                          [f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", *CHAIN])
+    pipeline.run_pipeline(
+        REPO / "pipelines" / "reproduce.yaml",
+        TINY,
+        [f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", *CHAIN],
+    )
     run = tmp_path / "runs" / "tracked"
     boards, store = run / "trackers" / "tensorboard" / "tracked", f"file:{run / 'trackers' / 'mlruns'}"
     runs = mlflow_runs(store)
 
     def both(label: str) -> tuple[dict, dict]:
         folder = latest(run, label)
-        assert runs[f"tracked/{label}"].params["fingerprint"] == json.loads((folder / "manifest.json").read_text())[
-            "fingerprint"]
+        assert (
+            runs[f"tracked/{label}"].params["fingerprint"]
+            == json.loads((folder / "manifest.json").read_text())["fingerprint"]
+        )
         return tensorboard_scalars(boards / label / folder.name), runs[f"tracked/{label}"].metrics
 
     events, mlflow = both("sft-r1")

@@ -9,14 +9,20 @@ from mtsql.base.paths import FIXTURE_DATA
 from mtsql.core.trajectories import ScoredRow, read_rows, vote
 
 GOLD = "SELECT count(*) FROM singer"  # 6 on the fixture's concert_singer
-RIGHT = ["SELECT count(*) FROM singer", "SELECT COUNT(singer_id) FROM singer", "select count(name) from singer"]
+RIGHT = [
+    "SELECT count(*) FROM singer",
+    "SELECT COUNT(singer_id) FROM singer",
+    "select count(name) from singer",
+]
 WRONG = "SELECT count(*) FROM singer WHERE age > 30"
 FAILS = ["SELECT count(*) FROM singers", "SELEC nonsense", None]
 
 
 def scored(**fields) -> ScoredRow:
     """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl), ``fields`` changed."""
-    return replace(read_rows(Path(__file__).resolve().parents[0] / "fixtures" / "scored_rows.jsonl")[0], **fields)
+    return replace(
+        read_rows(Path(__file__).resolve().parents[0] / "fixtures" / "scored_rows.jsonl")[0], **fields
+    )
 
 
 def rows(*sqls):
@@ -61,14 +67,33 @@ def test_behaviour_of_one_rl_step_on_hand_made_episodes():
     def taking(*steps):
         return replace(scored().trajectory, steps=list(steps))
 
-    corrected = taking(step("tool_call", "exec_sql", "no_pass"), step("tool_call", "exec_sql", "pass"),
-                       step("tool_call", "memory_retrieve", "pass"), step("answer"))
+    corrected = taking(
+        step("tool_call", "exec_sql", "no_pass"),
+        step("tool_call", "exec_sql", "pass"),
+        step("tool_call", "memory_retrieve", "pass"),
+        step("answer"),
+    )
     invalid = taking(step("invalid"), step("invalid"))
     last_no_pass = taking(step("tool_call", "exec_sql", "no_pass"), step("invalid"), step("answer"))
     episodes = [episode_behaviour(t) for t in (corrected, invalid, last_no_pass)]
-    assert episodes[0] == {"tool_calls": 3, "memory_calls": 1, "messages": 4, "invalid_messages": 0, "self_corrected": 1.0}
-    assert episodes[2]["self_corrected"] == 0.0, "a no_pass on the last query run is not followed by a correction"
+    assert episodes[0] == {
+        "tool_calls": 3,
+        "memory_calls": 1,
+        "messages": 4,
+        "invalid_messages": 0,
+        "self_corrected": 1.0,
+    }
+    assert episodes[2]["self_corrected"] == 0.0, (
+        "a no_pass on the last query run is not followed by a correction"
+    )
     out = step_behaviour(episodes, [30, 10, 20])
-    assert out == pytest.approx({"tool_calls_per_turn": 4 / 3, "memory_calls_per_turn": 1 / 3,
-                                 "self_correction_rate": 1 / 3, "invalid_message_rate": 3 / 9,
-                                 "messages_per_turn": 3.0, "response_length": 20.0})
+    assert out == pytest.approx(
+        {
+            "tool_calls_per_turn": 4 / 3,
+            "memory_calls_per_turn": 1 / 3,
+            "self_correction_rate": 1 / 3,
+            "invalid_message_rate": 3 / 9,
+            "messages_per_turn": 3.0,
+            "response_length": 20.0,
+        }
+    )

@@ -29,16 +29,26 @@ def commands(text: str) -> str:
 def paper_dry_run(runs: Path, home: Path, capsys) -> str:
     """The paper pipeline's dry run (stderr) with this machine's paths replaced by placeholders."""
     capsys.readouterr()
-    pipeline.run_pipeline(REPO / "pipelines" / "paper.yaml", REPO / "configs" / "profiles" / "paper-qwen3-4b.yaml",
-                          [f"runs_dir={runs}", "data.require_full=false"], dry_run=True)
+    pipeline.run_pipeline(
+        REPO / "pipelines" / "paper.yaml",
+        REPO / "configs" / "profiles" / "paper-qwen3-4b.yaml",
+        [f"runs_dir={runs}", "data.require_full=false"],
+        dry_run=True,
+    )
     text = capsys.readouterr().err
-    for real, placeholder in ((str(runs), "<runs>"), (str(home), "<home>"), (str(REPO), "<repo>"),
-                              (sys.executable, "<python>")):
+    for real, placeholder in (
+        (str(runs), "<runs>"),
+        (str(home), "<home>"),
+        (str(REPO), "<repo>"),
+        (sys.executable, "<python>"),
+    ):
         text = text.replace(real, placeholder)
     return text
 
 
-def test_the_paper_dry_run_on_a_cuda_machine_prints_the_commands_it_printed_before(tmp_path, capsys, monkeypatch):
+def test_the_paper_dry_run_on_a_cuda_machine_prints_the_commands_it_printed_before(
+    tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("MTSQL_DATA", raising=False)
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))

@@ -31,10 +31,19 @@ def test_dry_run_plans_at_least_three_round_one_designs(tmp_path, capsys):
     pipeline.run_pipeline(ABLATION, CONFIG, [f"runs_dir={tmp_path / 'runs'}"], dry_run=True)
     steps = planned(capsys)
     round_one = [label for label in steps if label.startswith("sft-") and label.endswith("-r1")]
-    assert round_one == ["sft-gold-r1", "sft-correction-r1", "sft-grounded-r1", "sft-groundedlr-r1", "sft-hinted-r1",
-                         "sft-own-r1", "sft-short-r1"]
+    assert round_one == [
+        "sft-gold-r1",
+        "sft-correction-r1",
+        "sft-grounded-r1",
+        "sft-groundedlr-r1",
+        "sft-hinted-r1",
+        "sft-own-r1",
+        "sft-short-r1",
+    ]
     assert steps.count("eval-base") == 1, "the base model is scored once for every design"
-    assert steps.index("sample-attempts-own") > steps.index("sft-gold-r1"), "own mistakes are the gold model's"
+    assert steps.index("sample-attempts-own") > steps.index("sft-gold-r1"), (
+        "own mistakes are the gold model's"
+    )
     assert {"eval-sft-hinted", "eval-sft-short", "report"} <= set(steps)
     assert not list((tmp_path / "runs").rglob("manifest.json")), "a dry run writes no artifact"
 
@@ -49,10 +58,15 @@ def test_the_designs_share_items_and_budget():
         assert cfg.sft.rounds == 1 and cfg.data.train_limit == 30
         assert cfg.sft.epochs == 1.0
         policies[step.label] = (cfg.sft.first_round_policy, cfg.sft.learning_rate, cfg.env.error_hint)
-    assert policies == {"gold": ("gold", 2e-4, False), "correction": ("gold_with_correction", 2e-4, False),
-                        "grounded": ("gold_grounded", 2e-4, False), "groundedlr": ("gold_grounded", 5e-4, False),
-                        "hinted": ("gold_grounded", 5e-4, True), "own": ("own_mistakes", 2e-4, False),
-                        "short": ("gold", 2e-4, False)}
+    assert policies == {
+        "gold": ("gold", 2e-4, False),
+        "correction": ("gold_with_correction", 2e-4, False),
+        "grounded": ("gold_grounded", 2e-4, False),
+        "groundedlr": ("gold_grounded", 5e-4, False),
+        "hinted": ("gold_grounded", 5e-4, True),
+        "own": ("own_mistakes", 2e-4, False),
+        "short": ("gold", 2e-4, False),
+    }
     assert load_config(CONFIG).sample.failure_share == 0.586
 
 
@@ -62,10 +76,13 @@ def write(tmp_path, steps: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("steps", [
-    "  - stage: evaluate\n    attempts: base\n",
-    "  - stage: sft-iterate\n    label: own\n    attempts: sft-gold\n",
-])
+@pytest.mark.parametrize(
+    "steps",
+    [
+        "  - stage: evaluate\n    attempts: base\n",
+        "  - stage: sft-iterate\n    label: own\n    attempts: sft-gold\n",
+    ],
+)
 def test_attempts_name_an_earlier_model_on_an_sft_iterate_step(tmp_path, steps):
     with pytest.raises(UsageError, match="attempts names the model whose first queries"):
         pipeline.load_pipeline(write(tmp_path, steps))
@@ -73,19 +90,35 @@ def test_attempts_name_an_earlier_model_on_an_sft_iterate_step(tmp_path, steps):
 
 def test_attempts_are_one_greedy_sample_of_the_named_model(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(pipeline, "run_stage", lambda name, cfg, *, key, inputs, **_: seen.append(
-        (key.label, cfg.sample.policy, cfg.sample.n, cfg.sample.temperature, inputs)) or Pending(key.label, None))
+    monkeypatch.setattr(
+        pipeline,
+        "run_stage",
+        lambda name, cfg, *, key, inputs, **_: (
+            seen.append((key.label, cfg.sample.policy, cfg.sample.n, cfg.sample.temperature, inputs))
+            or Pending(key.label, None)
+        ),
+    )
     cfg = load_config(CONFIG, [f"runs_dir={tmp_path / 'runs'}", "sample.n=4"])
     model = Pending("sft-gold-r1", None)
     pipeline.sample_attempts(cfg, model, variant="own", dry_run=True)
-    assert seen == [("sample-attempts-own", "model", 1, 0.0, {"model": model, "pool": None, "attempts": None})]
+    assert seen == [
+        ("sample-attempts-own", "model", 1, 0.0, {"model": model, "pool": None, "attempts": None})
+    ]
 
 
 def test_first_attempts_take_each_items_first_sample():
     first = ROW.trajectory.messages[2]["content"]
-    later = replace(ROW, sample=1, trajectory=replace(ROW.trajectory, messages=[
-        *ROW.trajectory.messages[:2], {"role": "assistant", "content": "another"}]))
-    silent = replace(ROW, uid="other", trajectory=replace(ROW.trajectory, messages=ROW.trajectory.messages[:2]))
+    later = replace(
+        ROW,
+        sample=1,
+        trajectory=replace(
+            ROW.trajectory,
+            messages=[*ROW.trajectory.messages[:2], {"role": "assistant", "content": "another"}],
+        ),
+    )
+    silent = replace(
+        ROW, uid="other", trajectory=replace(ROW.trajectory, messages=ROW.trajectory.messages[:2])
+    )
     assert sample_stage.first_attempts([later, ROW, silent]) == {ROW.uid: first}
 
 

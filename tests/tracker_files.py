@@ -1,7 +1,7 @@
 """Reading back what the trackers wrote, for tests: TensorBoard event files and an MLflow file store.
 
-    tensorboard_scalars(folder)["rl/reward_mean"]          # [(step, value), ...] over every event file there
-    mlflow_run(uri, "demo/rl-c1").metrics["rl/kl"]        # [(step, value), ...]; .params, .status, .tags
+tensorboard_scalars(folder)["rl/reward_mean"]          # [(step, value), ...] over every event file there
+mlflow_run(uri, "demo/rl-c1").metrics["rl/kl"]        # [(step, value), ...]; .params, .status, .tags
 """
 
 from __future__ import annotations
@@ -27,9 +27,13 @@ def tensorboard_params(folder: Path) -> dict[str, object]:
 
     events = EventAccumulator(str(folder))
     events.Reload()
-    data = plugin_data_pb2.HParamsPluginData.FromString(events.PluginTagToContent("hparams")["_hparams_/session_start_info"])
-    return {key: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
-            for key, value in data.session_start_info.hparams.items()}
+    data = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    )
+    return {
+        key: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
+        for key, value in data.session_start_info.hparams.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,10 @@ def mlflow_runs(uri: str, experiment: str = "mtsql") -> dict[str, MlflowRun]:
     found = client.get_experiment_by_name(experiment)
     out = {}
     for run in client.search_runs([found.experiment_id]) if found else []:
-        metrics = {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
-                   for key in run.data.metrics}
+        metrics = {
+            key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+            for key in run.data.metrics
+        }
         out[run.info.run_name] = MlflowRun(run.info.status, run.data.params, run.data.tags, metrics)
     return out
 

@@ -27,7 +27,9 @@ FIXTURE_PER_DB = 2  # questions of each difficulty on each database
 DIFFICULTY = {"easy": "simple", "medium": "simple", "hard": "moderate", "extra": "challenging"}
 
 
-def build(spider_root: Path, out: Path, *, dbs: tuple[str, ...] | None = None, per_db: int | None = None) -> int:
+def build(
+    spider_root: Path, out: Path, *, dbs: tuple[str, ...] | None = None, per_db: int | None = None
+) -> int:
     """Write ``out/dev`` from ``spider_root`` (a data folder): the questions on ``dbs`` (all), at most
     ``per_db`` of each difficulty on each database (all); returns the number of questions."""
     questions = json.loads((spider_root / "spider" / "dev.json").read_text())
@@ -35,7 +37,9 @@ def build(spider_root: Path, out: Path, *, dbs: tuple[str, ...] | None = None, p
     kept, taken = [], {}
     for item in questions:
         db_id = item["db_id"]
-        if (dbs is not None and db_id not in dbs) or not (spider_root / "database" / db_id / f"{db_id}.sqlite").is_file():
+        if (dbs is not None and db_id not in dbs) or not (
+            spider_root / "database" / db_id / f"{db_id}.sqlite"
+        ).is_file():
             continue
         hardness = hardness_of(item["query"], db_id, data_root=spider_root)
         if hardness is None:
@@ -53,10 +57,20 @@ def build(spider_root: Path, out: Path, *, dbs: tuple[str, ...] | None = None, p
     records, gold_lines = [], []
     for index, (item, difficulty) in enumerate(kept):
         sql = " ".join(item["query"].split())
-        used = [name for name in names[item["db_id"]] if re.search(rf"\b{re.escape(name)}\b", sql, re.IGNORECASE)]
+        used = [
+            name for name in names[item["db_id"]] if re.search(rf"\b{re.escape(name)}\b", sql, re.IGNORECASE)
+        ]
         evidence = "" if index % 4 == 3 else f"The answer reads the table(s) {', '.join(used)}."
-        records.append({"question_id": index, "db_id": item["db_id"], "question": item["question"],
-                        "evidence": evidence, "SQL": sql, "difficulty": difficulty})
+        records.append(
+            {
+                "question_id": index,
+                "db_id": item["db_id"],
+                "question": item["question"],
+                "evidence": evidence,
+                "SQL": sql,
+                "difficulty": difficulty,
+            }
+        )
         gold_lines.append(f"{sql}\t{item['db_id']}\n")
     used_dbs = sorted({item["db_id"] for item, _ in kept})
     for db_id in used_dbs:
@@ -64,7 +78,9 @@ def build(spider_root: Path, out: Path, *, dbs: tuple[str, ...] | None = None, p
         shutil.copy2(spider_root / "database" / db_id / f"{db_id}.sqlite", dev / "dev_databases" / db_id)
     (dev / "dev.json").write_text(json.dumps(records, indent=2) + "\n")
     (dev / "dev.sql").write_text("".join(gold_lines))
-    (dev / "dev_tables.json").write_text(json.dumps([t for t in tables if t["db_id"] in used_dbs], indent=1) + "\n")
+    (dev / "dev_tables.json").write_text(
+        json.dumps([t for t in tables if t["db_id"] in used_dbs], indent=1) + "\n"
+    )
     return len(records)
 
 

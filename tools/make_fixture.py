@@ -20,10 +20,26 @@ from make_bird_fixture import build as build_bird
 
 DEV_DBS = ["concert_singer", "pets_1", "car_1", "poker_player", "battle_death", "wta_1"]
 TRAIN_DBS = [
-    "network_2", "dorm_1", "activity_1", "game_1", "movie_1", "allergy_1", "ship_1", "student_1",
-    "icfp_1", "manufactory_1", "club_1", "university_basketball", "customers_card_transactions",
-    "roller_coaster", "restaurant_1", "insurance_policies", "product_catalog", "browser_web",
-    "cinema", "voter_2",
+    "network_2",
+    "dorm_1",
+    "activity_1",
+    "game_1",
+    "movie_1",
+    "allergy_1",
+    "ship_1",
+    "student_1",
+    "icfp_1",
+    "manufactory_1",
+    "club_1",
+    "university_basketball",
+    "customers_card_transactions",
+    "roller_coaster",
+    "restaurant_1",
+    "insurance_policies",
+    "product_catalog",
+    "browser_web",
+    "cinema",
+    "voter_2",
 ]
 SPIDER_PER_DB = 15  # Spider dev questions kept per dev database (the first ones, in file order)
 SPIDER_SETS = {"spider": [], "spider_dk": ["new_concert_singer", "new_pets_1"], "spider_syn": []}  # and the
@@ -80,9 +96,16 @@ def main(src: Path, dst: Path) -> None:
     (dst / RAW_TRAIN).parent.mkdir(parents=True)
     (dst / RAW_TRAIN).write_text(json.dumps(raw))
     build_bird(dst, dst / "bird", dbs=BIRD_DBS, per_db=BIRD_PER_DB)  # BIRD's layout, from the databases above
-    (dst / "README.md").write_text(ATTRIBUTION.format(dev=", ".join(DEV_DBS), ntrain=len(TRAIN_DBS),
-                                                      per_db=SPIDER_PER_DB, nspider=counts["spider"],
-                                                      ndk=counts["spider_dk"], nsyn=counts["spider_syn"]))
+    (dst / "README.md").write_text(
+        ATTRIBUTION.format(
+            dev=", ".join(DEV_DBS),
+            ntrain=len(TRAIN_DBS),
+            per_db=SPIDER_PER_DB,
+            nspider=counts["spider"],
+            ndk=counts["spider_dk"],
+            nsyn=counts["spider_syn"],
+        )
+    )
 
 
 def _spider_subset(src: Path, dst: Path, name: str, keep: set[str]) -> int:

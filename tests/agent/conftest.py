@@ -29,4 +29,5 @@ def find(turns: list[Turn], uid: str) -> Turn:
 def make_env():
     def make(sql_cfg: SqlConfig = SqlConfig(), **env) -> SqlAgentEnv:
         return SqlAgentEnv(EnvConfig(**env), sql_cfg, data_root=FIXTURE_DATA)
+
     return make

@@ -50,10 +50,19 @@ def test_short_mode_answers_at_once_with_earlier_sql_in_the_prompt(make_env, spa
     assert "exec_sql" not in env.trajectory.messages[0]["content"]
     traj = run_episode(env, GoldPolicy(mode="short"), turn)
     assert (traj.finish_reason, traj.final_sql, traj.protocol_valid, traj.num_messages) == (
-        "answer", turn.gold_sql, True, 1)
+        "answer",
+        turn.gold_sql,
+        True,
+        1,
+    )
     env.reset(turn)
     observation, done, info = env.step(EXEC.format("SELECT 1"))
-    assert (observation, done, info["finish_reason"], env.trajectory.final_sql) == (None, True, "invalid", None)
+    assert (observation, done, info["finish_reason"], env.trajectory.final_sql) == (
+        None,
+        True,
+        "invalid",
+        None,
+    )
     assert "no tools" in env.trajectory.steps[0].invalid_reason
 
 
@@ -115,7 +124,12 @@ def test_max_invalid_messages_in_a_row_end_the_episode(make_env, sparc_turns):
     assert [done for _, done, _ in steps] == [False, False, False, True]  # the valid call reset the count
     assert steps[-1][0] is None and steps[-1][2]["finish_reason"] == "invalid"
     traj = env.trajectory
-    assert (traj.finish_reason, traj.final_sql, traj.protocol_valid, len(traj.steps)) == ("invalid", None, False, 4)
+    assert (traj.finish_reason, traj.final_sql, traj.protocol_valid, len(traj.steps)) == (
+        "invalid",
+        None,
+        False,
+        4,
+    )
 
 
 def test_without_max_invalid_only_the_budget_ends_unparseable_messages(make_env, sparc_turns):
@@ -143,17 +157,36 @@ def test_scripted_policies_answer_when_told_it_is_the_last_message(make_env, spa
     assert "answered without checking the dialogue memory" in traj.steps[1].flow_errors
 
 
-@pytest.mark.parametrize(("texts", "errors"), [
-    ([ANSWER.format("", "SELECT 1")], ["answered without running a query"]),
-    ([EXEC.format("SELECT 1"), ANSWER.format("", "SELECT 1")], ["no <exec_verify> verdict on the exec_sql result"]),
-    ([EXEC.format("SELECT 1"), ANSWER.format("<exec_verify>no_pass</exec_verify>", "SELECT 2")],
-     ["answered right after a no_pass verdict without running the corrected query"]),
-    ([EXEC.format("SELECT 1"), MEMORY.format("<memory_verify>pass</memory_verify>"),
-      ANSWER.format("<memory_verify>pass</memory_verify>", "SELECT 1")],
-     ["no <exec_verify> verdict on the exec_sql result"] + ["<memory_verify> without a fresh tool result to judge"] * 2),
-    (['<tool_call>{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}</tool_call>',
-      "<exec_verify>pass</exec_verify><answer_sql>SELECT 1</answer_sql>"], ["missing <think> reasoning"] * 2),
-])
+@pytest.mark.parametrize(
+    ("texts", "errors"),
+    [
+        ([ANSWER.format("", "SELECT 1")], ["answered without running a query"]),
+        (
+            [EXEC.format("SELECT 1"), ANSWER.format("", "SELECT 1")],
+            ["no <exec_verify> verdict on the exec_sql result"],
+        ),
+        (
+            [EXEC.format("SELECT 1"), ANSWER.format("<exec_verify>no_pass</exec_verify>", "SELECT 2")],
+            ["answered right after a no_pass verdict without running the corrected query"],
+        ),
+        (
+            [
+                EXEC.format("SELECT 1"),
+                MEMORY.format("<memory_verify>pass</memory_verify>"),
+                ANSWER.format("<memory_verify>pass</memory_verify>", "SELECT 1"),
+            ],
+            ["no <exec_verify> verdict on the exec_sql result"]
+            + ["<memory_verify> without a fresh tool result to judge"] * 2,
+        ),
+        (
+            [
+                '<tool_call>{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}</tool_call>',
+                "<exec_verify>pass</exec_verify><answer_sql>SELECT 1</answer_sql>",
+            ],
+            ["missing <think> reasoning"] * 2,
+        ),
+    ],
+)
 def test_flow_errors_are_recorded_without_stopping(make_env, sparc_turns, texts, errors):
     traj = run_episode(make_env(), ReplayPolicy(texts), find(sparc_turns, FIRST))
     assert [e for s in traj.steps for e in s.flow_errors] == errors
@@ -167,7 +200,11 @@ def test_later_turn_answer_without_memory_check_is_a_flow_error(make_env, sparc_
 
 
 def test_an_invalid_message_keeps_the_verdict_due(make_env, sparc_turns):
-    texts = [EXEC.format("SELECT 1"), "<answer_sql>oops", ANSWER.format("<exec_verify>pass</exec_verify>", "SELECT 1")]
+    texts = [
+        EXEC.format("SELECT 1"),
+        "<answer_sql>oops",
+        ANSWER.format("<exec_verify>pass</exec_verify>", "SELECT 1"),
+    ]
     traj = run_episode(make_env(), ReplayPolicy(texts), find(sparc_turns, FIRST))
     assert traj.steps[0].verdict == "pass" and traj.steps[1].action == "invalid"
     assert "never closed" in traj.messages[5]["content"] and traj.final_sql == "SELECT 1"
@@ -181,8 +218,10 @@ def test_no_thinking_mode_needs_no_think_block(make_env, sparc_turns):
 
 def test_predicted_memory_replaces_the_gold(make_env, sparc_turns):
     turn = find(sparc_turns, LATER)
-    memory = [MemoryEntry(turn.previous_questions[0], "SELECT count(*) FROM pets"),
-              MemoryEntry(turn.previous_questions[1], None)]
+    memory = [
+        MemoryEntry(turn.previous_questions[0], "SELECT count(*) FROM pets"),
+        MemoryEntry(turn.previous_questions[1], None),
+    ]
     env = make_env(memory="predicted")
     traj = run_episode(env, GoldPolicy(), turn, memory=memory)
     text = traj.steps[1].observation
@@ -198,7 +237,11 @@ def test_predicted_memory_replaces_the_gold(make_env, sparc_turns):
 
 
 def test_first_turn_memory_says_there_is_none_and_needs_no_verdict(make_env, sparc_turns):
-    texts = [EXEC.format("SELECT 1"), MEMORY.format("<exec_verify>pass</exec_verify>"), ANSWER.format("", "SELECT 1")]
+    texts = [
+        EXEC.format("SELECT 1"),
+        MEMORY.format("<exec_verify>pass</exec_verify>"),
+        ANSWER.format("", "SELECT 1"),
+    ]
     traj = run_episode(make_env(), ReplayPolicy(texts), find(sparc_turns, FIRST))
     assert traj.steps[1].observation.endswith(prompts.NO_EARLIER_TURNS)
     assert traj.protocol_valid and traj.steps[1].verdict is None
@@ -216,12 +259,21 @@ def test_results_are_cut_and_errors_classified(make_env, sparc_turns):
     assert env.trajectory.steps[2].result_kind == "empty"
 
 
-@pytest.mark.parametrize("attack", [
-    "DROP TABLE Pets", "DELETE FROM Pets", "UPDATE Pets SET weight = 0", "INSERT INTO Pets VALUES (1, 2, 3, 4)",
-    "CREATE TABLE x (a)", "ATTACH DATABASE '/tmp/mtsql_attack.db' AS evil", "PRAGMA writable_schema = 1",
-    "SELECT 1; DROP TABLE Pets", "VACUUM",
-    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "DROP TABLE Pets",
+        "DELETE FROM Pets",
+        "UPDATE Pets SET weight = 0",
+        "INSERT INTO Pets VALUES (1, 2, 3, 4)",
+        "CREATE TABLE x (a)",
+        "ATTACH DATABASE '/tmp/mtsql_attack.db' AS evil",
+        "PRAGMA writable_schema = 1",
+        "SELECT 1; DROP TABLE Pets",
+        "VACUUM",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+    ],
+)
 def test_attacking_sql_is_an_error_and_leaves_the_database_alone(make_env, sparc_turns, attack):
     db = database_path("pets_1", FIXTURE_DATA)
     before = hashlib.sha256(db.read_bytes()).hexdigest()
@@ -247,7 +299,9 @@ def test_trajectory_round_trips_through_json(make_env, sparc_turns):
     again = Trajectory.from_dict(row)
     assert again == traj and again.to_dict() == traj.to_dict()
     row["max_turns"] = row.pop("max_messages")
-    with pytest.raises(UsageError, match="holds max_turns, which this mtsql does not write: an older mtsql made it"):
+    with pytest.raises(
+        UsageError, match="holds max_turns, which this mtsql does not write: an older mtsql made it"
+    ):
         Trajectory.from_dict(row)
 
 

@@ -32,9 +32,18 @@ def test_gold_policy_outcome_equals_the_evaluator(full_data, dataset, turns_expe
             assert traj.steps[0].sql != traj.final_sql and traj.steps[0].verdict == "no_pass", turn.uid
         got = compute_rewards(traj, turn.gold_sql, data_root=full_data)
         ref = score_turn(turn.gold_sql, turn.gold_sql, turn.db_id, data_root=full_data)
-        assert (got["ex"], got["ex_scored"]) == (float(ref.execution or 0), float(ref.execution is not None)), turn.uid
-        assert (got["em"], got["em_scored"]) == (float(ref.exact or 0), float(ref.exact is not None)), turn.uid
-        totals.update(turns=1, ex=got["ex"], em=got["em"], ex_scored=got["ex_scored"], em_scored=got["em_scored"])
+        assert (got["ex"], got["ex_scored"]) == (
+            float(ref.execution or 0),
+            float(ref.execution is not None),
+        ), turn.uid
+        assert (got["em"], got["em_scored"]) == (float(ref.exact or 0), float(ref.exact is not None)), (
+            turn.uid
+        )
+        totals.update(
+            turns=1, ex=got["ex"], em=got["em"], ex_scored=got["ex_scored"], em_scored=got["em_scored"]
+        )
     print(f"\n{dataset} dev, {policy_name} policy: {dict(totals)}")
-    assert totals["em"] == totals["em_scored"] == turns_expected  # the official programs give exact match 100 %
+    assert (
+        totals["em"] == totals["em_scored"] == turns_expected
+    )  # the official programs give exact match 100 %
     assert totals["ex"] == totals["ex_scored"]  # execution 100 % wherever the gold is scorable

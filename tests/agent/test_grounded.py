@@ -39,8 +39,12 @@ def train_turns():
 
 
 def grounded(share: float = 1.0, **env) -> GroundedPolicy:
-    return make_policy("gold_grounded", env_cfg=EnvConfig(**{"thinking": True, **env}), data_root=FIXTURE_DATA,
-                       failure_share=share)
+    return make_policy(
+        "gold_grounded",
+        env_cfg=EnvConfig(**{"thinking": True, **env}),
+        data_root=FIXTURE_DATA,
+        failure_share=share,
+    )
 
 
 def exec_steps(traj):
@@ -73,7 +77,9 @@ def test_every_verdict_follows_what_its_observation_shows(make_env, train_turns)
             assert f"The result was: {result_line}" in judged
             fixed = traj.steps[executed[0].index + 1].sql
             assert judged.split("</think>")[0].rstrip().endswith(f"run it again: {render_breakdown(fixed)}")
-    assert corrected >= 0.8 * len(train_turns), corrected  # a table name guessed wrong applies almost everywhere
+    assert corrected >= 0.8 * len(train_turns), (
+        corrected
+    )  # a table name guessed wrong applies almost everywhere
 
 
 def step_result(observation: str) -> str:
@@ -93,9 +99,13 @@ def test_correction_share_comes_from_failure_share(make_env, train_turns):
     assert SampleConfig().failure_share == MEASURED_FAILURE_SHARE == 0.586
 
     def corrected(share: float) -> int:
-        return sum(exec_steps(run_episode(make_env(thinking=True), grounded(share), turn,
-                                          rng=random.Random(seed)))[0].verdict == "no_pass"
-                   for seed, turn in enumerate(train_turns))
+        return sum(
+            exec_steps(run_episode(make_env(thinking=True), grounded(share), turn, rng=random.Random(seed)))[
+                0
+            ].verdict
+            == "no_pass"
+            for seed, turn in enumerate(train_turns)
+        )
 
     assert corrected(0.0) == 0
     assert corrected(1.0) >= 0.8 * len(train_turns)
@@ -105,18 +115,25 @@ def test_correction_share_comes_from_failure_share(make_env, train_turns):
 def test_with_the_items_known_the_share_is_exact(make_env, train_turns):
     """Given every uid of the run, round(failure_share x items) items are corrected, whatever the draws."""
     uids = [t.uid for t in train_turns]
-    policy = make_policy("gold_grounded", env_cfg=ENV, data_root=FIXTURE_DATA, failure_share=0.586, items=uids)
+    policy = make_policy(
+        "gold_grounded", env_cfg=ENV, data_root=FIXTURE_DATA, failure_share=0.586, items=uids
+    )
     assert len(policy.chosen) == round(0.586 * len(uids)) == 23
-    corrected = {turn.uid for seed, turn in enumerate(train_turns)
-                 if exec_steps(run_episode(make_env(thinking=True), policy, turn,
-                                           rng=random.Random(seed)))[0].verdict == "no_pass"}
+    corrected = {
+        turn.uid
+        for seed, turn in enumerate(train_turns)
+        if exec_steps(run_episode(make_env(thinking=True), policy, turn, rng=random.Random(seed)))[0].verdict
+        == "no_pass"
+    }
     assert corrected == policy.chosen
 
 
 def test_an_empty_result_where_the_gold_has_rows_is_a_failure():
     db = database_path("concert_singer", FIXTURE_DATA)
-    rows, empty = (run_sql(db, sql, SqlConfig(), 1) for sql in ("SELECT name FROM singer",
-                                                               "SELECT name FROM singer WHERE age > 1000"))
+    rows, empty = (
+        run_sql(db, sql, SqlConfig(), 1)
+        for sql in ("SELECT name FROM singer", "SELECT name FROM singer WHERE age > 1000")
+    )
     nulls = run_sql(db, "SELECT NULL FROM singer", SqlConfig(), 1)
     error = run_sql(db, "SELECT nam FROM singer", SqlConfig(), 1)
     assert observed_failure(empty, rows) and observed_failure(nulls, rows) and observed_failure(error, rows)
@@ -125,11 +142,14 @@ def test_an_empty_result_where_the_gold_has_rows_is_a_failure():
 
 def test_misnamed_columns_are_guessed_as_a_small_model_guesses_and_fail_to_run():
     tables = load_tables("concert_singer", FIXTURE_DATA)
-    variants = misnamed_columns("SELECT T1.Name FROM singer AS T1 WHERE T1.Age > 20 AND Country = 'France'", tables)
+    variants = misnamed_columns(
+        "SELECT T1.Name FROM singer AS T1 WHERE T1.Age > 20 AND Country = 'France'", tables
+    )
     assert [v.sql for v in variants] == [
         "SELECT T1.singer_name FROM singer AS T1 WHERE T1.Age > 20 AND Country = 'France'",
         "SELECT T1.Name FROM singer AS T1 WHERE T1.singer_age > 20 AND Country = 'France'",
-        "SELECT T1.Name FROM singer AS T1 WHERE T1.Age > 20 AND singer_country = 'France'"]
+        "SELECT T1.Name FROM singer AS T1 WHERE T1.Age > 20 AND singer_country = 'France'",
+    ]
     assert "there is no column singer_name; the column is Name" in variants[0].why
     db = database_path("concert_singer", FIXTURE_DATA)
     assert {run_sql(db, v.sql, SqlConfig(), 200).error_class for v in variants} == {"no_such_column"}
@@ -158,18 +178,27 @@ def test_most_corrections_misname_a_column_as_the_model_does(train_turns):
 
 def call(sql: str, *, verdict: str | None = None) -> str:
     body = json.dumps({"name": "exec_sql", "arguments": {"sql": sql}})
-    return (f"<exec_verify>{verdict}</exec_verify>\n" if verdict else "") + f"<tool_call>\n{body}\n</tool_call>"
+    return (
+        f"<exec_verify>{verdict}</exec_verify>\n" if verdict else ""
+    ) + f"<tool_call>\n{body}\n</tool_call>"
 
 
 def own(attempts: dict[str, str]) -> OwnMistakesPolicy:
-    return make_policy("own_mistakes", env_cfg=EnvConfig(thinking=False), data_root=FIXTURE_DATA, attempts=attempts)
+    return make_policy(
+        "own_mistakes", env_cfg=EnvConfig(thinking=False), data_root=FIXTURE_DATA, attempts=attempts
+    )
 
 
 @pytest.fixture
 def first_turn(cosql_turns):
     """A first turn on concert_singer whose gold returns rows."""
-    return next(t for t in cosql_turns if t.db_id == "concert_singer" and not t.previous_questions
-                and run_sql(database_path(t.db_id, FIXTURE_DATA), runnable(t.gold_sql), SqlConfig(), 1).kind == "ok")
+    return next(
+        t
+        for t in cosql_turns
+        if t.db_id == "concert_singer"
+        and not t.previous_questions
+        and run_sql(database_path(t.db_id, FIXTURE_DATA), runnable(t.gold_sql), SqlConfig(), 1).kind == "ok"
+    )
 
 
 def test_own_failed_attempt_is_kept_with_its_real_observation_then_corrected(make_env, first_turn):
@@ -200,8 +229,15 @@ def test_own_plausible_wrong_attempt_is_replaced_by_the_gold(make_env, first_tur
     assert only.sql == runnable(first_turn.gold_sql) and only.verdict == "pass"
 
 
-@pytest.mark.parametrize("attempt", [None, "<answer_sql>SELECT 1</answer_sql>", "not a protocol message",
-                                     call("SELECT nam FROM singer", verdict="pass")])
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        None,
+        "<answer_sql>SELECT 1</answer_sql>",
+        "not a protocol message",
+        call("SELECT nam FROM singer", verdict="pass"),
+    ],
+)
 def test_without_a_usable_attempt_the_gold_runs(make_env, first_turn, attempt):
     attempts = {} if attempt is None else {first_turn.uid: attempt}
     traj = run_episode(make_env(thinking=False), own(attempts), first_turn)
@@ -227,24 +263,65 @@ def test_own_right_attempt_on_a_later_turn_checks_memory(make_env, sparc_turns):
 def test_schema_hint_names_what_exists_as_the_schema_spells_it():
     db = database_path("concert_singer", FIXTURE_DATA)
     assert schema_hint(db, "SELECT name FROM singers", "no_such_table") == (
-        "Hint: the tables of this database are stadium, singer, concert, singer_in_concert.")
+        "Hint: the tables of this database are stadium, singer, concert, singer_in_concert."
+    )
     assert schema_hint(db, "SELECT nam FROM singer", "no_such_column") == (
-        "Hint: the columns are singer(Singer_ID, Name, Country, Song_Name, Song_release_year, Age, Is_male).")
-    assert schema_hint(db, "SELECT nam", "no_such_column").count("(") == 4, "no table named: every table's columns"
+        "Hint: the columns are singer(Singer_ID, Name, Country, Song_Name, Song_release_year, Age, Is_male)."
+    )
+    assert schema_hint(db, "SELECT nam", "no_such_column").count("(") == 4, (
+        "no table named: every table's columns"
+    )
     assert schema_hint(db, "SELECT", "syntax") is None
 
 
-@pytest.mark.parametrize(("db_id", "sql", "error_class", "missing", "meant", "fixed"), [
-    ("concert_singer", "SELECT singer_name FROM singer", "no_such_column", "singer_name", "Name",
-     "SELECT Name FROM singer"),
-    ("concert_singer", "SELECT T1.Names FROM singer AS T1 WHERE T1.Names = 'Names'", "no_such_column", "T1.Names",
-     "Name", "SELECT T1.Name FROM singer AS T1 WHERE T1.Name = 'Names'"),
-    ("concert_singer", "SELECT stadium_name FROM stadium", "no_such_column", "stadium_name", "Name",
-     "SELECT Name FROM stadium"),
-    ("pets_1", "SELECT pet_type FROM Pets", "no_such_column", "pet_type", "PetType", "SELECT PetType FROM Pets"),
-    ("concert_singer", "SELECT name FROM singers", "no_such_table", "singers", "singer", "SELECT name FROM singer"),
-])
-def test_schema_hint_says_which_name_was_meant_and_the_query_with_it(db_id, sql, error_class, missing, meant, fixed):
+@pytest.mark.parametrize(
+    ("db_id", "sql", "error_class", "missing", "meant", "fixed"),
+    [
+        (
+            "concert_singer",
+            "SELECT singer_name FROM singer",
+            "no_such_column",
+            "singer_name",
+            "Name",
+            "SELECT Name FROM singer",
+        ),
+        (
+            "concert_singer",
+            "SELECT T1.Names FROM singer AS T1 WHERE T1.Names = 'Names'",
+            "no_such_column",
+            "T1.Names",
+            "Name",
+            "SELECT T1.Name FROM singer AS T1 WHERE T1.Name = 'Names'",
+        ),
+        (
+            "concert_singer",
+            "SELECT stadium_name FROM stadium",
+            "no_such_column",
+            "stadium_name",
+            "Name",
+            "SELECT Name FROM stadium",
+        ),
+        (
+            "pets_1",
+            "SELECT pet_type FROM Pets",
+            "no_such_column",
+            "pet_type",
+            "PetType",
+            "SELECT PetType FROM Pets",
+        ),
+        (
+            "concert_singer",
+            "SELECT name FROM singers",
+            "no_such_table",
+            "singers",
+            "singer",
+            "SELECT name FROM singer",
+        ),
+    ],
+)
+def test_schema_hint_says_which_name_was_meant_and_the_query_with_it(
+    db_id, sql, error_class, missing, meant, fixed
+):
     """The suggestion replaces the missing name only, never inside a quoted string."""
     hint = schema_hint(database_path(db_id, FIXTURE_DATA), sql, error_class, missing)
     assert hint.endswith(f" Did you mean {meant}?\n{prompts.SUGGESTION_PREFIX}{fixed}")
@@ -253,8 +330,12 @@ def test_schema_hint_says_which_name_was_meant_and_the_query_with_it(db_id, sql,
 def test_schema_hint_suggests_no_query_that_would_not_change():
     """``model_list.Model`` where model_list is not in FROM: the name exists, so no query is suggested."""
     db = database_path("car_1", FIXTURE_DATA)
-    hint = schema_hint(db, "SELECT Horsepower FROM cars_data WHERE model_list.Model = 'a'", "no_such_column",
-                       "model_list.Model")
+    hint = schema_hint(
+        db,
+        "SELECT Horsepower FROM cars_data WHERE model_list.Model = 'a'",
+        "no_such_column",
+        "model_list.Model",
+    )
     assert hint.endswith("Did you mean Model?") and prompts.SUGGESTION_PREFIX not in hint
 
 
@@ -276,8 +357,10 @@ def test_every_misnamed_column_of_the_grounded_data_gets_its_column_back(train_t
             hint = schema_hint(db, variant.sql, "no_such_column", guess)
             meant, _, suggested = hint.partition("\n")
             assert meant.lower().endswith(f" did you mean {column.lower()}?"), (variant.sql, hint)
+
             def words(sql: str) -> list[str]:
                 return sql.removeprefix(prompts.SUGGESTION_PREFIX).lower().split()
+
             assert words(suggested) == words(runnable(turn.gold_sql)), (variant.sql, suggested)
             checked += 1
     assert checked >= 30
@@ -308,7 +391,9 @@ def test_grounded_reasoning_quotes_the_hint(make_env, train_turns):
     assert "Hint:" in traj.steps[first.index + 1].text
 
 
-@pytest.mark.parametrize("sql", ["SELECT name FROM singers", "SELECT name FROM singer WHERE", "SELECT name FROM singer"])
+@pytest.mark.parametrize(
+    "sql", ["SELECT name FROM singers", "SELECT name FROM singer WHERE", "SELECT name FROM singer"]
+)
 def test_error_hint_names_only_a_corrected_query_after_an_error(make_env, cosql_turns, sql):
     """With the hint on, a refused query's observation ends on exec_sql alone (the small models copy the tool
     named last); a query that ran, and every observation with the hint off, keep the full checklist."""
@@ -332,12 +417,17 @@ def test_grounded_correction_copies_the_suggested_query_when_it_gives_the_gold_r
     copied = 0
     for turn in train_turns[:40]:
         for hint in (False, True):
-            traj = run_episode(make_env(thinking=False, error_hint=hint), grounded(1.0), turn, rng=random.Random(0))
+            traj = run_episode(
+                make_env(thinking=False, error_hint=hint), grounded(1.0), turn, rng=random.Random(0)
+            )
             runs = exec_steps(traj)
             if runs[0].result_kind != "error":
                 continue
-            suggested = [line.removeprefix(prompts.SUGGESTION_PREFIX) for line in runs[0].observation.splitlines()
-                         if line.startswith(prompts.SUGGESTION_PREFIX)]
+            suggested = [
+                line.removeprefix(prompts.SUGGESTION_PREFIX)
+                for line in runs[0].observation.splitlines()
+                if line.startswith(prompts.SUGGESTION_PREFIX)
+            ]
             gold = runnable(turn.gold_sql)
             if hint and suggested and same_rows(turn, suggested[0], gold):
                 assert runs[1].sql == suggested[0]

@@ -19,21 +19,43 @@ from .conftest import find
 SINGER = load_tables("concert_singer", FIXTURE_DATA)
 
 
-@pytest.mark.parametrize(("sql", "kind", "variant"), [
-    ("SELECT name FROM singer WHERE age > 20 AND country = 'France'", "drop_where_condition",
-     "SELECT name FROM singer WHERE age > 20"),
-    ("SELECT name FROM singer WHERE age > 20", "drop_where", "SELECT name FROM singer"),
-    ("SELECT DISTINCT country FROM singer", "drop_distinct", "SELECT country FROM singer"),
-    ("SELECT name FROM singer ORDER BY age DESC LIMIT 1", "drop_order_by", "SELECT name FROM singer LIMIT 1"),
-    ("SELECT name FROM singer ORDER BY age DESC LIMIT 1", "flip_order", "SELECT name FROM singer ORDER BY age ASC LIMIT 1"),
-    ("SELECT name FROM singer ORDER BY age", "flip_order", "SELECT name FROM singer ORDER BY age DESC"),
-    ("SELECT name FROM singer ORDER BY age DESC LIMIT 1", "drop_limit", "SELECT name FROM singer ORDER BY age DESC"),
-    ("SELECT country, count(*) FROM singer GROUP BY country", "drop_group_by", "SELECT country, count(*) FROM singer"),
-    ("SELECT name FROM singer WHERE age >= 20", "off_by_one", "SELECT name FROM singer WHERE age > 20"),
-    ("SELECT max(age), avg(age) FROM singer", "swap_aggregate", "SELECT MIN(age), avg(age) FROM singer"),
-    ("SELECT Name FROM singer", "neighbour_column", "SELECT Country FROM singer"),
-    ("SELECT name FROM singer", "wrong_table_name", "SELECT name FROM singers"),
-])
+@pytest.mark.parametrize(
+    ("sql", "kind", "variant"),
+    [
+        (
+            "SELECT name FROM singer WHERE age > 20 AND country = 'France'",
+            "drop_where_condition",
+            "SELECT name FROM singer WHERE age > 20",
+        ),
+        ("SELECT name FROM singer WHERE age > 20", "drop_where", "SELECT name FROM singer"),
+        ("SELECT DISTINCT country FROM singer", "drop_distinct", "SELECT country FROM singer"),
+        (
+            "SELECT name FROM singer ORDER BY age DESC LIMIT 1",
+            "drop_order_by",
+            "SELECT name FROM singer LIMIT 1",
+        ),
+        (
+            "SELECT name FROM singer ORDER BY age DESC LIMIT 1",
+            "flip_order",
+            "SELECT name FROM singer ORDER BY age ASC LIMIT 1",
+        ),
+        ("SELECT name FROM singer ORDER BY age", "flip_order", "SELECT name FROM singer ORDER BY age DESC"),
+        (
+            "SELECT name FROM singer ORDER BY age DESC LIMIT 1",
+            "drop_limit",
+            "SELECT name FROM singer ORDER BY age DESC",
+        ),
+        (
+            "SELECT country, count(*) FROM singer GROUP BY country",
+            "drop_group_by",
+            "SELECT country, count(*) FROM singer",
+        ),
+        ("SELECT name FROM singer WHERE age >= 20", "off_by_one", "SELECT name FROM singer WHERE age > 20"),
+        ("SELECT max(age), avg(age) FROM singer", "swap_aggregate", "SELECT MIN(age), avg(age) FROM singer"),
+        ("SELECT Name FROM singer", "neighbour_column", "SELECT Country FROM singer"),
+        ("SELECT name FROM singer", "wrong_table_name", "SELECT name FROM singers"),
+    ],
+)
 def test_each_mutation(sql, kind, variant):
     found = {v.kind: v for v in mutations(sql, SINGER)}
     assert found[kind].sql == variant and found[kind].why
@@ -46,7 +68,8 @@ def test_mutations_never_return_the_query_itself():
 
 def test_runnable_joins_spaced_operators():
     assert runnable(" SELECT a FROM t WHERE b > = 1 AND c ! = 2 AND d <  = 3 ") == (
-        "SELECT a FROM t WHERE b >= 1 AND c != 2 AND d <= 3")
+        "SELECT a FROM t WHERE b >= 1 AND c != 2 AND d <= 3"
+    )
 
 
 def test_every_chosen_variant_really_changes_the_result(cosql_turns):
@@ -77,17 +100,22 @@ def test_correction_share_mixes_direct_and_corrected_episodes(make_env, sparc_tu
 
     def first_sqls(share: float) -> list[str]:
         policy = make_policy("gold_with_correction", data_root=FIXTURE_DATA, correction_share=share)
-        return [run_episode(make_env(), policy, turn, rng=random.Random(seed)).to_dict()["steps"][0]["sql"]
-                for seed in range(40)]
+        return [
+            run_episode(make_env(), policy, turn, rng=random.Random(seed)).to_dict()["steps"][0]["sql"]
+            for seed in range(40)
+        ]
 
     every, half, none = first_sqls(1.0), first_sqls(0.5), first_sqls(0.0)
     assert gold not in every and set(none) == {gold}
     assert 10 <= half.count(gold) <= 30, half.count(gold)
     plain = GoldWithCorrectionPolicy(data_root=FIXTURE_DATA)
-    assert every == [run_episode(make_env(), plain, turn, rng=random.Random(seed)).to_dict()["steps"][0]["sql"]
-                     for seed in range(40)]
-    direct = run_episode(make_env(), make_policy("gold_with_correction", data_root=FIXTURE_DATA,
-                                                 correction_share=0.0), turn)
+    assert every == [
+        run_episode(make_env(), plain, turn, rng=random.Random(seed)).to_dict()["steps"][0]["sql"]
+        for seed in range(40)
+    ]
+    direct = run_episode(
+        make_env(), make_policy("gold_with_correction", data_root=FIXTURE_DATA, correction_share=0.0), turn
+    )
     verdicts = [step["exec_verdict"] for step in direct.to_dict()["steps"] if step["exec_verdict"]]
     assert direct.final_sql == turn.gold_sql and verdicts == ["pass"]
 
@@ -103,7 +131,9 @@ def test_replay_reproduces_a_recorded_episode(make_env, sparc_turns):
 
 def test_replay_runs_dry_with_empty_messages(make_env, sparc_turns):
     traj = run_episode(make_env(), ReplayPolicy([]), find(sparc_turns, "sparc-dev-0000/0"))
-    assert traj.finish_reason == "max_messages" and all(s.invalid_reason == "the message is empty" for s in traj.steps)
+    assert traj.finish_reason == "max_messages" and all(
+        s.invalid_reason == "the message is empty" for s in traj.steps
+    )
 
 
 def test_make_policy():

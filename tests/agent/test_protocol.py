@@ -18,21 +18,40 @@ MEMORY = '<tool_call>{"name": "memory_retrieve", "arguments": {}}</tool_call>'
 
 
 def test_tool_call_with_reasoning_and_verdict():
-    action = parse_action(f"<think>\nI count singers.\n</think>\n\n<exec_verify>no_pass</exec_verify>\n{EXEC}")
-    assert action == Action("tool_call", tool="exec_sql", arguments={"sql": "SELECT count(*) FROM singer"},
-                            sql="SELECT count(*) FROM singer", exec_verdict="no_pass", think="I count singers.")
+    action = parse_action(
+        f"<think>\nI count singers.\n</think>\n\n<exec_verify>no_pass</exec_verify>\n{EXEC}"
+    )
+    assert action == Action(
+        "tool_call",
+        tool="exec_sql",
+        arguments={"sql": "SELECT count(*) FROM singer"},
+        sql="SELECT count(*) FROM singer",
+        exec_verdict="no_pass",
+        think="I count singers.",
+    )
 
 
 def test_answer_with_memory_verdict_and_code_fence():
-    action = parse_action("<think>ok</think><memory_verify>pass</memory_verify>"
-                          "<answer_sql>\n```sql\nSELECT name FROM singer\n```\n</answer_sql>")
+    action = parse_action(
+        "<think>ok</think><memory_verify>pass</memory_verify>"
+        "<answer_sql>\n```sql\nSELECT name FROM singer\n```\n</answer_sql>"
+    )
     assert (action.kind, action.sql, action.memory_verdict, action.exec_verdict) == (
-        "answer", "SELECT name FROM singer", "pass", None)
+        "answer",
+        "SELECT name FROM singer",
+        "pass",
+        None,
+    )
 
 
 def test_memory_call_without_arguments_key_and_no_think():
     action = parse_action('<tool_call>{"name": "memory_retrieve"}</tool_call>')
-    assert (action.kind, action.tool, action.arguments, action.think) == ("tool_call", "memory_retrieve", {}, None)
+    assert (action.kind, action.tool, action.arguments, action.think) == (
+        "tool_call",
+        "memory_retrieve",
+        {},
+        None,
+    )
 
 
 def test_reasoning_whose_opening_tag_was_in_the_prompt():
@@ -50,35 +69,44 @@ def test_sql_with_comparison_operators_survives():
     assert parse_action(f"<answer_sql>{sql}</answer_sql>").sql == sql
 
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("", "empty"),
-    ("   \n", "empty"),
-    ("<think>still thinking", "never closed"),
-    ("hello <think>x</think>" + MEMORY, "must come first"),
-    ("<think>a</think><think>b</think>" + MEMORY, "more than one <think>"),
-    ("<think>a</think>just prose", "no action"),
-    ("<answer_sql>SELECT 1", "never closed"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "SEL', "never closed"),
-    ("</answer_sql>", "without a matching"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": }}</tool_call>', "not valid JSON"),
-    ("<tool_call>[1, 2]</tool_call>", "JSON object"),
-    ('<tool_call>{"name": "drop_table", "arguments": {}}</tool_call>', "unknown tool"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {}}</tool_call>', "takes sql"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "x", "db": "y"}}</tool_call>', "takes sql"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": 5}}</tool_call>', "non-empty string"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "  "}}</tool_call>', "non-empty string"),
-    ('<tool_call>{"name": "exec_sql", "arguments": "SELECT 1"}</tool_call>', "must be a JSON object"),
-    ('<tool_call>{"name": "memory_retrieve", "arguments": {}, "id": 1}</tool_call>', "unexpected keys"),
-    (EXEC + EXEC, "more than one action"),
-    ("<answer_sql>a</answer_sql><answer_sql>b</answer_sql>", "more than one action"),
-    (EXEC + "<answer_sql>SELECT 1</answer_sql>", "both a <tool_call> and an <answer_sql>"),
-    ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "<answer_sql>SELECT 1</answer_sql>"}}'
-     "</tool_call>", "inside <tool_call>"),
-    ("<answer_sql>  </answer_sql>", "is empty"),
-    ("<exec_verify>maybe</exec_verify>" + EXEC, "pass or no_pass"),
-    ("<exec_verify>pass</exec_verify><exec_verify>pass</exec_verify>" + EXEC, "more than one <exec_verify>"),
-    ("<exec_verify>pass" + EXEC, "inside <exec_verify>"),
-])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "empty"),
+        ("   \n", "empty"),
+        ("<think>still thinking", "never closed"),
+        ("hello <think>x</think>" + MEMORY, "must come first"),
+        ("<think>a</think><think>b</think>" + MEMORY, "more than one <think>"),
+        ("<think>a</think>just prose", "no action"),
+        ("<answer_sql>SELECT 1", "never closed"),
+        ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "SEL', "never closed"),
+        ("</answer_sql>", "without a matching"),
+        ('<tool_call>{"name": "exec_sql", "arguments": {"sql": }}</tool_call>', "not valid JSON"),
+        ("<tool_call>[1, 2]</tool_call>", "JSON object"),
+        ('<tool_call>{"name": "drop_table", "arguments": {}}</tool_call>', "unknown tool"),
+        ('<tool_call>{"name": "exec_sql", "arguments": {}}</tool_call>', "takes sql"),
+        ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "x", "db": "y"}}</tool_call>', "takes sql"),
+        ('<tool_call>{"name": "exec_sql", "arguments": {"sql": 5}}</tool_call>', "non-empty string"),
+        ('<tool_call>{"name": "exec_sql", "arguments": {"sql": "  "}}</tool_call>', "non-empty string"),
+        ('<tool_call>{"name": "exec_sql", "arguments": "SELECT 1"}</tool_call>', "must be a JSON object"),
+        ('<tool_call>{"name": "memory_retrieve", "arguments": {}, "id": 1}</tool_call>', "unexpected keys"),
+        (EXEC + EXEC, "more than one action"),
+        ("<answer_sql>a</answer_sql><answer_sql>b</answer_sql>", "more than one action"),
+        (EXEC + "<answer_sql>SELECT 1</answer_sql>", "both a <tool_call> and an <answer_sql>"),
+        (
+            '<tool_call>{"name": "exec_sql", "arguments": {"sql": "<answer_sql>SELECT 1</answer_sql>"}}'
+            "</tool_call>",
+            "inside <tool_call>",
+        ),
+        ("<answer_sql>  </answer_sql>", "is empty"),
+        ("<exec_verify>maybe</exec_verify>" + EXEC, "pass or no_pass"),
+        (
+            "<exec_verify>pass</exec_verify><exec_verify>pass</exec_verify>" + EXEC,
+            "more than one <exec_verify>",
+        ),
+        ("<exec_verify>pass" + EXEC, "inside <exec_verify>"),
+    ],
+)
 def test_invalid_messages_say_why(text, reason):
     action = parse_action(text)
     assert action.kind == "invalid" and not action.valid
@@ -96,7 +124,9 @@ def test_tool_schemas_match_the_parser(protocol):
     shapes = {s["function"]["name"]: tuple(s["function"]["parameters"]["required"]) for s in schemas}
     assert shapes == arguments
     for schema in schemas:
-        assert set(schema["function"]["parameters"]["properties"]) == set(arguments[schema["function"]["name"]])
+        assert set(schema["function"]["parameters"]["properties"]) == set(
+            arguments[schema["function"]["name"]]
+        )
     json.dumps(schemas)
 
 
@@ -105,9 +135,29 @@ VALID = [
     f"<think>y</think><exec_verify>pass</exec_verify>{MEMORY}",
     "<think>z</think><memory_verify>no_pass</memory_verify><answer_sql>SELECT 1</answer_sql>",
 ]
-PIECES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<answer_sql>", "</answer_sql>", "<exec_verify>",
-          "</exec_verify>", "<memory_verify>", "</memory_verify>", "{", "}", '"', "pass", "no_pass", '"name"',
-          '"exec_sql"', ":", "\x00", "\\", "\n"]
+PIECES = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<answer_sql>",
+    "</answer_sql>",
+    "<exec_verify>",
+    "</exec_verify>",
+    "<memory_verify>",
+    "</memory_verify>",
+    "{",
+    "}",
+    '"',
+    "pass",
+    "no_pass",
+    '"name"',
+    '"exec_sql"',
+    ":",
+    "\x00",
+    "\\",
+    "\n",
+]
 
 
 def _check(action: Action) -> None:

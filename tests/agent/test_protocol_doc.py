@@ -20,11 +20,14 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
 def test_the_example_dialogue_is_what_the_environment_produces(sparc_turns):
     turn = find(sparc_turns, "sparc-dev-0000/2")
-    traj = run_episode(SqlAgentEnv(data_root=FIXTURE_DATA), GoldWithCorrectionPolicy(data_root=FIXTURE_DATA), turn)
+    traj = run_episode(
+        SqlAgentEnv(data_root=FIXTURE_DATA), GoldWithCorrectionPolicy(data_root=FIXTURE_DATA), turn
+    )
     text = DOC.read_text()
     shown = re.findall(r"#### (\d+)\. (\w+)\n\n````text\n(.*?)\n````\n", text, re.DOTALL)
     assert [(int(n), role, content) for n, role, content in shown] == [
-        (i, m["role"], m["content"]) for i, m in enumerate(traj.messages, 1)]
+        (i, m["role"], m["content"]) for i, m in enumerate(traj.messages, 1)
+    ]
     blocks = [json.loads(b) for b in re.findall(r"````json\n(.*?)\n````", text, re.DOTALL)]
     assert blocks[0] == TOOL_SCHEMAS
     assert blocks[1]["steps"][0]["sql"] == traj.steps[0].sql and blocks[1]["final_sql"] == traj.final_sql

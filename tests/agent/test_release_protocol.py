@@ -25,7 +25,7 @@ GOLD = "SELECT count(*) FROM pets WHERE weight  >  10"  # sparc-dev-0000/2, a la
 
 
 def call(name: str, **arguments) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 # A dialogue turn as a released checkpoint writes it: exec_sql(code), then a correction, then the memory
@@ -46,7 +46,11 @@ def test_release_calls_parse_under_release_and_are_refused_under_mtsql():
     text = RELEASE_TEXTS[0]
     release = parse_action(text, "release")
     assert (release.kind, release.tool, release.arguments, release.sql) == (
-        "tool_call", "exec_sql", {"code": "SELECT count(*) FROM pets"}, "SELECT count(*) FROM pets")
+        "tool_call",
+        "exec_sql",
+        {"code": "SELECT count(*) FROM pets"},
+        "SELECT count(*) FROM pets",
+    )
     mtsql = parse_action(text)
     assert mtsql.kind == "invalid" and "exec_sql takes sql; got ['code']" in mtsql.reason
     assert parse_action(call("memory_retrieve"), "release").reason == "memory_retrieve takes code; got none"
@@ -54,19 +58,30 @@ def test_release_calls_parse_under_release_and_are_refused_under_mtsql():
 
 
 def test_release_runs_the_first_call_that_parses_and_ignores_the_rest():
-    text = '<tool_call>{"name": oops}</tool_call>' + call("exec_sql", code="SELECT 1") + call(
-        "memory_retrieve", code="SELECT 2") + "<answer_sql>SELECT 3</answer_sql>"
+    text = (
+        '<tool_call>{"name": oops}</tool_call>'
+        + call("exec_sql", code="SELECT 1")
+        + call("memory_retrieve", code="SELECT 2")
+        + "<answer_sql>SELECT 3</answer_sql>"
+    )
     action = parse_action(text, "release")
     assert (action.kind, action.tool, action.sql, action.ignored) == ("tool_call", "exec_sql", "SELECT 1", 2)
     assert parse_action(text).kind == "invalid"
-    assert parse_action('<tool_call>{"name": oops}</tool_call>', "release").reason.startswith("the <tool_call> is not")
+    assert parse_action('<tool_call>{"name": oops}</tool_call>', "release").reason.startswith(
+        "the <tool_call> is not"
+    )
 
 
 def test_release_tool_schemas_and_system_prompt_use_code():
     env_cfg = EnvConfig(protocol="release")
-    assert env_tools(env_cfg) is RELEASE_TOOL_SCHEMAS and env_tools(EnvConfig(protocol="release", mode="short")) == []
+    assert (
+        env_tools(env_cfg) is RELEASE_TOOL_SCHEMAS
+        and env_tools(EnvConfig(protocol="release", mode="short")) == []
+    )
     assert episode_tools(env_cfg) is RELEASE_TOOL_SCHEMAS  # what verl's agent loop shows the model
-    system = prompts.system_prompt(mode="long", max_messages=4, result_chars=200, thinking=True, protocol="release")
+    system = prompts.system_prompt(
+        mode="long", max_messages=4, result_chars=200, thinking=True, protocol="release"
+    )
     assert '"arguments": {"code": "SELECT ..."}}' in system and '"sql"' not in system
 
 
@@ -76,7 +91,10 @@ def test_hand_made_release_trajectory_is_executed_and_scored(sparc_turns):
     env = SqlAgentEnv(EnvConfig(protocol="release"), data_root=FIXTURE_DATA)
     traj = run_episode(env, ReplayPolicy(RELEASE_TEXTS), turn)
     assert (traj.finish_reason, traj.final_sql, traj.protocol_valid) == (
-        "answer", "SELECT count(*) FROM pets WHERE weight > 10", True)
+        "answer",
+        "SELECT count(*) FROM pets WHERE weight > 10",
+        True,
+    )
     first, second, memory = traj.steps[:3]
     assert first.observation.startswith("Recap:\n- Current question: ")
     assert (first.result_kind, first.verdict, second.verdict) == ("ok", "no_pass", "pass")
@@ -102,26 +120,39 @@ def test_hand_made_release_trajectory_is_executed_and_scored(sparc_turns):
 
 def test_results_are_cut_to_200_characters_prefix_included_and_memory_to_50_rows(sparc_turns):
     turn = find(sparc_turns, "sparc-dev-0054/1")  # its earlier turn lists 406 cars
-    texts = [call("exec_sql", code="SELECT Make, Model FROM car_names"),
-             "<exec_verify>pass</exec_verify>" + call("memory_retrieve", code="SELECT Make FROM car_names")]
+    texts = [
+        call("exec_sql", code="SELECT Make, Model FROM car_names"),
+        "<exec_verify>pass</exec_verify>" + call("memory_retrieve", code="SELECT Make FROM car_names"),
+    ]
     env = SqlAgentEnv(EnvConfig(protocol="release", thinking=False), data_root=FIXTURE_DATA)
     traj = run_episode(env, ReplayPolicy(texts + [""] * 2), turn)
-    result_line = next(line for line in traj.steps[0].observation.splitlines()
-                       if line.startswith(prompts.RELEASE_RESULT_LINE))
-    shown = result_line[len(prompts.RELEASE_RESULT_LINE):]
+    result_line = next(
+        line
+        for line in traj.steps[0].observation.splitlines()
+        if line.startswith(prompts.RELEASE_RESULT_LINE)
+    )
+    shown = result_line[len(prompts.RELEASE_RESULT_LINE) :]
     assert len(shown) == 200 and shown.startswith("Rows: [(")
-    rows_line = next(line for line in traj.steps[1].observation.splitlines() if line.startswith("  First rows: "))
-    rows = ast.literal_eval(rows_line[len("  First rows: "):])
+    rows_line = next(
+        line for line in traj.steps[1].observation.splitlines() if line.startswith("  First rows: ")
+    )
+    rows = ast.literal_eval(rows_line[len("  First rows: ") :])
     assert len(rows) == RELEASE_MEMORY_ROWS and all(isinstance(row, tuple) for row in rows)
 
 
 def test_observation_cap_cuts_the_middle(sparc_turns):
     turn = find(sparc_turns, "sparc-dev-0054/1")
-    texts = [call("exec_sql", code="SELECT 1"), "<exec_verify>pass</exec_verify>"
-             + call("memory_retrieve", code="SELECT 1")]
-    capped = SqlAgentEnv(EnvConfig(protocol="release", thinking=False, observation_chars=600), data_root=FIXTURE_DATA)
+    texts = [
+        call("exec_sql", code="SELECT 1"),
+        "<exec_verify>pass</exec_verify>" + call("memory_retrieve", code="SELECT 1"),
+    ]
+    capped = SqlAgentEnv(
+        EnvConfig(protocol="release", thinking=False, observation_chars=600), data_root=FIXTURE_DATA
+    )
     full = SqlAgentEnv(EnvConfig(protocol="release", thinking=False), data_root=FIXTURE_DATA)
-    short, long_ = (run_episode(e, ReplayPolicy(texts + [""] * 2), turn).steps[1].observation for e in (capped, full))
+    short, long_ = (
+        run_episode(e, ReplayPolicy(texts + [""] * 2), turn).steps[1].observation for e in (capped, full)
+    )
     assert len(long_) > 600 and len(short) == 600 and "...(cut)..." in short
     assert short.startswith(long_[:250]) and short.endswith(long_[-250:])
     with pytest.raises(ValueError, match="observation_chars"):

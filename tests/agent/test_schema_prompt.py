@@ -16,8 +16,10 @@ def test_concert_singer_has_keys_and_values():
     text = render_schema("concert_singer", FIXTURE_DATA, sample_values=2)
     assert "CREATE TABLE singer (\n  Singer_ID NUMBER,  -- e.g. 1, 2\n" in text
     assert "  Name TEXT,  -- e.g. 'Stark''s Park', 'Somerset Park'\n" in text
-    assert ("  PRIMARY KEY (concert_ID),\n  FOREIGN KEY (Singer_ID) REFERENCES singer(Singer_ID),\n"
-            "  FOREIGN KEY (concert_ID) REFERENCES concert(concert_ID)\n);") in text
+    assert (
+        "  PRIMARY KEY (concert_ID),\n  FOREIGN KEY (Singer_ID) REFERENCES singer(Singer_ID),\n"
+        "  FOREIGN KEY (concert_ID) REFERENCES concert(concert_ID)\n);"
+    ) in text
     assert text.count("CREATE TABLE") == 4
     assert render_schema("concert_singer", FIXTURE_DATA, sample_values=2) is text  # cached
 
@@ -34,14 +36,19 @@ def test_no_values_when_asked_for_none():
 def test_tiny_database_quotes_names_and_cuts_long_values(tmp_path):
     (tmp_path / "sparc").mkdir()
     (tmp_path / "database" / "tiny").mkdir(parents=True)
-    entry = {"db_id": "tiny", "table_names_original": ["my table"], "column_names_original": [[-1, "*"],
-             [0, "id"], [0, "Home Town"], [0, "note"]], "column_types": ["text", "number", "text", "others"],
-             "primary_keys": [1], "foreign_keys": []}
+    entry = {
+        "db_id": "tiny",
+        "table_names_original": ["my table"],
+        "column_names_original": [[-1, "*"], [0, "id"], [0, "Home Town"], [0, "note"]],
+        "column_types": ["text", "number", "text", "others"],
+        "primary_keys": [1],
+        "foreign_keys": [],
+    }
     (tmp_path / "sparc" / "tables.json").write_text(json.dumps([entry]))
     with sqlite3.connect(tmp_path / "database" / "tiny" / "tiny.sqlite") as conn:
         conn.execute('CREATE TABLE "my table" (id INTEGER, "Home Town" TEXT, note BLOB)')
         conn.execute("INSERT INTO \"my table\" VALUES (1, ?, x'00')", ("it's " + "x" * 60,))
-        conn.execute("INSERT INTO \"my table\" VALUES (2, NULL, NULL)")
+        conn.execute('INSERT INTO "my table" VALUES (2, NULL, NULL)')
     text = render_schema("tiny", tmp_path)
     assert text == (
         'CREATE TABLE "my table" (\n'

@@ -21,8 +21,16 @@ CHAT = [{"role": "system", "content": "Answer in SQL."}, {"role": "user", "conte
 
 
 def completion(content: str, finish_reason: str = "stop", usage=(100, 7), **choice) -> dict:
-    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": finish_reason, **choice}]}
+    body = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish_reason,
+                **choice,
+            }
+        ]
+    }
     if usage:
         body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
     return body
@@ -100,11 +108,17 @@ def client(server, **options) -> ChatBackend:
 
 def test_the_tools_are_described_in_the_system_message_and_observations_go_as_the_config_says():
     tools = [{"type": "function", "function": {"name": "exec_sql", "parameters": {}}}]
-    conversation = [*CHAT, {"role": "assistant", "content": '<tool_call>\n{"name": "exec_sql"}\n</tool_call>'},
-                    {"role": "tool", "content": "3 rows"}]
+    conversation = [
+        *CHAT,
+        {"role": "assistant", "content": '<tool_call>\n{"name": "exec_sql"}\n</tool_call>'},
+        {"role": "tool", "content": "3 rows"},
+    ]
     as_user = api_messages(conversation, tools)
     assert [m["role"] for m in as_user] == ["system", "user", "assistant", "user"]
-    assert as_user[0]["content"].startswith("Answer in SQL.\n\n# Tools") and '"name": "exec_sql"' in as_user[0]["content"]
+    assert (
+        as_user[0]["content"].startswith("Answer in SQL.\n\n# Tools")
+        and '"name": "exec_sql"' in as_user[0]["content"]
+    )
     assert as_user[2]["content"] == conversation[2]["content"]  # the assistant's text as it was written
     assert as_user[3]["content"] == "<tool_response>\n3 rows\n</tool_response>"
     as_tool = api_messages(conversation, tools, "tool")
@@ -112,27 +126,50 @@ def test_the_tools_are_described_in_the_system_message_and_observations_go_as_th
 
 
 def test_the_reply_text_gets_back_the_stop_string_and_any_tool_call_the_server_parsed():
-    assert reply_text({"content": "<answer_sql>SELECT 1"}, "stop", None, STOP) == "<answer_sql>SELECT 1</answer_sql>"
+    assert (
+        reply_text({"content": "<answer_sql>SELECT 1"}, "stop", None, STOP)
+        == "<answer_sql>SELECT 1</answer_sql>"
+    )
     assert reply_text({"content": "<answer_sql>SELECT 1"}, "length", None, STOP) == "<answer_sql>SELECT 1"
-    assert reply_text({"content": "<tool_call>\n{}"}, "stop", "</tool_call>", STOP) == "<tool_call>\n{}</tool_call>"
+    assert (
+        reply_text({"content": "<tool_call>\n{}"}, "stop", "</tool_call>", STOP)
+        == "<tool_call>\n{}</tool_call>"
+    )
     assert reply_text({"content": "done."}, "stop", None, STOP) == "done."  # an end of turn: nothing cut
-    parsed = {"content": None, "tool_calls": [{"function": {"name": "exec_sql", "arguments": '{"sql": "SELECT 1"}'}}]}
-    assert reply_text(parsed, "tool_calls", None, STOP) == \
-        '<tool_call>\n{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}\n</tool_call>'
+    parsed = {
+        "content": None,
+        "tool_calls": [{"function": {"name": "exec_sql", "arguments": '{"sql": "SELECT 1"}'}}],
+    }
+    assert (
+        reply_text(parsed, "tool_calls", None, STOP)
+        == '<tool_call>\n{"name": "exec_sql", "arguments": {"sql": "SELECT 1"}}\n</tool_call>'
+    )
 
 
 def test_429_and_5xx_are_retried_and_usage_and_cost_are_summed(serve):
-    server = serve((429, {"error": "slow down"}, [("Retry-After", "0")]), (503, {"error": "busy"}),
-                   (200, completion("<answer_sql>SELECT 1")), (200, completion("x", usage=(50, 3))))
-    backend = client(server, price_input_per_mtok=2.0, price_output_per_mtok=10.0,
-                     extra_body={"skip_special_tokens": False})
+    server = serve(
+        (429, {"error": "slow down"}, [("Retry-After", "0")]),
+        (503, {"error": "busy"}),
+        (200, completion("<answer_sql>SELECT 1")),
+        (200, completion("x", usage=(50, 3))),
+    )
+    backend = client(
+        server,
+        price_input_per_mtok=2.0,
+        price_output_per_mtok=10.0,
+        extra_body={"skip_special_tokens": False},
+    )
     try:
         first = backend.submit_messages(CHAT, [], PARAMS, seed=5).result()
         second = backend.submit_messages(CHAT, [], PARAMS, seed=6).result()
     finally:
         backend.close()
-    assert (first.text, first.finish_reason, first.prompt_tokens, first.completion_tokens) == \
-        ("<answer_sql>SELECT 1</answer_sql>", "stop", 100, 7)
+    assert (first.text, first.finish_reason, first.prompt_tokens, first.completion_tokens) == (
+        "<answer_sql>SELECT 1</answer_sql>",
+        "stop",
+        100,
+        7,
+    )
     assert second.prompt_tokens == 50 and len(server.requests) == 4
     body = server.requests[-1]
     assert body["model"] == "gpt-test" and body["seed"] == 6 and body["stop"] == list(STOP)
@@ -169,7 +206,9 @@ def test_other_4xx_are_one_line_at_once_and_never_hold_the_key(serve, monkeypatc
     assert KEY[:-3] not in str(wrong.value)
 
 
-def test_a_missing_key_a_wrong_model_or_a_missing_model_name_is_one_line_before_any_request(serve, monkeypatch):
+def test_a_missing_key_a_wrong_model_or_a_missing_model_name_is_one_line_before_any_request(
+    serve, monkeypatch
+):
     server = serve((200, completion("x")))
     monkeypatch.delenv("MTSQL_TEST_KEY")
     with pytest.raises(UsageError, match=r"\$MTSQL_TEST_KEY, which is not set"):
@@ -184,18 +223,33 @@ def test_a_missing_key_a_wrong_model_or_a_missing_model_name_is_one_line_before_
     assert server.requests == []
 
 
-def test_the_fingerprint_holds_the_model_the_url_and_the_sampling_not_the_key_variable_or_the_prices(tmp_path):
+def test_the_fingerprint_holds_the_model_the_url_and_the_sampling_not_the_key_variable_or_the_prices(
+    tmp_path,
+):
     from ..test_fingerprints import cfg_for, planned
 
     def evaluate(*overrides):
-        return planned("evaluate", cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test", *overrides))
+        return planned(
+            "evaluate", cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test", *overrides)
+        )
 
     served = evaluate()
-    for changed in ("sample.chat.model=gpt-other", "sample.chat.base_url=http://127.0.0.1:9/v1",
-                    "sample.max_new_tokens=64", "sample.chat.observation_role=tool"):
+    for changed in (
+        "sample.chat.model=gpt-other",
+        "sample.chat.base_url=http://127.0.0.1:9/v1",
+        "sample.max_new_tokens=64",
+        "sample.chat.observation_role=tool",
+    ):
         assert evaluate(changed) != served, changed
-    assert evaluate("sample.chat.api_key_env=OTHER_KEY", "sample.chat.price_input_per_mtok=3",
-                    "sample.chat.concurrency=2", "sample.chat.max_retries=1") == served
+    assert (
+        evaluate(
+            "sample.chat.api_key_env=OTHER_KEY",
+            "sample.chat.price_input_per_mtok=3",
+            "sample.chat.concurrency=2",
+            "sample.chat.max_retries=1",
+        )
+        == served
+    )
 
 
 def test_a_chat_api_is_given_no_trained_model_and_no_prompt_filter(tmp_path):
@@ -207,8 +261,16 @@ def test_a_chat_api_is_given_no_trained_model_and_no_prompt_filter(tmp_path):
     with pytest.raises(UsageError, match="not a trained artifact"):
         run_stage("evaluate", cfg, inputs={"model": Pending("sft-r1", None)}, dry_run=True)
     with pytest.raises(UsageError, match="prompt_filter_tokens .* chat API"):
-        run_stage("evaluate", cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test",
-                                      "evaluate.prompt_filter_tokens=100"), dry_run=True)
+        run_stage(
+            "evaluate",
+            cfg_for(
+                tmp_path,
+                "sample.backend=chat",
+                "sample.chat.model=gpt-test",
+                "evaluate.prompt_filter_tokens=100",
+            ),
+            dry_run=True,
+        )
     with pytest.raises(UsageError, match="set sample.chat.model"):
         run_stage("evaluate", cfg_for(tmp_path, "sample.backend=chat"), dry_run=True)
 
@@ -220,8 +282,15 @@ def test_a_sample_stage_through_a_chat_api_keeps_the_apis_token_counts(tmp_path,
     from ..test_fingerprints import cfg_for
 
     server = serve((200, completion("<answer_sql>SELECT count(*) FROM singer", usage=(120, 9))))
-    cfg = cfg_for(tmp_path, "sample.backend=chat", "sample.chat.model=gpt-test", f"sample.chat.base_url={server.url}",
-                  "sample.chat.api_key_env=MTSQL_TEST_KEY", "sample.policy=model", "sample.n=2")
+    cfg = cfg_for(
+        tmp_path,
+        "sample.backend=chat",
+        "sample.chat.model=gpt-test",
+        f"sample.chat.base_url={server.url}",
+        "sample.chat.api_key_env=MTSQL_TEST_KEY",
+        "sample.policy=model",
+        "sample.n=2",
+    )
     sampled = run_stage("sample", cfg)
     rows = read_jsonl(sampled.path / "trajectories.jsonl")
     assert rows and len(rows) == len(server.requests) == sampled.metrics["usage"]["requests"]

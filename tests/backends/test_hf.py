@@ -14,8 +14,12 @@ from mtsql.engines.backends import hf, make_backend
 from mtsql.engines.backends.base import Generation, SamplingParams
 from mtsql.engines.backends.hf import HFBackend, _PrefixCache
 
-QUESTIONS = ["Hi.", "How many singers are there in the database?", "List all concerts held in 2014, newest first.",
-             "x"]
+QUESTIONS = [
+    "Hi.",
+    "How many singers are there in the database?",
+    "List all concerts held in 2014, newest first.",
+    "x",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +29,10 @@ def chat(tiny_backend):
 
 @pytest.fixture(scope="module")
 def prompts(chat):
-    return [chat.prompt_ids([{"role": "system", "content": "Answer with SQL."}, {"role": "user", "content": q}])
-            for q in QUESTIONS]
+    return [
+        chat.prompt_ids([{"role": "system", "content": "Answer with SQL."}, {"role": "user", "content": q}])
+        for q in QUESTIONS
+    ]
 
 
 def ids_of(generations: list[Generation]) -> list[list[int]]:
@@ -48,9 +54,13 @@ def test_greedy_ids_are_those_of_transformers_generate(tiny_backend, prompts, mo
     ours = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=10))
     for prompt, got in zip(prompts, ours, strict=True):
         with torch.inference_mode():
-            ref = tiny_backend.model.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False,
-                                              eos_token_id=sorted(tiny_backend.end_of_turn_ids))
-        assert got.token_ids == ref[0, len(prompt):].tolist()
+            ref = tiny_backend.model.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=10,
+                do_sample=False,
+                eos_token_id=sorted(tiny_backend.end_of_turn_ids),
+            )
+        assert got.token_ids == ref[0, len(prompt) :].tolist()
 
 
 def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backend, prompts, monkeypatch):
@@ -59,13 +69,17 @@ def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backe
     free = ids_of(tiny_backend.generate(prompts, params, seeds=seeds))
     longest_first = sorted(range(len(prompts)), key=lambda row: -len(prompts[row]))
     ends = {free[row][step] for row, step in zip(longest_first, (1, 4, 7), strict=False)}
-    expected = [ids[:next((i + 1 for i, t in enumerate(ids) if t in ends), len(ids))] for ids in free]
+    expected = [ids[: next((i + 1 for i, t in enumerate(ids) if t in ends), len(ids))] for ids in free]
     assert sorted(map(len, expected)) == [2, 5, 8, 12]  # the rows really end at different steps
     monkeypatch.setattr(tiny_backend, "end_of_turn_ids", frozenset(ends))
     sizes, trims = [], []
     forward, keep = tiny_backend.model.forward, hf._ReservedLayer.keep
-    monkeypatch.setattr(tiny_backend.model, "forward", lambda **kw: sizes.append(kw["input_ids"].shape) or forward(**kw))
-    monkeypatch.setattr(hf._ReservedLayer, "keep", lambda self, rows, first: trims.append(first) or keep(self, rows, first))
+    monkeypatch.setattr(
+        tiny_backend.model, "forward", lambda **kw: sizes.append(kw["input_ids"].shape) or forward(**kw)
+    )
+    monkeypatch.setattr(
+        hf._ReservedLayer, "keep", lambda self, rows, first: trims.append(first) or keep(self, rows, first)
+    )
     tiny_backend.clear_prefix_cache()
     out = tiny_backend.generate(prompts, params, seeds=seeds)
     assert ids_of(out) == expected
@@ -73,7 +87,10 @@ def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backe
     steps = [shape[0] for shape in sizes if shape[1] == 1]
     assert steps[:2] == [4, 4] and steps[-4:] == [1, 1, 1, 1] and 3 in steps and 2 in steps
     assert any(trims), "columns only the leaving (longest) rows attended to are dropped"
-    alone = [tiny_backend.generate([p], params, seeds=[seed])[0].token_ids for p, seed in zip(prompts, seeds, strict=True)]
+    alone = [
+        tiny_backend.generate([p], params, seeds=[seed])[0].token_ids
+        for p, seed in zip(prompts, seeds, strict=True)
+    ]
     assert alone == expected
     tiny_backend.clear_prefix_cache()
     tiny_backend.generate(prompts, params, seeds=seeds)  # keeps each row's keys/values as it leaves
@@ -90,13 +107,18 @@ def test_every_step_writes_into_the_reserved_cache(tiny_backend, prompts, monkey
     concatenated (a copy of the whole cache per layer and step)."""
     concatenated = []
     update = hf.DynamicLayer.update
-    monkeypatch.setattr(hf.DynamicLayer, "update", lambda self, *a, **kw: concatenated.append(type(self).__name__)
-                        or update(self, *a, **kw))
+    monkeypatch.setattr(
+        hf.DynamicLayer,
+        "update",
+        lambda self, *a, **kw: concatenated.append(type(self).__name__) or update(self, *a, **kw),
+    )
     params = SamplingParams(max_new_tokens=6)
     for cache in (None, _PrefixCache(max_tokens=10_000)):
         monkeypatch.setattr(tiny_backend, "cache", cache)
         first = tiny_backend.generate(prompts, params)
-        tiny_backend.generate([p + g.token_ids + [p[-1]] for p, g in zip(prompts, first, strict=True)], params)
+        tiny_backend.generate(
+            [p + g.token_ids + [p[-1]] for p, g in zip(prompts, first, strict=True)], params
+        )
     assert tiny_backend.cache.reused_tokens > 0  # the second pass started from cached prefixes
     assert "_ReservedLayer" not in concatenated
     assert "DynamicLayer" in concatenated  # prefilling a row alone extends its cached part, as it should
@@ -115,7 +137,11 @@ def test_rows_leave_a_plain_transformers_cache_too(tiny_backend, prompts, monkey
     monkeypatch.setattr(tiny_backend, "_cache_supported", lambda: False)
     cut = []
     select = hf.DynamicLayer.batch_select_indices
-    monkeypatch.setattr(hf.DynamicLayer, "batch_select_indices", lambda self, rows: cut.append(len(rows)) or select(self, rows))
+    monkeypatch.setattr(
+        hf.DynamicLayer,
+        "batch_select_indices",
+        lambda self, rows: cut.append(len(rows)) or select(self, rows),
+    )
     assert ids_of(tiny_backend.generate(prompts, params, seeds=seeds)) == reserved
     assert cut and max(cut) < len(prompts)
 
@@ -127,7 +153,9 @@ def test_stop_string_ends_the_row_where_it_is_completed(tiny_backend, prompts):
     assert stopped[1].finish_reason == "stop" and stopped[1].text.endswith(stop)
     assert stopped[1].token_ids == free[1].token_ids[: len(stopped[1].token_ids)]
     assert len(stopped[1].token_ids) <= 5
-    for before, after in zip(free, stopped, strict=True):  # other rows run on, unchanged, unless they write it too
+    for before, after in zip(
+        free, stopped, strict=True
+    ):  # other rows run on, unchanged, unless they write it too
         assert after.token_ids == before.token_ids[: len(after.token_ids)]
 
 
@@ -171,7 +199,7 @@ def test_logprobs_are_the_model_log_probabilities(tiny_backend, prompts):
         assert len(generation.logprobs) == len(generation.token_ids)
         with torch.inference_mode():
             logits = tiny_backend.model(torch.tensor([prompt + generation.token_ids])).logits[0]
-        expected = torch.log_softmax(logits[len(prompt) - 1: -1].float(), dim=-1)
+        expected = torch.log_softmax(logits[len(prompt) - 1 : -1].float(), dim=-1)
         picked = expected[torch.arange(len(generation.token_ids)), torch.tensor(generation.token_ids)]
         assert torch.allclose(torch.tensor(generation.logprobs), picked, atol=1e-4)
 
@@ -182,7 +210,9 @@ def test_prefix_cache_reuses_earlier_turns_without_changing_results(tiny_backend
     monkeypatch.setattr(tiny_backend, "cache", cache)
     first = tiny_backend.generate(prompts, params)
     observation = chat.observation_ids({"role": "tool", "content": "Result: [(4,)]"})
-    follow = [p + g.token_ids + [chat.end_of_turn_id] + observation for p, g in zip(prompts, first, strict=True)]
+    follow = [
+        p + g.token_ids + [chat.end_of_turn_id] + observation for p, g in zip(prompts, first, strict=True)
+    ]
     follow[3] = prompts[3] + [11, 12]  # a prompt that extends no cached sequence, in the same batch
     second = tiny_backend.generate(follow, params)
     assert cache.reused_tokens == sum(len(p) + 5 for p in prompts[:3])  # prompt + 6 ids minus the last
@@ -193,8 +223,10 @@ def test_prefix_cache_reuses_earlier_turns_without_changing_results(tiny_backend
 
 def test_new_conversations_start_from_their_shared_opening(tiny_backend, chat, monkeypatch):
     system = "You write SQLite for the concert_singer database. " * 12  # an opening of > MIN_SHARED ids
-    opened = [chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
-              for q in QUESTIONS]
+    opened = [
+        chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
+        for q in QUESTIONS
+    ]
     common = len(os.path.commonprefix(opened))
     assert common >= hf.MIN_SHARED
     params = SamplingParams(max_new_tokens=5)
@@ -208,8 +240,10 @@ def test_new_conversations_start_from_their_shared_opening(tiny_backend, chat, m
     kept = [(k.clone(), v.clone()) for k, v in cache.shared[tuple(opened[0][:common])].layers]
     assert ids_of(tiny_backend.generate(opened, params)) == expected  # every row from the shared opening
     assert cache.reused_tokens == 6 * common
-    assert all(torch.equal(k, k2) and torch.equal(v, v2)
-               for (k, v), (k2, v2) in zip(kept, cache.shared[tuple(opened[0][:common])].layers, strict=True))
+    assert all(
+        torch.equal(k, k2) and torch.equal(v, v2)
+        for (k, v), (k2, v2) in zip(kept, cache.shared[tuple(opened[0][:common])].layers, strict=True)
+    )
 
 
 def test_interleaved_dialogues_each_share_their_own_opening(tiny_backend, chat, monkeypatch):
@@ -218,13 +252,18 @@ def test_interleaved_dialogues_each_share_their_own_opening(tiny_backend, chat, 
     def opening(db):
         return [{"role": "system", "content": system + f"Database {db}: " + "tables singer, concert. " * 10}]
 
-    dialogues = {db: [chat.prompt_ids(opening(db) + [{"role": "user", "content": q}]) for q in QUESTIONS[1:4]]
-                 for db in ("pets", "cars")}
+    dialogues = {
+        db: [chat.prompt_ids(opening(db) + [{"role": "user", "content": q}]) for q in QUESTIONS[1:4]]
+        for db in ("pets", "cars")
+    }
     interleaved = [dialogues[db][turn] for turn in (0, 1) for db in ("pets", "cars")]
     third = [dialogues["pets"][2], dialogues["cars"][2]]
     params = SamplingParams(max_new_tokens=3)
     monkeypatch.setattr(tiny_backend, "cache", None)
-    expected = ids_of(tiny_backend.generate(interleaved, params)), ids_of(tiny_backend.generate(third, params))
+    expected = (
+        ids_of(tiny_backend.generate(interleaved, params)),
+        ids_of(tiny_backend.generate(third, params)),
+    )
     cache = _PrefixCache(max_tokens=100_000)
     monkeypatch.setattr(tiny_backend, "cache", cache)
     assert ids_of(tiny_backend.generate(interleaved, params)) == expected[0]
@@ -232,7 +271,9 @@ def test_interleaved_dialogues_each_share_their_own_opening(tiny_backend, chat, 
     assert {tuple(dialogues[db][0][:n]) for db, n in own.items()} <= set(cache.shared)
     before = cache.reused_tokens
     assert ids_of(tiny_backend.generate(third, params)) == expected[1]
-    assert cache.reused_tokens - before == own["pets"] + own["cars"]  # each from its own schema, not the system's
+    assert (
+        cache.reused_tokens - before == own["pets"] + own["cars"]
+    )  # each from its own schema, not the system's
 
 
 def test_shared_openings_are_bounded_and_need_a_long_common_start(tiny_backend, chat, monkeypatch):
@@ -240,21 +281,29 @@ def test_shared_openings_are_bounded_and_need_a_long_common_start(tiny_backend, 
     monkeypatch.setattr(tiny_backend, "cache", cache)
     for db in range(hf.MAX_SHARED + 2):
         system = f"Database {db}: " + "tables singer, concert, stadium. " * 10
-        tiny_backend.generate([chat.prompt_ids([{"role": "system", "content": system},
-                                                {"role": "user", "content": q}]) for q in QUESTIONS[:2]],
-                              SamplingParams(max_new_tokens=2))
+        tiny_backend.generate(
+            [
+                chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
+                for q in QUESTIONS[:2]
+            ],
+            SamplingParams(max_new_tokens=2),
+        )
     assert len(cache.shared) == hf.MAX_SHARED
     short = _PrefixCache(max_tokens=100_000)
     monkeypatch.setattr(tiny_backend, "cache", short)
-    tiny_backend.generate([chat.prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS],
-                          SamplingParams(max_new_tokens=2))
+    tiny_backend.generate(
+        [chat.prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS],
+        SamplingParams(max_new_tokens=2),
+    )
     assert not short.shared and short.reused_tokens == 0
 
 
 def test_forget_drops_a_finished_conversation_but_not_the_shared_opening(tiny_backend, chat, monkeypatch):
     system = "You write SQLite for the concert_singer database. " * 12
-    opened = [chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
-              for q in QUESTIONS]
+    opened = [
+        chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
+        for q in QUESTIONS
+    ]
     cache = _PrefixCache(max_tokens=100_000)
     monkeypatch.setattr(tiny_backend, "cache", cache)
     first = tiny_backend.generate(opened, SamplingParams(max_new_tokens=4))
@@ -274,7 +323,9 @@ def test_the_prefix_cache_takes_a_share_of_the_available_memory(tiny_qwen3, monk
 
     monkeypatch.setattr(hf.psutil, "virtual_memory", lambda: Memory())
     backend = HFBackend(tiny_qwen3)
-    assert backend.cache.max_tokens == int(hf.PREFIX_CACHE_SHARE * Memory.available // backend.memory.kv_per_token)
+    assert backend.cache.max_tokens == int(
+        hf.PREFIX_CACHE_SHARE * Memory.available // backend.memory.kv_per_token
+    )
     assert HFBackend(tiny_qwen3, max_cached_tokens=123).cache.max_tokens == 123
 
 
@@ -342,19 +393,25 @@ def test_batched_prefill_gives_the_row_by_row_results(tiny_backend, prompts, cha
     monkeypatch.setattr(tiny_backend, "cache", _PrefixCache(max_tokens=100_000))
     first = tiny_backend.generate(prompts, params)
     observation = chat.observation_ids({"role": "tool", "content": "Result: [(4,)]"})
-    follow = [p + g.token_ids + [chat.end_of_turn_id] + observation for p, g in zip(prompts, first, strict=True)]
+    follow = [
+        p + g.token_ids + [chat.end_of_turn_id] + observation for p, g in zip(prompts, first, strict=True)
+    ]
     alone = tiny_backend.generate(follow, params)
     calls = []
     monkeypatch.setattr(tiny_backend, "cache", _PrefixCache(max_tokens=100_000))
     monkeypatch.setattr(tiny_backend, "batched_prefill", 256)  # the CUDA default
-    monkeypatch.setattr(tiny_backend, "_prefill", lambda *a: calls.append(a) or HFBackend._prefill(tiny_backend, *a))
+    monkeypatch.setattr(
+        tiny_backend, "_prefill", lambda *a: calls.append(a) or HFBackend._prefill(tiny_backend, *a)
+    )
     assert ids_of(tiny_backend.generate(prompts, params)) == ids_of(first)
     assert ids_of(tiny_backend.generate(follow, params)) == ids_of(alone)
     assert calls == []  # every new part is shorter than 256 ids: all prefilled in the batch calls
     assert tiny_backend.cache.reused_tokens == sum(len(p) + 5 for p in prompts)
 
 
-def test_a_call_larger_than_free_memory_runs_in_parts_with_the_same_results(tiny_backend, prompts, monkeypatch):
+def test_a_call_larger_than_free_memory_runs_in_parts_with_the_same_results(
+    tiny_backend, prompts, monkeypatch
+):
     from mtsql.engines.backends import hf
 
     params = SamplingParams(temperature=1.0, max_new_tokens=5)
@@ -365,8 +422,11 @@ def test_a_call_larger_than_free_memory_runs_in_parts_with_the_same_results(tiny
     monkeypatch.setattr(hf, "_free_bytes", lambda device: int(2.5 * row / hf.BATCH_MEMORY_SHARE))
     assert tiny_backend.batch_limit(max(map(len, prompts)) + 5) == 2
     calls = []
-    monkeypatch.setattr(tiny_backend, "_generate", lambda p, *a: calls.append(len(p)) or HFBackend._generate(
-        tiny_backend, p, *a))
+    monkeypatch.setattr(
+        tiny_backend,
+        "_generate",
+        lambda p, *a: calls.append(len(p)) or HFBackend._generate(tiny_backend, p, *a),
+    )
     assert ids_of(tiny_backend.generate(prompts, params, seeds=[1, 2, 3, 4])) == ids_of(whole)
     assert calls == [2, 2]
 
@@ -377,8 +437,12 @@ def test_memory_arithmetic(tiny_backend):
     config = tiny_backend.model.config
     memory = _MemoryModel.of(tiny_backend.model)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    assert memory.kv_per_token == 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4  # float32
-    assert memory.row_bytes(1000) - memory.row_bytes(0) == 1000 * (2 * memory.kv_per_token + memory.activation_per_token)
+    assert (
+        memory.kv_per_token == 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4
+    )  # float32
+    assert memory.row_bytes(1000) - memory.row_bytes(0) == 1000 * (
+        2 * memory.kv_per_token + memory.activation_per_token
+    )
     assert memory.row_bytes(0) == 16 * config.vocab_size
     assert rows_that_fit(10_000, 1_000, share=0.8) == 8
     assert rows_that_fit(10, 1_000) == 1 and rows_that_fit(10**15, 1) == MAX_BATCH_ROWS
@@ -415,8 +479,9 @@ def test_load_weights_generates_with_the_trained_model_and_drops_old_keys_values
     backend = HFBackend(tiny_qwen3, dtype="float32")
     model = backend.in_process_model()
     params = SamplingParams(max_new_tokens=8)
-    opening = chat.prompt_ids([{"role": "system", "content": "Answer with SQL."},
-                               {"role": "user", "content": QUESTIONS[1]}])
+    opening = chat.prompt_ids(
+        [{"role": "system", "content": "Answer with SQL."}, {"role": "user", "content": QUESTIONS[1]}]
+    )
     follow = opening + backend.generate([opening], params)[0].token_ids + opening[-3:]
     with torch.no_grad():
         for param in model.parameters():

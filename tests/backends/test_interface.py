@@ -15,22 +15,33 @@ CONCRETE = {"hf", "vllm", "openai", "vllm_server"}  # the modules of concrete ba
 
 
 def outside_backends() -> dict[str, ast.Module]:
-    return {str(path.relative_to(ROOT)): ast.parse(path.read_text()) for path in sorted(ROOT.rglob("*.py"))
-            if BACKENDS not in path.parents}
+    return {
+        str(path.relative_to(ROOT)): ast.parse(path.read_text())
+        for path in sorted(ROOT.rglob("*.py"))
+        if BACKENDS not in path.parents
+    }
 
 
 def backend_classes() -> set[str]:
     """Every class defined in ``engines/backends`` (the interface, the backends, their helpers)."""
-    return {node.name for path in BACKENDS.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.ClassDef)}
+    return {
+        node.name
+        for path in BACKENDS.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
 
 
 def concrete_imports(tree: ast.Module) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.removeprefix(PACKAGE + ".").split(".")[0] in CONCRETE
-                      and a.name.startswith(PACKAGE + ".")]
+            found += [
+                a.name
+                for a in node.names
+                if a.name.removeprefix(PACKAGE + ".").split(".")[0] in CONCRETE
+                and a.name.startswith(PACKAGE + ".")
+            ]
         elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module.startswith(PACKAGE + ".") and node.module.split(".")[3] in CONCRETE:
                 found.append(node.module)
@@ -43,10 +54,16 @@ def type_tests(tree: ast.Module, classes: set[str]) -> list[str]:
     """``isinstance``/``issubclass``/``type(...) is`` against a class of ``engines/backends``."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance",
-                                                                                                 "issubclass"):
-            named = {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.args[1])
-                     if isinstance(n, (ast.Name, ast.Attribute))}
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+        ):
+            named = {
+                n.id if isinstance(n, ast.Name) else n.attr
+                for n in ast.walk(node.args[1])
+                if isinstance(n, (ast.Name, ast.Attribute))
+            }
             found += [f"line {node.lineno}: {node.func.id}(..., {name})" for name in sorted(named & classes)]
     return found
 
@@ -56,12 +73,19 @@ def backend_attributes() -> set[str]:
     names = set()
     for path in BACKENDS.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
-                    and isinstance(node.value, ast.Name) and node.value.id == "self":
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
                 names.add(node.attr)
             elif isinstance(node, ast.ClassDef):
-                names |= {item.target.id for item in node.body
-                          if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+                names |= {
+                    item.target.id
+                    for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                }
     return names
 
 
@@ -70,13 +94,23 @@ def backend_attribute_writes(tree: ast.Module, attributes: set[str]) -> list[str
     (``backend.model = ...``, ``self.engine.backend.cache = ...``)."""
     found = []
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
         for target in targets:
             if isinstance(target, ast.Attribute) and target.attr in attributes:
                 owner = target.value
-                name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) \
+                name = (
+                    owner.id
+                    if isinstance(owner, ast.Name)
+                    else owner.attr
+                    if isinstance(owner, ast.Attribute)
                     else ""
+                )
                 if name == "backend":
                     found.append(f"line {node.lineno}: {ast.unparse(target)} = ...")
     return found
@@ -103,18 +137,29 @@ def test_no_module_outside_the_backends_assigns_a_backend_attribute():
 
 def test_the_checks_see_what_they_look_for():
     """The old trainer's reach into the backends is found by each check."""
-    old = ast.parse("from mtsql.engines.backends.hf import HFBackend\n"
-                    "from mtsql.engines.backends import vllm\n"
-                    "import mtsql.engines.backends.vllm\n"
-                    "from mtsql.engines.backends import make_backend\n"
-                    "backend.model = trainable(backend.model)\n"
-                    "self.engine.backend.cache = None\n"
-                    "backend.normalizer = normalizers.NFC()\n"
-                    "self.backend = backend\n"
-                    "if isinstance(backend, (HFBackend, vllm.VLLMBackend)):\n    pass\n")
-    assert concrete_imports(old) == ["mtsql.engines.backends.hf", "mtsql.engines.backends.vllm",
-                                     "mtsql.engines.backends.vllm"]
-    assert type_tests(old, backend_classes()) == ["line 9: isinstance(..., HFBackend)",
-                                                  "line 9: isinstance(..., VLLMBackend)"]
-    assert backend_attribute_writes(old, backend_attributes()) == [  # a tokenizer's backend is not one of ours
-        "line 5: backend.model = ...", "line 6: self.engine.backend.cache = ..."]
+    old = ast.parse(
+        "from mtsql.engines.backends.hf import HFBackend\n"
+        "from mtsql.engines.backends import vllm\n"
+        "import mtsql.engines.backends.vllm\n"
+        "from mtsql.engines.backends import make_backend\n"
+        "backend.model = trainable(backend.model)\n"
+        "self.engine.backend.cache = None\n"
+        "backend.normalizer = normalizers.NFC()\n"
+        "self.backend = backend\n"
+        "if isinstance(backend, (HFBackend, vllm.VLLMBackend)):\n    pass\n"
+    )
+    assert concrete_imports(old) == [
+        "mtsql.engines.backends.hf",
+        "mtsql.engines.backends.vllm",
+        "mtsql.engines.backends.vllm",
+    ]
+    assert type_tests(old, backend_classes()) == [
+        "line 9: isinstance(..., HFBackend)",
+        "line 9: isinstance(..., VLLMBackend)",
+    ]
+    assert backend_attribute_writes(
+        old, backend_attributes()
+    ) == [  # a tokenizer's backend is not one of ours
+        "line 5: backend.model = ...",
+        "line 6: self.engine.backend.cache = ...",
+    ]

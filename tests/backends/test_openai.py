@@ -97,8 +97,12 @@ def model_server(backend):
     lock = threading.Lock()
 
     def reply(body):
-        params = SamplingParams(temperature=body["temperature"], top_p=body["top_p"],
-                                max_new_tokens=body["max_tokens"], stop=tuple(body["stop"]))
+        params = SamplingParams(
+            temperature=body["temperature"],
+            top_p=body["top_p"],
+            max_new_tokens=body["max_tokens"],
+            stop=tuple(body["stop"]),
+        )
         with lock:
             out = backend.generate([body["prompt"]], params, seeds=[body["seed"]])[0]
         choice = {"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason}
@@ -113,8 +117,9 @@ def test_same_results_as_the_model_behind_the_server(serve, client, tiny_backend
     params = SamplingParams(temperature=0.8, max_new_tokens=6, stop=("</tool_call>",))
     remote = client(server.url, concurrency=3).generate(prompts, params, seeds=[5, 6, 7])
     local = tiny_backend.generate(prompts, params, seeds=[5, 6, 7])
-    assert [(g.token_ids, g.text, g.finish_reason) for g in remote] == \
-           [(g.token_ids, g.text, g.finish_reason) for g in local]
+    assert [(g.token_ids, g.text, g.finish_reason) for g in remote] == [
+        (g.token_ids, g.text, g.finish_reason) for g in local
+    ]
     path, body = server.requests[0]
     assert path == "/v1/completions" and body["model"] == "tiny" and body["include_stop_str_in_output"]
     assert sorted(b["prompt"] for _, b in server.requests) == sorted(prompts)
@@ -122,7 +127,11 @@ def test_same_results_as_the_model_behind_the_server(serve, client, tiny_backend
 
 def test_text_only_servers_get_ids_rebuilt(serve, client, tiny_tokenizer):
     replies = {
-        "cut": {"text": '<tool_call>\n{"name": "exec_sql"}\n', "finish_reason": "stop", "stop_reason": "</tool_call>"},
+        "cut": {
+            "text": '<tool_call>\n{"name": "exec_sql"}\n',
+            "finish_reason": "stop",
+            "stop_reason": "</tool_call>",
+        },
         "eot": {"text": "<answer_sql>SELECT 1</answer_sql>", "finish_reason": "stop", "stop_reason": None},
         "long": {"text": "SELECT a, b, c", "finish_reason": "length"},
     }
@@ -138,7 +147,12 @@ def test_text_only_servers_get_ids_rebuilt(serve, client, tiny_tokenizer):
 
 
 def test_logprobs_are_read_when_the_server_sends_them(serve, client):
-    choice = {"text": "ab", "token_ids": [370], "finish_reason": "length", "logprobs": {"token_logprobs": [-0.5]}}
+    choice = {
+        "text": "ab",
+        "token_ids": [370],
+        "finish_reason": "length",
+        "logprobs": {"token_logprobs": [-0.5]},
+    }
     server = serve(lambda body: (200, {"choices": [choice]}))
     out = client(server.url).generate([[1, 2]], SamplingParams(max_new_tokens=1, logprobs=True))[0]
     assert out.logprobs == [-0.5] and server.requests[0][1]["logprobs"] == 0
@@ -231,12 +245,15 @@ def test_slow_server_times_out(serve, client):
         answered.set()
 
 
-@pytest.mark.parametrize("status, payload, message", [
-    (200, b"<html>502 Bad Gateway</html>", "not JSON: <html>502 Bad Gateway</html>"),
-    (200, {"data": []}, "not a completions answer"),
-    (200, {"choices": [{"text": 3, "finish_reason": "stop"}]}, "text is not a string"),
-    (400, {"error": "prompt too long"}, 'HTTP 400: {"error": "prompt too long"}'),
-])
+@pytest.mark.parametrize(
+    "status, payload, message",
+    [
+        (200, b"<html>502 Bad Gateway</html>", "not JSON: <html>502 Bad Gateway</html>"),
+        (200, {"data": []}, "not a completions answer"),
+        (200, {"choices": [{"text": 3, "finish_reason": "stop"}]}, "text is not a string"),
+        (400, {"error": "prompt too long"}, 'HTTP 400: {"error": "prompt too long"}'),
+    ],
+)
 def test_garbage_answers_are_clear_errors(serve, client, status, payload, message):
     server = serve(lambda body: (status, payload))
     with pytest.raises(StageFailed, match=message.replace("(", r"\(")):
@@ -248,8 +265,11 @@ class OneMessageEnv:
     """Every episode ends after its first message."""
 
     def reset(self, turn, memory=None):
-        self.trajectory = types.SimpleNamespace(final_sql=None, messages=[{"role": "user", "content": turn.question}],
-                                                to_dict=lambda: {"final_sql": None})
+        self.trajectory = types.SimpleNamespace(
+            final_sql=None,
+            messages=[{"role": "user", "content": turn.question}],
+            to_dict=lambda: {"final_sql": None},
+        )
         return list(self.trajectory.messages)
 
     def step(self, text):
@@ -262,11 +282,29 @@ def test_the_rollout_engine_sends_every_ready_conversation_at_once(serve, client
     from mtsql.engines.rollout import RolloutEngine
 
     server = serve(answer_once_in_flight(4))
-    turns = [Turn(dataset="cosql", split="dev", interaction_id=f"d{i}", interaction_index=0, turn_index=0, db_id="db",
-                  question=f"q{i}?", gold_sql="SELECT 1", previous_questions=(), previous_sql=()) for i in range(8)]
+    turns = [
+        Turn(
+            dataset="cosql",
+            split="dev",
+            interaction_id=f"d{i}",
+            interaction_index=0,
+            turn_index=0,
+            db_id="db",
+            question=f"q{i}?",
+            gold_sql="SELECT 1",
+            previous_questions=(),
+            previous_sql=(),
+        )
+        for i in range(8)
+    ]
     backend = client(server.url, concurrency=8)
-    records = RolloutEngine(OneMessageEnv, backend=backend, chat=ChatFormat(tiny_tokenizer),
-                            params=SamplingParams(max_new_tokens=1), batch_size=2).run(turns, progress=False)
+    records = RolloutEngine(
+        OneMessageEnv,
+        backend=backend,
+        chat=ChatFormat(tiny_tokenizer),
+        params=SamplingParams(max_new_tokens=1),
+        batch_size=2,
+    ).run(turns, progress=False)
     assert len(records) == len(server.requests) == 8
     assert server.max_in_flight == 4  # all in flight (twice batch_size), not batch_size at a time
 
@@ -275,12 +313,17 @@ def test_a_server_mtsql_did_not_start_takes_no_weights(serve, client, tiny_qwen3
     from mtsql.engines.backends.vllm import VLLMBackend
 
     server = serve(lambda body: (500, {}), models=["tiny"])
-    with pytest.raises(UsageError, match=rf"the server at {server.url} was not started by mtsql: it cannot take new "
-                                         r"weights \(train with rl.local.rollout_backend=hf or vllm\)"):
+    with pytest.raises(
+        UsageError,
+        match=rf"the server at {server.url} was not started by mtsql: it cannot take new "
+        r"weights \(train with rl.local.rollout_backend=hf or vllm\)",
+    ):
         client(server.url).load_weights(object(), tmp_path / "weights")
     user_run = VLLMBackend(tiny_qwen3, base_url=server.url, served_model="tiny")
     try:
-        with pytest.raises(UsageError, match=r"only into a vLLM server mtsql started \(unset sample.vllm.base_url\)"):
+        with pytest.raises(
+            UsageError, match=r"only into a vLLM server mtsql started \(unset sample.vllm.base_url\)"
+        ):
             user_run.load_weights(object(), tmp_path / "weights")
     finally:
         user_run.close()
@@ -291,15 +334,32 @@ def test_each_backend_reads_its_own_settings(tmp_path):
     from mtsql.app.config import load_config
     from mtsql.engines.backends import backend_class
 
-    cfg = load_config(None, ["sample.openai.base_url=http://h:1/v1", "sample.openai.model=m", "rl.lora_rank=4",
-                             "sample.openai.concurrency=3", "sample.vllm.base_url=http://v:2/v1", "model.dtype=auto"])
-    assert backend_class("openai").options(cfg) == {"base_url": "http://h:1/v1", "served_model": "m",
-                                                    "concurrency": 3, "timeout_s": cfg.sample.openai.timeout_s}
-    assert backend_class("vllm").options(cfg, log_path=tmp_path) == {"base_url": "http://v:2/v1",
-                                                                     "served_model": cfg.sample.vllm.model}
+    cfg = load_config(
+        None,
+        [
+            "sample.openai.base_url=http://h:1/v1",
+            "sample.openai.model=m",
+            "rl.lora_rank=4",
+            "sample.openai.concurrency=3",
+            "sample.vllm.base_url=http://v:2/v1",
+            "model.dtype=auto",
+        ],
+    )
+    assert backend_class("openai").options(cfg) == {
+        "base_url": "http://h:1/v1",
+        "served_model": "m",
+        "concurrency": 3,
+        "timeout_s": cfg.sample.openai.timeout_s,
+    }
+    assert backend_class("vllm").options(cfg, log_path=tmp_path) == {
+        "base_url": "http://v:2/v1",
+        "served_model": cfg.sample.vllm.model,
+    }
     assert backend_class("hf").options(cfg) == {"dtype": "auto", "device": "cpu"}
     assert backend_class("hf").training_options(cfg, dtype="float32") == {"dtype": "float32", "device": "cpu"}
     with pytest.raises(UsageError, match="OpenAIBackend backend cannot take the weights being trained"):
         backend_class("openai").training_options(cfg, dtype="float32")
-    with pytest.raises(UsageError, match="with rl.lora_rank set rl.local.rollout_backend=hf"):  # before a server starts
+    with pytest.raises(
+        UsageError, match="with rl.lora_rank set rl.local.rollout_backend=hf"
+    ):  # before a server starts
         backend_class("vllm").training_options(cfg, dtype="float32")

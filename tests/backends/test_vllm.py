@@ -30,9 +30,15 @@ TOOL_STOP = ("</tool_call>", "</answer_sql>")
 
 def chat_prompts(tokenizer, count: int = 6) -> list[list[int]]:
     chat = ChatFormat(tokenizer)
-    return [chat.prompt_ids([{"role": "system", "content": "You answer with SQL inside <answer_sql> tags."},
-                             {"role": "user", "content": f"How many singers are older than {20 + i}?"}])
-            for i in range(count)]
+    return [
+        chat.prompt_ids(
+            [
+                {"role": "system", "content": "You answer with SQL inside <answer_sql> tags."},
+                {"role": "user", "content": f"How many singers are older than {20 + i}?"},
+            ]
+        )
+        for i in range(count)
+    ]
 
 
 def assert_same_generations(served, reference, *, logprob_tolerance: float) -> None:
@@ -53,20 +59,24 @@ def wait_gone(pgid: int, seconds: float = 60.0) -> None:
 def test_tiny_model_greedy_ids_and_logprobs_match_the_hf_backend(tiny_server, tiny_backend):
     params = SamplingParams(temperature=0.0, max_new_tokens=24, stop=TOOL_STOP, logprobs=True)
     prompts = chat_prompts(tiny_backend.tokenizer)
-    assert_same_generations(tiny_server.generate(prompts, params), tiny_backend.generate(prompts, params),
-                            logprob_tolerance=1e-3)
+    assert_same_generations(
+        tiny_server.generate(prompts, params), tiny_backend.generate(prompts, params), logprob_tolerance=1e-3
+    )
 
 
 def test_smollm2_greedy_ids_match_and_close_stops_every_server_process(smollm2, vllm_python, tmp_path):
-    backend = VLLMBackend(smollm2, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
-                          log_path=tmp_path / "server.log")
+    backend = VLLMBackend(
+        smollm2, python=str(vllm_python), dtype="float32", kv_cache_gib=1, log_path=tmp_path / "server.log"
+    )
     pgid = backend.server.process.pid
     try:
         params = SamplingParams(temperature=0.0, max_new_tokens=40, stop=TOOL_STOP, logprobs=True)
         prompts = chat_prompts(backend.tokenizer, 4)
-        assert_same_generations(backend.generate(prompts, params),
-                                HFBackend(smollm2, dtype="float32").generate(prompts, params),
-                                logprob_tolerance=1e-3)
+        assert_same_generations(
+            backend.generate(prompts, params),
+            HFBackend(smollm2, dtype="float32").generate(prompts, params),
+            logprob_tolerance=1e-3,
+        )
     finally:
         backend.close()
     assert not group_alive(pgid)  # the API server, its engine core and its worker
@@ -88,13 +98,20 @@ def test_seeded_sampling_of_prompts_longer_than_one_prefill_batch(tiny_server):
     over steps (chunked prefill: 2,048 tokens a step), it rewinds the request's random generator, which
     a CPU generator cannot do: the engine died ("CPU Generator does not use offset"). On CPU the server
     prefills every prompt whole, so each of these requests is answered."""
+
     def schema(db: int) -> str:  # a prompt of its own: no prefix cached from another one
         return " ".join(f"table t{db}_{i} has columns c{i}_a, c{i}_b and c{i}_c." for i in range(90))
 
     chat = ChatFormat(tiny_server.tokenizer)
-    prompts = [chat.prompt_ids([{"role": "system", "content": schema(db)},
-                                {"role": "user", "content": "How many rows does the first table have?"}])
-               for db in range(6)]
+    prompts = [
+        chat.prompt_ids(
+            [
+                {"role": "system", "content": schema(db)},
+                {"role": "user", "content": "How many rows does the first table have?"},
+            ]
+        )
+        for db in range(6)
+    ]
     assert min(len(p) for p in prompts) > 1000 and sum(len(p) for p in prompts) > 2 * 2048
     params = SamplingParams(temperature=0.7, max_new_tokens=4)
     done = tiny_server.generate(prompts, params, seeds=list(range(6)))
@@ -108,8 +125,9 @@ def test_the_openai_backend_works_against_the_real_server(tiny_server, tiny_qwen
     try:
         params = SamplingParams(temperature=0.0, max_new_tokens=16, stop=TOOL_STOP, logprobs=True)
         prompts = chat_prompts(client.tokenizer, 3)
-        assert_same_generations(client.generate(prompts, params), tiny_server.generate(prompts, params),
-                                logprob_tolerance=1e-6)
+        assert_same_generations(
+            client.generate(prompts, params), tiny_server.generate(prompts, params), logprob_tolerance=1e-6
+        )
     finally:
         client.close()
     with pytest.raises(UsageError, match=rf"serves {SERVED_NAME}, not 'qwen3-4b'"):
@@ -118,11 +136,17 @@ def test_the_openai_backend_works_against_the_real_server(tiny_server, tiny_qwen
 
 def test_the_server_renders_chats_as_mtsql_does(tiny_server):
     """What /v1/chat/completions would see is the prompt mtsql builds (the model's chat template)."""
-    messages = [{"role": "system", "content": "Answer in SQL."}, {"role": "user", "content": "How many pets?"},
-                {"role": "assistant", "content": "<answer_sql>SELECT count(*) FROM pets</answer_sql>"},
-                {"role": "user", "content": "And dogs?"}]
-    answer = httpx.post(tiny_server.base_url.removesuffix("/v1") + "/tokenize", timeout=30,
-                        json={"model": SERVED_NAME, "messages": messages, "add_generation_prompt": True})
+    messages = [
+        {"role": "system", "content": "Answer in SQL."},
+        {"role": "user", "content": "How many pets?"},
+        {"role": "assistant", "content": "<answer_sql>SELECT count(*) FROM pets</answer_sql>"},
+        {"role": "user", "content": "And dogs?"},
+    ]
+    answer = httpx.post(
+        tiny_server.base_url.removesuffix("/v1") + "/tokenize",
+        timeout=30,
+        json={"model": SERVED_NAME, "messages": messages, "add_generation_prompt": True},
+    )
     assert answer.status_code == 200
     assert answer.json()["tokens"] == ChatFormat(tiny_server.tokenizer).prompt_ids(messages)
 
@@ -134,8 +158,9 @@ def test_load_weights_serves_new_weights_as_a_fresh_model_would(tiny_qwen3, vllm
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param, generator=torch.Generator().manual_seed(1)) * 0.05)
-    backend = VLLMBackend(tiny_qwen3, python=str(vllm_python), dtype="float32", kv_cache_gib=1,
-                          log_path=tmp_path / "server.log")
+    backend = VLLMBackend(
+        tiny_qwen3, python=str(vllm_python), dtype="float32", kv_cache_gib=1, log_path=tmp_path / "server.log"
+    )
     first = backend.server.process.pid
     try:
         params = SamplingParams(temperature=0.0, max_new_tokens=12, logprobs=True)
@@ -148,8 +173,11 @@ def test_load_weights_serves_new_weights_as_a_fresh_model_would(tiny_qwen3, vllm
         backend.close()
     assert second != first and not group_alive(first) and not group_alive(second)  # restarted, both stopped
     assert [g.token_ids for g in after] != [g.token_ids for g in before]
-    assert_same_generations(after, HFBackend(tmp_path / "updated", dtype="float32").generate(prompts, params),
-                            logprob_tolerance=1e-3)
+    assert_same_generations(
+        after,
+        HFBackend(tmp_path / "updated", dtype="float32").generate(prompts, params),
+        logprob_tolerance=1e-3,
+    )
 
 
 KEEP_SERVING = """
@@ -163,8 +191,12 @@ time.sleep(600)
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_a_killed_process_leaves_no_server(how, tiny_qwen3, vllm_python):
-    child = subprocess.Popen([sys.executable, "-c", KEEP_SERVING, str(tiny_qwen3), str(vllm_python)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", KEEP_SERVING, str(tiny_qwen3), str(vllm_python)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = child.stdout.readline()
         assert line.startswith("PGID"), f"the server did not start: {line!r}"
@@ -211,9 +243,11 @@ def test_a_dead_engine_is_named_before_its_server_exits(tmp_path):
     server.process = running = ApiProcess(exits=False)
     log.write_text("INFO started\n")
     assert server.failure(wait_s=0.2) is None and running.waits == [0.2]
-    log.write_text("ERROR [core.py:1512] RuntimeError: CPU Generator does not use offset\n"
-                   "ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
-                   "EngineCore encountered an issue\n")
+    log.write_text(
+        "ERROR [core.py:1512] RuntimeError: CPU Generator does not use offset\n"
+        "ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue\n"
+    )
     assert "RuntimeError: CPU Generator does not use offset" in server.failure(wait_s=30)
     assert running.waits == [0.2], "a dead engine is named at once, not after waiting for its API process"
     log.write_text("ERROR ValueError: no model\n")
@@ -222,17 +256,42 @@ def test_a_dead_engine_is_named_before_its_server_exits(tmp_path):
 
 
 def test_engine_identity_names_what_changes_tokens(vllm_python):
-    cfg = load_config(None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}", "model.dtype=float32"])
+    cfg = load_config(
+        None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}", "model.dtype=float32"]
+    )
     identity = engine_identity(cfg)
     assert identity["engine"] == "vllm-server" and identity["version"].startswith("vllm")
     assert identity["dtype"] == "float32" and identity["eager"] is True
     assert identity["chunked_prefill"] is False  # a CPU server prefills prompts whole (seeded sampling)
-    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}",
-                                              "model.dtype=bfloat16"])) != identity
-    assert engine_identity(load_config(None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}",
-                                              "model.dtype=float32", "sample.vllm.kv_cache_gib=3"])) == identity
+    assert (
+        engine_identity(
+            load_config(
+                None, ["sample.backend=vllm", f"sample.vllm.python={vllm_python}", "model.dtype=bfloat16"]
+            )
+        )
+        != identity
+    )
+    assert (
+        engine_identity(
+            load_config(
+                None,
+                [
+                    "sample.backend=vllm",
+                    f"sample.vllm.python={vllm_python}",
+                    "model.dtype=float32",
+                    "sample.vllm.kv_cache_gib=3",
+                ],
+            )
+        )
+        == identity
+    )
     user = engine_identity(load_config(None, ["sample.backend=vllm", "sample.vllm.base_url=http://h:1/v1"]))
-    assert user == {"engine": "vllm-server", "base_url": "http://h:1/v1", "served_model": None, "note": UNVERIFIED}
+    assert user == {
+        "engine": "vllm-server",
+        "base_url": "http://h:1/v1",
+        "served_model": None,
+        "note": UNVERIFIED,
+    }
     assert engine_identity(load_config(None, ["sample.backend=hf"])) == {}
 
 
@@ -255,10 +314,15 @@ def test_a_cpu_server_runs_its_engine_in_process_on_every_core(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 4)
     env = server_spec(Path("m"), python=sys.executable, kv_cache_gib=2).environment()
-    assert (env["VLLM_ENABLE_V1_MULTIPROCESSING"], env["OMP_NUM_THREADS"], env["VLLM_CPU_OMP_THREADS_BIND"]) == \
-        ("0", "4", "0-3")
+    assert (
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"],
+        env["OMP_NUM_THREADS"],
+        env["VLLM_CPU_OMP_THREADS_BIND"],
+    ) == ("0", "4", "0-3")
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a user's setting wins
     assert server_spec(Path("m"), python=sys.executable).environment()["OMP_NUM_THREADS"] == "1"
-    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_spec(Path("m"), python=sys.executable,
-                                                              device="cuda").environment()
+    assert (
+        "VLLM_ENABLE_V1_MULTIPROCESSING"
+        not in server_spec(Path("m"), python=sys.executable, device="cuda").environment()
+    )

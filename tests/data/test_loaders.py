@@ -11,7 +11,9 @@ from mtsql.core.data.settings import DataConfig
 
 def test_official_dev_fixture_in_gold_order(fixture_root):
     turns = load_turns("sparc", "dev", root=fixture_root)
-    gold_lines = [line for line in (fixture_root / "sparc" / "dev_gold.txt").read_text().splitlines() if line.strip()]
+    gold_lines = [
+        line for line in (fixture_root / "sparc" / "dev_gold.txt").read_text().splitlines() if line.strip()
+    ]
     assert len(turns) == len(gold_lines)
     assert [t.gold_sql for t in turns] == [line.split("\t")[0] for line in gold_lines]
     first, second = turns[0], turns[1]
@@ -36,15 +38,18 @@ def test_cosql_raw_train_flattening(fixture_root):
 
 def test_raw_flattening_joins_clarifications(tmp_path):
     (tmp_path / "extras").mkdir()
-    dialogue = {"db_name": "x", "turns": [
-        {"isUser": True, "text": "hi there", "type": "IMPROPER"},
-        {"isUser": True, "text": "list the singers", "type": "AMBIGUOUS"},
-        {"isUser": False, "text": "did you mean names?", "query": "", "label": "CLARIFY"},
-        {"isUser": True, "text": "yes", "type": "INFORM_SQL"},
-        {"isUser": False, "text": "here", "query": "SELECT\tname FROM singer", "label": "CONFIRM_SQL"},
-        {"isUser": True, "text": "thanks", "type": "IMPROPER"},
-        {"isUser": False, "text": "bye", "query": "", "label": "GOOD_BYE"},
-    ]}
+    dialogue = {
+        "db_name": "x",
+        "turns": [
+            {"isUser": True, "text": "hi there", "type": "IMPROPER"},
+            {"isUser": True, "text": "list the singers", "type": "AMBIGUOUS"},
+            {"isUser": False, "text": "did you mean names?", "query": "", "label": "CLARIFY"},
+            {"isUser": True, "text": "yes", "type": "INFORM_SQL"},
+            {"isUser": False, "text": "here", "query": "SELECT\tname FROM singer", "label": "CONFIRM_SQL"},
+            {"isUser": True, "text": "thanks", "type": "IMPROPER"},
+            {"isUser": False, "text": "bye", "query": "", "label": "GOOD_BYE"},
+        ],
+    }
     (tmp_path / "extras" / "cosql_train_full_dialogues_from_QDA-SQL.json").write_text(json.dumps([dialogue]))
     (turn,) = load_turns("cosql", "train", root=tmp_path, with_hardness=False)
     assert turn.question == "list the singers | did you mean names? | yes"
@@ -62,14 +67,19 @@ def test_spread_pick_covers_databases_with_a_file_in_turn(fixture_root):
     assert {t.db_id for t in first} == {"pets_1"}
     spread = eval_turns(DataConfig(eval_limit=16, eval_pick="spread"), "sparc", fixture_root)
     per_db = Counter(t.db_id for t in {t.interaction_index: t for t in spread}.values())
-    with_file = {t.db_id for t in load_turns("sparc", "dev", root=fixture_root, with_hardness=False)} - {"wta_1"}
+    with_file = {t.db_id for t in load_turns("sparc", "dev", root=fixture_root, with_hardness=False)} - {
+        "wta_1"
+    }
     assert set(per_db) == with_file and max(per_db.values()) - min(per_db.values()) <= 1
     assert len({t.interaction_index for t in spread}) == 16
     for interaction in {t.interaction_index for t in spread}:  # whole interactions, each db's first ones
-        whole = [t for t in load_turns("sparc", "dev", root=fixture_root) if t.interaction_index == interaction]
+        whole = [
+            t for t in load_turns("sparc", "dev", root=fixture_root) if t.interaction_index == interaction
+        ]
         assert [t for t in spread if t.interaction_index == interaction] == whole
-    assert eval_turns(DataConfig(eval_pick="spread"), "sparc", fixture_root) == load_turns("sparc", "dev",
-                                                                                           root=fixture_root)
+    assert eval_turns(DataConfig(eval_pick="spread"), "sparc", fixture_root) == load_turns(
+        "sparc", "dev", root=fixture_root
+    )
 
 
 def test_spider_questions_are_interactions_of_one_turn(fixture_root):
@@ -77,7 +87,9 @@ def test_spider_questions_are_interactions_of_one_turn(fixture_root):
     gold_lines = (fixture_root / "spider" / "dev_gold.txt").read_text().splitlines()
     assert [t.gold_sql for t in turns] == [line.split("\t")[0] for line in gold_lines]
     assert [t.db_id for t in turns] == [line.split("\t")[1] for line in gold_lines]
-    assert [t.interaction_index for t in turns] == list(range(len(turns))) and {t.turn_index for t in turns} == {0}
+    assert [t.interaction_index for t in turns] == list(range(len(turns))) and {
+        t.turn_index for t in turns
+    } == {0}
     assert len({t.interaction_id for t in turns}) == len(turns) and all(not t.previous_sql for t in turns)
     assert {t.hardness for t in turns if t.db_id != "wta_1"} == {"easy", "medium", "hard", "extra"}
     with pytest.raises(UsageError, match="no official spider train.json"):
@@ -145,4 +157,6 @@ def test_flattened_training_turns_are_questions_of_their_own():
     flat = train_pool(load_config(None, ["data.train_limit=3", "data.train_flatten=true"]).data, FIXTURE_DATA)
     assert len(flat) == len(dialogues) and any(t.turn_index > 0 for t in dialogues)
     assert all(t.turn_index == 0 and not t.previous_questions and not t.previous_sql for t in flat)
-    assert len({t.uid for t in flat}) == len(flat) and [t.gold_sql for t in flat] == [t.gold_sql for t in dialogues]
+    assert len({t.uid for t in flat}) == len(flat) and [t.gold_sql for t in flat] == [
+        t.gold_sql for t in dialogues
+    ]

@@ -27,8 +27,9 @@ def test_the_robustness_sets_are_single_turn_and_ask_their_own_question(fixture_
     assert [t.question for t in syn] == [item["SpiderSynQuestion"].strip() for item in raw]
     assert any(item["SpiderSynQuestion"] != item["SpiderQuestion"] for item in raw)
     dk = load_turns("spider_dk", "dev", root=fixture_root, with_hardness=False)
-    assert [t.extra["type"] for t in dk] == [item["type"] for item in json.loads(
-        (fixture_root / "spider_dk" / "dev.json").read_text())]
+    assert [t.extra["type"] for t in dk] == [
+        item["type"] for item in json.loads((fixture_root / "spider_dk" / "dev.json").read_text())
+    ]
     assert {"spider_dk", "spider_syn", "spider_realistic"} <= set(SINGLE_TURN_DATASETS)
     assert {t.dataset for t in dk} == {"spider_dk"} and all(t.turn_index == 0 for t in dk + syn)
     assert not {t.uid for t in dk} & {t.uid for t in syn}, "one rollout holds every dataset's turns"
@@ -56,8 +57,12 @@ def test_a_prompt_shows_its_own_datasets_tables_json(fixture_root, tmp_path):
     """An edited cosql/tables.json shows in CoSQL's prompts although sparc/tables.json lists the database
     first; SParC's prompts keep SParC's."""
     root = _edited_copy(fixture_root, tmp_path, "cosql", "concert_singer")
-    cosql = next(t for t in load_turns("cosql", "dev", root=root, with_hardness=False) if t.db_id == "concert_singer")
-    sparc = next(t for t in load_turns("sparc", "dev", root=root, with_hardness=False) if t.db_id == "concert_singer")
+    cosql = next(
+        t for t in load_turns("cosql", "dev", root=root, with_hardness=False) if t.db_id == "concert_singer"
+    )
+    sparc = next(
+        t for t in load_turns("sparc", "dev", root=root, with_hardness=False) if t.db_id == "concert_singer"
+    )
     env = SqlAgentEnv(EnvConfig(sample_values=0), data_root=root)
     assert "renamed_in_cosql" in env.reset(cosql)[-1]["content"]
     assert "renamed_in_cosql" not in env.reset(sparc)[-1]["content"]
@@ -68,9 +73,13 @@ def test_data_check_names_a_tables_json_that_differs_from_its_database(fixture_r
     root = _edited_copy(fixture_root, tmp_path, "spider_dk", "new_concert_singer")
     differences = check_split("spider_dk", "dev", root)["schema_differences"]
     assert list(differences) == ["new_concert_singer"]
-    assert "table renamed_in_spider_dk is in tables.json, not in the database" in differences["new_concert_singer"]
-    result = mtsql_in_process(["data", "check", "--dataset", "spider_dk", "--root", str(root)],
-                              env={"COLUMNS": "300"})
+    assert (
+        "table renamed_in_spider_dk is in tables.json, not in the database"
+        in differences["new_concert_singer"]
+    )
+    result = mtsql_in_process(
+        ["data", "check", "--dataset", "spider_dk", "--root", str(root)], env={"COLUMNS": "300"}
+    )
     assert result.returncode == 0 and "renamed_in_spider_dk is in tables.json" in result.stdout, result.stderr
 
 
@@ -83,8 +92,12 @@ def test_exact_match_on_spider_dk_uses_its_own_foreign_keys(fixture_root):
 
 
 def test_ex_by_type_counts_the_scored_items_of_each_type():
-    items = [{"interaction_index": 0, "exec_match": 1}, {"interaction_index": 1, "exec_match": 0},
-             {"interaction_index": 2, "exec_match": None}, {"interaction_index": 3, "exec_match": 1}]
+    items = [
+        {"interaction_index": 0, "exec_match": 1},
+        {"interaction_index": 1, "exec_match": 0},
+        {"interaction_index": 2, "exec_match": None},
+        {"interaction_index": 3, "exec_match": 1},
+    ]
     table = ex_by_type(items, {0: 0, 1: 0, 2: 34, 3: 5})
     assert list(table) == ["0", "5", "34"]
     assert table["0"] == {"count": 2, "scored": 2, "correct": 1, "accuracy": 0.5}
@@ -95,14 +108,25 @@ def test_spider_dk_by_type_on_the_fixture(fixture_root):
     result = evaluate_files("spider_dk", fixture_root / "spider_dk" / "dev_gold.txt", data_root=fixture_root)
     by_type = result.summary["ex_by_type"]
     assert sum(cell["count"] for cell in by_type.values()) == result.summary["turns"] == 60
-    assert sum(cell["scored"] for cell in by_type.values()) == result.summary["execution"]["question"]["scored"]
+    assert (
+        sum(cell["scored"] for cell in by_type.values()) == result.summary["execution"]["question"]["scored"]
+    )
 
 
 def test_a_missing_spider_realistic_is_one_line_and_writes_nothing(fixture_root, tmp_path):
     out = tmp_path / "out"
-    result = mtsql_in_process(["evaluate", "--dataset", "spider_realistic", "--pred",
-                               str(fixture_root / "spider" / "dev_gold.txt"), "--out", str(out)],
-                              env={"COLUMNS": "300", "MTSQL_DATA": str(fixture_root)})
+    result = mtsql_in_process(
+        [
+            "evaluate",
+            "--dataset",
+            "spider_realistic",
+            "--pred",
+            str(fixture_root / "spider" / "dev_gold.txt"),
+            "--out",
+            str(out),
+        ],
+        env={"COLUMNS": "300", "MTSQL_DATA": str(fixture_root)},
+    )
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Spider-Realistic is not shipped" in result.stderr and "spider_realistic/dev.json" in result.stderr
     assert not out.exists()
@@ -117,8 +141,14 @@ def test_a_users_spider_realistic_folder_is_read_and_joins_the_evaluation(fixtur
     assert eval_dataset_names(cfg, root) == ("spider", "spider_dk")
     (root / "spider_realistic").mkdir()
     questions = json.loads((root / "spider" / "dev.json").read_text())[:5]
-    (root / "spider_realistic" / "dev.json").write_text(json.dumps(
-        [{"db_id": q["db_id"], "question": "realistic " + q["question"], "query": q["query"]} for q in questions]))
+    (root / "spider_realistic" / "dev.json").write_text(
+        json.dumps(
+            [
+                {"db_id": q["db_id"], "question": "realistic " + q["question"], "query": q["query"]}
+                for q in questions
+            ]
+        )
+    )
     assert eval_dataset_names(cfg, root) == ("spider", "spider_realistic", "spider_dk")
     turns = load_turns("spider_realistic", "dev", root=root)
     assert len(turns) == 5 and turns[0].question.startswith("realistic ") and turns[0].hardness
@@ -126,13 +156,25 @@ def test_a_users_spider_realistic_folder_is_read_and_joins_the_evaluation(fixtur
 
 
 @pytest.mark.data
-@pytest.mark.parametrize(("dataset", "questions", "unscorable"), [("spider_dk", 535, 63), ("spider_syn", 1034, 62)])
+@pytest.mark.parametrize(
+    ("dataset", "questions", "unscorable"), [("spider_dk", 535, 63), ("spider_syn", 1034, 62)]
+)
 def test_gold_as_predictions_on_the_full_set(dataset, questions, unscorable, full_data, tmp_path):
     """Every scorable question scores EX 1; the 62 on wta_1 have no database (and one Spider-DK gold,
     question 76, does not run on new_pets_1: the official program cannot score it either)."""
     out = tmp_path / "out"
-    result = mtsql_in_process(["evaluate", "--dataset", dataset, "--pred", str(full_data / dataset / "dev_gold.txt"),
-                               "--out", str(out)], env={"COLUMNS": "200", "MTSQL_DATA": str(full_data)})
+    result = mtsql_in_process(
+        [
+            "evaluate",
+            "--dataset",
+            dataset,
+            "--pred",
+            str(full_data / dataset / "dev_gold.txt"),
+            "--out",
+            str(out),
+        ],
+        env={"COLUMNS": "200", "MTSQL_DATA": str(full_data)},
+    )
     assert result.returncode == 0, result.stderr
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(items) == questions

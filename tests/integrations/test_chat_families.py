@@ -35,9 +35,15 @@ pytestmark = pytest.mark.model
 
 UID = "sparc-dev-0000/2"  # a later turn: the gold policy runs a query and reads the memory
 # (model.template, the tiny model fixture); auto reads the model's own chat template
-CASES = [("qwen3_nothink", "tiny_qwen3"), ("qwen3", "tiny_qwen3"), ("qwen", "tiny_qwen25"),
-         ("llama3", "tiny_llama3"), ("smollm2", "tiny_smollm2"), ("auto", "tiny_qwen25"),
-         ("auto", "tiny_llama3")]
+CASES = [
+    ("qwen3_nothink", "tiny_qwen3"),
+    ("qwen3", "tiny_qwen3"),
+    ("qwen", "tiny_qwen25"),
+    ("llama3", "tiny_llama3"),
+    ("smollm2", "tiny_smollm2"),
+    ("auto", "tiny_qwen25"),
+    ("auto", "tiny_llama3"),
+]
 CASE_IDS = [f"{template}-{model}" for template, model in CASES]
 
 
@@ -48,15 +54,27 @@ def family(request):
 
     template, fixture = request.param
     model = request.getfixturevalue(fixture)
-    cfg = load_config(None, [f"model.template={template}", "env.thinking=true", "rl.batch_size=1",
-                             "rl.mini_batch_size=1", "rl.n=1", "rl.verl.n_gpus_per_node=1",
-                             "rl.max_prompt_len=4096", "rl.max_response_len=2048"])
+    cfg = load_config(
+        None,
+        [
+            f"model.template={template}",
+            "env.thinking=true",
+            "rl.batch_size=1",
+            "rl.mini_batch_size=1",
+            "rl.n=1",
+            "rl.verl.n_gpus_per_node=1",
+            "rl.max_prompt_len=4096",
+            "rl.max_response_len=2048",
+        ],
+    )
     return template, model, AutoTokenizer.from_pretrained(model), cfg
 
 
 def gold_episode(cfg) -> Trajectory:
     turn = next(t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.uid == UID)
-    return run_episode(SqlAgentEnv(cfg.env, cfg.sql, FIXTURE_DATA), GoldPolicy(thinking=cfg.env.thinking), turn)
+    return run_episode(
+        SqlAgentEnv(cfg.env, cfg.sql, FIXTURE_DATA), GoldPolicy(thinking=cfg.env.thinking), turn
+    )
 
 
 def replies(trajectory: Trajectory) -> list[str]:
@@ -80,9 +98,13 @@ class ReplayBackend(Backend):
 def rollout_record(cfg, tokenizer, trajectory) -> dict:
     """The rollout engine's record of the episode, the backend replaying the gold messages."""
     chat = ChatFormat.for_template(tokenizer, cfg.model.template)
-    engine = RolloutEngine(lambda: SqlAgentEnv(cfg.env, cfg.sql, FIXTURE_DATA),
-                           backend=ReplayBackend(tokenizer, chat, replies(trajectory)), chat=chat,
-                           params=_params(), tools=episode_tools(cfg.env))
+    engine = RolloutEngine(
+        lambda: SqlAgentEnv(cfg.env, cfg.sql, FIXTURE_DATA),
+        backend=ReplayBackend(tokenizer, chat, replies(trajectory)),
+        chat=chat,
+        params=_params(),
+        tools=episode_tools(cfg.env),
+    )
     turn = next(t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.uid == UID)
     (record,) = engine.run([turn], progress=False)
     assert record["trajectory"]["messages"] == trajectory.messages
@@ -97,8 +119,14 @@ def _params():
 
 def llamafactory_example(tmp_path: Path, template: str, model: Path, trajectory, cfg):
     """The episode as LLaMA-Factory trains on it: (input ids, labels, export stats)."""
-    stats = export_sharegpt([trajectory.to_dict()], tmp_path, tokenizer_path=model, template=template,
-                            cutoff_len=10**6, tools=episode_tools(cfg.env))
+    stats = export_sharegpt(
+        [trajectory.to_dict()],
+        tmp_path,
+        tokenizer_path=model,
+        template=template,
+        cutoff_len=10**6,
+        tools=episode_tools(cfg.env),
+    )
     (example,), _ = encode_dataset(tmp_path, "mtsql_sft", tokenizer_path=model, template=template)
     return example, stats
 
@@ -124,20 +152,38 @@ def verl_output(tmp_path: Path, cfg, model: Path, tokenizer, trajectory):
 
     turn = next(t for t in load_turns("sparc", "dev", root=FIXTURE_DATA) if t.uid == UID)
     chat = ChatFormat.for_template(tokenizer, cfg.model.template)
-    report = write_rl_parquet([turn], tmp_path / "stage-0.parquet", env_cfg=cfg.env, sql_cfg=cfg.sql,
-                              data_root=FIXTURE_DATA, chat=chat, max_prompt_len=cfg.rl.max_prompt_len)
-    plan = build_stage_plan(cfg, [CurriculumParquet("stage-0", report.path, report.rows)], model_path=str(model),
-                            out_dir=tmp_path, data_root=FIXTURE_DATA)
+    report = write_rl_parquet(
+        [turn],
+        tmp_path / "stage-0.parquet",
+        env_cfg=cfg.env,
+        sql_cfg=cfg.sql,
+        data_root=FIXTURE_DATA,
+        chat=chat,
+        max_prompt_len=cfg.rl.max_prompt_len,
+    )
+    plan = build_stage_plan(
+        cfg,
+        [CurriculumParquet("stage-0", report.path, report.rows)],
+        model_path=str(model),
+        out_dir=tmp_path,
+        data_root=FIXTURE_DATA,
+    )
     for path, text in plan[0].files.items():
         path.write_text(text)
     config = compose_train_config(plan[0].argv[3:])
     (entry,) = OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)
     assert entry.template == cfg.model.template
-    loop = hydra.utils.instantiate(entry, trainer_config=DictConfigWrap(config),
-                                   server_manager=ReplayServer(tokenizer, chat, replies(trajectory)),
-                                   tokenizer=tokenizer, processor=None, hf_model_type="llama",
-                                   dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
-                                   tools=ToolListWrap([]))
+    loop = hydra.utils.instantiate(
+        entry,
+        trainer_config=DictConfigWrap(config),
+        server_manager=ReplayServer(tokenizer, chat, replies(trajectory)),
+        tokenizer=tokenizer,
+        processor=None,
+        hf_model_type="llama",
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap([]),
+    )
     row = RLHFDataset(str(report.path), tokenizer, config.data)[0]
     kwargs = {k: v for k, v in row.items() if k != "agent_name" and not isinstance(v, torch.Tensor)}
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -152,18 +198,27 @@ def test_one_episode_has_the_same_ids_and_mask_in_rollout_llamafactory_and_verl(
     tools = episode_tools(cfg.env)
 
     record = rollout_record(cfg, tokenizer, trajectory)
-    ids, mask = record["prompt_ids"] + record["response_ids"], [0] * len(record["prompt_ids"]) + record["response_mask"]
+    ids, mask = (
+        record["prompt_ids"] + record["response_ids"],
+        [0] * len(record["prompt_ids"]) + record["response_mask"],
+    )
     # the ids spell the conversation: the chat format's rendering but what follows the last end-of-turn
     assert ids == chat.render_ids(trajectory.messages, tools)[: len(ids)]
     # trained: each reply's canonical ids and its end-of-turn token, nothing else
     trained = [i for i, m in zip(ids, mask, strict=True) if m]
-    assert trained == [i for text in replies(trajectory)
-                       for i in tokenizer.encode(text, add_special_tokens=False) + [chat.end_of_turn_id]]
+    assert trained == [
+        i
+        for text in replies(trajectory)
+        for i in tokenizer.encode(text, add_special_tokens=False) + [chat.end_of_turn_id]
+    ]
 
     out = verl_output(tmp_path / "verl", cfg, model, tokenizer, trajectory)
     assert Trajectory.from_dict(json.loads(out.extra_fields[TRAJECTORY_KEY])).messages == trajectory.messages
     assert (out.prompt_ids, out.response_ids, out.response_mask) == (
-        record["prompt_ids"], record["response_ids"], record["response_mask"])
+        record["prompt_ids"],
+        record["response_ids"],
+        record["response_mask"],
+    )
 
     example, stats = llamafactory_example(tmp_path / "sft", template, model, trajectory, cfg)
     if template == "auto":  # LLaMA-Factory parses the template on its own: observations become user turns
@@ -179,8 +234,9 @@ def test_one_episode_has_the_same_ids_and_mask_in_rollout_llamafactory_and_verl(
     assert all(example.labels[k] == example.input_ids[k] for k in lf_trained)
 
 
-@pytest.mark.parametrize(("template", "fixture"), [("qwen", "tiny_qwen25"), ("llama3", "tiny_llama3"),
-                                                   ("smollm2", "tiny_smollm2")])
+@pytest.mark.parametrize(
+    ("template", "fixture"), [("qwen", "tiny_qwen25"), ("llama3", "tiny_llama3"), ("smollm2", "tiny_smollm2")]
+)
 def test_auto_reads_the_same_ids_off_the_models_own_template(template, fixture, request):
     from transformers import AutoTokenizer
 
@@ -193,4 +249,5 @@ def test_auto_reads_the_same_ids_off_the_models_own_template(template, fixture, 
     assert auto.prompt_ids(messages, tools) == named.prompt_ids(messages, tools)
     assert auto.observation_ids(tool) == named.observation_ids(tool)
     assert auto.observation_ids({"role": "user", "content": "next"}) == named.observation_ids(
-        {"role": "user", "content": "next"})
+        {"role": "user", "content": "next"}
+    )

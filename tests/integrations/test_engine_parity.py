@@ -38,8 +38,9 @@ pytestmark = pytest.mark.verl
 VERL_SIDE = Path(__file__).with_name("verl_actor_step.py")
 LR = 10.0  # SGD on gradients clipped to norm 1: an update of norm 10 per step, far above rounding
 # temperature: the tiny profile's rl.temperature; both engines divide the logits by it
-SETTINGS = GrpoSettings(clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0,
-                        temperature=0.7)
+SETTINGS = GrpoSettings(
+    clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0, temperature=0.7
+)
 LOGPROB_ATOL = 2e-5  # 10 ulp at |log p| in [16, 32)
 STAT_RTOL = 1e-5  # of the largest per-step value: the steps' sum may cancel
 UPDATE_RTOL = {"model": 1e-5, "tensor": 1e-4}
@@ -53,18 +54,38 @@ def parity_batch(model: Path) -> dict:
     mask = torch.ones(4, 8, dtype=torch.long)
     mask[0, 3:5] = 0  # tool observations
     mask[2, 1:4] = 0
-    return {"model": str(model), "prompts": prompts, "responses": responses, "response_mask": mask,
-            "rewards": torch.tensor([1.0, 0.0, 0.2, 0.9]), "groups": ["a", "a", "b", "b"],
-            "settings": {"micro_batch": SETTINGS.micro_batch, "mini_batch_size": 4 // SETTINGS.mini_batches,
-                         "clip_ratio": SETTINGS.clip_ratio, "kl_coef": SETTINGS.kl_coef,
-                         "temperature": SETTINGS.temperature, "loss_agg_mode": "token-mean", "lr": LR,
-                         "max_grad_norm": SETTINGS.max_grad_norm}}
+    return {
+        "model": str(model),
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": mask,
+        "rewards": torch.tensor([1.0, 0.0, 0.2, 0.9]),
+        "groups": ["a", "a", "b", "b"],
+        "settings": {
+            "micro_batch": SETTINGS.micro_batch,
+            "mini_batch_size": 4 // SETTINGS.mini_batches,
+            "clip_ratio": SETTINGS.clip_ratio,
+            "kl_coef": SETTINGS.kl_coef,
+            "temperature": SETTINGS.temperature,
+            "loss_agg_mode": "token-mean",
+            "lr": LR,
+            "max_grad_norm": SETTINGS.max_grad_norm,
+        },
+    }
 
 
 def episodes(batch: dict) -> list[Episode]:
-    return [Episode(group, p.tolist(), r.tolist(), m.tolist(), float(reward)) for group, p, r, m, reward
-            in zip(batch["groups"], batch["prompts"], batch["responses"], batch["response_mask"],
-                   batch["rewards"], strict=True)]
+    return [
+        Episode(group, p.tolist(), r.tolist(), m.tolist(), float(reward))
+        for group, p, r, m, reward in zip(
+            batch["groups"],
+            batch["prompts"],
+            batch["responses"],
+            batch["response_mask"],
+            batch["rewards"],
+            strict=True,
+        )
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +100,12 @@ def runs(tiny_qwen3, tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     log = folder / "verl.log"
     with log.open("w") as out:
-        verl = subprocess.Popen([sys.executable, str(VERL_SIDE), str(folder / "batch.pt"),
-                                 str(folder / "verl.pt")], env=env, stdout=out, stderr=subprocess.STDOUT)
+        verl = subprocess.Popen(
+            [sys.executable, str(VERL_SIDE), str(folder / "batch.pt"), str(folder / "verl.pt")],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
         initial = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -89,8 +114,9 @@ def runs(tiny_qwen3, tmp_path_factory):
         model.eval()
         with torch.no_grad():
             log_probs = response_logprobs(model, pad_batch(eps, pad_id=0), SETTINGS.temperature)
-        stats = grpo_update(model, torch.optim.SGD(model.parameters(), lr=LR), eps, SETTINGS, pad_id=0,
-                            ref_model=reference)
+        stats = grpo_update(
+            model, torch.optim.SGD(model.parameters(), lr=LR), eps, SETTINGS, pad_id=0, ref_model=reference
+        )
         verl.wait(timeout=DEADLINE_S)
     finally:
         verl.kill()
@@ -116,8 +142,12 @@ def test_advantages_agree(runs):
     assert torch.allclose(runs["verl"]["advantages"] * mask, expected, atol=1e-6)
 
 
-STATISTICS = [("pg_loss", "actor/pg_loss"), ("kl", "kl_loss"), ("grad_norm", "grad_norm"),
-              ("clipfrac", "actor/pg_clipfrac")]  # (the local engine's name, verl's)
+STATISTICS = [
+    ("pg_loss", "actor/pg_loss"),
+    ("kl", "kl_loss"),
+    ("grad_norm", "grad_norm"),
+    ("clipfrac", "actor/pg_clipfrac"),
+]  # (the local engine's name, verl's)
 
 
 @pytest.mark.parametrize(("local_key", "verl_key"), STATISTICS)

@@ -49,7 +49,9 @@ def test_the_hook_leaves_inference_and_unlabelled_batches_alone(tiny_qwen3):
     assert keep_labelled(model, (), {"input_ids": ids, "labels": labels}) is None
     model.train()
     assert keep_labelled(model, (), {"input_ids": ids}) is None
-    assert keep_labelled(model, (), {"input_ids": ids, "labels": torch.full_like(labels, IGNORE_INDEX)}) is None
+    assert (
+        keep_labelled(model, (), {"input_ids": ids, "labels": torch.full_like(labels, IGNORE_INDEX)}) is None
+    )
     _, kwargs = keep_labelled(model, (), {"input_ids": ids, "labels": labels})
     assert kwargs["logits_to_keep"].tolist() == [*range(9, 14), *range(19, 25), *range(29, 33)]
     assert kwargs["shift_labels"].shape == (2, 15) and kwargs["labels"] is labels

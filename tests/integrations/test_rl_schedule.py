@@ -21,13 +21,24 @@ from mtsql.engines.verl.main_ppo import CurriculumParquet, build_stage_plan, com
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("rl", "items", "steps"), [
-    (RlConfig(steps_per_stage=60), 1000, 60),
-    (RlConfig(epochs_per_stage=60, batch_size=256), 256, 60),     # the release's total_epochs=60 on one batch
-    (RlConfig(epochs_per_stage=60, batch_size=256), 1000, 180),   # 3 full batches an epoch (the last 232 dropped)
-    (RlConfig(epochs_per_stage=2, batch_size=256), 100, 2),       # at least one step an epoch
-    (RlConfig(epochs_per_stage=2), None, None),                   # before the curriculum exists
-])
+@pytest.mark.parametrize(
+    ("rl", "items", "steps"),
+    [
+        (RlConfig(steps_per_stage=60), 1000, 60),
+        (
+            RlConfig(epochs_per_stage=60, batch_size=256),
+            256,
+            60,
+        ),  # the release's total_epochs=60 on one batch
+        (
+            RlConfig(epochs_per_stage=60, batch_size=256),
+            1000,
+            180,
+        ),  # 3 full batches an epoch (the last 232 dropped)
+        (RlConfig(epochs_per_stage=2, batch_size=256), 100, 2),  # at least one step an epoch
+        (RlConfig(epochs_per_stage=2), None, None),  # before the curriculum exists
+    ],
+)
 def test_stage_steps(rl, items, steps):
     assert stage_steps(rl, items) == steps
 
@@ -39,8 +50,13 @@ def test_validation_is_due_every_n_steps_and_at_the_last():
 
 
 def test_best_step_is_the_first_of_the_highest_validated():
-    lines = [TrainingStep(1, 1), *(TrainingStep(1, step, val_reward_mean=reward)
-                                   for step, reward in ((2, 0.5), (3, 0.7), (4, 0.7), (5, None)))]
+    lines = [
+        TrainingStep(1, 1),
+        *(
+            TrainingStep(1, step, val_reward_mean=reward)
+            for step, reward in ((2, 0.5), (3, 0.7), (4, 0.7), (5, None))
+        ),
+    ]
     assert best_step(lines) == 3 and best_step([TrainingStep(1, 1)]) is None
 
 
@@ -54,26 +70,61 @@ def test_best_without_validation_and_bad_values_are_usage_errors():
 def test_verl_validates_on_the_dev_parquet_every_n_steps_and_keeps_checkpoints_to_pick_from(tmp_path):
     cfg = load_config(None, ["rl.val_every=10", "rl.val_pick=best", "rl.epochs_per_stage=60"])
     stage = CurriculumParquet("stage-1", tmp_path / "stage-1.parquet", 600, val_file=tmp_path / "val.parquet")
-    plan = build_stage_plan(cfg, [stage], model_path="Qwen/Qwen3-1.7B", out_dir=tmp_path / "rl",
-                            data_root=tmp_path, python="python")
+    plan = build_stage_plan(
+        cfg,
+        [stage],
+        model_path="Qwen/Qwen3-1.7B",
+        out_dir=tmp_path / "rl",
+        data_root=tmp_path,
+        python="python",
+    )
     config = compose_train_config(plan[0].argv[3:])
-    assert config.data.val_files.endswith("val.parquet") and config.data.train_files.endswith("stage-1.parquet")
-    assert (config.trainer.test_freq, config.trainer.save_freq, config.trainer.val_before_train) == (10, 10, False)
-    assert (config.trainer.total_epochs, config.trainer.total_training_steps) == (60, 120)  # 600 // 256 = 2 a pass
+    assert config.data.val_files.endswith("val.parquet") and config.data.train_files.endswith(
+        "stage-1.parquet"
+    )
+    assert (config.trainer.test_freq, config.trainer.save_freq, config.trainer.val_before_train) == (
+        10,
+        10,
+        False,
+    )
+    assert (config.trainer.total_epochs, config.trainer.total_training_steps) == (
+        60,
+        120,
+    )  # 600 // 256 = 2 a pass
     assert not config.actor_rollout_ref.rollout.val_kwargs.do_sample
     assert "global_step_120" in plan[1].argv[plan[1].argv.index("--local_dir") + 1]
-    default = compose_train_config(build_stage_plan(load_config(None), [CurriculumParquet("s", tmp_path / "s.parquet", 600)],
-                                                    model_path="m", out_dir=tmp_path / "d", data_root=tmp_path,
-                                                    python="python")[0].argv[3:])
-    assert (default.trainer.test_freq, default.trainer.save_freq, default.trainer.total_training_steps) == (-1, 60, 60)
+    default = compose_train_config(
+        build_stage_plan(
+            load_config(None),
+            [CurriculumParquet("s", tmp_path / "s.parquet", 600)],
+            model_path="m",
+            out_dir=tmp_path / "d",
+            data_root=tmp_path,
+            python="python",
+        )[0].argv[3:]
+    )
+    assert (default.trainer.test_freq, default.trainer.save_freq, default.trainer.total_training_steps) == (
+        -1,
+        60,
+        60,
+    )
 
 
 def test_verl_curve_reads_the_validation_reward_of_each_dataset(tmp_path):
     stage_dir = tmp_path / "stage-1"
     stage_dir.mkdir()
-    rows = [{"step": 1, "data": {"critic/score/mean": 1.0}},
-            {"step": 2, "data": {"critic/score/mean": 1.5, "val-core/mtsql-cosql/reward/mean@1": 0.4,
-                                 "val-core/mtsql-sparc/reward/mean@1": 0.6, "val-aux/mtsql-cosql/ex/mean@1": 9.0}}]
+    rows = [
+        {"step": 1, "data": {"critic/score/mean": 1.0}},
+        {
+            "step": 2,
+            "data": {
+                "critic/score/mean": 1.5,
+                "val-core/mtsql-cosql/reward/mean@1": 0.4,
+                "val-core/mtsql-sparc/reward/mean@1": 0.6,
+                "val-aux/mtsql-cosql/ex/mean@1": 9.0,
+            },
+        },
+    ]
     (stage_dir / "verl_metrics.1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     curve = _verl_curve(stage_dir, 1)
     assert curve[0].val_reward_mean is None and curve[1].val_reward_mean == pytest.approx(0.5)
@@ -86,25 +137,41 @@ def test_local_engine_validates_and_keeps_the_best_step(tmp_path, tiny_qwen3, mo
     from mtsql.engines import rl_schedule
     from mtsql.engines.local_grpo import trainer, update
 
-    cfg = load_config(REPO / "configs" / "profiles" / "tiny.yaml", [
-        f"runs_dir={tmp_path / 'runs'}", "model.name=tiny-qwen3", "data.train_limit=2", "rl.max_message_tokens=8",
-        "rl.steps_per_stage=3", "rl.n=2", "rl.batch_size=2", "rl.mini_batch_size=2", "sample.batch_size=8",
-        "rl.local.trainable_layers=1", "rl.val_every=2", "rl.val_limit=1", "rl.val_pick=best",
-        "curriculum.stages=[[easy, medium, hard, extra]]"])
+    cfg = load_config(
+        REPO / "configs" / "profiles" / "tiny.yaml",
+        [
+            f"runs_dir={tmp_path / 'runs'}",
+            "model.name=tiny-qwen3",
+            "data.train_limit=2",
+            "rl.max_message_tokens=8",
+            "rl.steps_per_stage=3",
+            "rl.n=2",
+            "rl.batch_size=2",
+            "rl.mini_batch_size=2",
+            "sample.batch_size=8",
+            "rl.local.trainable_layers=1",
+            "rl.val_every=2",
+            "rl.val_limit=1",
+            "rl.val_pick=best",
+            "curriculum.stages=[[easy, medium, hard, extra]]",
+        ],
+    )
     scores = iter([0.9, 0.1])  # step 2 validates best, the last step (3) worse: the model must be step 2's
     kept, last_weights = {}, {}
     real_measure = rl_schedule.LocalValidation.measure
 
     def scripted(self, step):
         line = real_measure(self, step)
-        weights = {n: p.detach().clone() for n, p in self.engine.backend.model.named_parameters() if p.requires_grad}
+        weights = {
+            n: p.detach().clone() for n, p in self.engine.backend.model.named_parameters() if p.requires_grad
+        }
         (kept if step == 2 else last_weights).update(weights)  # the weights as steps 2 and 3 left them
         return line | {"val_reward_mean": next(scores)}
 
     monkeypatch.setattr(rl_schedule.LocalValidation, "measure", scripted)
 
     def moving_update(model, optimizer, episodes, settings, **kwargs):  # a tiny random model earns no reward
-        with torch.no_grad():                                            # spread: move the weights every step
+        with torch.no_grad():  # spread: move the weights every step
             for p in model.parameters():
                 if p.requires_grad:
                     p.add_(0.01)

@@ -16,16 +16,25 @@ from mtsql.engines.llamafactory.train import training_curve
 
 
 def config(tmp_path: Path, **sft) -> dict:
-    return train_config(SftConfig(max_steps=1, **sft), model_path=tmp_path / "model", template="qwen3",
-                        dataset_dir=tmp_path, dataset="d", output_dir=tmp_path / "out")
+    return train_config(
+        SftConfig(max_steps=1, **sft),
+        model_path=tmp_path / "model",
+        template="qwen3",
+        dataset_dir=tmp_path,
+        dataset="d",
+        output_dir=tmp_path / "out",
+    )
 
 
-@pytest.mark.parametrize(("sft", "backend"), [
-    ({"use_cpu": True, "nproc_per_node": 2}, "gloo"),
-    ({"use_cpu": True, "nnodes": 2}, "gloo"),
-    ({"use_cpu": True}, None),  # one process: no process group
-    ({"use_cpu": False, "nproc_per_node": 2}, None),  # GPUs: accelerate picks NCCL
-])
+@pytest.mark.parametrize(
+    ("sft", "backend"),
+    [
+        ({"use_cpu": True, "nproc_per_node": 2}, "gloo"),
+        ({"use_cpu": True, "nnodes": 2}, "gloo"),
+        ({"use_cpu": True}, None),  # one process: no process group
+        ({"use_cpu": False, "nproc_per_node": 2}, None),  # GPUs: accelerate picks NCCL
+    ],
+)
 def test_several_cpu_processes_all_reduce_over_gloo(tmp_path, sft, backend):
     """accelerate picks the CPU backend itself (ccl where oneCCL is installed and CCL_WORKER_COUNT is set, MPI
     where torch was built with it, else gloo); the plan says gloo, which every CPU torch has, so the launch
@@ -37,8 +46,12 @@ def test_sft_extra_changes_the_backend_only_when_it_says_it_overrides(tmp_path):
     for processes in (1, 2):  # a key mtsql sets in some launches: refused in all of them
         with pytest.raises(UsageError, match="sft.extra sets ddp_backend"):
             config(tmp_path, use_cpu=True, nproc_per_node=processes, extra={"ddp_backend": "ccl"})
-    assert config(tmp_path, use_cpu=True, nproc_per_node=2, extra={"ddp_backend": "ccl"},
-                  extra_override=True)["ddp_backend"] == "ccl"
+    assert (
+        config(tmp_path, use_cpu=True, nproc_per_node=2, extra={"ddp_backend": "ccl"}, extra_override=True)[
+            "ddp_backend"
+        ]
+        == "ccl"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,11 +83,22 @@ def examples() -> list[dict]:
 
 def train(tmp_path: Path, model: Path, name: str, **layout):
     """Full fine-tuning of ``model`` on ``examples()``: two steps of SGD, seed 3; ``layout``: batch and processes."""
-    cfg = SftConfig(finetuning_type="full", max_steps=2, grad_accum=1, cutoff_len=512, learning_rate=LR,
-                    lr_scheduler_type="constant", gradient_checkpointing=False, use_cpu=True,
-                    extra={"optim": "sgd"}, **layout)
+    cfg = SftConfig(
+        finetuning_type="full",
+        max_steps=2,
+        grad_accum=1,
+        cutoff_len=512,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        gradient_checkpointing=False,
+        use_cpu=True,
+        extra={"optim": "sgd"},
+        **layout,
+    )
     plan = plan_sft(cfg, model_path=model, template="qwen3", work_dir=tmp_path / name, seed=3)
-    stats = export_sharegpt(examples(), plan.dataset_dir, tokenizer_path=model, template="qwen3", cutoff_len=512)
+    stats = export_sharegpt(
+        examples(), plan.dataset_dir, tokenizer_path=model, template="qwen3", cutoff_len=512
+    )
     result = run_sft(plan, log_path=tmp_path / name / "log.txt", expected_examples=stats.examples)
     assert (result.examples, result.steps) == (EXAMPLES, 2)
     return plan
@@ -97,7 +121,10 @@ def test_two_cpu_processes_train_as_one_process_of_the_same_global_batch(tmp_pat
     assert one.train.name == "llamafactory train" and two.train.env["FORCE_TORCHRUN"] == "1"
     assert two.train_config["ddp_backend"] == "gloo"
     log = (tmp_path / "two" / "log.txt").read_text()
-    assert "Process rank: 1, world size: 2" in log and "Total train batch size (w. parallel, distributed & accumulation) = 2" in log
+    assert (
+        "Process rank: 1, world size: 2" in log
+        and "Total train batch size (w. parallel, distributed & accumulation) = 2" in log
+    )
 
     curves = {name: training_curve(plan.trainer_dir) for name, plan in (("one", one), ("two", two))}
     assert [step for step, _ in curves["one"]] == [step for step, _ in curves["two"]] == [1, 2]
@@ -106,7 +133,9 @@ def test_two_cpu_processes_train_as_one_process_of_the_same_global_batch(tmp_pat
             assert math.isclose(first[key], second[key], rel_tol=1e-5), (key, first[key], second[key])
 
     base = load_file(tiny_qwen3 / "model.safetensors")
-    weights = {name: load_file(plan.model_dir / "model.safetensors") for name, plan in (("one", one), ("two", two))}
+    weights = {
+        name: load_file(plan.model_dir / "model.safetensors") for name, plan in (("one", one), ("two", two))
+    }
     for key, before in base.items():
         moved = (weights["one"][key] - before).norm().item()
         apart = (weights["one"][key] - weights["two"][key]).norm().item()

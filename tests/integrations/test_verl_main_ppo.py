@@ -36,9 +36,13 @@ DATA_ROOT = Path("/shared/data")
 
 def plan_for(tmp_path: Path, *overrides: str, stages: int = 2, rows: int = 512) -> list[Command]:
     cfg = load_config(None, ["run=paper", "rl.kl_coef=0.001", "rl.lr=1e-6", *overrides])
-    data = [CurriculumParquet(f"stage-{k}", tmp_path / "data dir" / f"stage-{k}.parquet", rows) for k in range(stages)]
-    return build_stage_plan(cfg, data, model_path="Qwen/Qwen3-1.7B", out_dir=tmp_path / "rl", data_root=DATA_ROOT,
-                            python="python")
+    data = [
+        CurriculumParquet(f"stage-{k}", tmp_path / "data dir" / f"stage-{k}.parquet", rows)
+        for k in range(stages)
+    ]
+    return build_stage_plan(
+        cfg, data, model_path="Qwen/Qwen3-1.7B", out_dir=tmp_path / "rl", data_root=DATA_ROOT, python="python"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,25 +60,47 @@ def test_every_override_is_a_verl_key_with_the_intended_value(composed):
 
     for item in train.argv[3:]:
         key, value = item.split("=", 1)
-        assert OmegaConf.select(config, key.lstrip("+"), throw_on_missing=True) is not None or value == "null", key
+        assert (
+            OmegaConf.select(config, key.lstrip("+"), throw_on_missing=True) is not None or value == "null"
+        ), key
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
     assert config.algorithm.adv_estimator == "grpo" and not config.algorithm.use_kl_in_reward
-    assert (actor.optim.lr, actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (1e-6, True, 0.001, "low_var_kl")
+    assert (actor.optim.lr, actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (
+        1e-6,
+        True,
+        0.001,
+        "low_var_kl",
+    )
     assert (actor.loss_agg_mode, actor.entropy_coeff, actor.ppo_mini_batch_size) == ("token-mean", 0, 256)
     assert (rollout.name, rollout.mode, rollout.n, rollout.prompt_length, rollout.response_length) == (
-        "vllm", "async", 5, 4000, 8000)
+        "vllm",
+        "async",
+        5,
+        4000,
+        8000,
+    )
     assert rollout.agent.default_agent_loop == AGENT_NAME
     assert rollout.agent.agent_loop_config_path.endswith("rl/agent_loop.yaml")
-    assert config.data.train_files.endswith("data dir/stage-0.parquet") and config.data.train_batch_size == 256
-    assert (config.trainer.n_gpus_per_node, config.trainer.nnodes, config.trainer.total_training_steps) == (4, 1, 60)
+    assert (
+        config.data.train_files.endswith("data dir/stage-0.parquet") and config.data.train_batch_size == 256
+    )
+    assert (config.trainer.n_gpus_per_node, config.trainer.nnodes, config.trainer.total_training_steps) == (
+        4,
+        1,
+        60,
+    )
     assert config.trainer.save_freq == 60 and config.trainer.default_local_dir.endswith("stage-0/checkpoints")
-    assert config.trainer.rollout_data_dir.endswith("stage-0/rollouts"), "each step's samples, for the behaviour curves"
+    assert config.trainer.rollout_data_dir.endswith("stage-0/rollouts"), (
+        "each step's samples, for the behaviour curves"
+    )
     assert config.trainer.logger == ["console", "file"] and config.trainer.experiment_name == "paper-stage-0"
     reward = config.reward.custom_reward_function
     assert (reward.path, reward.name) == ("pkg://mtsql.engines.verl.reward", "compute_score")
     assert reward.reward_kwargs.reward.family == "process" and reward.reward_kwargs.reward.clause_f1 == 0.8
     assert reward.reward_kwargs.sql.timeout_s == 5.0 and reward.reward_kwargs.data_root == str(DATA_ROOT)
-    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH.endswith("stage-0/verl_metrics.1.jsonl")
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH.endswith(
+        "stage-0/verl_metrics.1.jsonl"
+    )
 
 
 def test_main_ppo_starts_the_classic_trainer_mtsql_is_built_for(composed, monkeypatch):
@@ -83,7 +109,9 @@ def test_main_ppo_starts_the_classic_trainer_mtsql_is_built_for(composed, monkey
     from verl.trainer.main_ppo_v0 import TaskRunner
 
     started = []
-    monkeypatch.setattr(main_ppo, "run_ppo", lambda config, task_runner_class: started.append(task_runner_class))
+    monkeypatch.setattr(
+        main_ppo, "run_ppo", lambda config, task_runner_class: started.append(task_runner_class)
+    )
     main_ppo.main.__wrapped__(composed[1].copy())
     assert started == [TaskRunner], "trainer.use_v1=true would start TaskRunnerV1, which needs transfer_queue"
 
@@ -95,42 +123,71 @@ def test_switches_verl_defaults_would_pick_are_pinned(composed):
     for key, value in PINNED:
         assert f"{key}={hydra_value(value)}" in plan[0].argv
         assert OmegaConf.select(config, key) == value, key
-    assert plan[1].argv[plan[1].argv.index("--backend") + 1] == config.actor_rollout_ref.actor.strategy == "fsdp"
+    assert (
+        plan[1].argv[plan[1].argv.index("--backend") + 1] == config.actor_rollout_ref.actor.strategy == "fsdp"
+    )
     assert not config.trainer.use_v1 and config.reward.reward_manager.name == "naive"
 
 
 def test_rl_extra_is_appended_but_cannot_silently_replace_an_override(tmp_path):
-    plan = plan_for(tmp_path, "rl.verl.extra=[actor_rollout_ref.actor.optim.weight_decay=0.05, +trainer.wandb_proxy=x]")
+    plan = plan_for(
+        tmp_path, "rl.verl.extra=[actor_rollout_ref.actor.optim.weight_decay=0.05, +trainer.wandb_proxy=x]"
+    )
     assert plan[0].argv[-2:] == ("actor_rollout_ref.actor.optim.weight_decay=0.05", "+trainer.wandb_proxy=x")
     assert compose_train_config(plan[0].argv[3:]).actor_rollout_ref.actor.optim.weight_decay == 0.05
-    with pytest.raises(UsageError, match=r"rl.verl.extra sets actor_rollout_ref.rollout.n, trainer.use_v1, "
-                                         r".*rl.verl.extra_override: true"):
+    with pytest.raises(
+        UsageError,
+        match=r"rl.verl.extra sets actor_rollout_ref.rollout.n, trainer.use_v1, "
+        r".*rl.verl.extra_override: true",
+    ):
         plan_for(tmp_path, "rl.verl.extra=[trainer.use_v1=true, actor_rollout_ref.rollout.n=8]")
-    with pytest.raises(UsageError, match="rl.verl.extra sets reward.custom_reward_function"):  # a whole subtree
+    with pytest.raises(
+        UsageError, match="rl.verl.extra sets reward.custom_reward_function"
+    ):  # a whole subtree
         plan_for(tmp_path, "rl.verl.extra=['reward.custom_reward_function={path: x}']")
-    overridden = plan_for(tmp_path, "rl.verl.extra=[actor_rollout_ref.rollout.n=8]", "rl.verl.extra_override=true")[0].argv
-    assert [a for a in overridden if a.startswith("actor_rollout_ref.rollout.n=")] == ["actor_rollout_ref.rollout.n=8"]
+    overridden = plan_for(
+        tmp_path, "rl.verl.extra=[actor_rollout_ref.rollout.n=8]", "rl.verl.extra_override=true"
+    )[0].argv
+    assert [a for a in overridden if a.startswith("actor_rollout_ref.rollout.n=")] == [
+        "actor_rollout_ref.rollout.n=8"
+    ]
     with pytest.raises(UsageError, match="'trainer.use_v1' is not a Hydra override"):
         plan_for(tmp_path, "rl.verl.extra=[trainer.use_v1]")
 
 
 def test_trackers_reach_verls_own_loggers_in_the_stages_folder_and_mlflow_run(tmp_path):
-    cfg = load_config(None, ["run=paper", "trackers.tensorboard=true", "trackers.mlflow=true", "trackers.project=p"])
-    trackers = Trackers.for_folder(cfg.trackers, run="paper", folder=tmp_path / "paper" / "rl-c1" / "0123456789ab")
+    cfg = load_config(
+        None, ["run=paper", "trackers.tensorboard=true", "trackers.mlflow=true", "trackers.project=p"]
+    )
+    trackers = Trackers.for_folder(
+        cfg.trackers, run="paper", folder=tmp_path / "paper" / "rl-c1" / "0123456789ab"
+    )
     data = [CurriculumParquet("stage-0", tmp_path / "stage-0.parquet", 512)]
     with trackers:  # open, as the runner opens them: verl joins the stage's MLflow run
-        plan = build_stage_plan(cfg, data, model_path="m", out_dir=tmp_path / "rl", data_root=DATA_ROOT,
-                                python="python", trackers=trackers)
+        plan = build_stage_plan(
+            cfg,
+            data,
+            model_path="m",
+            out_dir=tmp_path / "rl",
+            data_root=DATA_ROOT,
+            python="python",
+            trackers=trackers,
+        )
         run_id = trackers.env()["MLFLOW_RUN_ID"]
     config = compose_train_config(plan[0].argv[3:])
     assert list(config.trainer.logger) == ["console", "file", "tensorboard", "mlflow"]
     assert config.trainer.project_name == "p"
     env = config.ray_kwargs.ray_init.runtime_env.env_vars  # what every Ray worker's loggers read
-    assert env.TENSORBOARD_DIR == str(tmp_path / "paper" / "trackers" / "tensorboard" / "paper" / "rl-c1" / "0123456789ab")
+    assert env.TENSORBOARD_DIR == str(
+        tmp_path / "paper" / "trackers" / "tensorboard" / "paper" / "rl-c1" / "0123456789ab"
+    )
     assert env.MLFLOW_TRACKING_URI == trackers.mlflow_uri and env.MLFLOW_RUN_ID == run_id
     assert env.MLFLOW_ALLOW_FILE_STORE == "true"
     off = compose_train_config(plan_for(tmp_path)[0].argv[3:])
-    assert list(off.trainer.logger) == ["console", "file"] and "MLFLOW_RUN_ID" not in off.ray_kwargs.ray_init.runtime_env.env_vars
+    assert (
+        list(off.trainer.logger) == ["console", "file"]
+        and "MLFLOW_RUN_ID" not in off.ray_kwargs.ray_init.runtime_env.env_vars
+    )
 
 
 def test_a_misspelt_or_inconsistent_override_is_rejected_before_launch(composed):
@@ -154,18 +211,39 @@ def test_the_reward_function_verl_loads_is_mtsql_compute_score(composed):
 
 def test_stages_chain_through_merged_checkpoints(tmp_path):
     plan = plan_for(tmp_path, stages=3)
-    assert [c.name for c in plan] == ["stage-0 train", "stage-0 merge", "stage-1 train", "stage-1 merge",
-                                      "stage-2 train", "stage-2 merge"]
+    assert [c.name for c in plan] == [
+        "stage-0 train",
+        "stage-0 merge",
+        "stage-1 train",
+        "stage-1 merge",
+        "stage-2 train",
+        "stage-2 merge",
+    ]
     rl = tmp_path / "rl"
     for k in range(3):
         train, merge = plan[2 * k], plan[2 * k + 1]
         checkpoint = rl / f"stage-{k}" / "checkpoints" / "global_step_60" / "actor"
-        assert train.produces == {"checkpoint": checkpoint, "metrics": rl / f"stage-{k}" / "verl_metrics.1.jsonl"}
-        assert merge.argv == ("python", "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-                              str(checkpoint), "--target_dir", str(rl / f"stage-{k}" / "merged"))
+        assert train.produces == {
+            "checkpoint": checkpoint,
+            "metrics": rl / f"stage-{k}" / "verl_metrics.1.jsonl",
+        }
+        assert merge.argv == (
+            "python",
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(checkpoint),
+            "--target_dir",
+            str(rl / f"stage-{k}" / "merged"),
+        )
         model = dict(a.split("=", 1) for a in train.argv[3:])["actor_rollout_ref.model.path"]
         assert model == ("Qwen/Qwen3-1.7B" if k == 0 else str(rl / f"stage-{k - 1}" / "merged"))
-        assert "actor_rollout_ref.model.lora_adapter_path" not in dict(a.split("=", 1) for a in train.argv[3:])
+        assert "actor_rollout_ref.model.lora_adapter_path" not in dict(
+            a.split("=", 1) for a in train.argv[3:]
+        )
 
 
 def test_merge_command_is_accepted_by_verls_model_merger(tmp_path, monkeypatch):
@@ -175,14 +253,21 @@ def test_merge_command_is_accepted_by_verls_model_merger(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["model_merger", *merge.argv[3:]])
     config = generate_config_from_args(parse_args())
     assert (config.operation, config.backend, config.local_dir, config.target_dir) == (
-        "merge", "fsdp", merge.argv[7], merge.argv[9])
+        "merge",
+        "fsdp",
+        merge.argv[7],
+        merge.argv[9],
+    )
 
 
 def test_lora_stages_continue_the_previous_adapter(tmp_path):
     # sglang: verl checks a LoRA rank against the installed vllm, which a CPU machine does not have
     plan = plan_for(tmp_path, "rl.lora_rank=16", "rl.lora_alpha=32", "rl.verl.rollout_name=sglang")
     first, second = (dict(a.split("=", 1) for a in plan[k].argv[3:]) for k in (0, 2))
-    assert (first["actor_rollout_ref.model.lora_rank"], first["actor_rollout_ref.model.lora_alpha"]) == ("16", "32")
+    assert (first["actor_rollout_ref.model.lora_rank"], first["actor_rollout_ref.model.lora_alpha"]) == (
+        "16",
+        "32",
+    )
     assert "actor_rollout_ref.model.lora_adapter_path" not in first
     merged = tmp_path / "rl" / "stage-0" / "merged"
     assert second["actor_rollout_ref.model.path"] == str(merged)
@@ -193,11 +278,15 @@ def test_lora_stages_continue_the_previous_adapter(tmp_path):
 
 def test_agent_loop_yaml_registers_the_loop_with_the_env_settings(tmp_path):
     plan = plan_for(tmp_path, "env.max_messages=6", "sql.timeout_s=2.5", "rl.max_message_tokens=512")
-    (path, text), = plan[0].files.items()
+    ((path, text),) = plan[0].files.items()
     assert path == tmp_path / "rl" / "agent_loop.yaml"
     (entry,) = yaml.safe_load(text)
     assert (entry["name"], entry["_target_"]) == (AGENT_NAME, AGENT_LOOP_TARGET)
-    assert entry["env"]["max_messages"] == 6 and entry["sql"]["timeout_s"] == 2.5 and entry["max_message_tokens"] == 512
+    assert (
+        entry["env"]["max_messages"] == 6
+        and entry["sql"]["timeout_s"] == 2.5
+        and entry["max_message_tokens"] == 512
+    )
     assert entry["data_root"] == str(DATA_ROOT)
 
 
@@ -208,7 +297,7 @@ def test_dry_run_script_holds_every_file_and_complete_command(tmp_path):
     assert f"cat > {tmp_path / 'rl' / 'agent_loop.yaml'} <<'MTSQL_EOF'\n- name: {AGENT_NAME}" in script
     assert "HYDRA_FULL_ERROR=1 python -m verl.trainer.main_ppo" in script
     train_block = script.split("# stage-0 train")[1].split("# stage-0 merge")[0]
-    command = train_block[train_block.index("HYDRA_FULL_ERROR"):].replace("\\\n", " ")
+    command = train_block[train_block.index("HYDRA_FULL_ERROR") :].replace("\\\n", " ")
     assert shlex.split(command)[4:] == list(plan[0].argv[3:])  # the shell reads back the exact overrides
 
 
@@ -217,7 +306,9 @@ def test_multi_node_needs_a_ray_address_and_says_how_to_start_ray(tmp_path):
         plan_for(tmp_path, "rl.verl.nnodes=2")
     plan = plan_for(tmp_path, "rl.verl.nnodes=2", "rl.verl.ray_address=10.0.0.1:6379")
     assert plan[0].env["RAY_ADDRESS"] == "10.0.0.1:6379"
-    assert "ray start --head --port=6379" in plan[0].note and "ray start --address=10.0.0.1:6379" in plan[0].note
+    assert (
+        "ray start --head --port=6379" in plan[0].note and "ray start --address=10.0.0.1:6379" in plan[0].note
+    )
     assert "# Ray cluster at 10.0.0.1:6379" in render_plan(plan)
 
 
@@ -228,11 +319,22 @@ def test_bad_plans_are_usage_errors(tmp_path):
         plan_for(tmp_path, "rl.verl.rollout_name=hf")
 
 
-@pytest.mark.parametrize("value, text", [
-    (True, "true"), (None, "null"), (3, "3"), (1e-6, "1e-06"), (["console", "file"], "[console,file]"),
-    ("/a/b-c.parquet", "/a/b-c.parquet"), ("pkg://x.y", "pkg://x.y"), ("null", "'null'"), ("1.5", "'1.5'"),
-    ("a b,c", "'a b,c'"), ("it's", "'it\\'s'"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (True, "true"),
+        (None, "null"),
+        (3, "3"),
+        (1e-6, "1e-06"),
+        (["console", "file"], "[console,file]"),
+        ("/a/b-c.parquet", "/a/b-c.parquet"),
+        ("pkg://x.y", "pkg://x.y"),
+        ("null", "'null'"),
+        ("1.5", "'1.5'"),
+        ("a b,c", "'a b,c'"),
+        ("it's", "'it\\'s'"),
+    ],
+)
 def test_hydra_values(value, text):
     assert hydra_value(value) == text
 
@@ -244,7 +346,9 @@ def test_hydra_values(value, text):
 def write_attempt(stage_dir: Path, steps: range, reward: float) -> Path:
     path = next_metrics_file(stage_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"step": k, "data": {"critic/score/mean": reward + k}}) + "\n" for k in steps))
+    path.write_text(
+        "".join(json.dumps({"step": k, "data": {"critic/score/mean": reward + k}}) + "\n" for k in steps)
+    )
     return path
 
 
@@ -252,17 +356,26 @@ def test_a_resumed_attempt_appends_its_steps_and_replaces_the_ones_it_redid(tmp_
     assert next_metrics_file(tmp_path).name == "verl_metrics.1.jsonl" and read_metrics(tmp_path) == []
     write_attempt(tmp_path, range(1, 4), 0.0)  # steps 1-3; the checkpoint was saved after step 2
     second = write_attempt(tmp_path, range(3, 6), 10.0)
-    assert second.name == "verl_metrics.2.jsonl" and next_metrics_file(tmp_path).name == "verl_metrics.3.jsonl"
+    assert (
+        second.name == "verl_metrics.2.jsonl" and next_metrics_file(tmp_path).name == "verl_metrics.3.jsonl"
+    )
     with second.open("a") as handle:
         handle.write('{"step": 6, "da')  # cut by a crash
     assert [(r["step"], r["critic/score/mean"]) for r in read_metrics(tmp_path)] == [
-        (1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0), (5, 15.0)]
+        (1, 1.0),
+        (2, 2.0),
+        (3, 13.0),
+        (4, 14.0),
+        (5, 15.0),
+    ]
 
 
 def test_step_watcher_reads_the_console_logger():
     watcher = StepWatcher()
     assert not watcher.line("(TaskRunner pid=7) Training Progress: 0%")
-    assert watcher.line("(TaskRunner pid=7) step:3 - actor/pg_loss:0.1 - critic/score/mean:np.float64(0.25) - x:1")
+    assert watcher.line(
+        "(TaskRunner pid=7) step:3 - actor/pg_loss:0.1 - critic/score/mean:np.float64(0.25) - x:1"
+    )
     assert (watcher.steps, watcher.step, watcher.reward) == (1, 3, 0.25)
 
 
@@ -284,15 +397,20 @@ def fake_verl_plan(tmp_path: Path, write: str) -> list[Command]:
     script = tmp_path / "fake_verl.py"
     script.write_text(FAKE_VERL)
     train, merge = plan_for(tmp_path, "rl.steps_per_stage=2", stages=1)
-    return [dataclasses.replace(train, argv=(sys.executable, str(script), write, *train.argv[3:])),
-            dataclasses.replace(merge, argv=(sys.executable, "-c", "print('merged')"))]
+    return [
+        dataclasses.replace(train, argv=(sys.executable, str(script), write, *train.argv[3:])),
+        dataclasses.replace(merge, argv=(sys.executable, "-c", "print('merged')")),
+    ]
 
 
 def test_run_stage_plan_keeps_every_attempts_metrics(tmp_path):
     for _ in range(2):
         run_stage_plan(fake_verl_plan(tmp_path, "write"), tmp_path / "log.txt", steps=2)
     stage_dir = tmp_path / "rl" / "stage-0"
-    assert sorted(p.name for p in stage_dir.glob("verl_metrics.*")) == ["verl_metrics.1.jsonl", "verl_metrics.2.jsonl"]
+    assert sorted(p.name for p in stage_dir.glob("verl_metrics.*")) == [
+        "verl_metrics.1.jsonl",
+        "verl_metrics.2.jsonl",
+    ]
     assert [r["step"] for r in read_metrics(stage_dir)] == [1, 2]
     assert "step:2 - critic/score/mean:0.2" in (tmp_path / "log.txt").read_text()
 
@@ -323,35 +441,89 @@ def test_the_stage_curve_adds_each_steps_behaviour_from_the_dump(tmp_path):
 
     write_attempt(tmp_path, range(1, 3), 0.0)
     (tmp_path / ROLLOUTS_DIR).mkdir()
-    episode = {"tool_calls": 2.0, "memory_calls": 1.0, "messages": 3.0, "invalid_messages": 0.0, "self_corrected": 1.0,
-               "response_tokens": 90.0, "trajectory_ok": 1.0}
-    lines = [{**episode, "score": 2.0}, {**episode, "tool_calls": 0.0, "memory_calls": 0.0, "messages": 2.0,
-                                         "invalid_messages": 2.0, "self_corrected": 0.0, "response_tokens": 30.0,
-                                         "score": 0.0}]
-    (tmp_path / ROLLOUTS_DIR / "1.jsonl").write_text("".join(json.dumps({"step": 1, "input": "q", **line}) + "\n"
-                                                             for line in lines))
+    episode = {
+        "tool_calls": 2.0,
+        "memory_calls": 1.0,
+        "messages": 3.0,
+        "invalid_messages": 0.0,
+        "self_corrected": 1.0,
+        "response_tokens": 90.0,
+        "trajectory_ok": 1.0,
+    }
+    lines = [
+        {**episode, "score": 2.0},
+        {
+            **episode,
+            "tool_calls": 0.0,
+            "memory_calls": 0.0,
+            "messages": 2.0,
+            "invalid_messages": 2.0,
+            "self_corrected": 0.0,
+            "response_tokens": 30.0,
+            "score": 0.0,
+        },
+    ]
+    (tmp_path / ROLLOUTS_DIR / "1.jsonl").write_text(
+        "".join(json.dumps({"step": 1, "input": "q", **line}) + "\n" for line in lines)
+    )
     first, second = _verl_curve(tmp_path, stage=2)
     assert (first.stage, first.step, first.reward_mean) == (2, 1, 1.0)
-    assert {key: getattr(first, key) for key in ("tool_calls_per_turn", "memory_calls_per_turn", "self_correction_rate",
-                                                 "invalid_message_rate", "messages_per_turn", "response_length")} == {
-        "tool_calls_per_turn": 1.0, "memory_calls_per_turn": 0.5, "self_correction_rate": 0.5,
-        "invalid_message_rate": 2 / 5, "messages_per_turn": 2.5, "response_length": 60.0}
+    assert {
+        key: getattr(first, key)
+        for key in (
+            "tool_calls_per_turn",
+            "memory_calls_per_turn",
+            "self_correction_rate",
+            "invalid_message_rate",
+            "messages_per_turn",
+            "response_length",
+        )
+    } == {
+        "tool_calls_per_turn": 1.0,
+        "memory_calls_per_turn": 0.5,
+        "self_correction_rate": 0.5,
+        "invalid_message_rate": 2 / 5,
+        "messages_per_turn": 2.5,
+        "response_length": 60.0,
+    }
     assert first.reward_std == 1.0, "the spread of the step's sample scores (2 and 0)"
     assert first.groups_with_signal == 1.0, "one prompt, two scores"
-    assert second.tool_calls_per_turn is None and second.reward_std is None, "step 2 left no dump: verl's only"
+    assert second.tool_calls_per_turn is None and second.reward_std is None, (
+        "step 2 left no dump: verl's only"
+    )
 
 
 def test_verls_steps_reach_the_trackers_under_the_local_engines_names(tmp_path):
     from mtsql.engines.rl_engines import step_metrics
     from mtsql.engines.verl.engine import verl_curve as _verl_curve
 
-    logged = {"critic/score/mean": 0.5, "actor/kl_loss": 0.01, "actor/grad_norm": 2.0, "actor/pg_clipfrac": 0.125,
-              "actor/pg_loss": -0.2, "response_length/mean": 40.0}
+    logged = {
+        "critic/score/mean": 0.5,
+        "actor/kl_loss": 0.01,
+        "actor/grad_norm": 2.0,
+        "actor/pg_clipfrac": 0.125,
+        "actor/pg_loss": -0.2,
+        "response_length/mean": 40.0,
+    }
     next_metrics_file(tmp_path).write_text(json.dumps({"step": 1, "data": logged}) + "\n")
     (line,) = _verl_curve(tmp_path, stage=1)
     shown = step_metrics(line)
-    assert {name: shown[name] for name in ("rl/reward_mean", "rl/kl", "rl/grad_norm", "rl/clipfrac", "rl/pg_loss",
-                                            "rl/response_length")} == {
-        "rl/reward_mean": 0.5, "rl/kl": 0.01, "rl/grad_norm": 2.0, "rl/clipfrac": 0.125, "rl/pg_loss": -0.2,
-        "rl/response_length": 40.0}
+    assert {
+        name: shown[name]
+        for name in (
+            "rl/reward_mean",
+            "rl/kl",
+            "rl/grad_norm",
+            "rl/clipfrac",
+            "rl/pg_loss",
+            "rl/response_length",
+        )
+    } == {
+        "rl/reward_mean": 0.5,
+        "rl/kl": 0.01,
+        "rl/grad_norm": 2.0,
+        "rl/clipfrac": 0.125,
+        "rl/pg_loss": -0.2,
+        "rl/response_length": 40.0,
+    }
     assert "rl/stage" not in shown and "rl/step" not in shown

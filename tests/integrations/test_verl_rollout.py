@@ -52,8 +52,17 @@ def tokenizer(model_dir):
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_config(None, ["rl.batch_size=2", "rl.mini_batch_size=2", "rl.n=1", "rl.verl.n_gpus_per_node=1",
-                              "rl.max_prompt_len=4096", "rl.max_response_len=1024"])
+    return load_config(
+        None,
+        [
+            "rl.batch_size=2",
+            "rl.mini_batch_size=2",
+            "rl.n=1",
+            "rl.verl.n_gpus_per_node=1",
+            "rl.max_prompt_len=4096",
+            "rl.max_response_len=1024",
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +75,22 @@ def turns():
 def stage(tmp_path_factory, cfg, turns, tokenizer, model_dir):
     """The exported parquet, the launch plan's agent-loop YAML on disk, the composed verl config."""
     out = tmp_path_factory.mktemp("rl")
-    report = write_rl_parquet(turns, out / "stage-0.parquet", env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=FIXTURE_DATA,
-                              chat=ChatFormat(tokenizer), max_prompt_len=cfg.rl.max_prompt_len)
-    plan = build_stage_plan(cfg, [CurriculumParquet("stage-0", report.path, report.rows)], model_path=model_dir,
-                            out_dir=out, data_root=FIXTURE_DATA)
+    report = write_rl_parquet(
+        turns,
+        out / "stage-0.parquet",
+        env_cfg=cfg.env,
+        sql_cfg=cfg.sql,
+        data_root=FIXTURE_DATA,
+        chat=ChatFormat(tokenizer),
+        max_prompt_len=cfg.rl.max_prompt_len,
+    )
+    plan = build_stage_plan(
+        cfg,
+        [CurriculumParquet("stage-0", report.path, report.rows)],
+        model_path=model_dir,
+        out_dir=out,
+        data_root=FIXTURE_DATA,
+    )
     for path, text in plan[0].files.items():
         path.write_text(text)
     return report, compose_train_config(plan[0].argv[3:])
@@ -98,10 +119,17 @@ def make_loop(config, server, tokenizer, **entry_changes):
     entries = OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)
     entry = next(e for e in entries if e.name == config.actor_rollout_ref.rollout.agent.default_agent_loop)
     entry = OmegaConf.merge(entry, entry_changes)
-    return hydra.utils.instantiate(entry, trainer_config=DictConfigWrap(config), server_manager=server,
-                                   tokenizer=tokenizer, processor=None, hf_model_type="qwen3",
-                                   dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
-                                   tools=ToolListWrap([]))
+    return hydra.utils.instantiate(
+        entry,
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        hf_model_type="qwen3",
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap([]),
+    )
 
 
 def run(loop, row):
@@ -124,12 +152,20 @@ class TinyModelServer:
         from verl.workers.rollout.replica import TokenOutput
 
         with torch.no_grad():
-            out = self.model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids)),
-                                      max_new_tokens=sampling_params["max_tokens"], do_sample=False,
-                                      eos_token_id=self.end_of_turn, pad_token_id=self.end_of_turn,
-                                      output_logits=True, return_dict_in_generate=True)
-        new = out.sequences[0, len(prompt_ids):].tolist()
-        logprobs = [torch.log_softmax(logits[0], -1)[t].item() for logits, t in zip(out.logits, new, strict=True)]
+            out = self.model.generate(
+                torch.tensor([prompt_ids]),
+                attention_mask=torch.ones(1, len(prompt_ids)),
+                max_new_tokens=sampling_params["max_tokens"],
+                do_sample=False,
+                eos_token_id=self.end_of_turn,
+                pad_token_id=self.end_of_turn,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+        new = out.sequences[0, len(prompt_ids) :].tolist()
+        logprobs = [
+            torch.log_softmax(logits[0], -1)[t].item() for logits, t in zip(out.logits, new, strict=True)
+        ]
         self.calls.append((list(prompt_ids), new))
         return TokenOutput(token_ids=new, log_probs=logprobs, extra_fields={"global_steps": 0})
 
@@ -159,12 +195,17 @@ class ReplayServer:
         text = self.scripts[key][done]
         assert self.stop == "eos" or text.endswith(tuple(sampling_params["stop"]))
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        ids = (ids + [self.chat.end_of_turn_id] if self.stop == "eos" else ids)[: sampling_params["max_tokens"]]
+        ids = (ids + [self.chat.end_of_turn_id] if self.stop == "eos" else ids)[
+            : sampling_params["max_tokens"]
+        ]
         self.params.append(dict(sampling_params))
         self.calls.append((list(prompt_ids), ids))
         step = 7 + done  # as if the weights were updated between the messages of an episode
-        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids),
-                           extra_fields={"global_steps": step, "min_global_steps": step, "max_global_steps": step})
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=[-0.25] * len(ids),
+            extra_fields={"global_steps": step, "min_global_steps": step, "max_global_steps": step},
+        )
 
 
 def expected_response(generations, trajectory, chat):
@@ -206,32 +247,65 @@ def test_parquet_loads_with_verls_rl_dataset(stage, rows, turns, cfg, tokenizer)
     for index, (row, turn) in enumerate(zip(rows, turns, strict=True)):
         messages = SqlAgentEnv(cfg.env, cfg.sql, FIXTURE_DATA).reset(turn)
         assert list(row["raw_prompt"]) == messages and row["agent_name"] == AGENT_NAME
-        assert row["data_source"] == "mtsql-sparc" and row["reward_model"] == {"style": "rule", "ground_truth": turn.gold_sql}
+        assert row["data_source"] == "mtsql-sparc" and row["reward_model"] == {
+            "style": "rule",
+            "ground_truth": turn.gold_sql,
+        }
         assert set(row["extra_info"]) == {"index", "uid", "hardness", "turn", "memory"}
-        assert row["index"] == index and turn_of(row["extra_info"]) == turn and memory_of(row["extra_info"]) is None
+        assert (
+            row["index"] == index
+            and turn_of(row["extra_info"]) == turn
+            and memory_of(row["extra_info"]) is None
+        )
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    filtering = OmegaConf.merge(config.data, {"filter_overlong_prompts": True})  # renders with the chat template
+    filtering = OmegaConf.merge(
+        config.data, {"filter_overlong_prompts": True}
+    )  # renders with the chat template
     assert len(RLHFDataset(str(report.path), tokenizer, filtering)) == 2
 
 
 def test_export_drops_overlong_prompts_and_keeps_predicted_memory(tmp_path, cfg, turns, tokenizer):
     chat = ChatFormat(tokenizer)
-    lengths = [len(chat.prompt_ids(SqlAgentEnv(cfg.env, cfg.sql, FIXTURE_DATA).reset(t), episode_tools(cfg.env)))
-               for t in turns]
-    report = write_rl_parquet(turns, tmp_path / "a.parquet", env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=FIXTURE_DATA,
-                              chat=chat, max_prompt_len=min(lengths))
+    lengths = [
+        len(chat.prompt_ids(SqlAgentEnv(cfg.env, cfg.sql, FIXTURE_DATA).reset(t), episode_tools(cfg.env)))
+        for t in turns
+    ]
+    report = write_rl_parquet(
+        turns,
+        tmp_path / "a.parquet",
+        env_cfg=cfg.env,
+        sql_cfg=cfg.sql,
+        data_root=FIXTURE_DATA,
+        chat=chat,
+        max_prompt_len=min(lengths),
+    )
     assert (report.rows, report.too_long) == (1, (turns[lengths.index(max(lengths))].uid,))
     with pytest.raises(UsageError, match="no RL rows"):
-        write_rl_parquet(turns, tmp_path / "b.parquet", env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=FIXTURE_DATA,
-                         chat=chat, max_prompt_len=10)
+        write_rl_parquet(
+            turns,
+            tmp_path / "b.parquet",
+            env_cfg=cfg.env,
+            sql_cfg=cfg.sql,
+            data_root=FIXTURE_DATA,
+            chat=chat,
+            max_prompt_len=10,
+        )
     import pyarrow.parquet as pq
 
     later = turns[1]
     memory = [MemoryEntry(q, None) for q in later.previous_questions]
     env_cfg = load_config(None, ["env.memory=predicted"]).env
-    write_rl_parquet([later], tmp_path / "c.parquet", env_cfg=env_cfg, sql_cfg=cfg.sql, data_root=FIXTURE_DATA,
-                     chat=chat, max_prompt_len=8192, memories={later.uid: memory})
+    write_rl_parquet(
+        [later],
+        tmp_path / "c.parquet",
+        env_cfg=env_cfg,
+        sql_cfg=cfg.sql,
+        data_root=FIXTURE_DATA,
+        chat=chat,
+        max_prompt_len=8192,
+        memories={later.uid: memory},
+    )
     (row,) = pq.read_table(tmp_path / "c.parquet").to_pylist()
     assert memory_of(row["extra_info"]) == memory
 
@@ -255,12 +329,14 @@ def test_agent_loop_episode_with_the_tiny_model(stage, rows, tokenizer, model_di
     # token in: every call saw exactly the prompt plus the response so far
     assert [prompt for prompt, _ in server.calls] == [out.prompt_ids + ids[:start] for start in starts]
     # the environment read the model's own text, and the tokens spell the conversation it holds
-    texts = [tokenizer.decode(g[:-1] if g and g[-1] == chat.end_of_turn_id else g, skip_special_tokens=False)
-             for g in generations]
+    texts = [
+        tokenizer.decode(g[:-1] if g and g[-1] == chat.end_of_turn_id else g, skip_special_tokens=False)
+        for g in generations
+    ]
     assert [m["content"] for m in trajectory.messages if m["role"] == "assistant"] == texts
     decoded = tokenizer.decode(out.prompt_ids + out.response_ids, skip_special_tokens=False)
     rendered = render(conversation_in_tokens(trajectory, generations), episode_tools(cfg.env))
-    assert rendered.startswith(decoded) and rendered[len(decoded):] in ("\n", "<|im_end|>\n")
+    assert rendered.startswith(decoded) and rendered[len(decoded) :] in ("\n", "<|im_end|>\n")
     # log-probs are the server's on generated tokens, 0 on observations
     generated_logprobs = [p for p, m in zip(out.response_logprobs, mask, strict=True) if m]
     assert len(generated_logprobs) == sum(mask) and all(p <= 0 for p in generated_logprobs)
@@ -269,7 +345,9 @@ def test_agent_loop_episode_with_the_tiny_model(stage, rows, tokenizer, model_di
 
 
 @pytest.mark.parametrize("stop", ["eos", "string"])
-def test_gold_replay_is_token_identical_to_the_rendered_conversation(stop, stage, rows, tokenizer, cfg, turns):
+def test_gold_replay_is_token_identical_to_the_rendered_conversation(
+    stop, stage, rows, tokenizer, cfg, turns
+):
     from mtsql.engines.verl.agent_loop import STOP_KEY  # imports verl and ray: not at collection
 
     _, config = stage
@@ -287,8 +365,12 @@ def test_gold_replay_is_token_identical_to_the_rendered_conversation(stop, stage
         assert (out.response_ids, out.response_mask) == (ids, mask)
         assert out.response_logprobs == [-0.25 if m else 0.0 for m in mask]
         assert [m for m in mask if not m] and (out.response_ids[-1] == chat.end_of_turn_id) == (stop == "eos")
-        assert all(p["stop"] == ["</tool_call>", "</answer_sql>"] and p["include_stop_str_in_output"]
-                   and p["temperature"] == 1.0 for p in server.params)
+        assert all(
+            p["stop"] == ["</tool_call>", "</answer_sql>"]
+            and p["include_stop_str_in_output"]
+            and p["temperature"] == 1.0
+            for p in server.params
+        )
         assert out.num_turns == len(trajectory.messages) - 1 and out.extra_fields[STOP_KEY] == "episode_end"
         steps = (out.extra_fields["min_global_steps"], out.extra_fields["max_global_steps"])
         assert steps == (7, 7 + len(server.calls) - 1)  # what verl's off-policy bookkeeping reads
@@ -326,12 +408,21 @@ def naive_reward_input(out, row):
 
     prompts, responses = torch.tensor(out.prompt_ids), torch.tensor(out.response_ids)
     input_ids = torch.cat([prompts, responses])
-    batch = TensorDict({"prompts": prompts[None], "responses": responses[None], "input_ids": input_ids[None],
-                        "attention_mask": torch.ones_like(input_ids)[None],
-                        "position_ids": torch.arange(len(input_ids))[None]}, batch_size=1)
-    non_tensor = {**{k: np.array([v]) for k, v in copy.deepcopy(loop_kwargs(row)).items()},
-                  "__num_turns__": np.array([out.num_turns]),
-                  "tool_extra_fields": np.array([out.extra_fields], dtype=object)}
+    batch = TensorDict(
+        {
+            "prompts": prompts[None],
+            "responses": responses[None],
+            "input_ids": input_ids[None],
+            "attention_mask": torch.ones_like(input_ids)[None],
+            "position_ids": torch.arange(len(input_ids))[None],
+        },
+        batch_size=1,
+    )
+    non_tensor = {
+        **{k: np.array([v]) for k, v in copy.deepcopy(loop_kwargs(row)).items()},
+        "__num_turns__": np.array([out.num_turns]),
+        "tool_extra_fields": np.array([out.extra_fields], dtype=object),
+    }
     return DataProto(batch=batch, non_tensor_batch=non_tensor)
 
 
@@ -349,7 +440,9 @@ def test_rewards_through_verls_naive_reward_manager(stage, rows, tokenizer, cfg,
         result = get_event_loop().run_until_complete(manager.run_single(naive_reward_input(out, row)))
         assert tuple(result["reward_extra_info"]) == score_keys(cfg.reward)
         scores.append(result["reward_score"])
-    assert scores == pytest.approx([2.9, 3.0])  # EX + EM + 0.1 verify (+ 0.1 coherence on the later turn) + 0.8 F1
+    assert scores == pytest.approx(
+        [2.9, 3.0]
+    )  # EX + EM + 0.1 verify (+ 0.1 coherence on the later turn) + 0.8 F1
     out = run(make_loop(config, ReplayServer(cfg, turns, tokenizer), tokenizer), rows[0])
     out.extra_fields.pop(TRAJECTORY_KEY)  # e.g. a row that verl's own single-turn loop ran
     result = get_event_loop().run_until_complete(manager.run_single(naive_reward_input(out, rows[0])))
@@ -357,7 +450,9 @@ def test_rewards_through_verls_naive_reward_manager(stage, rows, tokenizer, cfg,
 
 
 @pytest.mark.slow
-def test_verls_agent_loop_worker_runs_the_registered_loop_and_streams_rewards(stage, rows, tokenizer, cfg, turns):
+def test_verls_agent_loop_worker_runs_the_registered_loop_and_streams_rewards(
+    stage, rows, tokenizer, cfg, turns
+):
     """The whole rollout step of verl's trainer on CPU: AgentLoopWorker (registry from the YAML,
     padding, streaming reward) with a real RewardLoopWorker behind a stand-in Ray handle."""
     from types import SimpleNamespace
@@ -381,7 +476,10 @@ def test_verls_agent_loop_worker_runs_the_registered_loop_and_streams_rewards(st
     lengths = out.batch["attention_mask"][:, -response_length:].sum(-1)
     for i in range(2):
         mask = out.batch["response_mask"][i]
-        assert mask[lengths[i]:].sum() == 0 and mask[: lengths[i]].sum() == out.non_tensor_batch[RESPONSE_TOKENS_KEY][i]
+        assert (
+            mask[lengths[i] :].sum() == 0
+            and mask[: lengths[i]].sum() == out.non_tensor_batch[RESPONSE_TOKENS_KEY][i]
+        )
     assert out.batch["rollout_log_probs"].shape == (2, response_length)
 
 
@@ -396,9 +494,13 @@ def test_plans_merge_command_turns_an_fsdp_checkpoint_into_the_next_stages_model
     from mtsql.engines.commands import run_logged
 
     data = tmp_path / "stage-0.parquet"
-    plan = build_stage_plan(load_config(None, ["rl.steps_per_stage=1", "rl.batch_size=1", "rl.mini_batch_size=1"]),
-                            [CurriculumParquet("stage-0", data, 1), CurriculumParquet("stage-1", data, 1)],
-                            model_path=model_dir, out_dir=tmp_path, data_root=FIXTURE_DATA)
+    plan = build_stage_plan(
+        load_config(None, ["rl.steps_per_stage=1", "rl.batch_size=1", "rl.mini_batch_size=1"]),
+        [CurriculumParquet("stage-0", data, 1), CurriculumParquet("stage-1", data, 1)],
+        model_path=model_dir,
+        out_dir=tmp_path,
+        data_root=FIXTURE_DATA,
+    )
     checkpoint, merged = plan[0].produces["checkpoint"], plan[1].produces["merged_model"]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     (checkpoint / "huggingface").mkdir(parents=True)
@@ -409,7 +511,9 @@ def test_plans_merge_command_turns_an_fsdp_checkpoint_into_the_next_stages_model
             shutil.copy(path, checkpoint / "huggingface" / path.name)
     run_logged(plan[1], tmp_path / "log.txt")
     merged_model = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)
-    for (name, weight), (_, again) in zip(model.state_dict().items(), merged_model.state_dict().items(), strict=True):
+    for (name, weight), (_, again) in zip(
+        model.state_dict().items(), merged_model.state_dict().items(), strict=True
+    ):
         assert torch.allclose(weight, again, atol=1e-2), name  # saved in bfloat16
     assert ChatFormat(AutoTokenizer.from_pretrained(merged)).end_of_turn_id == 151645
     assert f"actor_rollout_ref.model.path={merged}" in plan[2].argv

@@ -30,10 +30,20 @@ from ..waiting import wait_until
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 SPREAD_REWARD = Path(__file__).with_name("verl_spread_reward.py")
-SETTINGS = ("model.name=tiny-qwen3", "data.train_limit=3", "curriculum.stages=[[easy,medium,hard,extra]]",
-            "rl.batch_size=2", "rl.mini_batch_size=2", "rl.n=2", "rl.local.trainable_layers=0", "rl.max_prompt_len=2048",
-            "rl.max_response_len=128", "rl.max_message_tokens=32", "rl.verl.extra_override=true",
-            f"rl.verl.extra=[reward.custom_reward_function.path={SPREAD_REWARD}]")
+SETTINGS = (
+    "model.name=tiny-qwen3",
+    "data.train_limit=3",
+    "curriculum.stages=[[easy,medium,hard,extra]]",
+    "rl.batch_size=2",
+    "rl.mini_batch_size=2",
+    "rl.n=2",
+    "rl.local.trainable_layers=0",
+    "rl.max_prompt_len=2048",
+    "rl.max_response_len=128",
+    "rl.max_message_tokens=32",
+    "rl.verl.extra_override=true",
+    f"rl.verl.extra=[reward.custom_reward_function.path={SPREAD_REWARD}]",
+)
 START_S = 300.0  # Ray and vLLM up on a loaded 2-core machine
 RUN_S = 480.0
 
@@ -43,9 +53,26 @@ pytestmark = pytest.mark.timeout(900)
 def mtsql(runs: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "COLUMNS": "200"}
     env.pop("MTSQL_DATA", None)  # the fixture turns
-    return subprocess.Popen([sys.executable, "-m", "mtsql", *args, "--config", str(TINY), f"runs_dir={runs}",
-                             "run=verl", *SETTINGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=REPO, start_new_session=True, preexec_fn=ctrl_c_reaches_it)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mtsql",
+            *args,
+            "--config",
+            str(TINY),
+            f"runs_dir={runs}",
+            "run=verl",
+            *SETTINGS,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        preexec_fn=ctrl_c_reaches_it,
+    )
 
 
 def run_processes(runs: Path) -> list[psutil.Process]:
@@ -100,10 +127,15 @@ def test_a_killed_verl_stage_resumes_trains_merges_and_is_scored(verl_python, ti
     verl = curve[0]["verl"]
     assert verl["actor/grad_norm"] > 0 and curve[0]["grad_norm"] == verl["actor/grad_norm"]
     assert verl["training/rollout_probs_diff_max"] < 1e-3  # the rollout engine got the actor's weights
-    assert curve[0]["groups_with_signal"] == 1.0, "read from verl's own sample dump: every group's rewards differ"
+    assert curve[0]["groups_with_signal"] == 1.0, (
+        "read from verl's own sample dump: every group's rewards differ"
+    )
     result = json.loads((stage / "manifest.json").read_text())["metrics"]
     assert (result["engine"], result["steps"], result["steps_without_signal"]) == ("verl", 1, 0)
-    trained, base = load_file(stage / "model" / "model.safetensors"), load_file(tiny_qwen3 / "model.safetensors")
+    trained, base = (
+        load_file(stage / "model" / "model.safetensors"),
+        load_file(tiny_qwen3 / "model.safetensors"),
+    )
     assert max((trained[name] - base[name]).abs().max().item() for name in base) > 0
     assert not run_processes(runs)
 
@@ -118,10 +150,25 @@ def test_a_killed_verl_stage_resumes_trains_merges_and_is_scored(verl_python, ti
 def test_ctrl_c_stops_verl_beside_a_ray_cluster_already_up(verl_python, tiny_qwen3, tmp_path):
     runs = tmp_path / "runs"
     ray = Path(verl_python).with_name("ray")
-    foreign, ray_dir = f"foreign-ray:{tmp_path}", tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: socket paths
-    started = subprocess.run([str(ray), "start", "--head", "--port=6379", "--num-cpus=1", "--include-dashboard=false",
-                              f"--temp-dir={ray_dir}"], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, TAG: foreign})
+    foreign, ray_dir = (
+        f"foreign-ray:{tmp_path}",
+        tempfile.mkdtemp(prefix="ray", dir="/tmp"),
+    )  # short: socket paths
+    started = subprocess.run(
+        [
+            str(ray),
+            "start",
+            "--head",
+            "--port=6379",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            f"--temp-dir={ray_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, TAG: foreign},
+    )
     try:
         proc = mtsql(runs, "rl", "--curriculum", "--engine", "verl")
         wait_for(has(runs, "VLLM"), START_S, "no vLLM engine started")
@@ -131,8 +178,12 @@ def test_ctrl_c_stops_verl_beside_a_ray_cluster_already_up(verl_python, tiny_qwe
         assert "verl stage-1 train interrupted: no Ray or vLLM process of it is left" in err, err[-2000:]
         assert not run_processes(runs), names(run_processes(runs))
         if started.returncode == 0:  # else port 6379 was taken by another cluster: that one must be up still
-            assert any("gcs_server" in name for name in names(
-                [p for p in psutil.process_iter() if p.pid != os.getpid() and _tagged(p, foreign)]))
+            assert any(
+                "gcs_server" in name
+                for name in names(
+                    [p for p in psutil.process_iter() if p.pid != os.getpid() and _tagged(p, foreign)]
+                )
+            )
     finally:
         stop_tagged(foreign)
         shutil.rmtree(ray_dir, ignore_errors=True)
@@ -152,17 +203,27 @@ def test_verl_without_its_environment_says_what_to_run(tmp_path, monkeypatch):
 
     cfg = load_config(TINY, ["rl.local.trainable_layers=0", "rl.batch_size=1"])
     monkeypatch.setattr(main_ppo.sys, "prefix", str(tmp_path / ".venv"))
-    plan = main_ppo.build_stage_plan(cfg, [main_ppo.CurriculumParquet("stage-1", tmp_path / "s.parquet", 4)],
-                                   model_path="m", out_dir=tmp_path, data_root=tmp_path, cpu=True)
+    plan = main_ppo.build_stage_plan(
+        cfg,
+        [main_ppo.CurriculumParquet("stage-1", tmp_path / "s.parquet", 4)],
+        model_path="m",
+        out_dir=tmp_path,
+        data_root=tmp_path,
+        cpu=True,
+    )
     with pytest.raises(UsageError, match=r"\.venv-verl/bin/python does not exist: run `make setup`"):
         main_ppo.run_stage_plan(plan, tmp_path / "log.txt", steps=1)
 
 
 def test_the_pinned_versions_are_the_installed_ones(verl_python):
-    probe = ("from mtsql.engines.verl import cpu_platform as c\n"
-             "for name in c.PINNED: c.check_version(name)\n")
-    done = subprocess.run([str(verl_python), "-c", probe], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    probe = "from mtsql.engines.verl import cpu_platform as c\nfor name in c.PINNED: c.check_version(name)\n"
+    done = subprocess.run(
+        [str(verl_python), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 

@@ -25,9 +25,17 @@ def environment(store: Path) -> dict[str, str]:
     one rank, its process group on a file store (no port), no CUDA (the test runs the CPU path anywhere)."""
     from mtsql.engines.verl.main_ppo import cpu_env
 
-    return {**cpu_env(), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "DIST_INIT_METHOD": f"file://{store}",
-            "CUDA_VISIBLE_DEVICES": ""}
+    return {
+        **cpu_env(),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "0",
+        "DIST_INIT_METHOD": f"file://{store}",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
 
 
 def overrides(batch: dict) -> list[str]:
@@ -73,11 +81,17 @@ def trainer_batch(batch: dict):
     rewards = torch.zeros(mask.shape, dtype=torch.float32)
     rewards[torch.arange(len(last)), last] = batch["rewards"]
     data = DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses, "input_ids": ids,
-                 "attention_mask": torch.ones_like(ids),
-                 "position_ids": torch.arange(ids.shape[1]).expand_as(ids).clone(),
-                 "response_mask": mask, "token_level_rewards": rewards},
-        non_tensors={"uid": np.array(batch["groups"], dtype=object)})
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(ids.shape[1]).expand_as(ids).clone(),
+            "response_mask": mask,
+            "token_level_rewards": rewards,
+        },
+        non_tensors={"uid": np.array(batch["groups"], dtype=object)},
+    )
     return compute_advantage(data, adv_estimator="grpo")
 
 
@@ -113,15 +127,32 @@ def main(batch_file: str, result_file: str) -> None:
 
         request = no_padding(data)
         size = batch["settings"]["mini_batch_size"]
-        tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=True, temperature=temperature,
-                             global_batch_size=size, mini_batch_size=size, epochs=1, seed=0,
-                             dataloader_kwargs={"shuffle": False})
+        tu.assign_non_tensor(
+            request,
+            calculate_entropy=False,
+            compute_loss=True,
+            temperature=temperature,
+            global_batch_size=size,
+            mini_batch_size=size,
+            epochs=1,
+            seed=0,
+            dataloader_kwargs={"shuffle": False},
+        )
         metrics = tu.get(worker.update_actor(request), "metrics")
-        params = {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
-                  for name, p in worker.actor.engine.module.named_parameters()}
+        params = {
+            name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+            for name, p in worker.actor.engine.module.named_parameters()
+        }
         torch.distributed.destroy_process_group()
-    torch.save({"old_log_probs": old, "advantages": data.batch["advantages"].float(), "params": params,
-                "metrics": {k: [float(x) for x in v] for k, v in metrics.items()}}, result_file)
+    torch.save(
+        {
+            "old_log_probs": old,
+            "advantages": data.batch["advantages"].float(),
+            "params": params,
+            "metrics": {k: [float(x) for x in v] for k, v in metrics.items()},
+        },
+        result_file,
+    )
 
 
 if __name__ == "__main__":

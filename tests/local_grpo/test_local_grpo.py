@@ -49,7 +49,9 @@ def mixed_episodes():
 
 def gradient(model, eps, settings, ref_model=None) -> torch.Tensor:
     model = copy.deepcopy(model)
-    grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.0), eps, settings, pad_id=0, ref_model=ref_model)
+    grpo_update(
+        model, torch.optim.SGD(model.parameters(), lr=0.0), eps, settings, pad_id=0, ref_model=ref_model
+    )
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
@@ -84,14 +86,21 @@ def test_logprobs_at_model_tokens_match_the_full_forward(tiny_model):
     p_len, mask = batch["prompt_len"], batch["response_mask"]
     with torch.no_grad():
         ours = response_logprobs(tiny_model, batch)
-        logits = tiny_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                            position_ids=(batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)).logits
-    full = torch.log_softmax(logits[:, p_len - 1 : -1].float(), -1).gather(-1, batch["input_ids"][:, p_len:, None])[..., 0]
+        logits = tiny_model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=(batch["attention_mask"].cumsum(-1) - 1).clamp(min=0),
+        ).logits
+    full = torch.log_softmax(logits[:, p_len - 1 : -1].float(), -1).gather(
+        -1, batch["input_ids"][:, p_len:, None]
+    )[..., 0]
     assert torch.allclose(ours * mask, full * mask, atol=1e-5)
     assert (ours[mask == 0] == 0).all(), "no log-prob where there is no model token"
     with torch.no_grad():
         tempered = response_logprobs(tiny_model, batch, temperature=0.7)
-    expected = torch.log_softmax(logits[:, p_len - 1 : -1].float() / 0.7, -1).gather(-1, batch["input_ids"][:, p_len:, None])
+    expected = torch.log_softmax(logits[:, p_len - 1 : -1].float() / 0.7, -1).gather(
+        -1, batch["input_ids"][:, p_len:, None]
+    )
     assert torch.allclose(tempered * mask, expected[..., 0] * mask, atol=1e-5)
 
 
@@ -118,7 +127,9 @@ def test_micro_batch_size_does_not_change_kl_or_off_policy_steps(tiny_model):
     settings = GrpoSettings(kl_coef=0.5, mini_batches=2, max_grad_norm=1e9)
     one_shot = gradient(tiny_model, mixed_episodes(), settings, ref_model=ref)
     for micro in (1, 2):
-        got = gradient(tiny_model, mixed_episodes(), GrpoSettings(**{**settings.__dict__, "micro_batch": micro}), ref)
+        got = gradient(
+            tiny_model, mixed_episodes(), GrpoSettings(**{**settings.__dict__, "micro_batch": micro}), ref
+        )
         assert relative_error(got, one_shot) < 1e-4, f"micro_batch={micro}"
 
 
@@ -128,8 +139,13 @@ def test_each_micro_batch_is_backpropagated_before_the_next_forward(tiny_model):
     events = []
     model.register_forward_hook(lambda *args: events.append("forward"))
     model.get_input_embeddings().weight.register_hook(lambda grad: events.append("backward"))
-    grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.0), mixed_episodes(), GrpoSettings(micro_batch=2),
-                pad_id=0)
+    grpo_update(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        mixed_episodes(),
+        GrpoSettings(micro_batch=2),
+        pad_id=0,
+    )
     assert events == ["forward", "backward"] * 3
 
 
@@ -152,7 +168,10 @@ def test_observation_tokens_get_no_gradient(tiny_model):
     """Changing an observation token's *target* must not change the loss gradient."""
     grads = []
     for obs in ([900, 901], [500, 501]):
-        eps = [Episode("q", [10, 11], [20, *obs], [1, 0, 0], 1.0), Episode("q", [10, 11], [30, 31, 32], [1, 1, 1], 0.0)]
+        eps = [
+            Episode("q", [10, 11], [20, *obs], [1, 0, 0], 1.0),
+            Episode("q", [10, 11], [30, 31, 32], [1, 1, 1], 0.0),
+        ]
         grads.append(gradient(tiny_model, eps, GrpoSettings()))
     assert torch.allclose(grads[0], grads[1])
 
@@ -165,23 +184,43 @@ def test_episodes_with_a_prompt_past_the_limit_are_dropped():
 
 
 def test_settings_follow_the_rl_config():
-    settings = grpo_settings(RlConfig(micro_batch_size_per_gpu=3, batch_size=8, mini_batch_size=4, kl_coef=0.01,
-                                      clip_ratio=0.3, temperature=0.7))
-    assert (settings.micro_batch, settings.mini_batches, settings.kl_coef, settings.clip_ratio) == (3, 2, 0.01, 0.3)
+    settings = grpo_settings(
+        RlConfig(
+            micro_batch_size_per_gpu=3,
+            batch_size=8,
+            mini_batch_size=4,
+            kl_coef=0.01,
+            clip_ratio=0.3,
+            temperature=0.7,
+        )
+    )
+    assert (settings.micro_batch, settings.mini_batches, settings.kl_coef, settings.clip_ratio) == (
+        3,
+        2,
+        0.01,
+        0.3,
+    )
     assert settings.temperature == 0.7  # the update's log-probs are the sampling policy's, as verl's
 
 
 def test_lora_uses_rl_lora_alpha(tiny_model):
     model = with_lora(copy.deepcopy(tiny_model), RlConfig(lora_rank=4, lora_alpha=32))
     assert model.peft_config["default"].lora_alpha == 32
-    scales = {m.scaling["default"] for m in model.modules() if hasattr(m, "scaling") and isinstance(m.scaling, dict)}
+    scales = {
+        m.scaling["default"] for m in model.modules() if hasattr(m, "scaling") and isinstance(m.scaling, dict)
+    }
     assert scales == {32 / 4}
 
 
 def named_gradients(model, eps) -> dict[str, torch.Tensor]:
     unclipped = GrpoSettings(max_grad_norm=float("inf"))  # clipping scales by the norm over what trains
-    grpo_update(model, torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0), eps,
-                unclipped, pad_id=0)
+    grpo_update(
+        model,
+        torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0),
+        eps,
+        unclipped,
+        pad_id=0,
+    )
     return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
@@ -189,7 +228,7 @@ def test_trainable_layers_trains_the_last_layers_with_their_full_model_gradient(
     """Freezing what lies below changes no gradient above it: the last layer gets exactly the
     gradient it gets in full training, and nothing else gets one."""
     layers = len(tiny_model.base_model.layers)
-    frozen = trainable(copy.deepcopy(tiny_model), RlConfig().with_engine('local', trainable_layers=1))
+    frozen = trainable(copy.deepcopy(tiny_model), RlConfig().with_engine("local", trainable_layers=1))
     grads = named_gradients(frozen, mixed_episodes())
     full = named_gradients(copy.deepcopy(tiny_model), mixed_episodes())
     last = f"model.layers.{layers - 1}."
@@ -202,19 +241,22 @@ def test_trainable_layers_trains_the_last_layers_with_their_full_model_gradient(
 
 def test_trainable_layers_outside_the_model_or_beside_lora_is_refused(tiny_model):
     layers = len(tiny_model.base_model.layers)
-    with pytest.raises(UsageError, match=rf"rl.local.trainable_layers={layers + 1}: the model has {layers} decoder layers"):
-        trainable(copy.deepcopy(tiny_model), RlConfig().with_engine('local', trainable_layers=layers + 1))
+    with pytest.raises(
+        UsageError, match=rf"rl.local.trainable_layers={layers + 1}: the model has {layers} decoder layers"
+    ):
+        trainable(copy.deepcopy(tiny_model), RlConfig().with_engine("local", trainable_layers=layers + 1))
     with pytest.raises(UsageError, match="choose one way to train fewer weights"):
-        trainable(copy.deepcopy(tiny_model), RlConfig(lora_rank=4).with_engine('local', trainable_layers=1))
+        trainable(copy.deepcopy(tiny_model), RlConfig(lora_rank=4).with_engine("local", trainable_layers=1))
     with pytest.raises(UsageError, match="Linear keeps no decoder layers at base_model.layers"):
-        trainable(torch.nn.Linear(2, 2), RlConfig().with_engine('local', trainable_layers=1))
+        trainable(torch.nn.Linear(2, 2), RlConfig().with_engine("local", trainable_layers=1))
     whole = trainable(copy.deepcopy(tiny_model), RlConfig())
     assert all(p.requires_grad for p in whole.parameters())
 
 
 @pytest.mark.parametrize("shared", [True, False])
-def test_the_trainer_hands_the_backend_its_model_and_closes_it_after_a_failure(tiny_qwen3, tmp_path, monkeypatch,
-                                                                                shared):
+def test_the_trainer_hands_the_backend_its_model_and_closes_it_after_a_failure(
+    tiny_qwen3, tmp_path, monkeypatch, shared
+):
     """Through the backend interface only: an in-process backend generates with the model that trains
     (here its LoRA form); beside a server the trainer loads its own copy. The backend is closed also
     when training fails."""
@@ -247,11 +289,17 @@ def test_the_trainer_hands_the_backend_its_model_and_closes_it_after_a_failure(t
     monkeypatch.setattr(trainer, "_train", fails)
     cfg = load_config(None, ["rl.lora_rank=2"])
     with pytest.raises(RuntimeError, match="the first step failed"):
-        trainer.train_curriculum_stage(cfg, [], base_model=str(tiny_qwen3), out_dir=tmp_path, metrics_path=tmp_path / "m.jsonl")
+        trainer.train_curriculum_stage(
+            cfg, [], base_model=str(tiny_qwen3), out_dir=tmp_path, metrics_path=tmp_path / "m.jsonl"
+        )
     model = calls[1][1]
     assert hasattr(model, "peft_config")  # the trainable (LoRA) form
     if shared:
-        assert calls == [("made", "float32", "vllm-server.log"), ("load_weights", model), ("trains", model, True),
-                         ("close",)]
+        assert calls == [
+            ("made", "float32", "vllm-server.log"),
+            ("load_weights", model),
+            ("trains", model, True),
+            ("close",),
+        ]
     else:
         assert calls == [("made", "float32", "vllm-server.log"), ("trains", model, False), ("close",)]

@@ -24,9 +24,20 @@ def export(*args: str):
 def with_items(root):
     """A run with one greedy evaluation whose cosql folder holds official items (2 right of 3) and
     trajectories."""
-    items = [{"interaction_index": 0, "turn_index": i, "db_id": "concert_singer", "gold": GOLD,
-              "pred": GOLD if i < 2 else "SELECT 1", "hardness": "easy", "exact_match": int(i < 2),
-              "exec_match": int(i < 2), "error": None} for i in range(3)]
+    items = [
+        {
+            "interaction_index": 0,
+            "turn_index": i,
+            "db_id": "concert_singer",
+            "gold": GOLD,
+            "pred": GOLD if i < 2 else "SELECT 1",
+            "hardness": "easy",
+            "exact_match": int(i < 2),
+            "exec_match": int(i < 2),
+            "error": None,
+        }
+        for i in range(3)
+    ]
 
     def work(ctx):
         (ctx.out / "cosql").mkdir()
@@ -34,7 +45,9 @@ def with_items(root):
         write_rows(ctx.out / "cosql" / "trajectories.jsonl", trajectories("cosql", "long"))
         return metrics({"cosql": block(3, 2)})
 
-    Store(root).run(ArtifactKey.evaluation(None, name="eval-base"), {"data": DATA, "label": "eval-base"}, {}, work)
+    Store(root).run(
+        ArtifactKey.evaluation(None, name="eval-base"), {"data": DATA, "label": "eval-base"}, {}, work
+    )
     return root, items
 
 
@@ -60,9 +73,14 @@ def test_every_evaluation_and_decoding_of_a_run_stacks_into_one_csv_table(shared
     done = export(str(shared_run), "--format", "csv", "--out", str(out))
     assert done.returncode == 0, done.stderr
     turns = pd.read_csv(out / "turns.csv")
-    files = [f for f in [*shared_run.glob("eval-*/*/*/trajectories.jsonl"),
-                         *shared_run.glob("eval-*/*/*/greedy/trajectories.jsonl")]
-             if "latest" not in f.relative_to(shared_run).parts]  # each artifact once, not again through latest
+    files = [
+        f
+        for f in [
+            *shared_run.glob("eval-*/*/*/trajectories.jsonl"),
+            *shared_run.glob("eval-*/*/*/greedy/trajectories.jsonl"),
+        ]
+        if "latest" not in f.relative_to(shared_run).parts
+    ]  # each artifact once, not again through latest
     assert len(turns) == sum(len(read_jsonl(f)) for f in files)
     assert {"eval-base", "eval-sft", "eval-rl", "eval-sft-vote4"} <= set(turns["evaluation"])
     assert set(turns.loc[turns["evaluation"] == "eval-sft-vote4", "decoding"]) == {"vote@4"}

@@ -46,9 +46,19 @@ REAL_ROW = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_
 
 def summary(right) -> dict:
     """The official summary of 100 turns; ``right(interaction, turn)`` says which match."""
-    items = [{"interaction_index": i, "turn_index": t, "hardness": HARDNESS_LEVELS[i % 4],
-              "exec_match": int(right(i, t)), "exact_match": 0, "db_id": "db", "error": None}
-             for i in range(DIALOGUES) for t in range(TURNS)]
+    items = [
+        {
+            "interaction_index": i,
+            "turn_index": t,
+            "hardness": HARDNESS_LEVELS[i % 4],
+            "exec_match": int(right(i, t)),
+            "exact_match": 0,
+            "db_id": "db",
+            "error": None,
+        }
+        for i in range(DIALOGUES)
+        for t in range(TURNS)
+    ]
     return summarize(items) | {"dataset": "cosql"}
 
 
@@ -57,27 +67,78 @@ def trajectory(verified: bool, execution: int) -> ScoredRow:
     ``verified``)."""
     answer, ran = (G if execution else W), (G if execution else W) if verified else "SELECT 1"
     turn = Turn("cosql", "dev", "cosql-dev-0000", 0, 0, "db", "question", G, (), (), "easy")
-    steps = [Step(index=0, text="<tool_call>...</tool_call>", action="tool_call", tool="exec_sql", arguments={"sql": ran},
-                  sql=ran, observation="Result: 1", result_kind="ok", verdict="pass"),
-             Step(index=1, text=f"<answer_sql>{answer}</answer_sql>", action="answer", sql=answer, exec_verdict="pass")]
-    traj = Trajectory(uid=turn.uid, dataset="cosql", db_id="db", question="question", mode="long", memory_source="gold",
-                      max_messages=4, thinking=False, memory=[], messages=[{"role": "system", "content": "S"},
-                                                                        {"role": "user", "content": "question"}],
-                      steps=steps, final_sql=answer, finish_reason="answer", protocol_valid=True)
-    return replace(REAL_ROW, key=f"{turn.uid}#0", uid=turn.uid, sample=0, turn=turn, trajectory=traj,
-                   execution=execution, exact=0)
+    steps = [
+        Step(
+            index=0,
+            text="<tool_call>...</tool_call>",
+            action="tool_call",
+            tool="exec_sql",
+            arguments={"sql": ran},
+            sql=ran,
+            observation="Result: 1",
+            result_kind="ok",
+            verdict="pass",
+        ),
+        Step(
+            index=1,
+            text=f"<answer_sql>{answer}</answer_sql>",
+            action="answer",
+            sql=answer,
+            exec_verdict="pass",
+        ),
+    ]
+    traj = Trajectory(
+        uid=turn.uid,
+        dataset="cosql",
+        db_id="db",
+        question="question",
+        mode="long",
+        memory_source="gold",
+        max_messages=4,
+        thinking=False,
+        memory=[],
+        messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "question"}],
+        steps=steps,
+        final_sql=answer,
+        finish_reason="answer",
+        protocol_valid=True,
+    )
+    return replace(
+        REAL_ROW,
+        key=f"{turn.uid}#0",
+        uid=turn.uid,
+        sample=0,
+        turn=turn,
+        trajectory=traj,
+        execution=execution,
+        exact=0,
+    )
 
 
-def evaluation(store: Store, label: str, scored: ArtifactKey | None, right, *, mode: str = "long",
-               revisions: dict | None = None, rows: list[ScoredRow] | None = None) -> None:
+def evaluation(
+    store: Store,
+    label: str,
+    scored: ArtifactKey | None,
+    right,
+    *,
+    mode: str = "long",
+    revisions: dict | None = None,
+    rows: list[ScoredRow] | None = None,
+) -> None:
     """An evaluation of the model ``scored`` (its key; None: the base model), as the pipeline keys it."""
+
     def work(ctx):
         (ctx.out / "cosql").mkdir()
         (ctx.out / "cosql" / "summary.json").write_text(json.dumps(summary(right)))
         write_rows(ctx.out / "cosql" / "trajectories.jsonl", rows or [])
         counts = summary(right)["execution"]["question"]["correct"]
-        return metrics({"cosql": block(100, counts, **({"revisions": revisions} if revisions else {}))}, mode=mode)
-    with stepping_clock():  # each evaluation takes one second of the store's clock (the report's pace reads it)
+        return metrics(
+            {"cosql": block(100, counts, **({"revisions": revisions} if revisions else {}))}, mode=mode
+        )
+
+    with (
+        stepping_clock()
+    ):  # each evaluation takes one second of the store's clock (the report's pace reads it)
         store.run(ArtifactKey.evaluation(scored, name=label), {"label": label}, {}, work)
 
 
@@ -85,6 +146,7 @@ def evaluation(store: Store, label: str, scored: ArtifactKey | None, right, *, m
 def stepping_clock(step: float = 0.5):
     """The store's ``time.time`` advances ``step`` seconds per call, so a stage's wall time is non-zero and
     known without waiting; every other ``time`` function is the real one."""
+
     class Clock:
         now = 1_000_000.0
 
@@ -104,9 +166,19 @@ def stepping_clock(step: float = 0.5):
 
 
 def revisions(fixed: int, broke: int, with_error: int, resolved: int) -> dict:
-    return {"no_pass": fixed + broke + 3, "revised": fixed + broke + 1, "wrong_to_right": fixed,
-            "right_to_wrong": broke, "stayed_wrong": 1, "stayed_right": 0, "unscored": 0,
-            "with_error": with_error, "ran_after": with_error, "resolved": resolved, "recovered": 0}
+    return {
+        "no_pass": fixed + broke + 3,
+        "revised": fixed + broke + 1,
+        "wrong_to_right": fixed,
+        "right_to_wrong": broke,
+        "stayed_wrong": 1,
+        "stayed_right": 0,
+        "unscored": 0,
+        "with_error": with_error,
+        "ran_after": with_error,
+        "resolved": resolved,
+        "recovered": 0,
+    }
 
 
 def build(root, *, outcome: bool = True, round1: bool = True, labels: dict[str, str] | None = None):
@@ -119,18 +191,41 @@ def build(root, *, outcome: bool = True, round1: bool = True, labels: dict[str, 
 
     evaluation(store, label("eval-base"), None, lambda i, t: False)
     if round1:
-        evaluation(store, label("eval-sft-r1"), ArtifactKey("sft", 1), lambda i, t: t == 0 and i < 20)  # 20/100, turn 1
-    evaluation(store, label("eval-sft"), ArtifactKey("sft", 2 if round1 else 1),
-               lambda i, t: t == 0 and i < 20 or t == 1 and i < 10, revisions=revisions(0, 0, 20, 15))  # 30/100
-    evaluation(store, label("eval-sft-short"), ArtifactKey("sft", 1, "short"), lambda i, t: t == 1 and i < 20,
-               mode="short")  # 20/100, all on turn 2
-    rl_rows = [trajectory(True, 1)] * 8 + [trajectory(True, 0)] * 2 + [trajectory(False, 1)] + \
-        [trajectory(False, 0)] * 9
-    evaluation(store, label("eval-rl"), ArtifactKey("rl", 3), lambda i, t: t == 0 and i < 10,
-               revisions=revisions(12, 2, 20, 1), rows=rl_rows)
+        evaluation(
+            store, label("eval-sft-r1"), ArtifactKey("sft", 1), lambda i, t: t == 0 and i < 20
+        )  # 20/100, turn 1
+    evaluation(
+        store,
+        label("eval-sft"),
+        ArtifactKey("sft", 2 if round1 else 1),
+        lambda i, t: t == 0 and i < 20 or t == 1 and i < 10,
+        revisions=revisions(0, 0, 20, 15),
+    )  # 30/100
+    evaluation(
+        store,
+        label("eval-sft-short"),
+        ArtifactKey("sft", 1, "short"),
+        lambda i, t: t == 1 and i < 20,
+        mode="short",
+    )  # 20/100, all on turn 2
+    rl_rows = (
+        [trajectory(True, 1)] * 8
+        + [trajectory(True, 0)] * 2
+        + [trajectory(False, 1)]
+        + [trajectory(False, 0)] * 9
+    )
+    evaluation(
+        store,
+        label("eval-rl"),
+        ArtifactKey("rl", 3),
+        lambda i, t: t == 0 and i < 10,
+        revisions=revisions(12, 2, 20, 1),
+        rows=rl_rows,
+    )
     if outcome:
-        evaluation(store, label("eval-rl-outcome"), ArtifactKey("rl", 3, "outcome"),
-                   lambda i, t: t == 1 and i < 10)  # 10/100, as eval-rl
+        evaluation(
+            store, label("eval-rl-outcome"), ArtifactKey("rl", 3, "outcome"), lambda i, t: t == 1 and i < 10
+        )  # 10/100, as eval-rl
     return root
 
 
@@ -140,17 +235,30 @@ def run(tmp_path):
 
 
 def rows_of(run, claim_start: str) -> dict[str, object]:
-    return {row.slice: row for row in findings(latest_artifacts(run), SETTINGS) if row.claim.startswith(claim_start)}
+    return {
+        row.slice: row
+        for row in findings(latest_artifacts(run), SETTINGS)
+        if row.claim.startswith(claim_start)
+    }
 
 
 def test_evaluations_are_found_by_key_whatever_their_labels(run, tmp_path):
     """Labels that say nothing of the model (and one that says the wrong thing) land in the same rows."""
-    odd = {"eval-base": "zero", "eval-sft-r1": "first-round", "eval-sft": "eval-rl-old", "eval-sft-short": "terse",
-           "eval-rl": "final", "eval-rl-outcome": "eval-sft-x"}
+    odd = {
+        "eval-base": "zero",
+        "eval-sft-r1": "first-round",
+        "eval-sft": "eval-rl-old",
+        "eval-sft-short": "terse",
+        "eval-rl": "final",
+        "eval-rl-outcome": "eval-sft-x",
+    }
     renamed = build(tmp_path / "odd", labels=odd)
 
     def table(folder):
-        return [(row.claim, row.slice, row.measured, row.difference) for row in findings(latest_artifacts(folder), SETTINGS)]
+        return [
+            (row.claim, row.slice, row.measured, row.difference)
+            for row in findings(latest_artifacts(folder), SETTINGS)
+        ]
 
     assert table(renamed) == table(run) and any(row[3] is not None for row in table(run))
 
@@ -164,7 +272,11 @@ def test_gains_and_losses_get_their_verdicts(run):
     assert shown.difference[0] == pytest.approx(0.30) and shown.difference[1] > 0
     assert "eval-sft 30.0" in shown.measured and "eval-base 0.0" in shown.measured
     first = rows_of(run, "Round 1 of warm-start SFT")["cosql"]  # the last round's gain is not the only one
-    assert first.verdict == SUPPORTED and "eval-sft-r1 20.0" in first.measured and "eval-base 0.0" in first.measured
+    assert (
+        first.verdict == SUPPORTED
+        and "eval-sft-r1 20.0" in first.measured
+        and "eval-base 0.0" in first.measured
+    )
 
 
 def test_long_against_short_per_turn_and_hardness(run):
@@ -213,7 +325,9 @@ def test_a_round_two_that_kept_nothing_is_named_as_such(tmp_path):
     assert row.verdict == "missing: eval-sft-r1", "without reject-r2, nothing says why"
     Store(run).run(ArtifactKey("reject", 2), {"r": 2}, {}, lambda ctx: {"items": 4, "kept": 0})
     (row,) = rows_of(run, "A self-taught round").values()
-    assert row.verdict == "round 2 kept 0 trajectories and trained no model: eval-sft scores the round-1 model"
+    assert (
+        row.verdict == "round 2 kept 0 trajectories and trained no model: eval-sft scores the round-1 model"
+    )
     Store(run).run(ArtifactKey("sft", 2), {"r": 2}, {}, lambda ctx: {"examples": 3})
     (row,) = rows_of(run, "A self-taught round").values()
     assert row.verdict == "missing: eval-sft-r1", "a round 2 that trained a model needs its own evaluation"
@@ -230,7 +344,10 @@ def test_section_and_closing_note_in_the_report(run):
     section = text.split("## Paper findings")[1].split("\n## ")[0]
     assert "| Warm-start SFT improves on the base model | cosql |" in section
     assert "+30.0 [" in section and SUPPORTED in section and CONTRADICTED in section
-    assert "would clear 0 with about" in section and "A self-taught round improves on the round before (cosql)" in section
+    assert (
+        "would clear 0 with about" in section
+        and "A self-taught round improves on the round before (cosql)" in section
+    )
     assert "s per evaluated turn" in section
 
 
@@ -273,6 +390,7 @@ def test_kept_trajectories_by_writer(tmp_path):
         def work(ctx):
             write_rows(ctx.out / "kept.jsonl", rows)
             return {"items": 4, "solved": 3, "sampled": 8, "kept": len(rows)}
+
         return work
 
     s1, _ = store.run(ArtifactKey("sample", 1), {"r": 1}, {}, sampled("gold_with_correction", "smollm2-135m"))
@@ -283,6 +401,9 @@ def test_kept_trajectories_by_writer(tmp_path):
     store.run(ArtifactKey("reject", 1, "short"), {"r": 3}, {"sample": short}, kept([kept_row(False)]))
     rows = kept_rows(latest_artifacts(store.root))
     assert [(r["label"], r["sampled_by"], r["by_scripted"], r["by_model"]) for r in rows] == [
-        ("reject-r1", "gold_with_correction", 3, 0), ("reject-r2", "sft-r1", 0, 2), ("reject-short-r1", "gold", 1, 0)]
+        ("reject-r1", "gold_with_correction", 3, 0),
+        ("reject-r2", "sft-r1", 0, 2),
+        ("reject-short-r1", "gold", 1, 0),
+    ]
     text = "\n".join(kept_section(latest_artifacts(store.root)))
     assert "The model wrote 2 of the kept trajectories itself (reject-r2 sampled the model)" in text

@@ -30,8 +30,10 @@ def test_rates_carry_n_and_wilson_intervals(report):
     _, text = report
     table = section(text, "Evaluations")
     # 16/40 and 0/40 (EX), 8/40 (EM), 4/10 interactions: each with its 95 % Wilson interval
-    assert "| eval-sft | long | gold | greedy | cosql | 40 | 40.0 [26.3, 55.4] (16/40) | " \
-           "20.0 [10.5, 34.8] (8/40) | 40.0 [16.8, 68.7] (4/10) |" in table
+    assert (
+        "| eval-sft | long | gold | greedy | cosql | 40 | 40.0 [26.3, 55.4] (16/40) | "
+        "20.0 [10.5, 34.8] (8/40) | 40.0 [16.8, 68.7] (4/10) |" in table
+    )
     assert "| eval-base | long | gold | greedy | cosql | 40 | 0.0 [0.0, 8.8] (0/40) |" in table
     assert "| eval-base-short | short |" in table
 
@@ -40,11 +42,17 @@ def test_summary_says_what_the_intervals_allow(report):
     _, text = report
     summary = section(text, "Summary")
     cosql, sparc = summary.split("**sparc**")
-    assert "base 0.0 [0.0, 8.8] (0/40) → SFT 40.0 [26.3, 55.4] (16/40) → RL 45.0 [30.7, 60.2] (18/40)" in cosql
-    assert "SFT − base = +40.0 points [+23.8, +55.4]: SFT is above base beyond the 95 % interval of the " \
+    assert (
+        "base 0.0 [0.0, 8.8] (0/40) → SFT 40.0 [26.3, 55.4] (16/40) → RL 45.0 [30.7, 60.2] (18/40)" in cosql
+    )
+    assert (
+        "SFT − base = +40.0 points [+23.8, +55.4]: SFT is above base beyond the 95 % interval of the "
         "difference" in cosql
-    assert "RL − SFT = +5.0 points [-16.0, +25.4]: the interval holds 0, so this run shows no difference " \
+    )
+    assert (
+        "RL − SFT = +5.0 points [-16.0, +25.4]: the interval holds 0, so this run shows no difference "
         "between SFT and RL" in cosql
+    )
     assert "cannot show" not in cosql  # 40 turns: no blanket warning
     assert "the interval holds 0, so this run shows no difference between base and SFT" in sparc  # 0/3 vs 1/3
     assert "With as few as 3 scored turns" in sparc and "cannot show differences" in sparc
@@ -57,8 +65,14 @@ def test_behaviour_counts_only_long_horizon_runs(report):
     assert "memory_retrieve" in behaviour and "self-correction" in behaviour  # the definitions are stated
     row = next(line for line in behaviour.splitlines() if line.startswith("| eval-sft | cosql |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2:] == ["3", "100.0 [43.9, 100.0] (3/3)", "66.7 [20.8, 93.9] (2/3)", "50.0 [9.5, 90.5] (1/2)",
-                         "100.0 [20.7, 100.0] (1/1)", "0.0 [0.0, 56.1] (0/3)"]
+    assert cells[2:] == [
+        "3",
+        "100.0 [43.9, 100.0] (3/3)",
+        "66.7 [20.8, 93.9] (2/3)",
+        "50.0 [9.5, 90.5] (1/2)",
+        "100.0 [20.7, 100.0] (1/1)",
+        "0.0 [0.0, 56.1] (0/3)",
+    ]
 
 
 def test_examples_are_decoded_text(report, token_id):
@@ -75,17 +89,25 @@ def test_examples_are_decoded_text(report, token_id):
 def test_training_sections(report):
     _, text = report
     rounds = section(text, "Self-taught SFT rounds")
-    assert "| 1 | gold_with_correction | 12 | 75.0 [46.8, 91.1] (9/12) | 9 | 9 | 1 | 0.8123 | 3 | " \
-           "30.0 [10.8, 60.3] (3/10) |" in rounds
+    assert (
+        "| 1 | gold_with_correction | 12 | 75.0 [46.8, 91.1] (9/12) | 9 | 9 | 1 | 0.8123 | 3 | "
+        "30.0 [10.8, 60.3] (3/10) |" in rounds
+    )
     curriculum = section(text, "Curriculum")
     assert "| stage 3 | hard, extra | 0 | 0 | 2 | 1 | 3 |" in curriculum
     grpo = section(text, "Curriculum GRPO")
     steps = [line for line in grpo.splitlines() if line.startswith("| rl-c")]
     assert [line.split("|")[1:4] for line in steps] == [
-        [" rl-c1 ", " local ", " 1 "], [" rl-c1 ", " local ", " 2 "], [" rl-c1 ", " local ", " 3 "],
-        [" rl-c2 ", " verl ", " 1 "], [" rl-c2 ", " verl ", " 2 "]]  # each stage names the engine that trained it
-    assert "| rl-c1 | local | 1 | 0.6 | 0.2 | -0.01 | 0.001 | 1.5 | 61 | 50.0 [9.5, 90.5] (1/2) | " \
+        [" rl-c1 ", " local ", " 1 "],
+        [" rl-c1 ", " local ", " 2 "],
+        [" rl-c1 ", " local ", " 3 "],
+        [" rl-c2 ", " verl ", " 1 "],
+        [" rl-c2 ", " verl ", " 2 "],
+    ]  # each stage names the engine that trained it
+    assert (
+        "| rl-c1 | local | 1 | 0.6 | 0.2 | -0.01 | 0.001 | 1.5 | 61 | 50.0 [9.5, 90.5] (1/2) | "
         "25.0 [7.1, 59.1] (2/8) |" in grpo
+    )
 
 
 def test_provenance_and_paper_are_separate(report):
@@ -126,8 +148,11 @@ def test_breakdown_tells_zero_from_no_items():
     from mtsql.app.report.plots import breakdown_figure
     from mtsql.app.report.stats import Rate
 
-    fig = breakdown_figure({"cosql": {"base": {"easy": Rate(0, 5), "medium": Rate(2, 4)}}}, ("easy", "medium", "hard"),
-                           "hardness")
+    fig = breakdown_figure(
+        {"cosql": {"base": {"easy": Rate(0, 5), "medium": Rate(2, 4)}}},
+        ("easy", "medium", "hard"),
+        "hardness",
+    )
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.texts]
     assert labels == ["0/5", "2/4", "n=0"]
@@ -176,9 +201,20 @@ def test_notebook_runs_on_the_run(shared_run):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= 6, "hardness, turn, max_messages, vote n, RL curves and behaviour plots are drawn"
-    tables = " ".join(o.get("data", {}).get("text/html", "") for o in outputs if isinstance(o.get("data", {}).get("text/html"), str))
-    for column in ("pass@4", "exec_verify_precision_pass", "memory_verify_followed_after_no_pass", "ex_non_empty_gold",
-                   "ex_after_wrong", "prompt_tokens_per_turn", "memory_calls_per_turn"):
+    tables = " ".join(
+        o.get("data", {}).get("text/html", "")
+        for o in outputs
+        if isinstance(o.get("data", {}).get("text/html"), str)
+    )
+    for column in (
+        "pass@4",
+        "exec_verify_precision_pass",
+        "memory_verify_followed_after_no_pass",
+        "ex_non_empty_gold",
+        "ex_after_wrong",
+        "prompt_tokens_per_turn",
+        "memory_calls_per_turn",
+    ):
         assert column in tables, column
 
 
@@ -190,7 +226,9 @@ def test_rounds_without_held_out_check_or_training(run_folder):
     store = Store(run_folder)
     store.run(ArtifactKey("sample", 2), {"r": 2}, {}, lambda ctx: {"policy": "model", "count": 3, "items": 3})
     store.run(ArtifactKey("reject", 2), {"r": 2}, {}, lambda ctx: {"items": 3, "solved": 0, "kept": 0})
-    store.run(ArtifactKey("sft", 3), {"r": 3}, {}, lambda ctx: {"examples": 2, "heldout": {"count": 0, "ex": 0.0}})
+    store.run(
+        ArtifactKey("sft", 3), {"r": 3}, {}, lambda ctx: {"examples": 2, "heldout": {"count": 0, "ex": 0.0}}
+    )
     lines = sft_rounds_section(latest_artifacts(run_folder))
     assert "| 2 | model | 3 | 0.0 [0.0, 56.1] (0/3) | 0 | – | – | – | – | – |" in lines
     assert "| 3 | – | – | – | – | 2 | – | – | – | – |" in lines
@@ -204,20 +242,29 @@ def test_every_rl_chain_has_its_curves_and_step_rows(run_folder):
     from mtsql.base.artifacts import ArtifactKey, Store
 
     def outcome(ctx):
-        (ctx.out / "metrics.jsonl").write_text(json.dumps({"stage": 1, "step": 1, "reward_mean": 0.125,
-                                                           "reward_std": 0.1, "response_length": 70}) + "\n")
+        (ctx.out / "metrics.jsonl").write_text(
+            json.dumps(
+                {"stage": 1, "step": 1, "reward_mean": 0.125, "reward_std": 0.1, "response_length": 70}
+            )
+            + "\n"
+        )
         return {"steps": 1}
 
-    Store(run_folder).run(ArtifactKey("rl", 1, "outcome"), {"rl": {"batch_size": 2, "n": 4},
-                                                            "reward": {"family": "outcome"}}, {}, outcome)
+    Store(run_folder).run(
+        ArtifactKey("rl", 1, "outcome"),
+        {"rl": {"batch_size": 2, "n": 4}, "reward": {"family": "outcome"}},
+        {},
+        outcome,
+    )
     path = build_report(run_folder)
     grpo = section(path.read_text(), "Curriculum GRPO")
     assert "### rl\n" in grpo and "### rl-outcome (outcome reward)" in grpo
     assert "![GRPO curves, rl-outcome](plots/rl-outcome_curves.png)" in grpo
     assert (path.parent / "plots" / "rl-outcome_curves.png").stat().st_size > 0
     assert not (path.parent / "plots" / "rl-outcome_behaviour.png").exists()  # this chain logged no behaviour
-    assert [line.split("|")[1] for line in grpo.splitlines() if line.startswith("| rl-")] == \
-        [" rl-c1 "] * 3 + [" rl-c2 "] * 2 + [" rl-outcome-c1 "]
+    assert [line.split("|")[1] for line in grpo.splitlines() if line.startswith("| rl-")] == [
+        " rl-c1 "
+    ] * 3 + [" rl-c2 "] * 2 + [" rl-outcome-c1 "]
 
 
 def test_rl_figure_with_what_verl_logs():
@@ -243,34 +290,59 @@ def test_examples_prefer_telling_cases():
     real = read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0]
 
     def row(uid, execution, valid, steps=()):
-        return replace(real, uid=uid, execution=execution,
-                       trajectory=replace(real.trajectory, protocol_valid=valid, steps=list(steps)))
+        return replace(
+            real,
+            uid=uid,
+            execution=execution,
+            trajectory=replace(real.trajectory, protocol_valid=valid, steps=list(steps)),
+        )
 
-    corrected = [Step(index=0, text="", action="tool_call", tool="exec_sql", sql="SELECT 1", verdict="no_pass"),
-                 Step(index=1, text="", action="answer", sql="SELECT 2")]
-    rows = [row("a", 0, False), row("b", 0, True), row("c", 1, True), row("d", 0, True, corrected), row("e", 0, True)]
+    corrected = [
+        Step(index=0, text="", action="tool_call", tool="exec_sql", sql="SELECT 1", verdict="no_pass"),
+        Step(index=1, text="", action="answer", sql="SELECT 2"),
+    ]
+    rows = [
+        row("a", 0, False),
+        row("b", 0, True),
+        row("c", 1, True),
+        row("d", 0, True, corrected),
+        row("e", 0, True),
+    ]
     assert [(why.split(" (")[0], r.uid) for why, r in pick_examples(rows)] == [
-        ("changed its query after a no_pass verdict", "d"), ("answered correctly", "c"), ("a miss", "a")]
+        ("changed its query after a no_pass verdict", "d"),
+        ("answered correctly", "c"),
+        ("a miss", "a"),
+    ]
     misses = [row("a", 0, False), row("b", 0, False), row("c", 0, True)]
     assert [(why, r.uid) for why, r in pick_examples(misses)] == [
-        ("a miss (EX 0 or no answer)", "a"), ("another item (a miss, protocol-valid)", "c"),
-        ("another item (a miss, off protocol)", "b")]
+        ("a miss (EX 0 or no answer)", "a"),
+        ("another item (a miss, protocol-valid)", "c"),
+        ("another item (a miss, off protocol)", "b"),
+    ]
 
 
 def test_headline_is_the_plain_label_not_a_newer_variant(shared_run):
     from mtsql.app.report.runs import evaluations, headline, latest_artifacts
 
     heads = headline(evaluations(latest_artifacts(shared_run)))
-    assert {phase: art.label for phase, art in heads.items()} == {"base": "eval-base", "sft": "eval-sft", "rl": "eval-rl"}
+    assert {phase: art.label for phase, art in heads.items()} == {
+        "base": "eval-base",
+        "sft": "eval-sft",
+        "rl": "eval-rl",
+    }
 
 
 def test_pass_at_k_next_to_greedy_and_vote(report):
     _, text = report
     table = section(text, "pass@k")
     # every turn has one right sample of 4: pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2, pass@4 = 1
-    assert "| eval-sft-vote4 | cosql | all | 40 | 40.0 [26.3, 55.4] (16/40) | 50.0 [35.2, 64.8] (20/40) | " \
+    assert (
+        "| eval-sft-vote4 | cosql | all | 40 | 40.0 [26.3, 55.4] (16/40) | 50.0 [35.2, 64.8] (20/40) | "
         "0.25 | 0.5 | 1 |" in table
-    assert "| eval-sft-vote4 | cosql | hard | 13 |  |  | 0.25 | 0.5 | 1 |" in table and "| extra |" not in table
+    )
+    assert (
+        "| eval-sft-vote4 | cosql | hard | 13 |  |  | 0.25 | 0.5 | 1 |" in table and "| extra |" not in table
+    )
 
 
 def test_calibration_table_per_phase(report):
@@ -284,16 +356,27 @@ def test_calibration_table_per_phase(report):
 
 def test_vacuous_memory_propagation_and_cost_sections(report):
     _, text = report
-    assert "| eval-sft | cosql | 40.0 [26.3, 55.4] (16/40) | 38.5 [24.9, 54.1] (15/39) | 1 |" in section(text, "Vacuous matches")
-    assert "| RL | cosql | 45.0 [30.7, 60.2] (18/40) | 30.0 [18.1, 45.4] (12/40) | -15.0 [-34.3, +6.0] |" \
+    assert "| eval-sft | cosql | 40.0 [26.3, 55.4] (16/40) | 38.5 [24.9, 54.1] (15/39) | 1 |" in section(
+        text, "Vacuous matches"
+    )
+    assert (
+        "| RL | cosql | 45.0 [30.7, 60.2] (18/40) | 30.0 [18.1, 45.4] (12/40) | -15.0 [-34.3, +6.0] |"
         in section(text, "Gold against predicted memory")
+    )
     # eval-sft: dialogues 0-3 (16 turns) right, 4-9 wrong: 12 later turns after a right one, 18 after a
     # wrong one
-    assert "| eval-sft | gold | cosql | 100.0 [75.8, 100.0] (12/12) | 0.0 [0.0, 17.6] (0/18) | " \
+    assert (
+        "| eval-sft | gold | cosql | 100.0 [75.8, 100.0] (12/12) | 0.0 [0.0, 17.6] (0/18) | "
         "+100.0 [+70.0, +100.0] |" in section(text, "Error propagation")
+    )
     cost = section(text, "Cost against accuracy")
-    assert "| eval-sft-vote4 | cosql | greedy | 40.0 [26.3, 55.4] (16/40) | 40 | 400 | 1.5 | 3 | 0.5 |" in cost
-    assert "| eval-sft-vote4 | cosql | vote@4 | 50.0 [35.2, 64.8] (20/40) | 160 | 1,600 | 1.5 | 3 | 0.5 |" in cost
+    assert (
+        "| eval-sft-vote4 | cosql | greedy | 40.0 [26.3, 55.4] (16/40) | 40 | 400 | 1.5 | 3 | 0.5 |" in cost
+    )
+    assert (
+        "| eval-sft-vote4 | cosql | vote@4 | 50.0 [35.2, 64.8] (20/40) | 160 | 1,600 | 1.5 | 3 | 0.5 |"
+        in cost
+    )
 
 
 def test_curves_against_max_messages_and_vote_n(shared_run):
@@ -302,7 +385,9 @@ def test_curves_against_max_messages_and_vote_n(shared_run):
     from mtsql.app.report.stats import Rate
 
     evals = evaluations(latest_artifacts(shared_run))
-    assert max_messages_rates(evals)["cosql"] == {"SFT, gold memory": {1: Rate(4, 40), 2: Rate(10, 40), 4: Rate(16, 40)}}
+    assert max_messages_rates(evals)["cosql"] == {
+        "SFT, gold memory": {1: Rate(4, 40), 2: Rate(10, 40), 4: Rate(16, 40)}
+    }
     assert vote_rates(evals)["cosql"] == {"SFT, gold memory, 4 messages": {1: Rate(16, 40), 4: Rate(20, 40)}}
 
 
@@ -316,8 +401,13 @@ def run_notebook(cwd: Path, run: str | None) -> list[dict]:
     if run is not None:
         os.environ["MTSQL_RUN"] = run
     try:
-        NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(cwd)}}).execute()
+        NotebookClient(
+            notebook,
+            timeout=120,
+            kernel_name="python3",
+            allow_errors=True,
+            resources={"metadata": {"path": str(cwd)}},
+        ).execute()
     finally:
         os.environ.pop("MTSQL_RUN", None)
         if saved is not None:

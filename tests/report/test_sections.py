@@ -54,7 +54,9 @@ def test_the_rows_name_and_find_the_models_the_pipeline_gives(tmp_path):
     row = rows[("Long horizon beats short horizon on EX", "cosql")]
     assert row.measured.startswith("eval-sft-r1 20.0 ") and " vs eval-sft-terse 0.0 [" in row.measured
     shipped = {(row.claim, row.slice): row for row in findings(latest_artifacts(run), SETTINGS)}
-    assert " vs eval-sft-short 20.0 [" in shipped[("Long horizon beats short horizon on EX", "cosql")].measured
+    assert (
+        " vs eval-sft-short 20.0 [" in shipped[("Long horizon beats short horizon on EX", "cosql")].measured
+    )
 
 
 def test_the_closing_note_compares_with_the_dev_set_sizes_the_pipeline_gives(tmp_path):
@@ -70,7 +72,8 @@ def test_method_rows_are_named_as_its_pipeline_labels_its_evaluations():
     steps = yaml.safe_load((PIPELINES / "method.yaml").read_text())["steps"]
     labels = {step["model"]: step["label"] for step in steps if step["stage"] == "evaluate"}
     assert {f"eval-{ref}" for ref in dataclasses.asdict(SETTINGS.models).values()} == {
-        labels[ref] for ref in dataclasses.asdict(SETTINGS.models).values()}
+        labels[ref] for ref in dataclasses.asdict(SETTINGS.models).values()
+    }
 
 
 def test_a_pipelines_report_step_builds_the_sections_it_names(tmp_path, monkeypatch):
@@ -78,8 +81,13 @@ def test_a_pipelines_report_step_builds_the_sections_it_names(tmp_path, monkeypa
     monkeypatch.setattr(pipeline, "build_report", lambda root, **kw: built.append(kw) or root / "report.md")
     steps = tmp_path / "p.yaml"
     steps.write_text("steps:\n  - stage: report\nreport:\n  sections: [sqlr1, self_taught]\n")
-    pipeline.run_pipeline(steps, REPO / "configs" / "profiles" / "tiny.yaml", [f"runs_dir={tmp_path / 'runs'}"])
-    assert built == [{"sections": load_pipeline(steps).report}] and list(built[0]["sections"]) == ["sqlr1", "self_taught"]
+    pipeline.run_pipeline(
+        steps, REPO / "configs" / "profiles" / "tiny.yaml", [f"runs_dir={tmp_path / 'runs'}"]
+    )
+    assert built == [{"sections": load_pipeline(steps).report}] and list(built[0]["sections"]) == [
+        "sqlr1",
+        "self_taught",
+    ]
 
 
 def test_report_command_takes_the_sections_from_pipeline(tmp_path):

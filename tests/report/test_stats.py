@@ -11,7 +11,9 @@ def test_wilson_matches_scipy():
         for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
             expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
             low, high = wilson(k, n)
-            assert low == pytest.approx(expected.low, abs=1e-9) and high == pytest.approx(expected.high, abs=1e-9)
+            assert low == pytest.approx(expected.low, abs=1e-9) and high == pytest.approx(
+                expected.high, abs=1e-9
+            )
 
 
 def test_wilson_textbook_values_and_ends():
@@ -37,11 +39,14 @@ def test_rate_cells_and_comparisons():
     assert rate_of([True, False, 1, 0, None]) == Rate(2, 5)
 
 
-@pytest.mark.parametrize("a, b, low, high", [
-    ((56, 70), (48, 80), 0.0524, 0.3339),  # Newcombe (1998), Table II, examples (a), (b), (d): method 10
-    ((9, 10), (3, 10), 0.1705, 0.8090),
-    ((5, 56), (0, 29), -0.0381, 0.1926),
-])
+@pytest.mark.parametrize(
+    "a, b, low, high",
+    [
+        ((56, 70), (48, 80), 0.0524, 0.3339),  # Newcombe (1998), Table II, examples (a), (b), (d): method 10
+        ((9, 10), (3, 10), 0.1705, 0.8090),
+        ((5, 56), (0, 29), -0.0381, 0.1926),
+    ],
+)
 def test_difference_interval_is_newcombes_hybrid_score_interval(a, b, low, high):
     difference, lower, upper = Rate(*a).minus(Rate(*b))
     assert difference == pytest.approx(a[0] / a[1] - b[0] / b[1])

@@ -53,15 +53,27 @@ def test_gold_as_predictions_scores_everything(gold, tmp_path):
         assert result.summary[metric]["question"]["accuracy"] == 1.0
         assert result.summary[metric]["interaction"]["accuracy"] == 1.0
     first = result.items[0]
-    assert first == {"interaction_index": 0, "turn_index": 0, "db_id": "pets_1", "gold": "SELECT * FROM pets",
-                     "pred": "SELECT * FROM pets", "hardness": "easy", "exact_match": 1, "exec_match": 1,
-                     "error": None}
+    assert first == {
+        "interaction_index": 0,
+        "turn_index": 0,
+        "db_id": "pets_1",
+        "gold": "SELECT * FROM pets",
+        "pred": "SELECT * FROM pets",
+        "hardness": "easy",
+        "exact_match": 1,
+        "exec_match": 1,
+        "error": None,
+    }
     assert result.items[-1]["interaction_index"] == 2 and result.items[-1]["turn_index"] == 1
 
 
 def test_outputs_are_written_atomically(gold, tmp_path):
-    result = evaluate_files("sparc", predictions(tmp_path, gold_as_predictions(gold)), gold_path=gold,
-                            options=EvaluateOptions(etype="match"))
+    result = evaluate_files(
+        "sparc",
+        predictions(tmp_path, gold_as_predictions(gold)),
+        gold_path=gold,
+        options=EvaluateOptions(etype="match"),
+    )
     out = tmp_path / "out"
     write_outputs(out, result)
     assert sorted(p.name for p in out.iterdir()) == ["items.jsonl", "summary.json"]
@@ -81,7 +93,9 @@ def test_allow_mismatch_scores_missing_turns_zero_and_lists_them(gold, tmp_path)
     lines = gold_as_predictions(gold)[:9]  # interaction 2 loses its second turn
     result = evaluate_files("sparc", predictions(tmp_path, lines), gold_path=gold, allow_mismatch=True)
     missing = [i for i in result.items if i.get("missing")]
-    assert [(i["interaction_index"], i["turn_index"], i["exact_match"], i["exec_match"]) for i in missing] == [(2, 1, 0, 0)]
+    assert [
+        (i["interaction_index"], i["turn_index"], i["exact_match"], i["exec_match"]) for i in missing
+    ] == [(2, 1, 0, 0)]
     assert result.summary["missing"] == [{"interaction_index": 2, "turn_index": 1}]
     assert result.summary["exact"]["interaction"]["accuracy"] == 2 / 3
 
@@ -105,9 +119,25 @@ def test_the_config_data_root_gives_the_gold_of_evaluate_pred(tmp_path):
     (root / "sparc" / "tables.json").symlink_to(FIXTURE_DATA / "sparc" / "tables.json")
     (root / "database").symlink_to(FIXTURE_DATA / "database", target_is_directory=True)
     pred = predictions(tmp_path, gold_as_predictions(root / "sparc" / "dev_gold.txt"))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
-    done = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", str(tmp_path / "out"),
-                             f"data.root={root}"], env=env)
+    env = {
+        "COLUMNS": "200",
+        "PATH": "/usr/bin:/bin",
+        "MTSQL_DATA": str(FIXTURE_DATA),
+        "MTSQL_HOME": str(tmp_path),
+    }
+    done = mtsql_in_process(
+        [
+            "evaluate",
+            "--dataset",
+            "sparc",
+            "--pred",
+            str(pred),
+            "--out",
+            str(tmp_path / "out"),
+            f"data.root={root}",
+        ],
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["gold_file"] == str(root / "sparc" / "dev_gold.txt") and summary["turns"] == 3
@@ -116,10 +146,15 @@ def test_the_config_data_root_gives_the_gold_of_evaluate_pred(tmp_path):
 def test_hostile_predictions_score_zero_and_leave_the_database_alone(gold, tmp_path):
     db = FIXTURE_DATA / "database" / "pets_1" / "pets_1.sqlite"
     before = hashlib.sha256(db.read_bytes()).hexdigest()
-    hostile = ["DROP TABLE pets", "SELECT * FROM pets; DELETE FROM pets", "ATTACH 'x.sqlite' AS x",
-               "SELECT 1\x00", "SELECT '" + "x" * 10_000_000 + "'",
-               "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-               "SELECT count(*) FROM " + ", ".join(f"pets p{i}" for i in range(25))]
+    hostile = [
+        "DROP TABLE pets",
+        "SELECT * FROM pets; DELETE FROM pets",
+        "ATTACH 'x.sqlite' AS x",
+        "SELECT 1\x00",
+        "SELECT '" + "x" * 10_000_000 + "'",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+        "SELECT count(*) FROM " + ", ".join(f"pets p{i}" for i in range(25)),
+    ]
     path = tmp_path / "pred.txt"
     body = "\n".join(hostile[:3]) + "\n\n" + "\n".join(hostile[3:6]) + "\n\n"
     # odd characters, but UTF-8: a file that is not UTF-8 is refused whole (tests/test_bad_input_store.py)
@@ -151,30 +186,74 @@ def test_score_pairs_equals_scoring_the_written_file(tmp_path):
 
 def test_cli_writes_outputs_and_rejects_bad_options(gold, tmp_path):
     pred = predictions(tmp_path, gold_as_predictions(gold))
-    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MTSQL_DATA": str(FIXTURE_DATA), "MTSQL_HOME": str(tmp_path)}
-    ok = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--gold", str(gold),
-                           "--out", str(tmp_path / "cli")], env=env)
+    env = {
+        "COLUMNS": "200",
+        "PATH": "/usr/bin:/bin",
+        "MTSQL_DATA": str(FIXTURE_DATA),
+        "MTSQL_HOME": str(tmp_path),
+    }
+    ok = mtsql_in_process(
+        [
+            "evaluate",
+            "--dataset",
+            "sparc",
+            "--pred",
+            str(pred),
+            "--gold",
+            str(gold),
+            "--out",
+            str(tmp_path / "cli"),
+        ],
+        env=env,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "joint_all" in ok.stdout and (tmp_path / "cli" / "summary.json").exists()
-    bad = mtsql_in_process(["evaluate", "--dataset", "sparc", "--pred", str(pred), "--out", str(tmp_path / "x"),
-                            "--exec-semantics", "nope"], env=env)
+    bad = mtsql_in_process(
+        [
+            "evaluate",
+            "--dataset",
+            "sparc",
+            "--pred",
+            str(pred),
+            "--out",
+            str(tmp_path / "x"),
+            "--exec-semantics",
+            "nope",
+        ],
+        env=env,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "testsuite" in bad.stderr
 
 
 # (gold on concert_singer, prediction with the `value` placeholder, expected (exact, execution))
 VALUE_CASES = [
-    ("SELECT name FROM singer ORDER BY age LIMIT 1", "SELECT name FROM singer ORDER BY age LIMIT value", (1, 1)),
-    ("SELECT name FROM singer WHERE singer_id IN "
-     "(SELECT singer_id FROM singer_in_concert WHERE concert_id = 1)",
-     "SELECT name FROM singer WHERE singer_id IN "
-     "(SELECT singer_id FROM singer_in_concert WHERE concert_id = value)",
-     (1, 1)),
-    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = value;",
-     (1, 1)),
-    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = value",
-     (1, 1)),
-    ("SELECT count(*) FROM concert WHERE concert_id = 1", "SELECT count(*) FROM concert WHERE concert_id = VALUE",
-     (0, 0)),
+    (
+        "SELECT name FROM singer ORDER BY age LIMIT 1",
+        "SELECT name FROM singer ORDER BY age LIMIT value",
+        (1, 1),
+    ),
+    (
+        "SELECT name FROM singer WHERE singer_id IN "
+        "(SELECT singer_id FROM singer_in_concert WHERE concert_id = 1)",
+        "SELECT name FROM singer WHERE singer_id IN "
+        "(SELECT singer_id FROM singer_in_concert WHERE concert_id = value)",
+        (1, 1),
+    ),
+    (
+        "SELECT count(*) FROM concert WHERE concert_id = 1",
+        "SELECT count(*) FROM concert WHERE concert_id = value;",
+        (1, 1),
+    ),
+    (
+        "SELECT count(*) FROM concert WHERE concert_id = 1",
+        "SELECT count(*) FROM concert WHERE concert_id = value",
+        (1, 1),
+    ),
+    (
+        "SELECT count(*) FROM concert WHERE concert_id = 1",
+        "SELECT count(*) FROM concert WHERE concert_id = VALUE",
+        (0, 0),
+    ),
 ]
 
 
@@ -183,7 +262,9 @@ def test_value_placeholder_verdicts_match_the_official_programs(tmp_path, exec_s
     gold = tmp_path / "gold.txt"
     gold.write_text("".join(f"{g}\tconcert_singer\n\n" for g, _, _ in VALUE_CASES))
     pred = predictions(tmp_path, [line for _, p, _ in VALUE_CASES for line in (p, "")])
-    result = evaluate_files("sparc", pred, gold_path=gold, options=EvaluateOptions(exec_semantics=exec_semantics))
+    result = evaluate_files(
+        "sparc", pred, gold_path=gold, options=EvaluateOptions(exec_semantics=exec_semantics)
+    )
     assert [(i["exact_match"], i["exec_match"]) for i in result.items] == [case[2] for case in VALUE_CASES]
 
 
@@ -196,8 +277,12 @@ def test_exact_match_does_not_depend_on_the_execution_algorithm(gold, tmp_path):
     gold.write_text(gold.read_text().rstrip("\n") + "\n")  # no blank line after the last interaction
     path = tmp_path / "pred.txt"
     path.write_text("\n".join(lines).rstrip("\n"))
-    exact = {semantics: evaluate_files("sparc", path, gold_path=gold, options=EvaluateOptions(
-        etype="match", exec_semantics=semantics)).items for semantics in ("testsuite", "sparc")}
+    exact = {
+        semantics: evaluate_files(
+            "sparc", path, gold_path=gold, options=EvaluateOptions(etype="match", exec_semantics=semantics)
+        ).items
+        for semantics in ("testsuite", "sparc")
+    }
     assert exact["testsuite"] == exact["sparc"]
     assert len(exact["sparc"]) == 8 and exact["sparc"][1]["pred"].endswith(">  1")
     assert [i["exact_match"] for i in exact["sparc"]] == [0, 1, 1, 1, 1, 1, 1, 1]
@@ -225,7 +310,9 @@ def test_worker_processes_give_the_single_process_items(tmp_path, monkeypatch):
     pred = predictions(tmp_path, wrong_and_right(gold))
     monkeypatch.setattr(evaluation, "MIN_ROWS_PER_PROCESS", 1)
     single = evaluate_files("sparc", pred, options=EvaluateOptions(workers=1))
-    assert {i["exec_match"] for i in single.items} == {0, 1, None} and {i["db_id"] for i in single.items} > {"car_1"}
+    assert {i["exec_match"] for i in single.items} == {0, 1, None} and {i["db_id"] for i in single.items} > {
+        "car_1"
+    }
     for _ in range(2):
         clear_caches()
         parallel = evaluate_files("sparc", pred, options=EvaluateOptions(workers=2, gold_cache=True))
@@ -247,16 +334,28 @@ def test_spider_gold_as_predictions_scores_every_scorable_question(tmp_path):
 
     lines = [line.split("\t")[0] for line in SPIDER_GOLD.read_text().splitlines()]
     console = Console(record=True, width=200)
-    result = command.run_evaluate("spider", spider_predictions(tmp_path, lines), tmp_path / "out", console=console)
+    result = command.run_evaluate(
+        "spider", spider_predictions(tmp_path, lines), tmp_path / "out", console=console
+    )
     summary = result.summary
     assert len(result.items) == 90 and {i["turn_index"] for i in result.items} == {0}
     assert [i["interaction_index"] for i in result.items] == list(range(90))
     assert (summary["exact"]["question"]["correct"], summary["exact"]["question"]["scored"]) == (90, 90)
-    assert (summary["execution"]["question"]["correct"], summary["execution"]["question"]["scored"]) == (75, 75)
+    assert (summary["execution"]["question"]["correct"], summary["execution"]["question"]["scored"]) == (
+        75,
+        75,
+    )
     assert {i["db_id"] for i in result.items if i["exec_match"] is None} == {"wta_1"}
     assert [e["turns"] for e in summary["execution"]["left_out"]] == [1] * 15
-    assert sum(summary["exact"]["by_hardness"][level]["scored"] for level in ("easy", "medium", "hard", "extra")) == 90
-    assert "interaction" not in summary["exact"] and "by_turn" not in summary["exact"] and "interactions" not in summary
+    assert (
+        sum(summary["exact"]["by_hardness"][level]["scored"] for level in ("easy", "medium", "hard", "extra"))
+        == 90
+    )
+    assert (
+        "interaction" not in summary["exact"]
+        and "by_turn" not in summary["exact"]
+        and "interactions" not in summary
+    )
     text = console.export_text()
     assert "90 questions" in text and "joint_all" not in text and "turn 1" not in text
     assert "15 question(s) left out" in text and "no database file for wta_1" in text
@@ -266,15 +365,26 @@ def test_spider_line_up_errors_name_the_line(tmp_path):
     lines = [line.split("\t")[0] for line in SPIDER_GOLD.read_text().splitlines()]
     with pytest.raises(UsageError, match=r"spider_pred.txt line 4 is blank"):
         evaluate_files("spider", spider_predictions(tmp_path, [*lines[:3], "", *lines[3:]]))
-    with pytest.raises(UsageError, match=r"89 predictions for the 90 questions.*line 90 of .*dev_gold.txt has no prediction"):
+    with pytest.raises(
+        UsageError, match=r"89 predictions for the 90 questions.*line 90 of .*dev_gold.txt has no prediction"
+    ):
         evaluate_files("spider", spider_predictions(tmp_path, lines[:-1]))
     with pytest.raises(UsageError, match=r"line 91 of .*spider_pred.txt has no gold question"):
         evaluate_files("spider", spider_predictions(tmp_path, [*lines, "SELECT 1"]))
-    ended = evaluate_files("spider", spider_predictions(tmp_path, [*lines, "", ""]), options=EvaluateOptions(etype="match"))
+    ended = evaluate_files(
+        "spider", spider_predictions(tmp_path, [*lines, "", ""]), options=EvaluateOptions(etype="match")
+    )
     assert ended.summary["exact"]["question"]["accuracy"] == 1.0  # blank lines at the very end are ignored
-    short = evaluate_files("spider", spider_predictions(tmp_path, lines[:-2]), allow_mismatch=True,
-                           options=EvaluateOptions(etype="match"))
-    assert [(i["interaction_index"], i["exact_match"]) for i in short.items if i.get("missing")] == [(88, 0), (89, 0)]
+    short = evaluate_files(
+        "spider",
+        spider_predictions(tmp_path, lines[:-2]),
+        allow_mismatch=True,
+        options=EvaluateOptions(etype="match"),
+    )
+    assert [(i["interaction_index"], i["exact_match"]) for i in short.items if i.get("missing")] == [
+        (88, 0),
+        (89, 0),
+    ]
 
 
 def test_score_pairs_of_spider_turns_are_summarised_as_questions():

@@ -11,19 +11,27 @@ from mtsql.core.sql.exec_match import _remove_distinct_tokens, remove_distinct, 
 from mtsql.core.sql.scoring import MAX_PREDICTION_CHARS, DataSources, score
 
 
-@pytest.mark.parametrize("gold, pred, order_matters, expected", [
-    ([], [], False, True),                                   # both empty
-    ([], [], True, True),
-    ([(1,)], [], False, False),                              # row counts differ
-    ([(1, 2)], [(1,)], False, False),                        # column counts differ
-    ([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], False, True),  # column permutation + row order
-    ([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], True, False),  # ... but rows must line up when ordered
-    ([(1, "a"), (2, "b")], [("a", 1), ("b", 2)], True, True),
-    ([(1,), (1,), (2,)], [(1,), (2,), (2,)], False, False),     # bags, not sets
-    ([(1, 2, 3, 4, 5)], [(5, 4, 3, 2, 1)], False, True),        # wide rows: any permutation
-    ([(1.0, 2)], [(1, 2)], False, True),                         # 1 == 1.0
-    ([(1, 1.5)], [(1.0, 1.5)], False, False),  # official quick-reject: 1 and 1.0 sort differently in a row
-])
+@pytest.mark.parametrize(
+    "gold, pred, order_matters, expected",
+    [
+        ([], [], False, True),  # both empty
+        ([], [], True, True),
+        ([(1,)], [], False, False),  # row counts differ
+        ([(1, 2)], [(1,)], False, False),  # column counts differ
+        ([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], False, True),  # column permutation + row order
+        ([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], True, False),  # ... but rows must line up when ordered
+        ([(1, "a"), (2, "b")], [("a", 1), ("b", 2)], True, True),
+        ([(1,), (1,), (2,)], [(1,), (2,), (2,)], False, False),  # bags, not sets
+        ([(1, 2, 3, 4, 5)], [(5, 4, 3, 2, 1)], False, True),  # wide rows: any permutation
+        ([(1.0, 2)], [(1, 2)], False, True),  # 1 == 1.0
+        (
+            [(1, 1.5)],
+            [(1.0, 1.5)],
+            False,
+            False,
+        ),  # official quick-reject: 1 and 1.0 sort differently in a row
+    ],
+)
 def test_results_equal(gold, pred, order_matters, expected):
     assert results_equal(gold, pred, order_matters=order_matters) is expected
 
@@ -34,8 +42,30 @@ def test_remove_distinct_drops_every_distinct_token_of_the_first_statement():
     assert remove_distinct("SELECT a FROM t; DROP TABLE t") == "SELECT a FROM t; "  # sqlparse keeps the blank
 
 
-_SQL_PIECES = st.sampled_from(["SELECT", " ", "a", "DISTINCT", "distinct", ";", "\n", "\t", "GO", "go", "(", ")",
-                               "'x;'", '"d"', "--", "count", "*", "FROM t", ",", "1"])
+_SQL_PIECES = st.sampled_from(
+    [
+        "SELECT",
+        " ",
+        "a",
+        "DISTINCT",
+        "distinct",
+        ";",
+        "\n",
+        "\t",
+        "GO",
+        "go",
+        "(",
+        ")",
+        "'x;'",
+        '"d"',
+        "--",
+        "count",
+        "*",
+        "FROM t",
+        ",",
+        "1",
+    ]
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -65,12 +95,21 @@ def test_order_matters_only_with_the_substring_order_by_in_the_gold(school):
     pred = "SELECT name FROM student ORDER BY name DESC"
     assert ex(school, "SELECT name FROM student ORDER BY name", pred) == 0
     assert ex(school, "SELECT name FROM student ORDER  BY name", pred) == 1  # two blanks: no "order by"
-    assert ex(school, "SELECT name FROM student WHERE id IN (SELECT id FROM student ORDER BY age)",
-              "SELECT name FROM student ORDER BY name DESC") == 0  # an ORDER BY in a subquery counts
+    assert (
+        ex(
+            school,
+            "SELECT name FROM student WHERE id IN (SELECT id FROM student ORDER BY age)",
+            "SELECT name FROM student ORDER BY name DESC",
+        )
+        == 0
+    )  # an ORDER BY in a subquery counts
 
 
 def test_spaced_operators_are_joined(school):
-    assert ex(school, "SELECT name FROM student WHERE age > = 22", "SELECT name FROM student WHERE age >= 22") == 1
+    assert (
+        ex(school, "SELECT name FROM student WHERE age > = 22", "SELECT name FROM student WHERE age >= 22")
+        == 1
+    )
 
 
 def test_failures_score_zero_and_a_failing_gold_is_unscorable(school):
@@ -85,10 +124,21 @@ def test_sparc_script_semantics(school):
     kw = {"exec_semantics": "sparc"}
     # DISTINCT and row order matter, columns are matched by their SELECT key, not by position
     assert ex(school, "SELECT dept_id FROM student", "SELECT DISTINCT dept_id FROM student", **kw) == 0
-    assert ex(school, "SELECT name FROM student ORDER BY age", "SELECT name FROM student ORDER BY age DESC", **kw) == 0
+    assert (
+        ex(
+            school,
+            "SELECT name FROM student ORDER BY age",
+            "SELECT name FROM student ORDER BY age DESC",
+            **kw,
+        )
+        == 0
+    )
     assert ex(school, "SELECT name, age FROM student", "SELECT age, name FROM student", **kw) == 1
     # the aggregate is not part of the key: duplicate keys collapse, the last column wins
-    assert ex(school, "SELECT max(age), min(age) FROM student", "SELECT count(age), min(age) FROM student", **kw) == 1
+    assert (
+        ex(school, "SELECT max(age), min(age) FROM student", "SELECT count(age), min(age) FROM student", **kw)
+        == 1
+    )
     # the raw gold runs as written: a spaced operator fails, the prediction first (0) or else the gold (null)
     spaced = "SELECT name FROM student WHERE age > = 22"
     assert ex(school, spaced, spaced, **kw) == 0
@@ -104,7 +154,12 @@ def test_a_missing_database_is_unscorable_whatever_the_prediction(school, tmp_pa
     (stand_in / "school" / "school.sqlite").write_bytes(school.database("school").read_bytes())
     sources = DataSources(tmp_path / "no_databases", school.tables_json, (stand_in,))
     gold = "SELECT name FROM student"
-    for pred in ("", "SELECT name FROM student", "SELECT nosuch FROM student", "x" * (MAX_PREDICTION_CHARS + 1)):
+    for pred in (
+        "",
+        "SELECT name FROM student",
+        "SELECT nosuch FROM student",
+        "x" * (MAX_PREDICTION_CHARS + 1),
+    ):
         result = score(gold, pred, "school", sources, etype=etype, exec_semantics=exec_semantics)
         assert result.execution is None, pred[:30]
     if etype == "all":

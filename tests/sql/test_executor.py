@@ -33,33 +33,36 @@ def test_typed_rows_and_preview(db):
     result = execute(db, "SELECT name, age, age / 3.0, NULL FROM student ORDER BY id LIMIT 2")
     assert result.ok and result.columns == ("name", "age", "age / 3.0", "NULL")
     assert result.rows == (("ann", 20, 20 / 3.0, None), ("bob", 22, 22 / 3.0, None))
-    assert result.preview() .startswith("name | age | age / 3.0 | NULL\nann | 20 |")
+    assert result.preview().startswith("name | age | age / 3.0 | NULL\nann | 20 |")
     assert result.preview().endswith("(2 rows)")
     assert len(result.preview(max_chars=20)) == 20
 
 
-@pytest.mark.parametrize("sql, error_class", [
-    ("DELETE FROM student", "write_refused"),
-    ("UPDATE student SET age = 1", "write_refused"),
-    ("DROP TABLE student", "write_refused"),
-    ("CREATE TABLE x (a)", "write_refused"),
-    ("CREATE TEMP TABLE x (a)", "write_refused"),
-    ("ATTACH ':memory:' AS m", "write_refused"),
-    ("VACUUM", "write_refused"),
-    ("PRAGMA query_only = 0", "write_refused"),
-    ("PRAGMA user_version = 3", "write_refused"),
-    ("BEGIN", "write_refused"),
-    ("SELECT load_extension('x')", "write_refused"),
-    ("SELEC name FROM student", "syntax"),
-    ("SELECT name FROM student; SELECT 1", "syntax"),
-    ("SELECT name FROM nowhere", "no_such_table"),
-    ("SELECT nosuch FROM student", "no_such_column"),
-    ("SELECT id FROM student JOIN dept", "ambiguous_column"),
-    ("SELECT 1\x00", "syntax"),
-    ("SELECT '\udcff'", "other"),
-    ("SELECT '" + "x" * 10_000_000 + "'", "other"),
-    ("SELECT zeroblob(100000000)", "other"),
-])
+@pytest.mark.parametrize(
+    "sql, error_class",
+    [
+        ("DELETE FROM student", "write_refused"),
+        ("UPDATE student SET age = 1", "write_refused"),
+        ("DROP TABLE student", "write_refused"),
+        ("CREATE TABLE x (a)", "write_refused"),
+        ("CREATE TEMP TABLE x (a)", "write_refused"),
+        ("ATTACH ':memory:' AS m", "write_refused"),
+        ("VACUUM", "write_refused"),
+        ("PRAGMA query_only = 0", "write_refused"),
+        ("PRAGMA user_version = 3", "write_refused"),
+        ("BEGIN", "write_refused"),
+        ("SELECT load_extension('x')", "write_refused"),
+        ("SELEC name FROM student", "syntax"),
+        ("SELECT name FROM student; SELECT 1", "syntax"),
+        ("SELECT name FROM nowhere", "no_such_table"),
+        ("SELECT nosuch FROM student", "no_such_column"),
+        ("SELECT id FROM student JOIN dept", "ambiguous_column"),
+        ("SELECT 1\x00", "syntax"),
+        ("SELECT '\udcff'", "other"),
+        ("SELECT '" + "x" * 10_000_000 + "'", "other"),
+        ("SELECT zeroblob(100000000)", "other"),
+    ],
+)
 def test_errors_are_classified_and_the_database_is_unchanged(db, sql, error_class):
     before = sha256(db)
     result = execute(db, sql)
@@ -83,7 +86,9 @@ def test_missing_database():
 
 
 def test_row_cap_keeps_the_first_rows(db):
-    result = execute(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c", max_rows=50)
+    result = execute(
+        db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c", max_rows=50
+    )
     assert result.error_class == "too_many_rows" and result.truncated and len(result.rows) == 50
 
 
@@ -107,12 +112,15 @@ def test_a_runaway_query_stops_at_the_first_check_past_its_deadline(db, sql, mon
     """On a clock that moves 0.25 s per reading, a 1 s budget ends at the fifth check; the wall time
     this takes on a real clock is measured by benchmarks/bench_sql_timeout.py."""
     readings = []
-    monkeypatch.setattr(executor.time, "perf_counter", lambda: readings.append(0.25 * (len(readings) + 1))
-                        or readings[-1])
+    monkeypatch.setattr(
+        executor.time, "perf_counter", lambda: readings.append(0.25 * (len(readings) + 1)) or readings[-1]
+    )
     result = execute(db, sql, timeout_s=1.0)
     assert result.error_class == "timeout"
     deadline = readings[0] + 1.0
-    assert len([r for r in readings if r > deadline]) <= 3  # the check that stops it, the verdict, the wall time
+    assert (
+        len([r for r in readings if r > deadline]) <= 3
+    )  # the check that stops it, the verdict, the wall time
 
 
 def test_a_long_query_rarely_calls_back_into_python(db, monkeypatch):
@@ -121,8 +129,10 @@ def test_a_long_query_rarely_calls_back_into_python(db, monkeypatch):
     checks = []
     clock = executor.time.perf_counter
     monkeypatch.setattr(executor.time, "perf_counter", lambda: checks.append(1) or clock())
-    count = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) "
-             "SELECT count(*) FROM n")
+    count = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) "
+        "SELECT count(*) FROM n"
+    )
     assert execute(db, count).rows == ((1_000_000,),)
     assert len(checks) < 100  # about 17 million instructions
 
@@ -191,7 +201,9 @@ def test_open_connections_are_bounded_per_thread(tmp_path):
         assert execute(make_db(tmp_path / f"{i}.sqlite", i), "SELECT count(*) FROM student").rows == ((i,),)
     assert len(executor._open.pool) == executor._OPEN_PER_THREAD
     results = []
-    worker = threading.Thread(target=lambda: results.append(execute(tmp_path / "3.sqlite", "SELECT count(*) FROM student")))
+    worker = threading.Thread(
+        target=lambda: results.append(execute(tmp_path / "3.sqlite", "SELECT count(*) FROM student"))
+    )
     worker.start()
     worker.join()
     assert results[0].rows == ((3,),)
@@ -202,23 +214,85 @@ def test_gold_results_are_cached(db):
     assert execute_cached(db, "SELECT count(*) FROM student") is first and first.rows == ((4,),)
 
 
-SQL_PIECES = st.sampled_from([
-    "SELECT", "*", "FROM", "student", "likes", "dept", "WHERE", "age", ">", "=", "1", "'x'", "(", ")", ",",
-    "JOIN", "ON", "UNION", "ORDER BY", "LIMIT", "DELETE", "DROP TABLE", "INSERT INTO", "VALUES", "UPDATE", "SET",
-    "ATTACH", "DETACH", "PRAGMA", "VACUUM", "CREATE", "TEMP", "TRIGGER", "WITH RECURSIVE", "AS", ";", "--",
-    "\x00", "\udcff", "zeroblob(1000000)", "randomblob(99)", "count(*)", "name", "id", "BEGIN", "COMMIT",
-    "REINDEX", "ANALYZE", "load_extension('a')", "writefile('x', 'y')", "printf('%.*c', 9999999, 'x')",
-])
+SQL_PIECES = st.sampled_from(
+    [
+        "SELECT",
+        "*",
+        "FROM",
+        "student",
+        "likes",
+        "dept",
+        "WHERE",
+        "age",
+        ">",
+        "=",
+        "1",
+        "'x'",
+        "(",
+        ")",
+        ",",
+        "JOIN",
+        "ON",
+        "UNION",
+        "ORDER BY",
+        "LIMIT",
+        "DELETE",
+        "DROP TABLE",
+        "INSERT INTO",
+        "VALUES",
+        "UPDATE",
+        "SET",
+        "ATTACH",
+        "DETACH",
+        "PRAGMA",
+        "VACUUM",
+        "CREATE",
+        "TEMP",
+        "TRIGGER",
+        "WITH RECURSIVE",
+        "AS",
+        ";",
+        "--",
+        "\x00",
+        "\udcff",
+        "zeroblob(1000000)",
+        "randomblob(99)",
+        "count(*)",
+        "name",
+        "id",
+        "BEGIN",
+        "COMMIT",
+        "REINDEX",
+        "ANALYZE",
+        "load_extension('a')",
+        "writefile('x', 'y')",
+        "printf('%.*c', 9999999, 'x')",
+    ]
+)
 
 
-WHOLE_STATEMENTS = st.sampled_from([
-    "DELETE FROM student", "INSERT INTO dept VALUES (9, 'x')", "UPDATE student SET age = age + 1",
-    "DROP TABLE likes", "ALTER TABLE student ADD COLUMN z", "CREATE INDEX i ON student(age)",
-    "CREATE TRIGGER t AFTER INSERT ON dept BEGIN DELETE FROM student; END", "REPLACE INTO dept VALUES (1, 'y')",
-    "PRAGMA journal_mode = WAL", "PRAGMA writable_schema = 1", "VACUUM", "REINDEX", "ANALYZE",
-    "ATTACH 'other.sqlite' AS o", "SAVEPOINT s", "SELECT * FROM student; DELETE FROM student",
-    "WITH d AS (DELETE FROM student RETURNING *) SELECT * FROM d", "DELETE FROM student RETURNING *",
-])
+WHOLE_STATEMENTS = st.sampled_from(
+    [
+        "DELETE FROM student",
+        "INSERT INTO dept VALUES (9, 'x')",
+        "UPDATE student SET age = age + 1",
+        "DROP TABLE likes",
+        "ALTER TABLE student ADD COLUMN z",
+        "CREATE INDEX i ON student(age)",
+        "CREATE TRIGGER t AFTER INSERT ON dept BEGIN DELETE FROM student; END",
+        "REPLACE INTO dept VALUES (1, 'y')",
+        "PRAGMA journal_mode = WAL",
+        "PRAGMA writable_schema = 1",
+        "VACUUM",
+        "REINDEX",
+        "ANALYZE",
+        "ATTACH 'other.sqlite' AS o",
+        "SAVEPOINT s",
+        "SELECT * FROM student; DELETE FROM student",
+        "WITH d AS (DELETE FROM student RETURNING *) SELECT * FROM d",
+        "DELETE FROM student RETURNING *",
+    ]
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -236,8 +310,11 @@ def test_execute_cached_keeps_results_and_query_errors_but_not_a_failure_of_the_
     real_execute, calls = executor.execute, []
     locked = executor.ExecResult(False, (), (), "other", "database is locked", False, 0.0)
     answers = iter([locked])
-    monkeypatch.setattr(executor, "execute", lambda *a, **k: calls.append(a[1]) or next(answers, None)
-                        or real_execute(*a, **k))
+    monkeypatch.setattr(
+        executor,
+        "execute",
+        lambda *a, **k: calls.append(a[1]) or next(answers, None) or real_execute(*a, **k),
+    )
     executor.forget_cached()
     assert execute_cached(db, "SELECT 1").transient and execute_cached(db, "SELECT 1").ok
     assert execute_cached(db, "SELECT 1").ok and calls == ["SELECT 1", "SELECT 1"]

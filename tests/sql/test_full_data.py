@@ -20,6 +20,7 @@ def own_home(tmp_path, monkeypatch):
     """A gold cache of this test's own: what other runs saved under the user's MTSQL_HOME is not read."""
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
 
+
 # dataset -> (turns, interactions, the one gold SQLite rejects: (interaction, turn, db))
 EXPECTED = {"sparc": (1203, 422, (161, 1, "battle_death")), "cosql": (1007, 293, (100, 1, "car_1"))}
 
@@ -33,15 +34,21 @@ def test_gold_as_predictions(dataset, full_data):
     assert (exact["question"]["correct"], exact["question"]["scored"]) == (turns, turns)
     assert (exact["interaction"]["correct"], exact["interaction"]["scored"]) == (interactions, interactions)
     assert execution["question"]["accuracy"] == 1.0 and execution["interaction"]["accuracy"] == 1.0
-    nulls = [(i["interaction_index"], i["turn_index"], i["db_id"]) for i in result.items if i["exec_match"] is None]
+    nulls = [
+        (i["interaction_index"], i["turn_index"], i["db_id"]) for i in result.items if i["exec_match"] is None
+    ]
     assert [n for n in nulls if n[2] != "wta_1"] == [broken]
     assert len(nulls) == 59 + 1  # the 59 wta_1 turns have no database, only a schema for exact match
     assert execution["interaction"]["scored"] == {"sparc": 403, "cosql": 275}[dataset]
     # official counting: the interactions the official program can run, whole, and nothing else
-    runnable = [i for i, turns_ in enumerate(read_interactions(gold, gold=True))
-                if turns_[0].db_id != "wta_1" and i != broken[0]]
+    runnable = [
+        i
+        for i, turns_ in enumerate(read_interactions(gold, gold=True))
+        if turns_[0].db_id != "wta_1" and i != broken[0]
+    ]
     assert [e["interaction_index"] for e in execution["left_out"]] == sorted(
-        set(range(interactions)) - set(runnable))
+        set(range(interactions)) - set(runnable)
+    )
     kept = [i for i in result.items if i["interaction_index"] in set(runnable)]
     assert (execution["question"]["scored"], execution["question"]["correct"]) == (len(kept), len(kept))
     assert execution["scorable_turns"]["scored"] == turns - len(nulls)
@@ -51,8 +58,11 @@ def test_sparc_script_execution_counts(full_data):
     """The SParC script runs the prediction first: the four golds SQLite rejects as written (three
     '! =', one undefined alias) fail as predictions and score 0 (3 interactions) before their gold
     could crash; only the wta_1 interactions are left out."""
-    result = evaluate_files("sparc", full_data / "sparc" / "dev_gold.txt",
-                            options=EvaluateOptions(etype="exec", exec_semantics="sparc"))
+    result = evaluate_files(
+        "sparc",
+        full_data / "sparc" / "dev_gold.txt",
+        options=EvaluateOptions(etype="exec", exec_semantics="sparc"),
+    )
     execution = result.summary["execution"]
     assert (execution["scorable_turns"]["correct"], execution["scorable_turns"]["scored"]) == (1140, 1144)
     assert (execution["interaction"]["correct"], execution["interaction"]["scored"]) == (401, 404)
@@ -67,8 +77,12 @@ def test_exact_match_is_the_same_under_both_execution_algorithms(dataset, full_d
     lines = [re.sub(r"\b\d+\b", "value", line.split("\t")[0]) for line in gold.read_text().splitlines()]
     pred = tmp_path / "pred.txt"
     pred.write_text("\n".join(lines).rstrip("\n"))
-    items = {semantics: evaluate_files(dataset, pred, options=EvaluateOptions(etype="match", exec_semantics=semantics)).items
-             for semantics in ("testsuite", "sparc")}
+    items = {
+        semantics: evaluate_files(
+            dataset, pred, options=EvaluateOptions(etype="match", exec_semantics=semantics)
+        ).items
+        for semantics in ("testsuite", "sparc")
+    }
     assert items["testsuite"] == items["sparc"] and len(items["sparc"]) == EXPECTED[dataset][0]
     assert sum(i["exact_match"] for i in items["sparc"]) > 0.95 * len(items["sparc"])
 
@@ -82,7 +96,11 @@ def test_worker_processes_and_gold_cache_give_the_single_process_items(dataset, 
     for line in gold.read_text().splitlines():
         if line.strip():
             sql = sqls[position]
-            lines.append([sql, sqls[position - 1], re.sub(r"\b\d+\b", "value", sql), sql[: len(sql) // 2]][position % 4])
+            lines.append(
+                [sql, sqls[position - 1], re.sub(r"\b\d+\b", "value", sql), sql[: len(sql) // 2]][
+                    position % 4
+                ]
+            )
             position += 1
         else:
             lines.append("")
@@ -105,5 +123,6 @@ def test_spider_gold_as_predictions(full_data):
     assert {i["db_id"] for i in result.items if i["exec_match"] is None} == {"wta_1"}
     assert len(execution["left_out"]) == 62 and "interaction" not in exact
     # the official program's hardness counts on this dev.json
-    assert {level: exact["by_hardness"][level]["scored"] for level in ("easy", "medium", "hard", "extra")} == {
-        "easy": 250, "medium": 440, "hard": 174, "extra": 170}
+    assert {
+        level: exact["by_hardness"][level]["scored"] for level in ("easy", "medium", "hard", "extra")
+    } == {"easy": 250, "medium": 440, "hard": 174, "extra": 170}

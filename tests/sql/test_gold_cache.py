@@ -14,7 +14,11 @@ from mtsql.core.sql.scoring import DataSources, score
 
 from ..caches import clear_caches
 
-GOLD = ["SELECT name FROM student WHERE age > 20", "SELECT count(*) FROM dept", "SELECT name FROM student ORDER BY age"]
+GOLD = [
+    "SELECT name FROM student WHERE age > 20",
+    "SELECT count(*) FROM dept",
+    "SELECT name FROM student ORDER BY age",
+]
 PRED = ["SELECT name FROM student WHERE age > 21", "SELECT count(*) FROM likes", "SELECT name FROM student"]
 
 
@@ -32,8 +36,12 @@ def gold_work(monkeypatch) -> list[str]:
     """Every gold query gold_cache parses or runs (its own calls only: not the predictions')."""
     calls: list[str] = []
     real_parse, real_execute = gold_cache.parse_sql, gold_cache.execute
-    monkeypatch.setattr(gold_cache, "parse_sql", lambda sql, *a, **k: calls.append(sql) or real_parse(sql, *a, **k))
-    monkeypatch.setattr(gold_cache, "execute", lambda db, sql, **k: calls.append(sql) or real_execute(db, sql, **k))
+    monkeypatch.setattr(
+        gold_cache, "parse_sql", lambda sql, *a, **k: calls.append(sql) or real_parse(sql, *a, **k)
+    )
+    monkeypatch.setattr(
+        gold_cache, "execute", lambda db, sql, **k: calls.append(sql) or real_execute(db, sql, **k)
+    )
     return calls
 
 
@@ -84,8 +92,11 @@ def test_nothing_is_saved_when_scoring_fails(sources):
     assert not gold_cache.cache_file("school", (sources.db_dir,)).exists()
 
 
-@pytest.mark.parametrize("content", [b"gold cache\n", b"12345\n", pickle.dumps([1, 2]), pickle.dumps(None)],
-                         ids=["text (ValueError)", "digits", "a list", "None"])
+@pytest.mark.parametrize(
+    "content",
+    [b"gold cache\n", b"12345\n", pickle.dumps([1, 2]), pickle.dumps(None)],
+    ids=["text (ValueError)", "digits", "a list", "None"],
+)
 def test_any_damaged_file_is_recomputed_with_a_warning(sources, gold_work, content, caplog):
     first = scores(sources)
     path = gold_cache.cache_file("school", (sources.db_dir,))
@@ -98,12 +109,20 @@ def test_any_damaged_file_is_recomputed_with_a_warning(sources, gold_work, conte
     assert isinstance(pickle.loads(path.read_bytes()), dict)  # saved again, whole
 
 
-@pytest.mark.parametrize("failure", [("timeout", "interrupted: time budget exceeded"),
-                                     ("other", "database is locked"), ("other", "disk I/O error"),
-                                     ("other", "unable to open database file"), ("other", "out of memory"),
-                                     ("no_database", "no database file at /gone/school.sqlite")])
-def test_a_failure_of_the_machine_is_forgotten_and_the_next_scoring_runs_the_gold_again(sources, monkeypatch,
-                                                                                        failure):
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ("timeout", "interrupted: time budget exceeded"),
+        ("other", "database is locked"),
+        ("other", "disk I/O error"),
+        ("other", "unable to open database file"),
+        ("other", "out of memory"),
+        ("no_database", "no database file at /gone/school.sqlite"),
+    ],
+)
+def test_a_failure_of_the_machine_is_forgotten_and_the_next_scoring_runs_the_gold_again(
+    sources, monkeypatch, failure
+):
     """A gold query that failed because of the machine (load, a lock, I/O, memory), not because of the
     query, must not decide a later score: neither the process memo nor the saved file keeps it."""
     real_execute = gold_cache.execute
@@ -123,7 +142,9 @@ def test_a_query_error_is_remembered(sources, monkeypatch):
     broken = "SELECT name FROM student WHERE age > 20 UNION SELECT name, age FROM student"
     runs: list[str] = []
     real_execute = gold_cache.execute
-    monkeypatch.setattr(gold_cache, "execute", lambda db, sql, **k: runs.append(sql) or real_execute(db, sql, **k))
+    monkeypatch.setattr(
+        gold_cache, "execute", lambda db, sql, **k: runs.append(sql) or real_execute(db, sql, **k)
+    )
     clear_caches()
     for _ in range(2):
         with gold_cache.persisted("school", (sources.db_dir,)):

@@ -17,14 +17,19 @@ def parse(sql, schema, **kw):
 
 
 def test_structured_dict(school_schema):
-    sql = parse("SELECT T1.name, count(*) FROM student AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id "
-                "WHERE T1.age > 20 GROUP BY T1.name HAVING count(*) >= 1 ORDER BY T1.age DESC LIMIT 3",
-                school_schema)
-    assert sql["select"] == (False, [(0, (0, (0, "__student.name__", False), None)),
-                                     (3, (0, (0, "__all__", False), None))])
-    assert sql["from"] == {"table_units": [("table_unit", "__student__"), ("table_unit", "__dept__")],
-                           "conds": [(False, 2, (0, (0, "__student.dept_id__", False), None),
-                                      (0, "__dept.id__", False), None)]}
+    sql = parse(
+        "SELECT T1.name, count(*) FROM student AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id "
+        "WHERE T1.age > 20 GROUP BY T1.name HAVING count(*) >= 1 ORDER BY T1.age DESC LIMIT 3",
+        school_schema,
+    )
+    assert sql["select"] == (
+        False,
+        [(0, (0, (0, "__student.name__", False), None)), (3, (0, (0, "__all__", False), None))],
+    )
+    assert sql["from"] == {
+        "table_units": [("table_unit", "__student__"), ("table_unit", "__dept__")],
+        "conds": [(False, 2, (0, (0, "__student.dept_id__", False), None), (0, "__dept.id__", False), None)],
+    }
     assert sql["where"] == [(False, 3, (0, (0, "__student.age__", False), None), 20.0, None)]
     assert sql["groupBy"] == [(0, "__student.name__", False)]
     assert sql["having"] == [(False, 5, (0, (3, "__all__", False), None), 1.0, None)]
@@ -33,33 +38,41 @@ def test_structured_dict(school_schema):
     assert sql["intersect"] is sql["union"] is sql["except"] is None
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT name FROM student WHERE age=20",  # glued "="
-    "SELECT name FROM student WHERE age >=20",  # ">=20" -> ">", "=20"
-    "SELECT name FROM student WHERE age == 20",
-    "SELECT name FROM student WHERE age <> 20",
-    "SELECT name AS n FROM student",  # column alias
-    "SELECT s.name FROM student s",  # table alias without AS
-    "SELECT name FROM student AS dept",  # alias equal to a table name
-    "SELECT name FROM student, dept",  # comma join
-    "SELECT name FROM student LIMIT",  # LIMIT needs a following token
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT name FROM student WHERE age=20",  # glued "="
+        "SELECT name FROM student WHERE age >=20",  # ">=20" -> ">", "=20"
+        "SELECT name FROM student WHERE age == 20",
+        "SELECT name FROM student WHERE age <> 20",
+        "SELECT name AS n FROM student",  # column alias
+        "SELECT s.name FROM student s",  # table alias without AS
+        "SELECT name FROM student AS dept",  # alias equal to a table name
+        "SELECT name FROM student, dept",  # comma join
+        "SELECT name FROM student LIMIT",  # LIMIT needs a following token
+    ],
+)
 def test_official_parse_failures(sql, school_schema):
     with pytest.raises(SqlParseError):
         parse(sql, school_schema)
 
 
-@pytest.mark.parametrize("sql", ["SELECT name FROM student WHERE age > 20", "SELECT name FROM student WHERE age>20"])
+@pytest.mark.parametrize(
+    "sql", ["SELECT name FROM student WHERE age > 20", "SELECT name FROM student WHERE age>20"]
+)
 def test_spaced_or_glued_greater_than_parse(sql, school_schema):
     assert parse(sql, school_schema)["where"][0][1] == 3
 
 
-@pytest.mark.parametrize("query, suffix", [
-    ("SELECT name FROM student WHERE age > 20", " )"),
-    ("SELECT name FROM student WHERE age > 20", " ;;"),
-    ("SELECT name FROM student WHERE age > 20", " JOIN likes"),  # a truncated JOIN without ON
-    ("SELECT name FROM student LIMIT 3", " garbage tokens"),
-])
+@pytest.mark.parametrize(
+    "query, suffix",
+    [
+        ("SELECT name FROM student WHERE age > 20", " )"),
+        ("SELECT name FROM student WHERE age > 20", " ;;"),
+        ("SELECT name FROM student WHERE age > 20", " JOIN likes"),  # a truncated JOIN without ON
+        ("SELECT name FROM student LIMIT 3", " garbage tokens"),
+    ],
+)
 def test_tokens_after_a_complete_query_are_ignored(query, suffix, school_schema):
     assert parse(query + suffix, school_schema) == parse(query, school_schema)
 
@@ -77,17 +90,23 @@ def test_aliases_are_global_and_the_last_definition_wins(school_schema):
 
 def test_limit_value_is_ignored(school_schema):
     assert parse("SELECT name FROM student LIMIT 5", school_schema) == parse(
-        "SELECT name FROM student LIMIT 1", school_schema)
+        "SELECT name FROM student LIMIT 1", school_schema
+    )
 
 
 def test_column_value_swallows_extra_tokens(school_schema):
     sql = parse("SELECT name FROM student WHERE age = dept_id junk tokens", school_schema)
-    assert sql["where"] == [(False, 2, (0, (0, "__student.age__", False), None), (0, "__student.dept_id__", False), None)]
+    assert sql["where"] == [
+        (False, 2, (0, (0, "__student.age__", False), None), (0, "__student.dept_id__", False), None)
+    ]
 
 
 def test_subqueries_and_set_operations(school_schema):
-    sql = parse("SELECT name FROM student WHERE id NOT IN (SELECT liked_id FROM likes) "
-                "INTERSECT SELECT name FROM student WHERE age BETWEEN 1 AND 30", school_schema)
+    sql = parse(
+        "SELECT name FROM student WHERE id NOT IN (SELECT liked_id FROM likes) "
+        "INTERSECT SELECT name FROM student WHERE age BETWEEN 1 AND 30",
+        school_schema,
+    )
     negated, op, _unit, value, _ = sql["where"][0]
     assert (negated, op) == (True, 8) and value["from"]["table_units"] == [("table_unit", "__likes__")]
     assert sql["intersect"]["where"][0][3:] == (1.0, 30.0)
@@ -96,15 +115,22 @@ def test_subqueries_and_set_operations(school_schema):
 def test_strict_mode_fixes_operator_quirks_and_rejects_trailing_tokens(school_schema):
     official = parse("SELECT name FROM student WHERE age >= 20", school_schema)
     assert parse("SELECT name FROM student WHERE age>=20", school_schema, semantics="strict") == official
-    assert parse("SELECT name FROM student WHERE age==20", school_schema, semantics="strict")["where"][0][1] == 2
-    assert parse("SELECT name FROM student WHERE age<>20", school_schema, semantics="strict")["where"][0][1] == 7
+    assert (
+        parse("SELECT name FROM student WHERE age==20", school_schema, semantics="strict")["where"][0][1] == 2
+    )
+    assert (
+        parse("SELECT name FROM student WHERE age<>20", school_schema, semantics="strict")["where"][0][1] == 7
+    )
     with pytest.raises(SqlParseError):
         parse("SELECT name FROM student WHERE age > 20 )", school_schema, semantics="strict")
 
 
 def test_deep_nesting_is_a_parse_error_not_a_crash(school_schema):
     with pytest.raises(SqlParseError):
-        parse("SELECT name FROM student WHERE id IN (" * 2000 + "SELECT id FROM student" + ")" * 2000, school_schema)
+        parse(
+            "SELECT name FROM student WHERE id IN (" * 2000 + "SELECT id FROM student" + ")" * 2000,
+            school_schema,
+        )
 
 
 def test_schema_lowercases_names_for_the_parser_and_keeps_their_spelling(tmp_path):

@@ -8,7 +8,15 @@ from mtsql.core.sql.tokenizer import tokenize
 
 def test_lower_cases_and_keeps_literals_whole_with_double_quotes():
     assert tokenize("SELECT Name FROM T WHERE a = 'Big Apple'") == [
-        "select", "name", "from", "t", "where", "a", "=", '"Big Apple"']
+        "select",
+        "name",
+        "from",
+        "t",
+        "where",
+        "a",
+        "=",
+        '"Big Apple"',
+    ]
 
 
 def test_odd_number_of_quotes_is_an_error():
@@ -16,16 +24,19 @@ def test_odd_number_of_quotes_is_an_error():
         tokenize("SELECT 'it''s")  # three quotes once ' becomes "
 
 
-@pytest.mark.parametrize("text, tokens", [
-    ("a ! = 5", ["a", "!=", "5"]),
-    ("a != 5", ["a", "!=", "5"]),
-    ("a > = 5", ["a", ">=", "5"]),
-    ("a >= 5", ["a", ">=", "5"]),
-    ("a>5", ["a", ">", "5"]),
-    ("a=5", ["a=5"]),  # NLTK does not split "=": the glued token breaks the parse later
-    ("a >=5", ["a", ">", "=5"]),  # the >=5 split failure
-    ("T1.id=T2.id", ["t1.id=t2.id"]),
-])
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        ("a ! = 5", ["a", "!=", "5"]),
+        ("a != 5", ["a", "!=", "5"]),
+        ("a > = 5", ["a", ">=", "5"]),
+        ("a >= 5", ["a", ">=", "5"]),
+        ("a>5", ["a", ">", "5"]),
+        ("a=5", ["a=5"]),  # NLTK does not split "=": the glued token breaks the parse later
+        ("a >=5", ["a", ">", "=5"]),  # the >=5 split failure
+        ("T1.id=T2.id", ["t1.id=t2.id"]),
+    ],
+)
 def test_comparison_operators(text, tokens):
     assert tokenize(text) == tokens
 

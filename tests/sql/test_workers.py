@@ -40,8 +40,13 @@ def dying(share: dict):
 
 
 def test_a_task_error_is_raised_again_and_a_dead_process_is_reported():
-    with pytest.raises(UsageError, match="bad input in a worker"), \
-            GroupWorkers(failing, {"a": [], "b": []}, (), workers=2) as pool:
+    with (
+        pytest.raises(UsageError, match="bad input in a worker"),
+        GroupWorkers(failing, {"a": [], "b": []}, (), workers=2) as pool,
+    ):
         list(pool.results())
-    with pytest.raises(RuntimeError, match="exit code 3"), GroupWorkers(dying, {"a": []}, (), workers=1) as pool:
+    with (
+        pytest.raises(RuntimeError, match="exit code 3"),
+        GroupWorkers(dying, {"a": []}, (), workers=1) as pool,
+    ):
         list(pool.results())

@@ -22,32 +22,63 @@ PRICES = (0.5, 2.0)  # USD per million prompt / completion tokens
 # What the token path asks vLLM for beyond the sampling settings: special tokens kept in the text, and a
 # stop at either end-of-turn id of the tiny Qwen3 (<|im_end|>, <|endoftext|>: the managed server reads no
 # generation config).
-SAME_AS_TOKENS = ("{skip_special_tokens: false, spaces_between_special_tokens: false, "
-                  "stop_token_ids: [151643, 151645]}")
+SAME_AS_TOKENS = (
+    "{skip_special_tokens: false, spaces_between_special_tokens: false, stop_token_ids: [151643, 151645]}"
+)
 
 
 def evaluate(runs: Path, tiny_qwen3, label: str, *overrides: str):
-    args = ["evaluate", "--config", str(TINY), "--label", label, f"runs_dir={runs}", f"model.name={tiny_qwen3}",
-            "model.dtype=float32", "data.eval_limit=2", "env.max_messages=2", "sample.max_new_tokens=24", *overrides]
+    args = [
+        "evaluate",
+        "--config",
+        str(TINY),
+        "--label",
+        label,
+        f"runs_dir={runs}",
+        f"model.name={tiny_qwen3}",
+        "model.dtype=float32",
+        "data.eval_limit=2",
+        "env.max_messages=2",
+        "sample.max_new_tokens=24",
+        *overrides,
+    ]
     return mtsql_in_process(args, env={**os.environ, "MTSQL_TEST_CHAT_KEY": KEY, "COLUMNS": "200"})
 
 
 def first_messages(folder: Path, dataset: str) -> dict[str, str]:
     rows = read_jsonl(folder / dataset / "trajectories.jsonl")
-    return {row["key"]: next(m["content"] for m in row["trajectory"]["messages"] if m["role"] == "assistant")
-            for row in rows}
+    return {
+        row["key"]: next(m["content"] for m in row["trajectory"]["messages"] if m["role"] == "assistant")
+        for row in rows
+    }
 
 
-def test_a_chat_api_evaluation_scores_like_the_token_backends_and_keeps_no_key(tmp_path, tiny_qwen3, tiny_server):
+def test_a_chat_api_evaluation_scores_like_the_token_backends_and_keeps_no_key(
+    tmp_path, tiny_qwen3, tiny_server
+):
     runs = tmp_path / "runs"
-    chat = evaluate(runs, tiny_qwen3, "eval-chat", "sample.backend=chat", f"sample.chat.base_url={tiny_server.base_url}",
-                    f"sample.chat.model={SERVED_NAME}", "sample.chat.api_key_env=MTSQL_TEST_CHAT_KEY",
-                    "sample.chat.observation_role=tool", f"sample.chat.extra_body={SAME_AS_TOKENS}",
-                    f"sample.chat.price_input_per_mtok={PRICES[0]}",
-                    f"sample.chat.price_output_per_mtok={PRICES[1]}")
+    chat = evaluate(
+        runs,
+        tiny_qwen3,
+        "eval-chat",
+        "sample.backend=chat",
+        f"sample.chat.base_url={tiny_server.base_url}",
+        f"sample.chat.model={SERVED_NAME}",
+        "sample.chat.api_key_env=MTSQL_TEST_CHAT_KEY",
+        "sample.chat.observation_role=tool",
+        f"sample.chat.extra_body={SAME_AS_TOKENS}",
+        f"sample.chat.price_input_per_mtok={PRICES[0]}",
+        f"sample.chat.price_output_per_mtok={PRICES[1]}",
+    )
     assert chat.returncode == 0, chat.stderr
-    tokens = evaluate(runs, tiny_qwen3, "eval-tokens", "sample.backend=vllm",
-                      f"sample.vllm.base_url={tiny_server.base_url}", f"sample.vllm.model={SERVED_NAME}")
+    tokens = evaluate(
+        runs,
+        tiny_qwen3,
+        "eval-tokens",
+        "sample.backend=vllm",
+        f"sample.vllm.base_url={tiny_server.base_url}",
+        f"sample.vllm.model={SERVED_NAME}",
+    )
     assert tokens.returncode == 0, tokens.stderr
     run = next(runs.iterdir())
     chat_dir, token_dir = (run / "eval-chat" / "latest").resolve(), (run / "eval-tokens" / "latest").resolve()
@@ -62,9 +93,12 @@ def test_a_chat_api_evaluation_scores_like_the_token_backends_and_keeps_no_key(t
         assert block["cost"]["prompt_tokens"] > 0 and block["cost"]["generated_tokens"] > 0
 
     usage = chat_metrics["usage"]
-    assert usage["model"] == SERVED_NAME and usage["base_url"] == tiny_server.base_url and usage["requests"] > 0
-    assert usage["cost_usd"] == pytest.approx((usage["prompt_tokens"] * PRICES[0]
-                                               + usage["completion_tokens"] * PRICES[1]) / 1e6)
+    assert (
+        usage["model"] == SERVED_NAME and usage["base_url"] == tiny_server.base_url and usage["requests"] > 0
+    )
+    assert usage["cost_usd"] == pytest.approx(
+        (usage["prompt_tokens"] * PRICES[0] + usage["completion_tokens"] * PRICES[1]) / 1e6
+    )
     assert token_metrics["usage"] is None
     # The fingerprint covers the model, the URL and the sampling settings; the key's variable is operational.
     config = (chat_dir / "config.yaml").read_text()

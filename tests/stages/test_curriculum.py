@@ -12,7 +12,9 @@ from mtsql.stages.curriculum import CurriculumConfig, partition, pass_rates, siz
 
 def scored(**fields) -> ScoredRow:
     """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl), ``fields`` changed."""
-    return replace(read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields)
+    return replace(
+        read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields
+    )
 
 
 def turn(i, hardness, turn_index=0):
@@ -27,7 +29,9 @@ def test_default_stages_by_hardness():
     assert [[t.interaction_index for t in s] for s in stages] == [[0, 1], [2, 4], [3]]
     assert dropped == {"solved": 0, "unlabelled": 0, "not_in_any_stage": 0}
     table = size_table(stages)
-    assert table["stage 2"]["hard"] == 2 and table["stage 3"]["turn >4"] == 1 and table["stage 1"]["total"] == 2
+    assert (
+        table["stage 2"]["hard"] == 2 and table["stage 3"]["turn >4"] == 1 and table["stage 1"]["total"] == 2
+    )
 
 
 def test_by_turn_and_unknown_labels():
@@ -38,13 +42,19 @@ def test_by_turn_and_unknown_labels():
 
 
 def test_pass_rate_and_drop_solved():
-    rows = [scored(uid=t.uid, protocol_valid=True, execution=ok, exact=ok)
-            for t, oks in zip(POOL, [(1, 1), (1, 0), (0, 0), (0, 0), (1, 1)], strict=True) for ok in oks]
+    rows = [
+        scored(uid=t.uid, protocol_valid=True, execution=ok, exact=ok)
+        for t, oks in zip(POOL, [(1, 1), (1, 0), (0, 0), (0, 0), (1, 1)], strict=True)
+        for ok in oks
+    ]
     rates = pass_rates(rows)
     assert rates[POOL[1].uid] == 0.5
     cfg = CurriculumConfig(by="pass_rate", stages=(("high",), ("low", "zero")))
     stages, dropped = partition(POOL, cfg, rates)
     assert dropped["solved"] == 2
-    assert [t.interaction_index for t in stages[0]] == [1] and [t.interaction_index for t in stages[1]] == [2, 3]
+    assert [t.interaction_index for t in stages[0]] == [1] and [t.interaction_index for t in stages[1]] == [
+        2,
+        3,
+    ]
     with pytest.raises(UsageError, match="needs a sample artifact"):
         partition(POOL, cfg)

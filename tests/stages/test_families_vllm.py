@@ -16,10 +16,21 @@ TINY = Path(__file__).resolve().parents[2] / "configs" / "profiles" / "tiny.yaml
 
 
 def evaluate(tmp_path, model, vllm_python, template: str):
-    cfg = load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", f"model.name={model}", f"model.template={template}",
-                             "data.eval_limit=1", "model.dtype=float32", "env.max_messages=2",
-                             "sample.max_new_tokens=24", "sample.backend=vllm", f"sample.vllm.python={vllm_python}",
-                             "sample.vllm.kv_cache_gib=1"])
+    cfg = load_config(
+        TINY,
+        [
+            f"runs_dir={tmp_path / 'runs'}",
+            f"model.name={model}",
+            f"model.template={template}",
+            "data.eval_limit=1",
+            "model.dtype=float32",
+            "env.max_messages=2",
+            "sample.max_new_tokens=24",
+            "sample.backend=vllm",
+            f"sample.vllm.python={vllm_python}",
+            "sample.vllm.kv_cache_gib=1",
+        ],
+    )
     return run_stage("evaluate", cfg, label=f"e-{template}")
 
 

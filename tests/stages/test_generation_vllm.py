@@ -27,10 +27,21 @@ TINY = REPO / "configs" / "profiles" / "tiny.yaml"
 def cfg_for(tmp_path, tiny_qwen3, vllm_python, *overrides):
     """The tiny profile on the tiny Qwen3, in float32 on every CPU: the numerics in which vLLM gives hf's
     ids."""
-    return load_config(TINY, [f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=2",
-                              "model.dtype=float32",
-                              "data.train_limit=2", "env.max_messages=2", "sample.max_new_tokens=24",
-                              f"sample.vllm.python={vllm_python}", "sample.vllm.kv_cache_gib=1", *overrides])
+    return load_config(
+        TINY,
+        [
+            f"runs_dir={tmp_path / 'runs'}",
+            f"model.name={tiny_qwen3}",
+            "data.eval_limit=2",
+            "model.dtype=float32",
+            "data.train_limit=2",
+            "env.max_messages=2",
+            "sample.max_new_tokens=24",
+            f"sample.vllm.python={vllm_python}",
+            "sample.vllm.kv_cache_gib=1",
+            *overrides,
+        ],
+    )
 
 
 def by_key(artifact, dataset: str) -> dict[str, dict]:
@@ -58,13 +69,23 @@ def alive(pgid: int) -> bool:
     return signal_group(pgid, 0)
 
 
-def test_evaluate_through_a_managed_server_gives_the_hf_trajectories(tmp_path, tiny_qwen3, vllm_python, started):
-    served = run_stage("evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=vllm"), label="e-vllm")
+def test_evaluate_through_a_managed_server_gives_the_hf_trajectories(
+    tmp_path, tiny_qwen3, vllm_python, started
+):
+    served = run_stage(
+        "evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=vllm"), label="e-vllm"
+    )
     assert len(started) == 1 and not alive(started[0]), "the stage's server is stopped when the stage ends"
-    local = run_stage("evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=hf"), label="e-hf")
+    local = run_stage(
+        "evaluate", cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=hf"), label="e-hf"
+    )
     assert served.fingerprint != local.fingerprint
     engine = yaml.safe_load((served.path / "config.yaml").read_text())["engine"]
-    assert engine["engine"] == "vllm-server" and engine["dtype"] == "float32" and engine["version"].startswith("vllm")
+    assert (
+        engine["engine"] == "vllm-server"
+        and engine["dtype"] == "float32"
+        and engine["version"].startswith("vllm")
+    )
     assert "engine" not in yaml.safe_load((local.path / "config.yaml").read_text())
     assert "Application startup complete" in (served.path / "vllm-server.log").read_text()
     for dataset in ("cosql", "sparc"):
@@ -83,14 +104,27 @@ def without_timings(tree):
     return tree
 
 
-def test_sample_through_a_user_run_server_records_that_it_cannot_be_verified(tmp_path, tiny_qwen3, vllm_python,
-                                                                             tiny_server):
-    cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "sample.backend=vllm", "sample.policy=model", "sample.n=2",
-                  f"sample.vllm.base_url={tiny_server.base_url}", f"sample.vllm.model={SERVED_NAME}")
+def test_sample_through_a_user_run_server_records_that_it_cannot_be_verified(
+    tmp_path, tiny_qwen3, vllm_python, tiny_server
+):
+    cfg = cfg_for(
+        tmp_path,
+        tiny_qwen3,
+        vllm_python,
+        "sample.backend=vllm",
+        "sample.policy=model",
+        "sample.n=2",
+        f"sample.vllm.base_url={tiny_server.base_url}",
+        f"sample.vllm.model={SERVED_NAME}",
+    )
     sampled = run_stage("sample", cfg, label="sample-r1")
     engine = yaml.safe_load((sampled.path / "config.yaml").read_text())["engine"]
-    assert engine == {"engine": "vllm-server", "base_url": tiny_server.base_url, "served_model": SERVED_NAME,
-                      "note": UNVERIFIED}
+    assert engine == {
+        "engine": "vllm-server",
+        "base_url": tiny_server.base_url,
+        "served_model": SERVED_NAME,
+        "note": UNVERIFIED,
+    }
     rows = read_jsonl(sampled.path / "trajectories.jsonl")
     assert rows and len(rows) == 2 * len({row["uid"] for row in rows})
     for row in rows:
@@ -103,12 +137,29 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
     """Ctrl-C while a request is with the server (the stage is held right after sending its first one, so
     the evaluation cannot end first): exit 130, no server left, the partial folder kept."""
     marker = tmp_path / "sent"
-    args = held_command(marker, "mtsql.engines.backends.vllm:VLLMBackend.submit",
-                        "evaluate", "--config", str(TINY), "--model", "base",
-                        f"runs_dir={tmp_path / 'runs'}", f"model.name={tiny_qwen3}", "data.eval_limit=16",
-                        "sample.max_new_tokens=96", f"sample.vllm.python={vllm_python}", "sample.vllm.kv_cache_gib=1")
-    child = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                             env={**os.environ, "COLUMNS": "200"}, preexec_fn=ctrl_c_reaches_it)
+    args = held_command(
+        marker,
+        "mtsql.engines.backends.vllm:VLLMBackend.submit",
+        "evaluate",
+        "--config",
+        str(TINY),
+        "--model",
+        "base",
+        f"runs_dir={tmp_path / 'runs'}",
+        f"model.name={tiny_qwen3}",
+        "data.eval_limit=16",
+        "sample.max_new_tokens=96",
+        f"sample.vllm.python={vllm_python}",
+        "sample.vllm.kv_cache_gib=1",
+    )
+    child = subprocess.Popen(
+        args,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=ctrl_c_reaches_it,
+    )
     pgid = None
     for line in child.stderr:
         if "starting (pid" in line:
@@ -124,8 +175,9 @@ def test_an_interrupted_evaluation_stops_its_server(tmp_path, tiny_qwen3, vllm_p
     assert list((tmp_path / "runs").rglob("*.partial")), "the interrupted stage is left to resume"
 
 
-def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3, vllm_python, monkeypatch,
-                                                            started):
+def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(
+    tmp_path, tiny_qwen3, vllm_python, monkeypatch, started
+):
     """rl.local.rollout_backend: vllm: step 2 samples from a server restarted on step 1's updated weights."""
     from mtsql.app.runner import view_for
     from mtsql.core.data.records import read_turns
@@ -140,14 +192,31 @@ def test_local_rl_rolls_out_with_vllm_on_each_steps_weights(tmp_path, tiny_qwen3
         real_reload(backend, folder)
 
     monkeypatch.setattr(VLLMBackend, "reload", reload)
-    cfg = cfg_for(tmp_path, tiny_qwen3, vllm_python, "rl.local.rollout_backend=vllm", "rl.steps_per_stage=2", "rl.n=2",
-                  "rl.batch_size=2", "rl.mini_batch_size=2", "rl.local.trainable_layers=1", "rl.max_message_tokens=8")
+    cfg = cfg_for(
+        tmp_path,
+        tiny_qwen3,
+        vllm_python,
+        "rl.local.rollout_backend=vllm",
+        "rl.steps_per_stage=2",
+        "rl.n=2",
+        "rl.batch_size=2",
+        "rl.mini_batch_size=2",
+        "rl.local.trainable_layers=1",
+        "rl.max_message_tokens=8",
+    )
     curriculum = run_stage("curriculum", cfg)
     turns = read_turns(curriculum.path / "stage-1.jsonl") or read_turns(curriculum.path / "stage-2.jsonl")
     out = tmp_path / "rl"
-    metrics = train_curriculum_stage(view_for("rl", cfg), turns, base_model=str(tiny_qwen3), out_dir=out,
-                          metrics_path=out / "metrics.jsonl")
-    assert len(started) == 2 and not any(map(alive, started)), "each server is stopped: at the restart, at the end"
+    metrics = train_curriculum_stage(
+        view_for("rl", cfg),
+        turns,
+        base_model=str(tiny_qwen3),
+        out_dir=out,
+        metrics_path=out / "metrics.jsonl",
+    )
+    assert len(started) == 2 and not any(map(alive, started)), (
+        "each server is stopped: at the restart, at the end"
+    )
     assert metrics.steps == 2 and len(read_jsonl(out / "metrics.jsonl")) == 2
     assert len(served) == 1 and "model.safetensors" in served[0], "one restart, on the weights after step 1"
     assert (out / "model" / "model.safetensors").exists() and not (out / "rollout-weights").exists()

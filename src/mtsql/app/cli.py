@@ -77,13 +77,20 @@ class InterruptibleGroup(TyperGroup):
             return super().invoke(ctx)
         except StageInterrupted as exc:
             how = _how()
-            err_console.print(f"{how}: {exc.label} left as {exc.partial}; rerun to resume", markup=False,
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"{how}: {exc.label} left as {exc.partial}; rerun to resume",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(_interrupted_code()) from None
         except KeyboardInterrupt:
             how = _how()
-            err_console.print(f"{how}: finished stages are kept; rerun the same command to resume", markup=False,
-                              highlight=False)
+            err_console.print(
+                f"{how}: finished stages are kept; rerun the same command to resume",
+                markup=False,
+                highlight=False,
+            )
             raise typer.Exit(_interrupted_code()) from None
 
 
@@ -91,22 +98,36 @@ app = typer.Typer(
     cls=InterruptibleGroup,
     help="Reproduce MTSQL-R1: long-horizon multi-turn text-to-SQL with self-taught SFT and curriculum RL.\n\n"
     "Stages: sample -> reject -> sft (sft-iterate) -> curriculum -> rl -> evaluate -> report.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
 )
 data_app = typer.Typer(help="Datasets: check a split, verify a run's artifacts.", no_args_is_help=True)
-models_app = typer.Typer(help="Offline models: pull SmolLM2, make a tiny Qwen3, list the cache.", no_args_is_help=True)
+models_app = typer.Typer(
+    help="Offline models: pull SmolLM2, make a tiny Qwen3, list the cache.", no_args_is_help=True
+)
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Profile YAML (configs/profiles/*.yaml).")]
-Overrides = Annotated[list[str] | None, typer.Argument(help="Config overrides: section.key=value ...", show_default=False)]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Profile YAML (configs/profiles/*.yaml).")
+]
+Overrides = Annotated[
+    list[str] | None, typer.Argument(help="Config overrides: section.key=value ...", show_default=False)
+]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Rerun even when a complete artifact exists.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan (and commands), run nothing.")]
 
 
-ModelOpt = Annotated[str | None, typer.Option(
-    "--model", help="base, sft, rl (this run's last round/stage), a label (sft-r2, rl-c1) or auto (the newest "
-    "trained model; for curriculum and rl the last SFT round).")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="base, sft, rl (this run's last round/stage), a label (sft-r2, rl-c1) or auto (the newest "
+        "trained model; for curriculum and rl the last SFT round).",
+    ),
+]
 LabelOpt = Annotated[str | None, typer.Option(help="Artifact label (default: the stage name).")]
 
 
@@ -114,8 +135,12 @@ def _cfg(config: Path | None, overrides: list[str] | None) -> Config:
     return load_config(config, overrides or [])
 
 
-RunArg = Annotated[str | None, typer.Argument(
-    help="Run name under runs_dir, or a run folder (default: the profile's run).", show_default=False)]
+RunArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="Run name under runs_dir, or a run folder (default: the profile's run).", show_default=False
+    ),
+]
 
 
 def _split_run(run: str | None, overrides: list[str] | None) -> tuple[str | None, list[str]]:
@@ -140,58 +165,125 @@ def _print_table(title: str, artifact) -> None:
 
 
 @app.command()
-def sample(config: ConfigOpt = None, overrides: Overrides = None,
-           policy: Annotated[str | None, typer.Option(help="model, gold, gold_with_correction, gold_grounded or "
-                                                      "own_mistakes (default: sample.policy).")] = None,
-           dataset: Annotated[str | None, typer.Option(help="Dataset to sample (default: data.train_dataset).")] = None,
-           split: Annotated[str | None, typer.Option(help="train (the training pool) or dev.")] = None,
-           attempts: Annotated[str | None, typer.Option(help="own_mistakes: label of a sample artifact of the model "
-                                                        "whose first queries to keep.")] = None,
-           model: ModelOpt = "auto", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def sample(
+    config: ConfigOpt = None,
+    overrides: Overrides = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="model, gold, gold_with_correction, gold_grounded or own_mistakes (default: sample.policy)."
+        ),
+    ] = None,
+    dataset: Annotated[
+        str | None, typer.Option(help="Dataset to sample (default: data.train_dataset).")
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="train (the training pool) or dev.")] = None,
+    attempts: Annotated[
+        str | None,
+        typer.Option(
+            help="own_mistakes: label of a sample artifact of the model whose first queries to keep."
+        ),
+    ] = None,
+    model: ModelOpt = "auto",
+    label: LabelOpt = None,
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
     """Roll out trajectories with a model or a scripted policy (writes trajectories.jsonl)."""
-    cfg = _cfg(config, [*(overrides or []), *([f"data.train_dataset={dataset}"] if dataset else []),
-                        *([f"data.train_split={split}"] if split else []),
-                        *([f"sample.policy={policy}"] if policy else [])])
+    cfg = _cfg(
+        config,
+        [
+            *(overrides or []),
+            *([f"data.train_dataset={dataset}"] if dataset else []),
+            *([f"data.train_split={split}"] if split else []),
+            *([f"sample.policy={policy}"] if policy else []),
+        ],
+    )
     store = store_for(cfg)
-    pipeline.sample(cfg, label=label, model=store.model(model), force=force, dry_run=dry_run,
-                    attempts=latest_input(store, attempts, dry_run=dry_run) if attempts else None)
+    pipeline.sample(
+        cfg,
+        label=label,
+        model=store.model(model),
+        force=force,
+        dry_run=dry_run,
+        attempts=latest_input(store, attempts, dry_run=dry_run) if attempts else None,
+    )
 
 
 @app.command()
-def sft(config: ConfigOpt = None, overrides: Overrides = None,
-        source: Annotated[str, typer.Option("--from", help="Label of the reject artifact to train on.")] = "reject",
-        model: ModelOpt = "base", label: LabelOpt = None, force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def sft(
+    config: ConfigOpt = None,
+    overrides: Overrides = None,
+    source: Annotated[
+        str, typer.Option("--from", help="Label of the reject artifact to train on.")
+    ] = "reject",
+    model: ModelOpt = "base",
+    label: LabelOpt = None,
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
     """Fine-tune with LLaMA-Factory on kept tool-integrated trajectories (tool outputs masked)."""
     cfg = _cfg(config, overrides)
     store = store_for(cfg)
-    run_stage("sft", cfg, label=label, inputs={"reject": latest_input(store, source, dry_run=dry_run),
-                                               "model": store.model(model)}, force=force, dry_run=dry_run)
+    run_stage(
+        "sft",
+        cfg,
+        label=label,
+        inputs={"reject": latest_input(store, source, dry_run=dry_run), "model": store.model(model)},
+        force=force,
+        dry_run=dry_run,
+    )
 
 
 @app.command("sft-iterate")
-def sft_iterate(config: ConfigOpt = None, overrides: Overrides = None,
-                rounds: Annotated[int | None, typer.Option(help="Number of self-taught rounds (default: sft.rounds).")] = None,
-                force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def sft_iterate(
+    config: ConfigOpt = None,
+    overrides: Overrides = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Number of self-taught rounds (default: sft.rounds).")
+    ] = None,
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
     """Self-taught warm-start: sample -> reject -> sft, repeated for several rounds."""
     cfg = _cfg(config, [*(overrides or []), *([f"sft.rounds={rounds}"] if rounds is not None else [])])
     pipeline.sft_iterate(cfg, force=force, dry_run=dry_run)
 
 
 @app.command()
-def curriculum(config: ConfigOpt = None, overrides: Overrides = None, model: ModelOpt = "auto",
-               force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def curriculum(
+    config: ConfigOpt = None,
+    overrides: Overrides = None,
+    model: ModelOpt = "auto",
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
     """Partition the RL pool into ordered difficulty stages."""
     cfg = _cfg(config, overrides)
-    done = pipeline.curriculum(cfg, model=store_for(cfg).model(model, auto=("sft",)), force=force, dry_run=dry_run)
+    done = pipeline.curriculum(
+        cfg, model=store_for(cfg).model(model, auto=("sft",)), force=force, dry_run=dry_run
+    )
     _print_table("curriculum stages", done)
 
 
 @app.command()
-def rl(config: ConfigOpt = None, overrides: Overrides = None,
-       use_curriculum: Annotated[bool, typer.Option("--curriculum", help="Train stage by stage on the curriculum "
-                                                    "(else one stage with the whole pool).")] = False,
-       engine: Annotated[str | None, typer.Option(help="verl (GPU, Ray) or local (CPU / one GPU); default rl.engine.")] = None,
-       model: ModelOpt = "auto", force: ForceOpt = False, dry_run: DryRunOpt = False) -> None:
+def rl(
+    config: ConfigOpt = None,
+    overrides: Overrides = None,
+    use_curriculum: Annotated[
+        bool,
+        typer.Option(
+            "--curriculum",
+            help="Train stage by stage on the curriculum (else one stage with the whole pool).",
+        ),
+    ] = False,
+    engine: Annotated[
+        str | None, typer.Option(help="verl (GPU, Ray) or local (CPU / one GPU); default rl.engine.")
+    ] = None,
+    model: ModelOpt = "auto",
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
     """Multi-turn GRPO with outcome + process rewards (verl on GPUs, a local engine on CPU)."""
     extra = [f"rl.engine={engine}"] if engine else []
     cfg = _cfg(config, [*(overrides or []), *extra])
@@ -204,24 +296,49 @@ def rl(config: ConfigOpt = None, overrides: Overrides = None,
 
 @app.command()
 def evaluate(
-    dataset: Annotated[str | None, typer.Option(help="sparc, cosql, spider or bird (picks the gold and tables; "
-                                                "bird: BIRD's EX by difficulty, docs/bird.md).")] = None,
-    pred: Annotated[Path | None, typer.Option(help="Predictions, official format: one SQL a line, a blank line "
-                                              "between interactions (none for spider); bird: BIRD's prediction "
-                                              "JSON too.")] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            help="sparc, cosql, spider or bird (picks the gold and tables; "
+            "bird: BIRD's EX by difficulty, docs/bird.md)."
+        ),
+    ] = None,
+    pred: Annotated[
+        Path | None,
+        typer.Option(
+            help="Predictions, official format: one SQL a line, a blank line "
+            "between interactions (none for spider); bird: BIRD's prediction "
+            "JSON too."
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for items.jsonl and summary.json.")] = None,
-    gold: Annotated[Path | None, typer.Option(help="Gold file (default: dev_gold.txt in <data>/<dataset>); bird: "
-                                              "a BIRD split folder (default <data>/bird/dev).")] = None,
+    gold: Annotated[
+        Path | None,
+        typer.Option(
+            help="Gold file (default: dev_gold.txt in <data>/<dataset>); bird: "
+            "a BIRD split folder (default <data>/bird/dev)."
+        ),
+    ] = None,
     db_dir: Annotated[Path | None, typer.Option(help="Databases folder (default: <data>/database).")] = None,
-    tables: Annotated[Path | None, typer.Option(help="tables.json (default: the one in <data>/<dataset>).")] = None,
+    tables: Annotated[
+        Path | None, typer.Option(help="tables.json (default: the one in <data>/<dataset>).")
+    ] = None,
     etype: Annotated[str, typer.Option(help="all, match (exact set match) or exec (execution).")] = "all",
     exec_semantics: Annotated[str | None, typer.Option(help="testsuite (default) or sparc.")] = None,
     semantics: Annotated[str | None, typer.Option(help="official (default) or strict parser.")] = None,
-    allow_mismatch: Annotated[bool, typer.Option("--allow-mismatch", help="Score gold turns without a prediction as 0.")] = False,
+    allow_mismatch: Annotated[
+        bool, typer.Option("--allow-mismatch", help="Score gold turns without a prediction as 0.")
+    ] = False,
     workers: Annotated[int, typer.Option(help="Scoring processes (0: one per core).")] = 0,
-    gold_cache: Annotated[bool, typer.Option(help="Keep gold parses and results in $MTSQL_HOME/cache/gold.")] = True,
-    model: ModelOpt = None, label: Annotated[str | None, typer.Option(help="Artifact label (with --model).")] = None,
-    config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False, dry_run: DryRunOpt = False,
+    gold_cache: Annotated[
+        bool, typer.Option(help="Keep gold parses and results in $MTSQL_HOME/cache/gold.")
+    ] = True,
+    model: ModelOpt = None,
+    label: Annotated[str | None, typer.Option(help="Artifact label (with --model).")] = None,
+    config: ConfigOpt = None,
+    overrides: Overrides = None,
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
 ) -> None:
     """Score with the official metrics: exact set match, execution, question and interaction.
 
@@ -230,25 +347,52 @@ def evaluate(
     (evaluate.samples: pass@k)."""
     cfg = _cfg(config, overrides)
     if pred is None:
-        pipeline.evaluate(cfg, label=label, model=store_for(cfg).model(model or "auto"), force=force,
-                          dry_run=dry_run)
+        pipeline.evaluate(
+            cfg, label=label, model=store_for(cfg).model(model or "auto"), force=force, dry_run=dry_run
+        )
         return
     if dataset is None or out is None:
         raise UsageError("evaluate --pred needs --dataset and --out")
-    options = EvaluateOptions.from_config(cfg.sql, etype=etype, exec_semantics=exec_semantics, semantics=semantics,
-                                          workers=workers, gold_cache=gold_cache)
-    run_evaluate(dataset, pred, out, console=console, runs_dir=runs_root(cfg), data_root=data_root(cfg.data),
-                 gold_path=gold, db_dir=db_dir,
-                 tables_path=tables, options=options, allow_mismatch=allow_mismatch)
+    options = EvaluateOptions.from_config(
+        cfg.sql,
+        etype=etype,
+        exec_semantics=exec_semantics,
+        semantics=semantics,
+        workers=workers,
+        gold_cache=gold_cache,
+    )
+    run_evaluate(
+        dataset,
+        pred,
+        out,
+        console=console,
+        runs_dir=runs_root(cfg),
+        data_root=data_root(cfg.data),
+        gold_path=gold,
+        db_dir=db_dir,
+        tables_path=tables,
+        options=options,
+        allow_mismatch=allow_mismatch,
+    )
 
 
 @app.command()
-def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
-           out: Annotated[Path | None, typer.Option(help="Report folder (default: <run>/report; elsewhere for a "
-                                                    "read-only run).")] = None,
-           steps: Annotated[Path | None, typer.Option("--pipeline", help="The pipeline file that made the run: "
-                                                      "its report key adds the experiment's sections.")] = None
-           ) -> None:
+def report(
+    run: RunArg = None,
+    overrides: Overrides = None,
+    config: ConfigOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Report folder (default: <run>/report; elsewhere for a read-only run)."),
+    ] = None,
+    steps: Annotated[
+        Path | None,
+        typer.Option(
+            "--pipeline",
+            help="The pipeline file that made the run: its report key adds the experiment's sections.",
+        ),
+    ] = None,
+) -> None:
     """Build a markdown report with plots from a run's manifests and metrics."""
     sections = pipeline.load_pipeline(steps).report if steps is not None else None
     folder = _run_folder(run, config, overrides)
@@ -257,18 +401,26 @@ def report(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = 
 
 
 @app.command()
-def export(run: RunArg = None, overrides: Overrides = None, config: ConfigOpt = None,
-           out: Annotated[Path | None, typer.Option(help="Export folder (default: <run>/export).")] = None,
-           fmt: Annotated[str, typer.Option("--format", help=f"{' or '.join(FORMATS)}.")] = "parquet") -> None:
+def export(
+    run: RunArg = None,
+    overrides: Overrides = None,
+    config: ConfigOpt = None,
+    out: Annotated[Path | None, typer.Option(help="Export folder (default: <run>/export).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help=f"{' or '.join(FORMATS)}.")] = "parquet",
+) -> None:
     """Every evaluation of a run as two tables (per official item, per trajectory), Parquet or CSV."""
     for name, path in export_run(_run_folder(run, config, overrides), out, fmt).items():
         console.print(f"{name}: {path}", markup=False, highlight=False)
 
 
 @app.command("run")
-def run_steps(steps: Annotated[Path, typer.Argument(metavar="PIPELINE", help="pipelines/*.yaml")],
-              config: ConfigOpt = None, overrides: Overrides = None, force: ForceOpt = False,
-              dry_run: DryRunOpt = False) -> None:
+def run_steps(
+    steps: Annotated[Path, typer.Argument(metavar="PIPELINE", help="pipelines/*.yaml")],
+    config: ConfigOpt = None,
+    overrides: Overrides = None,
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
     """Run a whole pipeline (e.g. pipelines/reproduce.yaml), skipping stages already done."""
     pipeline.run_pipeline(steps, config, overrides or [], force=force, dry_run=dry_run)
 
@@ -301,15 +453,25 @@ def stage_command(name: str):
         inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=ForceOpt),
         inspect.Parameter("dry_run", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=DryRunOpt),
     ]
-    inputs = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[
-        str | None, typer.Option(f"--{key}", help=f"Label of the {key} artifact to read.")])
-        for key, default in module.INPUTS.items()]
+    inputs = [
+        inspect.Parameter(
+            key,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=default,
+            annotation=Annotated[
+                str | None, typer.Option(f"--{key}", help=f"Label of the {key} artifact to read.")
+            ],
+        )
+        for key, default in module.INPUTS.items()
+    ]
 
     def command(*, config, overrides, label, force, dry_run, **labels) -> None:
         cfg = _cfg(config, overrides)
         store = store_for(cfg)
         found = {key: latest_input(store, value, dry_run=dry_run) for key, value in labels.items() if value}
-        _print_table(f"{label or name}", run_stage(name, cfg, label=label, inputs=found, force=force, dry_run=dry_run))
+        _print_table(
+            f"{label or name}", run_stage(name, cfg, label=label, inputs=found, force=force, dry_run=dry_run)
+        )
 
     command.__signature__ = inspect.Signature(common + inputs)
     command.__doc__ = (module.__doc__ or name).split("\n\n")[0].strip()
@@ -317,22 +479,37 @@ def stage_command(name: str):
 
 
 app.command("reject")(stage_command("reject"))
-for _name in STAGES.keys() - {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}:
+for _name in STAGES.keys() - {
+    c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands
+}:
     app.command(_name)(stage_command(_name))  # a stage without a command of its own gets the generic one
 
 
 @data_app.command("check")
-def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql, spider or bird")],
-               split: Annotated[str, typer.Option(help="dev or train")] = "dev",
-               root: Annotated[Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")] = None) -> None:
+def data_check(
+    dataset: Annotated[str, typer.Option(help="sparc, cosql, spider or bird")],
+    split: Annotated[str, typer.Option(help="dev or train")] = "dev",
+    root: Annotated[
+        Path | None, typer.Option(help="Data folder (default $MTSQL_DATA, else the fixture).")
+    ] = None,
+) -> None:
     """Counts, missing databases, gold queries that fail or return nothing (vacuous), as a table."""
-    report_ = check_split(dataset, split, root, progress=lambda xs: track(xs, "executing gold", console=err_console))
+    report_ = check_split(
+        dataset, split, root, progress=lambda xs: track(xs, "executing gold", console=err_console)
+    )
     if dataset == "bird":
         console.print(bird_check_table(report_))
         return
     table = Table(title=escape(f"{dataset} {split} ({report_['root']})"), show_header=False)
     unit = report_["unit"]
-    for key in ("interactions", unit, "databases", f"{unit}_without_database", "gold_fail_as_written", "gold_vacuous"):
+    for key in (
+        "interactions",
+        unit,
+        "databases",
+        f"{unit}_without_database",
+        "gold_fail_as_written",
+        "gold_vacuous",
+    ):
         if key in report_:
             table.add_row(key.replace("_", " "), str(report_[key]))
     missing = ", ".join(f"{db} ({n} {unit})" for db, n in report_["missing_databases"].items())
@@ -350,7 +527,10 @@ def data_check(dataset: Annotated[str, typer.Option(help="sparc, cosql, spider o
     for item in failing:
         table.add_row("", escape(f"{item['where']} ({item['db_id']}): {item['message']}"))
     if "turns_per_interaction" in report_:
-        table.add_row("turns per interaction", ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()))
+        table.add_row(
+            "turns per interaction",
+            ", ".join(f"{k}: {v}" for k, v in report_["turns_per_interaction"].items()),
+        )
     console.print(table)
 
 
@@ -361,8 +541,11 @@ def bird_check_table(report_: dict) -> Table:
     table.add_row("difficulty", ", ".join(f"{k}: {v}" for k, v in report_["difficulty"].items()))
     missing = ", ".join(f"{db} ({n} questions)" for db, n in report_["missing_databases"].items())
     table.add_row("missing databases", escape(missing) or "none")
-    for key, label in (("gold_fail", "gold fail"), ("gold_empty", "gold return nothing"),
-                       ("gold_slow", f"gold slower than {report_['slow_s']:g} s")):
+    for key, label in (
+        ("gold_fail", "gold fail"),
+        ("gold_empty", "gold return nothing"),
+        ("gold_slow", f"gold slower than {report_['slow_s']:g} s"),
+    ):
         table.add_row(label, str(len(report_[key])))
         for item in report_[key][:20]:
             detail = item.get("message") or (f"{item['seconds']} s" if "seconds" in item else "")
@@ -378,8 +561,11 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
     artifacts = Store(folder).artifacts(problems)
     unfinished = sorted(str(p.relative_to(folder)) for p in folder.glob(f"*/*{PARTIAL}"))
     if not artifacts and not problems:
-        why = (f"only unfinished stage folder(s) {', '.join(unfinished)}: rerun their stages to finish them"
-               if unfinished else "not a run folder? A run holds <label>/<fingerprint>/manifest.json")
+        why = (
+            f"only unfinished stage folder(s) {', '.join(unfinished)}: rerun their stages to finish them"
+            if unfinished
+            else "not a run folder? A run holds <label>/<fingerprint>/manifest.json"
+        )
         raise UsageError(f"{folder}: no complete artifact to verify ({why})")
     problems += [p for artifact in artifacts for p in verify(artifact)]
     problems += Store(folder).link_problems()
@@ -387,15 +573,19 @@ def data_verify(run: RunArg = None, overrides: Overrides = None, config: ConfigO
     for problem in problems:
         err_console.print(problem, markup=False, highlight=False, soft_wrap=True)
     if problems:
-        raise UsageError(f"{folder}: {len(problems)} problem(s) above: damaged manifests, files or metrics "
-                         "that differ from their manifest, or files no stage wrote")
+        raise UsageError(
+            f"{folder}: {len(problems)} problem(s) above: damaged manifests, files or metrics "
+            "that differ from their manifest, or files no stage wrote"
+        )
     skipped = f"; not checked: {len(unfinished)} unfinished .partial folder(s)" if unfinished else ""
     console.print(f"{folder}: all {len(artifacts)} artifacts intact{skipped}", markup=False, highlight=False)
 
 
 @models_app.command("pull")
-def models_pull(name: Annotated[str, typer.Argument(help="smollm2-135m")],
-                force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False) -> None:
+def models_pull(
+    name: Annotated[str, typer.Argument(help="smollm2-135m")],
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False,
+) -> None:
     """Fetch and convert an offline model into the cache ($MTSQL_HOME/models)."""
     console.print(f"{name}: {registry.pull(name, force=force)}", markup=False)
 
@@ -432,14 +622,23 @@ def counts_table(title: str, table: dict[str, dict[str, int | float]]) -> Table:
 
 
 @app.command()
-def show(run: Annotated[str, typer.Argument(help="Run name under runs_dir, or a run folder.")],
-         stage: Annotated[str, typer.Argument(help="Artifact label with trajectories: sample-r1, eval-sft, ...")],
-         overrides: Overrides = None, config: ConfigOpt = None,
-         dataset: Annotated[str | None, typer.Option(help="Dataset of an evaluation (default: its first).")] = None,
-         item: Annotated[str | None, typer.Option(help="Item uid, e.g. cosql-dev-0003/1 (default: the first).")] = None,
-         sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None) -> None:
+def show(
+    run: Annotated[str, typer.Argument(help="Run name under runs_dir, or a run folder.")],
+    stage: Annotated[str, typer.Argument(help="Artifact label with trajectories: sample-r1, eval-sft, ...")],
+    overrides: Overrides = None,
+    config: ConfigOpt = None,
+    dataset: Annotated[
+        str | None, typer.Option(help="Dataset of an evaluation (default: its first).")
+    ] = None,
+    item: Annotated[
+        str | None, typer.Option(help="Item uid, e.g. cosql-dev-0003/1 (default: the first).")
+    ] = None,
+    sample: Annotated[int | None, typer.Option(help="Sample number when items have several.")] = None,
+) -> None:
     """One trajectory as the model saw and wrote it: messages, tool calls, results, verdicts, rewards."""
-    row, where = find_trajectory(_run_folder(run, config, overrides), stage, dataset=dataset, item=item, sample=sample)
+    row, where = find_trajectory(
+        _run_folder(run, config, overrides), stage, dataset=dataset, item=item, sample=sample
+    )
     err_console.print(f"from {where}", markup=False, highlight=False)
     typer.echo(render_trajectory(row), nl=False)
 
@@ -471,8 +670,10 @@ def _disk_fix(exc: OSError) -> str:
         except UsageError:
             home = None
         if home is not None and Path(os.fsdecode(exc.filename)).resolve().is_relative_to(home):
-            return (f"it is under MTSQL_HOME ({home}), where mtsql keeps its caches and models: "
-                    "set MTSQL_HOME to a writable folder")
+            return (
+                f"it is under MTSQL_HOME ({home}), where mtsql keeps its caches and models: "
+                "set MTSQL_HOME to a writable folder"
+            )
     return DISK_ERRORS[exc.errno]
 
 
@@ -505,8 +706,9 @@ def main() -> None:
         if exc.errno not in DISK_ERRORS or os.environ.get("MTSQL_DEBUG") == "1":
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        err_console.print(f"error: {where}{exc.strerror}; {_disk_fix(exc)}", markup=False, highlight=False,
-                          soft_wrap=True)
+        err_console.print(
+            f"error: {where}{exc.strerror}; {_disk_fix(exc)}", markup=False, highlight=False, soft_wrap=True
+        )
         sys.exit(1)
     except KeyboardInterrupt:  # before a command started (imports, argument parsing)
         err_console.print("interrupted: finished stages are kept; rerun the same command to resume")

@@ -39,7 +39,10 @@ def item_rows(art: Artifact) -> list[dict]:
     for dataset in result.datasets:
         for decoding, folder in _decodings(art, dataset, result.decoding):
             if (folder / "items.jsonl").exists():
-                rows += [_origin(art, result, dataset, decoding) | item for item in read_jsonl(folder / "items.jsonl")]
+                rows += [
+                    _origin(art, result, dataset, decoding) | item
+                    for item in read_jsonl(folder / "items.jsonl")
+                ]
     return rows
 
 
@@ -48,22 +51,41 @@ def turn_rows(art: Artifact) -> list[dict]:
     result = evaluation_of(art)
     out = []
     for dataset in result.datasets:
-        for decoding, folder in [*_decodings(art, dataset, result.decoding), ("samples", art.path / dataset / "samples")]:
+        for decoding, folder in [
+            *_decodings(art, dataset, result.decoding),
+            ("samples", art.path / dataset / "samples"),
+        ]:
             if not (folder / "trajectories.jsonl").exists():
                 continue
             for row in read_rows(folder / "trajectories.jsonl"):
                 turn = row.turn
-                out.append(_origin(art, result, dataset, decoding) | {
-                    "uid": row.uid, "sample": row.sample, "interaction_id": turn.interaction_id,
-                    "interaction_index": turn.interaction_index, "turn_index": turn.turn_index, "db_id": turn.db_id,
-                    "hardness": row.hardness, "question": turn.question, "gold_sql": turn.gold_sql,
-                    "final_sql": row.final_sql, "ex": row.execution, "em": row.exact,
-                    "protocol_valid": row.protocol_valid, "tool_calls": row.tool_calls,
-                    "messages": len(row.trajectory.steps), "self_corrected": row.self_corrected,
-                    "reward": row.reward.get("score"), "generated_tokens": row.generated_tokens,
-                    "prompt_tokens": sum(g.get("prompt_tokens", 0) for g in row.generations),
-                    "truncated": row.truncated, "stop": row.stop, "finish_reason": row.trajectory.finish_reason,
-                })
+                out.append(
+                    _origin(art, result, dataset, decoding)
+                    | {
+                        "uid": row.uid,
+                        "sample": row.sample,
+                        "interaction_id": turn.interaction_id,
+                        "interaction_index": turn.interaction_index,
+                        "turn_index": turn.turn_index,
+                        "db_id": turn.db_id,
+                        "hardness": row.hardness,
+                        "question": turn.question,
+                        "gold_sql": turn.gold_sql,
+                        "final_sql": row.final_sql,
+                        "ex": row.execution,
+                        "em": row.exact,
+                        "protocol_valid": row.protocol_valid,
+                        "tool_calls": row.tool_calls,
+                        "messages": len(row.trajectory.steps),
+                        "self_corrected": row.self_corrected,
+                        "reward": row.reward.get("score"),
+                        "generated_tokens": row.generated_tokens,
+                        "prompt_tokens": sum(g.get("prompt_tokens", 0) for g in row.generations),
+                        "truncated": row.truncated,
+                        "stop": row.stop,
+                        "finish_reason": row.trajectory.finish_reason,
+                    }
+                )
     return out
 
 
@@ -83,8 +105,10 @@ def export_run(run: Path, out: Path | None = None, fmt: str = "parquet") -> dict
         log.warning("left out of the export: %s", problem)
     if not evals:
         raise UsageError(f"{run.resolve()}: no complete evaluation to export (run `mtsql evaluate` first)")
-    tables = {"items": [row for art in evals.values() for row in item_rows(art)],
-              "turns": [row for art in evals.values() for row in turn_rows(art)]}
+    tables = {
+        "items": [row for art in evals.values() for row in item_rows(art)],
+        "turns": [row for art in evals.values() for row in turn_rows(art)],
+    }
     out = Path(out) if out is not None else run / "export"
     if out.exists() and not out.is_dir():
         raise UsageError(f"export --out {out}: a file is in the way; give a folder")
@@ -109,5 +133,11 @@ def _decodings(art: Artifact, dataset: str, decoding: str) -> list[tuple[str, Pa
 
 
 def _origin(art: Artifact, result, dataset: str, decoding: str) -> dict:
-    return {"evaluation": art.label, "fingerprint": art.fingerprint[:12], "model": result.model,
-            "model_name": result.model_name, "dataset": dataset, "decoding": decoding}
+    return {
+        "evaluation": art.label,
+        "fingerprint": art.fingerprint[:12],
+        "model": result.model,
+        "model_name": result.model_name,
+        "dataset": dataset,
+        "decoding": decoding,
+    }

@@ -104,7 +104,9 @@ def latest_input(store: Store, label: str, *, dry_run: bool = False) -> Artifact
 
 def runs_root(cfg: Config) -> Path:
     """``runs_dir`` (it need not exist yet); a file on its path is a ``UsageError``."""
-    return check_folder(user_path(cfg.runs_dir), f"runs_dir={cfg.runs_dir}", "set runs_dir= to a folder for the runs")
+    return check_folder(
+        user_path(cfg.runs_dir), f"runs_dir={cfg.runs_dir}", "set runs_dir= to a folder for the runs"
+    )
 
 
 def store_for(cfg: Config) -> Store:
@@ -116,9 +118,17 @@ def view_for(name: str, cfg: Config) -> ConfigView:
     return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_root(cfg.data))
 
 
-def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: str | None = None,
-              inputs: dict | None = None, params: dict | None = None, force: bool = False,
-              dry_run: bool = False) -> Artifact | Pending:
+def run_stage(
+    name: str,
+    cfg: Config,
+    *,
+    key: ArtifactKey | None = None,
+    label: str | None = None,
+    inputs: dict | None = None,
+    params: dict | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+) -> Artifact | Pending:
     """Run stage ``name`` (or find it done, or plan it in a dry run) and return its artifact.
 
     ``key``: what the artifact is (default: the stage's plain key); ``label``: a label given by hand
@@ -144,16 +154,26 @@ def run_stage(name: str, cfg: Config, *, key: ArtifactKey | None = None, label: 
         return _plan(key, module, view, store, config, inputs, params, code, force)
     local = _local_model(module, view)
     unhashed = {**view.unhashed(), **({"model_folder": str(local)} if local else {})}
-    work = _tracked(key.stage, cfg, fingerprint(key.stage, config, inputs, code), inputs, params,
-                    lambda ctx: module.run(ctx, view, **inputs, **params))
+    work = _tracked(
+        key.stage,
+        cfg,
+        fingerprint(key.stage, config, inputs, code),
+        inputs,
+        params,
+        lambda ctx: module.run(ctx, view, **inputs, **params),
+    )
     artifact, cached = store.run(key, config, inputs, work, code=code, force=force, unhashed=unhashed)
     if cached:
         same = "" if artifact.label == label else f" (the same work as {artifact.label})"
-        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  "
-                      f"[dim]{escape(f'cached{same}')}[/]  {escape(str(artifact.path))}")
+        console.print(
+            f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  "
+            f"[dim]{escape(f'cached{same}')}[/]  {escape(str(artifact.path))}"
+        )
     else:
-        console.print(f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
-                      f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}")
+        console.print(
+            f"[green]✓[/] {escape(f'{label:<18}')} {artifact.fingerprint[:12]}  done in "
+            f"{artifact.manifest['duration_s']:.1f}s  {escape(str(artifact.path))}"
+        )
     return artifact
 
 
@@ -161,15 +181,26 @@ def _tracked(stage: str, cfg: Config, fp: str, inputs: dict, params: dict, work)
     """``work`` with the stage's trackers open (``trackers.*``; off by default): the resolved config, the
     fingerprint and the inputs' fingerprints as parameters, what the stage logs as it runs, and at the
     end the numbers among its metrics as ``<stage>/<name>``."""
+
     def tracked(ctx: StageContext) -> dict:
         ctx.trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=ctx.out)
         with ctx.trackers as trackers:
-            trackers.log_params({"stage": stage, "fingerprint": fp, "params": params, "config": to_dict(cfg),
-                                 "inputs": {name: artifact.fingerprint for name, artifact in inputs.items()}})
+            trackers.log_params(
+                {
+                    "stage": stage,
+                    "fingerprint": fp,
+                    "params": params,
+                    "config": to_dict(cfg),
+                    "inputs": {name: artifact.fingerprint for name, artifact in inputs.items()},
+                }
+            )
             metrics = work(ctx)
             if isinstance(metrics, dict):
-                trackers.log_metrics(trackers.last_step, {f"{stage}/{name}": value for name, value in metrics.items()})
+                trackers.log_metrics(
+                    trackers.last_step, {f"{stage}/{name}": value for name, value in metrics.items()}
+                )
         return metrics
+
     return tracked
 
 
@@ -218,9 +249,12 @@ def _plan(key, module, view, store, config, inputs, params, code, force) -> Arti
         console.print(f"  {label:<18} {fp[:12]}  cached", markup=False, highlight=False)
         return done
     after = f" (after {', '.join(waiting)})" if waiting else ""
-    console.print(f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", markup=False, highlight=False)
+    console.print(
+        f"  {label:<18} {fp[:12] if fp else '?' * 12}  will run{after}", markup=False, highlight=False
+    )
     if module.plan is not None:
         out = store.folder(label, fp) if fp else store.root / label / "<fingerprint>"
-        console.print(module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(
+            module.plan(view, out, **inputs, **params).rstrip(), markup=False, highlight=False, soft_wrap=True
+        )
     return Pending(label, fp, key=key)

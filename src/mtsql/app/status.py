@@ -47,8 +47,13 @@ def run_folder(run: str, runs_dir: Path) -> Path:
         if candidate.is_dir():
             holder = run_holding(candidate)
             if holder is not None and holder != candidate.resolve():
-                kind = "an artifact folder" if is_artifact_folder(candidate.resolve()) else \
-                    "a label folder" if is_label_folder(candidate.resolve()) else "a folder"
+                kind = (
+                    "an artifact folder"
+                    if is_artifact_folder(candidate.resolve())
+                    else "a label folder"
+                    if is_label_folder(candidate.resolve())
+                    else "a folder"
+                )
                 raise UsageError(f"{run} is {kind} of the run {holder}, not a run: give the run ({holder})")
             return candidate
     looked = " and ".join(str(candidate) for candidate in candidates)
@@ -86,8 +91,13 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
             latest = Store(folder).inside(link) if link.is_symlink() else None
         except UsageError as exc:  # a link the store did not make: name it, show the rest
             latest = None
-            found.append(((pipeline_order(None, stage_dir.name), 2), "",
-                          (stage_dir.name, "bad link", "", "", "", str(exc))))
+            found.append(
+                (
+                    (pipeline_order(None, stage_dir.name), 2),
+                    "",
+                    (stage_dir.name, "bad link", "", "", "", str(exc)),
+                )
+            )
         if latest is not None and latest.parent != stage_dir.resolve():
             found += _alias(stage_dir.name, latest)
         manifests, unreadable = {}, []
@@ -99,24 +109,47 @@ def status_rows(folder: Path) -> list[tuple[str, ...]]:
         # a folder without a manifest sorts as its attempts.json says, else as the label's complete artifacts
         known = next((key_of(m) for m in manifests.values() if m is not None), None)
         for entry, exc in unreadable:
-            found.append(((pipeline_order(known, stage_dir.name), 2), "",
-                          (stage_dir.name, "damaged", entry.name.split(".")[0], "", "", str(exc))))
+            found.append(
+                (
+                    (pipeline_order(known, stage_dir.name), 2),
+                    "",
+                    (stage_dir.name, "damaged", entry.name.split(".")[0], "", "", str(exc)),
+                )
+            )
         for entry, manifest in manifests.items():
             fp12 = entry.name.split(".")[0]
             if manifest is None:
                 state, what = unfinished(entry)
                 key = (read_attempts(entry / ATTEMPTS)[0] if (entry / ATTEMPTS).is_file() else None) or known
-                found.append(((pipeline_order(key, stage_dir.name), 2), "", (stage_dir.name, state, fp12, "", "", what)))
+                found.append(
+                    (
+                        (pipeline_order(key, stage_dir.name), 2),
+                        "",
+                        (stage_dir.name, state, fp12, "", "", what),
+                    )
+                )
                 continue
             is_latest = entry.resolve() == latest
             created = manifest.get("created_at", "")
             problems = verify(Artifact(entry, manifest), cached=True)
             state = "edited" if problems else "latest" if is_latest else "older"
-            what = f"does not verify (see `mtsql data verify`): {problems[0]}" if problems \
-                else summary(manifest)
-            found.append(((pipeline_order(key_of(manifest)), 0 if is_latest else 1), created,
-                          (manifest["label"], state, manifest["fingerprint"][:12],
-                           created[5:16].replace("T", " "), duration(manifest.get("duration_s")), what)))
+            what = (
+                f"does not verify (see `mtsql data verify`): {problems[0]}" if problems else summary(manifest)
+            )
+            found.append(
+                (
+                    (pipeline_order(key_of(manifest)), 0 if is_latest else 1),
+                    created,
+                    (
+                        manifest["label"],
+                        state,
+                        manifest["fingerprint"][:12],
+                        created[5:16].replace("T", " "),
+                        duration(manifest.get("duration_s")),
+                        what,
+                    ),
+                )
+            )
     found.sort(key=lambda item: item[1], reverse=True)
     found.sort(key=lambda item: item[0])
     return [row for _, _, row in found]
@@ -132,9 +165,20 @@ def _alias(label: str, target: Path) -> list[tuple]:
     if manifest is None:
         return []
     created = manifest.get("created_at", "")
-    return [((pipeline_order(key_of(manifest)), 1), created,
-             (label, "alias", manifest["fingerprint"][:12], created[5:16].replace("T", " "), "",
-              f"the same artifact as {target.parent.name} ({target.parent.name}/{target.name})"))]
+    return [
+        (
+            (pipeline_order(key_of(manifest)), 1),
+            created,
+            (
+                label,
+                "alias",
+                manifest["fingerprint"][:12],
+                created[5:16].replace("T", " "),
+                "",
+                f"the same artifact as {target.parent.name} ({target.parent.name}/{target.name})",
+            ),
+        )
+    ]
 
 
 def unfinished(entry: Path) -> tuple[str, str]:
@@ -148,11 +192,23 @@ def unfinished(entry: Path) -> tuple[str, str]:
     last = history[-1] if history else {}
     outcome = last.get("outcome", "running")
     if outcome == "running":
-        ended = "killed before it could record its end" if history else "stopped before it recorded an attempt"
+        ended = (
+            "killed before it could record its end" if history else "stopped before it recorded an attempt"
+        )
     else:
         ended = outcome
-    error = next((line.removeprefix("=== ") for line in reversed(_log_lines(entry)) if line.startswith("=== failed")),
-                 None) if outcome.startswith("failed") else None
+    error = (
+        next(
+            (
+                line.removeprefix("=== ")
+                for line in reversed(_log_lines(entry))
+                if line.startswith("=== failed")
+            ),
+            None,
+        )
+        if outcome.startswith("failed")
+        else None
+    )
     attempts = f"{len(history)} attempt{'s' if len(history) != 1 else ''}, " if history else ""
     return "partial", f"{attempts}{error or ended}; rerun to resume"
 
@@ -179,11 +235,20 @@ def status_table(folder: Path) -> Table:
     UsageError that says what it holds."""
     if not is_run_folder(folder):
         runs = sorted(p.name for p in folder.iterdir() if is_run_folder(p))
-        holds = f"it holds the runs {', '.join(runs)}: `mtsql status {folder / runs[0]}`" if runs else \
-            "a run holds <label>/<fingerprint>/manifest.json"
+        holds = (
+            f"it holds the runs {', '.join(runs)}: `mtsql status {folder / runs[0]}`"
+            if runs
+            else "a run holds <label>/<fingerprint>/manifest.json"
+        )
         raise UsageError(f"{folder} holds no artifact, not a run folder ({holds})")
-    table = Table(title=escape(str(folder)), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  collapse_padding=True)
+    table = Table(
+        title=escape(str(folder)),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     table.add_column("artifact", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("fingerprint", no_wrap=True)
@@ -216,8 +281,10 @@ def summary(manifest: dict) -> str:
             lines.append(f"{name} EX {_pct(d.get('ex'))} EM {_pct(d.get('em'))} n={d.get('turns')}")
         return "\n".join(lines)
     if stage == "sample":
-        return (f"{m.get('policy')} policy\n{m.get('count')} trajectories, {m.get('items')} items, "
-                f"EX {_pct(m.get('ex'))}")
+        return (
+            f"{m.get('policy')} policy\n{m.get('count')} trajectories, {m.get('items')} items, "
+            f"EX {_pct(m.get('ex'))}"
+        )
     if stage == "reject":
         return f"solved {m.get('solved')}/{m.get('items')} items, kept {m.get('kept')}/{m.get('sampled')}"
     if stage == "sft":
@@ -234,7 +301,9 @@ def summary(manifest: dict) -> str:
         text = f"{rl.steps} step{'' if rl.steps == 1 else 's'}"
         if rl.reward_last is not None:
             first = rl.reward_first
-            text += f", reward {'' if first is None or rl.steps == 1 else f'{first:.3g} → '}{rl.reward_last:.3g}"
+            text += (
+                f", reward {'' if first is None or rl.steps == 1 else f'{first:.3g} → '}{rl.reward_last:.3g}"
+            )
         if rl.steps_without_signal:
             text += f", {rl.steps_without_signal} without signal"
         return text
@@ -246,6 +315,9 @@ def _pct(value) -> str:
 
 
 def key_metrics(metrics: dict, limit: int = 4) -> str:
-    shown = [f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-             for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    shown = [
+        f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
     return ", ".join(shown[:limit])

@@ -22,7 +22,12 @@ from mtsql.core.trajectories import ScoredRow, read_rows
 TRAJECTORIES = "trajectories.jsonl"
 RULE_WIDTH = 78
 SHOWN_UIDS = 8
-HIDDEN_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")  # control, format (bidi, zero-width), line and paragraph separators
+HIDDEN_CATEGORIES = (
+    "Cc",
+    "Cf",
+    "Zl",
+    "Zp",
+)  # control, format (bidi, zero-width), line and paragraph separators
 
 
 def trajectory_files(artifact: Artifact) -> dict[str | None, Path]:
@@ -33,15 +38,18 @@ def trajectory_files(artifact: Artifact) -> dict[str | None, Path]:
     return {path.parent.name: path for path in sorted(artifact.path.glob(f"*/{TRAJECTORIES}"))}
 
 
-def find_trajectory(run: Path, label: str, *, dataset: str | None = None, item: str | None = None,
-                    sample: int | None = None) -> tuple[ScoredRow, str]:
+def find_trajectory(
+    run: Path, label: str, *, dataset: str | None = None, item: str | None = None, sample: int | None = None
+) -> tuple[ScoredRow, str]:
     """The row of ``item`` (default: the first) in artifact ``label`` of ``run``, and where it came from."""
     store = Store(run)
     artifact = store.latest(label)
     if artifact is None or not trajectory_files(artifact):
         with_rows = sorted({a.label for a in store.artifacts() if trajectory_files(a)})
         what = "no complete artifact" if artifact is None else "no trajectories in artifact"
-        raise UsageError(f"{run}: {what} '{label}'; artifacts with trajectories: {', '.join(with_rows) or 'none'}")
+        raise UsageError(
+            f"{run}: {what} '{label}'; artifacts with trajectories: {', '.join(with_rows) or 'none'}"
+        )
     files = trajectory_files(artifact)
     if None in files:
         path, rows = files[None], iter(read_rows(files[None]))
@@ -71,7 +79,9 @@ def _of_dataset(rows: Iterator[ScoredRow], dataset: str, path: Path) -> Iterator
         if row.turn.dataset == dataset:
             yield row
     if dataset not in present:
-        raise UsageError(f"{path}: no trajectory of dataset '{dataset}'; it has: {', '.join(sorted(present))}")
+        raise UsageError(
+            f"{path}: no trajectory of dataset '{dataset}'; it has: {', '.join(sorted(present))}"
+        )
 
 
 def render_trajectory(row: ScoredRow, *, limit: int | None = None, system: bool = True) -> str:
@@ -103,8 +113,12 @@ def visible(text: str) -> str:
     """``text`` with its control characters (newlines and tabs aside), format characters (bidi overrides
     such as U+202E, zero-width ones) and line separators written as escapes (``\\x07``, ``\\r``,
     ``\\u202e``): a terminal shows what the data holds instead of obeying it."""
-    return "".join(ch.encode("unicode_escape").decode("ascii") if ch not in "\n\t" and
-                   unicodedata.category(ch) in HIDDEN_CATEGORIES else ch for ch in text)
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if ch not in "\n\t" and unicodedata.category(ch) in HIDDEN_CATEGORIES
+        else ch
+        for ch in text
+    )
 
 
 def _section(title: str, text: str, limit: int | None) -> list[str]:
@@ -139,16 +153,31 @@ def _step_notes(step: Step) -> list[str]:
 def _outcome(row: ScoredRow) -> list[str]:
     traj, reward = row.trajectory, row.reward
     valid = "protocol-valid" if traj.protocol_valid else "not protocol-valid"
-    lines = ["", "── outcome ".ljust(RULE_WIDTH, "─"),
-             f"finished by: {traj.finish_reason} ({valid}) after {_plural(len(traj.steps), 'message')}",
-             f"final SQL: {traj.final_sql or '(none)'}",
-             f"gold SQL:  {row.turn.gold_sql}",
-             f"EX {_score(row.execution)} · EM {_score(row.exact)}"]
+    lines = [
+        "",
+        "── outcome ".ljust(RULE_WIDTH, "─"),
+        f"finished by: {traj.finish_reason} ({valid}) after {_plural(len(traj.steps), 'message')}",
+        f"final SQL: {traj.final_sql or '(none)'}",
+        f"gold SQL:  {row.turn.gold_sql}",
+        f"EX {_score(row.execution)} · EM {_score(row.exact)}",
+    ]
     if reward:
-        lines.append("reward: " + ", ".join(f"{key} {reward[key]:.3g}" for key in ("score", "outcome", "process", "sqlr1")
-                                            if key in reward))
-        lines.append("  terms: " + ", ".join(f"{key} {value:.3g}" for key, value in reward.items()
-                                             if key not in ("score", "outcome", "process", "sqlr1")))
+        lines.append(
+            "reward: "
+            + ", ".join(
+                f"{key} {reward[key]:.3g}"
+                for key in ("score", "outcome", "process", "sqlr1")
+                if key in reward
+            )
+        )
+        lines.append(
+            "  terms: "
+            + ", ".join(
+                f"{key} {value:.3g}"
+                for key, value in reward.items()
+                if key not in ("score", "outcome", "process", "sqlr1")
+            )
+        )
     return lines
 
 

@@ -45,17 +45,23 @@ from mtsql.base.paths import label_name
 from mtsql.base.provenance import cached_sha256, code_version, hardware, package_versions
 from mtsql.base.trackers import Trackers
 
-SCHEMA_VERSION = 4  # 3: the manifest records its ArtifactKey ("key"); 4: an evaluation's key its model's variant
+SCHEMA_VERSION = (
+    4  # 3: the manifest records its ArtifactKey ("key"); 4: an evaluation's key its model's variant
+)
 KEYED = 3  # the first schema whose manifests record their key: older ones are refused
 MODEL_VARIANT = 4  # the first schema whose evaluation keys record the scored model's variant
 MANIFEST = "manifest.json"
 MODEL_DIR = "model"  # where a training stage (sft, rl) leaves its Hugging Face model folder
 PARTIAL = ".partial"
-ATTEMPTS = "attempts.json"  # in a .partial folder: the attempts so far (the manifest keeps them once complete)
+ATTEMPTS = (
+    "attempts.json"  # in a .partial folder: the attempts so far (the manifest keeps them once complete)
+)
 REWRITE_LIMIT = 256 * 2**20  # files this large are weights or data, never a record of a path
 
 
-ROUND_MARKS = {"rl": "c"}  # the letter before a round number in a label: rl-c2 (a curriculum stage); else sample-r2
+ROUND_MARKS = {
+    "rl": "c"
+}  # the letter before a round number in a label: rl-c2 (a curriculum stage); else sample-r2
 PHASES = ("base", "sft", "rl")  # the kinds of model an evaluation scores
 
 
@@ -81,7 +87,9 @@ class ArtifactKey:
 
     def __post_init__(self):
         if self.name is not None and self.name == self._derived():
-            object.__setattr__(self, "name", None)  # one key for one artifact, however its label was asked for
+            object.__setattr__(
+                self, "name", None
+            )  # one key for one artifact, however its label was asked for
 
     @property
     def label(self) -> str:
@@ -155,7 +163,10 @@ class Artifact:
     def records(self, name: str) -> int | None:
         """How many records output ``name`` (a .jsonl file) held when the stage wrote it; None if no such
         output."""
-        return next((entry.get("records") for entry in self.manifest.get("outputs", []) if entry["path"] == name), None)
+        return next(
+            (entry.get("records") for entry in self.manifest.get("outputs", []) if entry["path"] == name),
+            None,
+        )
 
     def ref(self) -> dict:
         return {"label": self.label, "fingerprint": self.fingerprint, "path": str(self.path)}
@@ -186,10 +197,14 @@ class StageInterrupted(KeyboardInterrupt):
         self.label, self.partial = label, partial
 
 
-def fingerprint(stage: str, config: dict, inputs: dict[str, Artifact] | dict[str, str], code: str = "") -> str:
+def fingerprint(
+    stage: str, config: dict, inputs: dict[str, Artifact] | dict[str, str], code: str = ""
+) -> str:
     """sha256 over the stage name, the config it reads, the input fingerprints and its code digest."""
     fps = {k: (v.fingerprint if isinstance(v, Artifact) else v) for k, v in sorted(inputs.items())}
-    blob = json.dumps({"stage": stage, "config": config, "inputs": fps, "code": code}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"stage": stage, "config": config, "inputs": fps, "code": code}, sort_keys=True, default=str
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -201,12 +216,18 @@ def read_manifest(folder: Path) -> dict | None:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: damaged manifest ({exc}); delete that folder or rerun with --force") from None
+        raise UsageError(
+            f"{path}: damaged manifest ({exc}); delete that folder or rerun with --force"
+        ) from None
     for key in ("stage", "label", "fingerprint", "outputs"):
         if key not in manifest:
-            raise UsageError(f"{path}: manifest lacks '{key}' (edited by hand?); delete that folder or rerun with --force")
+            raise UsageError(
+                f"{path}: manifest lacks '{key}' (edited by hand?); delete that folder or rerun with --force"
+            )
     if lacks := too_old(manifest):
-        raise UsageError(f"{folder}: written by an older mtsql ({lacks}); delete that folder and rerun its stage")
+        raise UsageError(
+            f"{folder}: written by an older mtsql ({lacks}); delete that folder and rerun its stage"
+        )
     return manifest
 
 
@@ -228,8 +249,10 @@ class Store:
             if manifest is None:
                 continue
             if manifest["fingerprint"] != fp:
-                raise UsageError(f"{folder / MANIFEST}: fingerprint does not match its folder (edited by hand?); "
-                                 "delete that folder or rerun with --force")
+                raise UsageError(
+                    f"{folder / MANIFEST}: fingerprint does not match its folder (edited by hand?); "
+                    "delete that folder or rerun with --force"
+                )
             return reusable(Artifact(folder.resolve(), manifest))
         return None
 
@@ -248,8 +271,10 @@ class Store:
         deleted, so the stage runs again), or a UsageError for a link that leads out of the run."""
         target = link.resolve()
         if target.parent.parent != self.root or (target.exists() and not target.is_dir()):
-            raise UsageError(f"{link} leads to {target}, not to an artifact folder of run {self.root}; the store "
-                             "never makes such a link: delete it and rerun the stage")
+            raise UsageError(
+                f"{link} leads to {target}, not to an artifact folder of run {self.root}; the store "
+                "never makes such a link: delete it and rerun the stage"
+            )
         return target if target.exists() else None
 
     def latest_links(self) -> list[Path]:
@@ -286,8 +311,10 @@ class Store:
         """The latest complete artifact of ``label``, or a UsageError saying how to see what exists."""
         artifact = self.latest(label)
         if artifact is None:
-            raise UsageError(f"run '{self.root.name}' has no complete '{label}' artifact "
-                             f"(see `mtsql status {self.root.name}`)")
+            raise UsageError(
+                f"run '{self.root.name}' has no complete '{label}' artifact "
+                f"(see `mtsql status {self.root.name}`)"
+            )
         return artifact
 
     def model(self, ref: str | None, *, auto: tuple[str, ...] = ("rl", "sft")) -> Artifact | None:
@@ -303,11 +330,15 @@ class Store:
             artifact = self.latest_of(ref)
             if artifact is None:
                 command = "sft-iterate" if ref == "sft" else "rl"
-                raise UsageError(f"run '{self.root.name}' has no {ref} model yet; run `mtsql {command}` first")
+                raise UsageError(
+                    f"run '{self.root.name}' has no {ref} model yet; run `mtsql {command}` first"
+                )
         else:
             artifact = self.require(ref)
         if not (artifact.path / MODEL_DIR).is_dir():
-            raise UsageError(f"'{ref}' of run '{self.root.name}' is not a model artifact (no {MODEL_DIR}/ folder)")
+            raise UsageError(
+                f"'{ref}' of run '{self.root.name}' is not a model artifact (no {MODEL_DIR}/ folder)"
+            )
         return artifact
 
     def artifacts(self, damaged: list[str] | None = None) -> list[Artifact]:
@@ -328,9 +359,17 @@ class Store:
                 found.append(Artifact(manifest_path.parent, manifest))
         return sorted(found, key=lambda a: a.manifest.get("created_at", ""))
 
-    def run(self, key: ArtifactKey, config: dict, inputs: dict[str, Artifact],
-            work: Callable[[StageContext], dict], *, code: str = "", force: bool = False,
-            unhashed: dict | None = None) -> tuple[Artifact, bool]:
+    def run(
+        self,
+        key: ArtifactKey,
+        config: dict,
+        inputs: dict[str, Artifact],
+        work: Callable[[StageContext], dict],
+        *,
+        code: str = "",
+        force: bool = False,
+        unhashed: dict | None = None,
+    ) -> tuple[Artifact, bool]:
         """Run ``work`` for the artifact ``key`` unless a complete artifact with the same fingerprint exists.
 
         Returns (artifact, cached). ``work`` writes into ``ctx.out`` and returns its metrics.
@@ -349,11 +388,15 @@ class Store:
         if partial.exists():
             _no_link_out(partial)  # a link made by hand: the next attempt would write through it
         if lock.exists() and not lock.is_file():
-            raise UsageError(f"{lock} is not a file (the store's lock for this stage): delete it and rerun the stage")
+            raise UsageError(
+                f"{lock} is not a file (the store's lock for this stage): delete it and rerun the stage"
+            )
         current = self.latest(label)
         if current is not None and current.key.stage != stage:
-            raise UsageError(f"label '{label}' is taken by a {current.key.stage} artifact ({current.path}); give this "
-                             f"{stage} stage another label")
+            raise UsageError(
+                f"label '{label}' is taken by a {current.key.stage} artifact ({current.path}); give this "
+                f"{stage} stage another label"
+            )
         check_inputs(inputs)
         made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()][::-1]
         had_lock = lock.exists()
@@ -361,7 +404,9 @@ class Store:
         try:
             with _locked(lock):
                 try:
-                    return self._build(key, fp, config, inputs, work, code=code, force=force, unhashed=unhashed)
+                    return self._build(
+                        key, fp, config, inputs, work, code=code, force=force, unhashed=unhashed
+                    )
                 except UsageError:
                     if not had_lock and not partial.exists():  # refused before any work: no trace of it
                         lock.unlink(missing_ok=True)
@@ -372,9 +417,18 @@ class Store:
                     folder.rmdir()
             raise
 
-    def _build(self, key: ArtifactKey, fp: str, config: dict, inputs: dict[str, Artifact],
-               work: Callable[[StageContext], dict], *, code: str, force: bool,
-               unhashed: dict | None) -> tuple[Artifact, bool]:
+    def _build(
+        self,
+        key: ArtifactKey,
+        fp: str,
+        config: dict,
+        inputs: dict[str, Artifact],
+        work: Callable[[StageContext], dict],
+        *,
+        code: str,
+        force: bool,
+        unhashed: dict | None,
+    ) -> tuple[Artifact, bool]:
         """``run`` once it holds the stage's lock: work in the ``.partial`` folder, then complete it."""
         stage, label = key.stage, key.label
         final = self.folder(label, fp)
@@ -388,10 +442,14 @@ class Store:
         ctx = StageContext(label, partial, inputs, partial / "log.txt")
         attempts = _Attempts(partial / ATTEMPTS, key)
         for killed in attempts.mark_killed():
-            ctx.log(f"=== the attempt started {killed['started_at']} was killed before it recorded its end; its "
-                    f"wall time counts up to its last write ({killed['duration_s']}s)")
-        ctx.log(f"=== {label}: attempt started {attempts.start()}"
-                + (" (resuming the .partial folder)" if resumed else ""))
+            ctx.log(
+                f"=== the attempt started {killed['started_at']} was killed before it recorded its end; its "
+                f"wall time counts up to its last write ({killed['duration_s']}s)"
+            )
+        ctx.log(
+            f"=== {label}: attempt started {attempts.start()}"
+            + (" (resuming the .partial folder)" if resumed else "")
+        )
         shown = {**config, "not_hashed": unhashed} if unhashed else config
         write_text(partial / "config.yaml", yaml.safe_dump(shown, sort_keys=False))
         try:
@@ -411,15 +469,26 @@ class Store:
         history = attempts.end("complete")
         (partial / ATTEMPTS).unlink()
         manifest = {
-            "schema_version": SCHEMA_VERSION, "stage": stage, "label": label, "round": key.round,
+            "schema_version": SCHEMA_VERSION,
+            "stage": stage,
+            "label": label,
+            "round": key.round,
             "key": key.to_dict(),
-            "fingerprint": fp, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)), "attempts": history,
+            "fingerprint": fp,
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round_(sum(a.get("duration_s") or 0.0 for a in history)),
+            "attempts": history,
             "code": {**code_version(), "digest": code},
-            "packages": package_versions(), "hardware": hardware(),
-            "config_sha": hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest(),
+            "packages": package_versions(),
+            "hardware": hardware(),
+            "config_sha": hashlib.sha256(
+                json.dumps(config, sort_keys=True, default=str).encode()
+            ).hexdigest(),
             "inputs": {name: art.ref() for name, art in inputs.items()},
-            "outputs": describe_outputs(partial), "argv": sys.argv, "metrics": metrics, **ctx.extra_manifest,
+            "outputs": describe_outputs(partial),
+            "argv": sys.argv,
+            "metrics": metrics,
+            **ctx.extra_manifest,
         }
         write_json(partial / MANIFEST, manifest)  # last: from here on the folder is complete
         if final.exists():
@@ -460,7 +529,9 @@ class _Attempts:
     def mark_killed(self) -> list[dict]:
         """Record the attempts still ``running`` (their process died without a word) as ``killed``, with
         the wall time to their last write; returns them. Call before this attempt writes anything."""
-        writes = [p.stat().st_mtime for p in self.path.parent.rglob("*") if p.is_file() and not p.is_symlink()]
+        writes = [
+            p.stat().st_mtime for p in self.path.parent.rglob("*") if p.is_file() and not p.is_symlink()
+        ]
         killed = []
         for index, attempt in enumerate(self.history):
             if attempt["outcome"] != "running":
@@ -468,7 +539,9 @@ class _Attempts:
             began = dt.datetime.fromisoformat(attempt["started_at"]).timestamp()
             ended = max(writes, default=began)
             if index + 1 < len(self.history):
-                ended = min(ended, dt.datetime.fromisoformat(self.history[index + 1]["started_at"]).timestamp())
+                ended = min(
+                    ended, dt.datetime.fromisoformat(self.history[index + 1]["started_at"]).timestamp()
+                )
             attempt.update(outcome="killed", duration_s=round_(max(0.0, ended - began)))
             killed.append(attempt)
         return killed
@@ -543,8 +616,11 @@ def verify(artifact: Artifact, *, cached: bool = False) -> list[str]:
     folder = artifact.path
     if folder.is_symlink():
         return [f"{folder}: a symlink to {folder.resolve()}; the store never makes one"]
-    problems = [f"{folder / MANIFEST}: a symlink to {(folder / MANIFEST).resolve()}; the store never makes one"] \
-        if (folder / MANIFEST).is_symlink() else []
+    problems = (
+        [f"{folder / MANIFEST}: a symlink to {(folder / MANIFEST).resolve()}; the store never makes one"]
+        if (folder / MANIFEST).is_symlink()
+        else []
+    )
     metrics_file = folder / "metrics.json"
     if metrics_file.is_file() and not metrics_file.is_symlink():
         try:
@@ -552,15 +628,18 @@ def verify(artifact: Artifact, *, cached: bool = False) -> list[str]:
         except ValueError:
             written = None
         if written != _canonical(artifact.metrics):
-            problems.append(f"{folder / MANIFEST}: its metrics differ from metrics.json (edited since the stage "
-                            "wrote them)")
+            problems.append(
+                f"{folder / MANIFEST}: its metrics differ from metrics.json (edited since the stage "
+                "wrote them)"
+            )
     recorded = {entry["path"] for entry in artifact.manifest["outputs"]}
     to_hash = []
     for entry in artifact.manifest["outputs"]:
         path = folder / entry["path"]
         if path.is_symlink() and not path.resolve().is_relative_to(folder.resolve()):
-            problems.append(f"{path}: a symlink to {path.resolve()}, outside the artifact (the store never "
-                            "makes one)")
+            problems.append(
+                f"{path}: a symlink to {path.resolve()}, outside the artifact (the store never makes one)"
+            )
         elif not path.is_file():
             problems.append(f"{path}: missing")
         elif path.stat().st_size != entry["size"]:
@@ -569,15 +648,28 @@ def verify(artifact: Artifact, *, cached: bool = False) -> list[str]:
             problems.append(f"{path}: recorded by size only (an artifact of an older mtsql); size unchanged")
         else:
             to_hash.append((path, entry["sha256"]))
-    shas = (sha for _, sha in cached_sha256([path for path, _ in to_hash])) if cached else \
-        (sha256_file(path) for path, _ in to_hash)
-    problems += [f"{path}: content changed since the stage wrote it"
-                 for (path, want), sha in zip(to_hash, shas, strict=True) if sha != want]
-    extra = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                   if (p.is_file() or p.is_symlink()) and p.name != MANIFEST and str(p.relative_to(folder)) not in recorded)
+    shas = (
+        (sha for _, sha in cached_sha256([path for path, _ in to_hash]))
+        if cached
+        else (sha256_file(path) for path, _ in to_hash)
+    )
+    problems += [
+        f"{path}: content changed since the stage wrote it"
+        for (path, want), sha in zip(to_hash, shas, strict=True)
+        if sha != want
+    ]
+    extra = sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if (p.is_file() or p.is_symlink())
+        and p.name != MANIFEST
+        and str(p.relative_to(folder)) not in recorded
+    )
     if extra:
         shown = ", ".join(extra[:5]) + (f", … ({len(extra)} in all)" if len(extra) > 5 else "")
-        problems.append(f"{folder}: file(s) the manifest does not record (added since the stage wrote it): {shown}")
+        problems.append(
+            f"{folder}: file(s) the manifest does not record (added since the stage wrote it): {shown}"
+        )
     return problems
 
 
@@ -587,9 +679,11 @@ def reusable(artifact: Artifact) -> Artifact:
     served as ``cached``, and a rerun would delete the edit, so the user decides (--force)."""
     problems = verify(artifact, cached=True)
     if problems:
-        raise UsageError(f"{problems[0]}; artifact '{artifact.label}' of this work does not verify, so it is not "
-                         f"reused: see `mtsql data verify {artifact.path.parent.parent}`, then rerun with --force "
-                         "to make it again")
+        raise UsageError(
+            f"{problems[0]}; artifact '{artifact.label}' of this work does not verify, so it is not "
+            f"reused: see `mtsql data verify {artifact.path.parent.parent}`, then rerun with --force "
+            "to make it again"
+        )
     return artifact
 
 
@@ -601,8 +695,10 @@ def check_inputs(inputs: dict) -> None:
             problems = verify(artifact, cached=True)
             if problems:
                 run = artifact.path.parent.parent
-                raise UsageError(f"{problems[0]}; input '{name}' ({artifact.label}) does not verify: see "
-                                 f"`mtsql data verify {run}`, then rerun the stage that made it with --force")
+                raise UsageError(
+                    f"{problems[0]}; input '{name}' ({artifact.label}) does not verify: see "
+                    f"`mtsql data verify {run}`, then rerun the stage that made it with --force"
+                )
 
 
 def _canonical(data) -> str:
@@ -614,8 +710,11 @@ def describe_outputs(folder: Path) -> list[dict]:
     _no_link_out(folder)
     out = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        entry: dict[str, Any] = {"path": str(path.relative_to(folder)), "size": path.stat().st_size,
-                                 "sha256": sha256_file(path)}
+        entry: dict[str, Any] = {
+            "path": str(path.relative_to(folder)),
+            "size": path.stat().st_size,
+            "sha256": sha256_file(path),
+        }
         if path.suffix == ".jsonl":
             with path.open("rb") as handle:
                 entry["records"] = sum(1 for line in handle if line.strip())
@@ -639,8 +738,10 @@ def _not_a_symlink(path: Path) -> None:
     """A UsageError when ``path``, a folder or file the store writes, is a symlink (the store never
     makes one there, and never writes through one)."""
     if path.is_symlink():
-        raise UsageError(f"{path} is a symlink (to {path.resolve()}); the store makes none there and never writes "
-                         "through one: delete it and rerun the stage")
+        raise UsageError(
+            f"{path} is a symlink (to {path.resolve()}); the store makes none there and never writes "
+            "through one: delete it and rerun the stage"
+        )
 
 
 def _no_link_out(folder: Path) -> None:
@@ -648,8 +749,10 @@ def _no_link_out(folder: Path) -> None:
     inside = folder.resolve()
     for path in folder.rglob("*"):
         if path.is_symlink() and not path.resolve().is_relative_to(inside):
-            raise UsageError(f"{path} is a symlink to {path.resolve()}, outside {folder}; the store never writes "
-                             "through one: delete it and rerun the stage")
+            raise UsageError(
+                f"{path} is a symlink to {path.resolve()}, outside {folder}; the store never writes "
+                "through one: delete it and rerun the stage"
+            )
 
 
 @contextlib.contextmanager
@@ -665,7 +768,9 @@ def _locked(path: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StageFailed(f"{path.parent}: another mtsql process is running this stage; wait for it") from None
+            raise StageFailed(
+                f"{path.parent}: another mtsql process is running this stage; wait for it"
+            ) from None
         try:
             yield
         finally:

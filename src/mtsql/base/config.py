@@ -67,13 +67,15 @@ Port = Annotated[int, Range(1, 65535)]
 # Sizes a user types, bounded above as well: a few zeros too many is refused in one line when the config
 # loads, before anything is allocated or planned. Each ceiling is far above any run mtsql is meant for.
 MAX_TOKENS = 2**20  # 1,048,576: above the context of any model (sample.max_new_tokens is also held to the
-                    # model's own context: ``model_context``)
+# model's own context: ``model_context``)
 Tokens = Annotated[int, Range(1, most=MAX_TOKENS)]  # token lengths and budgets
 Chars = Annotated[int, Range(1, most=10**7)]  # characters of an observation or a result preview
 Samples = Annotated[int, Range(1, most=1024)]  # samples (or kept trajectories) per question
 Messages = Annotated[int, Range(1, most=1024)]  # assistant messages of one question's episode
 Rounds = Annotated[int, Range(1, most=100)]  # self-taught SFT rounds: each is three artifacts
-Items = Annotated[int, Range(1, most=10**7)]  # interactions, turns or training steps: the datasets hold ~10**4
+Items = Annotated[
+    int, Range(1, most=10**7)
+]  # interactions, turns or training steps: the datasets hold ~10**4
 Items0 = Annotated[int, Range(0, most=10**7)]
 Batch = Annotated[int, Range(1, most=2**16)]  # batch sizes, gradient accumulation, requests in flight
 Devices = Annotated[int, Range(1, most=1024)]  # machines, GPUs or processes per machine
@@ -133,8 +135,11 @@ class EngineOwned:
 
     def __post_init__(self) -> None:
         given = dict(self.owned)
-        object.__setattr__(self, "owned", {name: given.get(name) or settings()
-                                           for name, settings in engines_of(type(self)).items()})
+        object.__setattr__(
+            self,
+            "owned",
+            {name: given.get(name) or settings() for name, settings in engines_of(type(self)).items()},
+        )
 
     def choices(self) -> tuple[str, ...]:
         return (*self.SELECTOR_EXTRA, *engines_of(type(self)))
@@ -146,7 +151,9 @@ class EngineOwned:
 
     def with_engine(self, name: str, **settings: Any) -> EngineOwned:
         """A copy with some of engine ``name``'s settings changed."""
-        return dataclasses.replace(self, owned={**self.owned, name: dataclasses.replace(self.owned[name], **settings)})
+        return dataclasses.replace(
+            self, owned={**self.owned, name: dataclasses.replace(self.owned[name], **settings)}
+        )
 
 
 class Origins:
@@ -201,7 +208,9 @@ def replace(cfg: Any, **sections: dict) -> Any:
     changed = {}
     for name, values in sections.items():
         current = getattr(cfg, name)
-        changed[name] = dataclasses.replace(current, **values) if dataclasses.is_dataclass(current) else values
+        changed[name] = (
+            dataclasses.replace(current, **values) if dataclasses.is_dataclass(current) else values
+        )
     return dataclasses.replace(cfg, **changed)
 
 
@@ -234,8 +243,10 @@ def _read_yaml_chain(path: Path, seen: tuple[Path, ...], origins: dict[str, str]
         raise UsageError(f"{path}: a config must be a mapping of sections, got {type(data).__name__}")
     base = data.pop("base", None)
     if base is not None and not isinstance(base, str):
-        raise UsageError(f"{path}: 'base' names one profile to inherit from (a path relative to this file); "
-                         f"got {base!r} ({type(base).__name__})")
+        raise UsageError(
+            f"{path}: 'base' names one profile to inherit from (a path relative to this file); "
+            f"got {base!r} ({type(base).__name__})"
+        )
     parent = {} if base is None else _read_yaml_chain(path.parent / base, seen + (path.resolve(),), origins)
     origins.update(dict.fromkeys(_leaf_keys(data), str(path)))
     return _deep_merge(parent, data)
@@ -268,12 +279,12 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
     tree[keys[-1]] = value
 
 
-
-
 NOTHING_REMOVED: Mapping[str, str] = types.MappingProxyType({})
 
 
-def build(cls: type, raw: Any, *, source: str | Origins, prefix: str, removed: Mapping[str, str] = NOTHING_REMOVED) -> Any:
+def build(
+    cls: type, raw: Any, *, source: str | Origins, prefix: str, removed: Mapping[str, str] = NOTHING_REMOVED
+) -> Any:
     """Validate a mapping into dataclass ``cls``; errors name the dotted key and where it came from.
     ``removed``: dotted keys no longer read, with what the error says to use instead."""
     where = source if isinstance(source, Origins) else Origins({}, source)
@@ -286,8 +297,13 @@ def build(cls: type, raw: Any, *, source: str | Origins, prefix: str, removed: M
     values, owned = {}, {}
     for key, value in raw.items():
         if key in engines:
-            owned[key] = build(engines[key], value if value is not None else {}, source=where,
-                               prefix=f"{prefix}{key}.", removed=removed)
+            owned[key] = build(
+                engines[key],
+                value if value is not None else {},
+                source=where,
+                prefix=f"{prefix}{key}.",
+                removed=removed,
+            )
             continue
         if key not in names:
             names = [*names, *engines]
@@ -301,12 +317,16 @@ def build(cls: type, raw: Any, *, source: str | Origins, prefix: str, removed: M
     section = cls(**values, owned=owned)
     selector = f"{prefix}{cls.SELECTOR}"
     if getattr(section, cls.SELECTOR) not in section.choices():
-        raise UsageError(f"{where.of(selector)}: '{selector}' must be one of {', '.join(section.choices())}; "
-                         f"got {getattr(section, cls.SELECTOR)!r}")
+        raise UsageError(
+            f"{where.of(selector)}: '{selector}' must be one of {', '.join(section.choices())}; "
+            f"got {getattr(section, cls.SELECTOR)!r}"
+        )
     return section
 
 
-def _coerce(tp: Any, value: Any, *, where: Origins, key: str, removed: Mapping[str, str] = NOTHING_REMOVED) -> Any:
+def _coerce(
+    tp: Any, value: Any, *, where: Origins, key: str, removed: Mapping[str, str] = NOTHING_REMOVED
+) -> Any:
     if dataclasses.is_dataclass(tp):
         return build(tp, value if value is not None else {}, source=where, prefix=f"{key}.", removed=removed)
     origin = typing.get_origin(tp)
@@ -319,11 +339,15 @@ def _coerce(tp: Any, value: Any, *, where: Origins, key: str, removed: Mapping[s
         return value
     if origin is dict:
         if not isinstance(value, dict):
-            raise UsageError(f"{where.of(key)}: '{key}' must be a mapping, got {value!r} ({type(value).__name__})")
+            raise UsageError(
+                f"{where.of(key)}: '{key}' must be a mapping, got {value!r} ({type(value).__name__})"
+            )
         return dict(value)
     if origin is Literal:
         if value not in args:
-            raise UsageError(f"{where.of(key)}: '{key}' must be one of {', '.join(map(str, args))}; got {value!r}")
+            raise UsageError(
+                f"{where.of(key)}: '{key}' must be one of {', '.join(map(str, args))}; got {value!r}"
+            )
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -350,7 +374,9 @@ def _coerce(tp: Any, value: Any, *, where: Origins, key: str, removed: Mapping[s
     if tp is float and isinstance(value, float) and not math.isfinite(value):
         raise UsageError(f"{where.of(key)}: '{key}' must be a finite number; got {value!r}")
     if tp in (int, float, str, bool) and (type(value) is not tp):
-        raise UsageError(f"{where.of(key)}: '{key}' must be {tp.__name__}, got {value!r} ({type(value).__name__})")
+        raise UsageError(
+            f"{where.of(key)}: '{key}' must be {tp.__name__}, got {value!r} ({type(value).__name__})"
+        )
     return value
 
 
@@ -384,16 +410,22 @@ class ConfigView:
         section = "data" if name == "data_root" else name  # the data folder is read through section data
         if section in self._sections or name in self.STORAGE:
             return self._data_root if name == "data_root" else getattr(self._cfg, name)
-        raise UndeclaredSection(f"{self._owner} reads config section '{section}' but its SECTIONS "
-                                f"{self._sections} do not declare it, so its fingerprint would not cover it")
+        raise UndeclaredSection(
+            f"{self._owner} reads config section '{section}' but its SECTIONS "
+            f"{self._sections} do not declare it, so its fingerprint would not cover it"
+        )
 
     def replace(self, **sections: dict) -> ConfigView:
         """A view of a config with some fields of declared sections changed: ``view.replace(sample={"n": 1})``."""
         for name in sections:
             getattr(self, name)  # only declared sections may change
-        return ConfigView(replace(self._cfg, **sections), self._sections, owner=self._owner, data_root=self._data_root)
+        return ConfigView(
+            replace(self._cfg, **sections), self._sections, owner=self._owner, data_root=self._data_root
+        )
 
-    def hashed(self, sections: typing.Iterable[str] | None = None, *, without: typing.Iterable[str] = ()) -> dict:
+    def hashed(
+        self, sections: typing.Iterable[str] | None = None, *, without: typing.Iterable[str] = ()
+    ) -> dict:
         """What a fingerprint covers: the ``result`` settings of the declared sections (or of some of them,
         ``sections``) but the dotted settings ``without`` (that the stage overrides), and, with section
         ``data``, the digest of the data folder's content."""
@@ -412,8 +444,11 @@ class ConfigView:
     def unhashed(self) -> dict:
         """What the fingerprint leaves out but an artifact should still record: the ``operational``
         settings of the declared sections and, with section ``data``, the data folder's path."""
-        kept = {name: _operational(getattr(self, name))
-                for name in self._sections if dataclasses.is_dataclass(getattr(self, name))}
+        kept = {
+            name: _operational(getattr(self, name))
+            for name in self._sections
+            if dataclasses.is_dataclass(getattr(self, name))
+        }
         kept = {name: fields for name, fields in kept.items() if fields}
         if "data" in self._sections:
             kept["data_root"] = str(self._data_root)

@@ -40,8 +40,10 @@ def read_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise UsageError(f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8") from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise UsageError(
+            f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x}); save it as UTF-8"
+        ) from None
 
 
 def _utf16(data: bytes) -> str | None:

@@ -57,7 +57,11 @@ def database_path(db_id: str, root: Path | None = None) -> Path:
     return path
 
 
-RESERVED_LABELS = ("report", "latest", "trackers")  # folders of a run (or of a label) that are not artifacts, in any case
+RESERVED_LABELS = (
+    "report",
+    "latest",
+    "trackers",
+)  # folders of a run (or of a label) that are not artifacts, in any case
 STORE_SUFFIXES = (".partial", ".lock", ".old")  # what the store adds to an artifact folder's name
 
 
@@ -68,8 +72,10 @@ def folder_name(value: str, what: str) -> str:
     try:
         spelled = os.fsencode(value).decode("utf-8")
     except UnicodeError:
-        raise UsageError(f"{what} {value!r} cannot be a file name in this locale ({sys.getfilesystemencoding()}): "
-                         "use ASCII letters, or a UTF-8 locale (LC_ALL=C.UTF-8)") from None
+        raise UsageError(
+            f"{what} {value!r} cannot be a file name in this locale ({sys.getfilesystemencoding()}): "
+            "use ASCII letters, or a UTF-8 locale (LC_ALL=C.UTF-8)"
+        ) from None
     if not re.fullmatch(r"[\w.-]+", spelled) or value in (".", ".."):
         raise UsageError(f"{what} {value!r} names a folder: use letters, digits, '.', '-' and '_' only")
     return value
@@ -82,8 +88,10 @@ def label_name(value: str, what: str = "label") -> str:
     and files do (``<fp12>.partial``, ``.lock``, ``.old``)."""
     folder_name(value, what)
     if value.lower() in RESERVED_LABELS or value.startswith(".") or value.lower().endswith(STORE_SUFFIXES):
-        raise UsageError(f"{what} {value!r} is reserved for a run's own folders ({', '.join(RESERVED_LABELS)} in any "
-                         f"case, names starting with '.' or ending in {', '.join(STORE_SUFFIXES)}): choose another label")
+        raise UsageError(
+            f"{what} {value!r} is reserved for a run's own folders ({', '.join(RESERVED_LABELS)} in any "
+            f"case, names starting with '.' or ending in {', '.join(STORE_SUFFIXES)}): choose another label"
+        )
     return value
 
 

@@ -26,8 +26,12 @@ EVERY_S = 30.0
 T = TypeVar("T")
 
 
-def progress_bar(*columns: ProgressColumn | str, console: Console | None = None, transient: bool = False,
-                 disable: bool = False) -> Progress:
+def progress_bar(
+    *columns: ProgressColumn | str,
+    console: Console | None = None,
+    transient: bool = False,
+    disable: bool = False,
+) -> Progress:
     """A ``rich.progress.Progress`` on stderr: the live bar on a terminal, plain lines elsewhere."""
     console = console or Console(stderr=True)
     if disable or console.is_terminal or console.is_jupyter:
@@ -68,11 +72,17 @@ class PlainProgress(Progress):
         finished = bool(total) and done >= total
         if now - last_time >= EVERY_S or (finished and printed and done != last_done):
             self._last[task_id] = (now, done)
-            self.console.print(plain_line(task.description, done, total, task.elapsed, task.fields), markup=False,
-                               highlight=False, soft_wrap=True)
+            self.console.print(
+                plain_line(task.description, done, total, task.elapsed, task.fields),
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
-def plain_line(description: str, done: float, total: float | None, elapsed: float | None, fields: dict) -> str:
+def plain_line(
+    description: str, done: float, total: float | None, elapsed: float | None, fields: dict
+) -> str:
     """``description: done/total (pct), field value, ..., elapsed h:mm:ss, left ~h:mm:ss``."""
     parts = [f"{done:.0f}/{total:.0f} ({done / total:.0%})" if total else f"{done:.0f}"]
     parts += [f"{key} {value}" for key, value in fields.items()]

@@ -63,8 +63,11 @@ def _imported_by(name: str, source: str, filename: str, root: Path) -> frozenset
             found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "mtsql")
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mtsql":
             found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if module_file(f"{node.module}.{alias.name}"))
+            found.update(
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if module_file(f"{node.module}.{alias.name}")
+            )
     return frozenset(m for m in found if module_file(m))
 
 
@@ -101,14 +104,20 @@ def _code_text_of(source: str, filename: str) -> str:
     tree = ast.parse(source, filename=filename)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return ast.dump(tree)
 
 
-FRESH_S = 2.0  # a file changed this recently is hashed afresh each time: a write within one mtime tick keeps it
+FRESH_S = (
+    2.0  # a file changed this recently is hashed afresh each time: a write within one mtime tick keeps it
+)
 
 
 def data_digest(root: Path) -> str:
@@ -149,15 +158,20 @@ def cached_sha256(files: list[Path], *, forget_under: Path | None = None) -> lis
         present = {str(path) for path in files}
         if forget_under is not None:  # entries of files no longer in this folder go
             inside = f"{forget_under}{os.sep}"
-            cache = {key: value for key, value in cache.items() if key in present or not key.startswith(inside)}
+            cache = {
+                key: value for key, value in cache.items() if key in present or not key.startswith(inside)
+            }
         # and those of files that are gone anywhere (a deleted run's artifacts): the cache is read and
         # written whole, so it holds only what exists
         cache = {key: value for key, value in cache.items() if key in present or os.path.exists(key)}
         try:
             write_json(cache_path, cache)
         except OSError as exc:  # a read-only MTSQL_HOME: the digests stand, only the next check is slower
-            print(f"note: data digest cache {cache_path} not written ({exc.strerror}); files are hashed again "
-                  "next time", file=sys.stderr)
+            print(
+                f"note: data digest cache {cache_path} not written ({exc.strerror}); files are hashed again "
+                "next time",
+                file=sys.stderr,
+            )
     return found
 
 
@@ -181,8 +195,10 @@ def _read_digest_cache(path: Path) -> dict[str, list]:
         cache = exc
     if not isinstance(cache, dict):
         problem = cache if isinstance(cache, Exception) else f"holds a {type(cache).__name__}, not a mapping"
-        print(f"note: data digest cache {path}: {problem}; the data folder's files are hashed again",
-              file=sys.stderr)
+        print(
+            f"note: data digest cache {path}: {problem}; the data folder's files are hashed again",
+            file=sys.stderr,
+        )
         return {}
     return cache
 
@@ -192,13 +208,21 @@ def code_version() -> dict:
     root = PACKAGE_ROOT.parents[1]
     info: dict[str, Any] = {"version": mtsql.__version__, "git_commit": None, "dirty": None}
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if commit.returncode == 0:
-            status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=5)
+            status = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
             info.update(git_commit=commit.stdout.strip(), dirty=bool(status.stdout.strip()))
     except (OSError, subprocess.TimeoutExpired):
-        info["git_commit"] = None  # not a git checkout (an installed wheel): the version and code digest say enough
+        info["git_commit"] = (
+            None  # not a git checkout (an installed wheel): the version and code digest say enough
+        )
     return info
 
 
@@ -229,14 +253,25 @@ def cpu_has_fast_bf16() -> bool:
 
 def hardware() -> dict:
     """The machine a stage ran on: CPU, core count, memory and the GPUs ``nvidia-smi`` lists."""
-    info: dict[str, Any] = {"machine": platform.machine(), "cpu": _cpu_model(), "cores": os.cpu_count(),
-                            "memory_gb": None, "gpus": []}
+    info: dict[str, Any] = {
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gb": None,
+        "gpus": [],
+    }
     with contextlib.suppress(OSError, ValueError):
         pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
         info["memory_gb"] = round(pages * size / 2**30, 1)
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # no nvidia-smi: a machine without NVIDIA GPUs
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10)
+    with contextlib.suppress(
+        OSError, subprocess.TimeoutExpired
+    ):  # no nvidia-smi: a machine without NVIDIA GPUs
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if smi.returncode == 0:
             info["gpus"] = [line.strip() for line in smi.stdout.splitlines() if line.strip()]
     return info

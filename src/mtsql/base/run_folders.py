@@ -75,13 +75,19 @@ def strays(run: Path) -> list[str]:
         if entry.name == REPORT_DIR and entry.is_dir() and not entry.is_symlink():
             continue
         if entry.is_symlink() or not is_label_folder(entry):
-            found.append(f"{entry}: not written by a stage (neither a label folder nor the report); the store never "
-                         "makes it")
+            found.append(
+                f"{entry}: not written by a stage (neither a label folder nor the report); the store never "
+                "makes it"
+            )
             continue
         for inner in sorted(_entries(entry)):
             if not _STORE_ENTRY.match(inner.name):
-                found.append(f"{inner}: not written by a stage (the store writes only artifact folders, their "
-                             "locks and `latest` in a label folder)")
-            elif re.fullmatch(_FP12, inner.name) and not inner.is_symlink() and not (inner / MANIFEST).exists():
+                found.append(
+                    f"{inner}: not written by a stage (the store writes only artifact folders, their "
+                    "locks and `latest` in a label folder)"
+                )
+            elif (
+                re.fullmatch(_FP12, inner.name) and not inner.is_symlink() and not (inner / MANIFEST).exists()
+            ):
                 found.append(f"{inner}: an artifact folder without {MANIFEST} (not written by a stage)")
     return found

@@ -61,14 +61,19 @@ def flat(tree: dict, prefix: str = "") -> dict[str, Any]:
 
 def numbers(metrics: dict) -> dict[str, float]:
     """The finite numbers of ``metrics`` (booleans count 0 / 1); None, text and NaN are left out."""
-    return {key: float(value) for key, value in metrics.items()
-            if isinstance(value, (int, float)) and math.isfinite(float(value))}
+    return {
+        key: float(value)
+        for key, value in metrics.items()
+        if isinstance(value, (int, float)) and math.isfinite(float(value))
+    }
 
 
 class Trackers:
     """The trackers one stage artifact logs to; ``Trackers.off()`` logs nowhere."""
 
-    def __init__(self, settings: TrackerSettings | None, *, run: str, root: Path, label: str, fingerprint: str):
+    def __init__(
+        self, settings: TrackerSettings | None, *, run: str, root: Path, label: str, fingerprint: str
+    ):
         """``settings``: the ``trackers`` section (None: all off); ``root``: the run folder (``trackers.dir``
         defaults to its ``trackers/``); ``label`` and ``fingerprint``: the artifact's."""
         self.names = tuple(name for name in TRACKERS if settings is not None and getattr(settings, name))
@@ -78,8 +83,10 @@ class Trackers:
         uri = settings.mlflow_uri if settings is not None else None
         self.mlflow_uri = uri or f"file:{(self.dir / 'mlruns').resolve()}"
         if "mlflow" in self.names and not self.mlflow_uri.startswith("file:"):
-            raise UsageError(f"trackers.mlflow_uri={self.mlflow_uri}: give a file: URI (a folder); mtsql logs to no "
-                             "MLflow server")
+            raise UsageError(
+                f"trackers.mlflow_uri={self.mlflow_uri}: give a file: URI (a folder); mtsql logs to no "
+                "MLflow server"
+            )
         self.run_name, self.group, self.fingerprint = f"{run}/{label}", run, fingerprint
         self.tensorboard_dir = self.dir / "tensorboard" / run / label / fingerprint[:12]
         self.last_step = 0  # the highest step logged: the stage's closing figures are logged at it
@@ -94,8 +101,13 @@ class Trackers:
         """The trackers of the artifact in ``folder`` (``<run folder>/<label>/<fp12>``, or its
         ``.partial``)."""
         folder = Path(folder)
-        return cls(settings, run=run, root=folder.parent.parent, label=folder.parent.name,
-                   fingerprint=folder.name.split(".")[0])
+        return cls(
+            settings,
+            run=run,
+            root=folder.parent.parent,
+            label=folder.parent.name,
+            fingerprint=folder.name.split(".")[0],
+        )
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -105,13 +117,23 @@ class Trackers:
         verl's ``Tracking``); with MLflow, the run this stage opened, once it is open."""
         env: dict[str, str] = {}
         if "tensorboard" in self.names:
-            env |= {"TENSORBOARD_LOGGING_DIR": str(self.tensorboard_dir), "TENSORBOARD_DIR": str(self.tensorboard_dir)}
+            env |= {
+                "TENSORBOARD_LOGGING_DIR": str(self.tensorboard_dir),
+                "TENSORBOARD_DIR": str(self.tensorboard_dir),
+            }
         if "wandb" in self.names:
-            env |= {"WANDB_MODE": "offline", "WANDB_DIR": str(self.dir), "WANDB_PROJECT": self.project,
-                    "WANDB_RUN_GROUP": self.group}
+            env |= {
+                "WANDB_MODE": "offline",
+                "WANDB_DIR": str(self.dir),
+                "WANDB_PROJECT": self.project,
+                "WANDB_RUN_GROUP": self.group,
+            }
         if "mlflow" in self.names:
-            env |= {"MLFLOW_TRACKING_URI": self.mlflow_uri, "MLFLOW_EXPERIMENT_NAME": self.project,
-                    "MLFLOW_ALLOW_FILE_STORE": "true"}
+            env |= {
+                "MLFLOW_TRACKING_URI": self.mlflow_uri,
+                "MLFLOW_EXPERIMENT_NAME": self.project,
+                "MLFLOW_ALLOW_FILE_STORE": "true",
+            }
             mlflow = next((t for t in self._open or () if isinstance(t, _Mlflow)), None)
             if mlflow is not None:
                 env["MLFLOW_RUN_ID"] = mlflow.run_id
@@ -121,8 +143,10 @@ class Trackers:
         """Log ``params`` (nested mappings become dotted keys) as the run's parameters."""
         if not self:
             return
-        values = {key: value if isinstance(value, (int, float, str, bool)) else json.dumps(value, default=str)
-                  for key, value in flat(params).items()}
+        values = {
+            key: value if isinstance(value, (int, float, str, bool)) else json.dumps(value, default=str)
+            for key, value in flat(params).items()
+        }
         for tracker in self._trackers():
             tracker.log_params(values)
 
@@ -202,7 +226,9 @@ class _Mlflow:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(key, value, now, step) for key, value in values.items()])
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(key, value, now, step) for key, value in values.items()]
+        )
 
     def log_params(self, values: dict) -> None:
         from mlflow.entities import Param
@@ -223,9 +249,16 @@ class _Wandb:
         import wandb
 
         trackers.dir.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=trackers.project, group=trackers.group, name=trackers.run_name,
-                              dir=str(trackers.dir), mode="offline", reinit="create_new",
-                              tags=[trackers.fingerprint[:12]], settings=wandb.Settings(silent=True))
+        self.run = wandb.init(
+            project=trackers.project,
+            group=trackers.group,
+            name=trackers.run_name,
+            dir=str(trackers.dir),
+            mode="offline",
+            reinit="create_new",
+            tags=[trackers.fingerprint[:12]],
+            settings=wandb.Settings(silent=True),
+        )
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)

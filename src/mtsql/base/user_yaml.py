@@ -30,8 +30,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the safe loader's own error names it
                 continue
             if earlier is not None:
-                raise ConstructorError(problem=f"key {key!r} is given twice (first on line {earlier}); keep one",
-                                       problem_mark=key_node.start_mark)
+                raise ConstructorError(
+                    problem=f"key {key!r} is given twice (first on line {earlier}); keep one",
+                    problem_mark=key_node.start_mark,
+                )
             first_line[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 

@@ -36,9 +36,16 @@ LEVELS = (*DIFFICULTIES, "total")
 DEFAULT_BIRD = BirdOptions()  # the official 30 s an item, in this process
 
 
-def evaluate_bird(pred_path: Path, *, data_root: Path | None = None, gold_path: Path | None = None,
-                  db_dir: Path | None = None, workers: int = 1, gold_cache: bool = False,
-                  progress: bool = False) -> Evaluation:
+def evaluate_bird(
+    pred_path: Path,
+    *,
+    data_root: Path | None = None,
+    gold_path: Path | None = None,
+    db_dir: Path | None = None,
+    workers: int = 1,
+    gold_cache: bool = False,
+    progress: bool = False,
+) -> Evaluation:
     """`mtsql evaluate --dataset bird`: ``gold_path`` a BIRD split folder (default: ``<bird>/dev``; a folder
     named ``train`` is read as a train split: ``train.json``, ``train.sql``, ``train_databases/``)."""
     split = "train" if gold_path is not None and Path(gold_path).name == "train" else "dev"
@@ -47,8 +54,14 @@ def evaluate_bird(pred_path: Path, *, data_root: Path | None = None, gold_path: 
     return evaluate_bird_file(pred_path, found, db_dir=db_dir, options=options, progress=progress)
 
 
-def evaluate_bird_file(pred_path: Path, found: BirdSplit, *, db_dir: Path | None = None,
-                       options: BirdOptions = DEFAULT_BIRD, progress: bool = False) -> Evaluation:
+def evaluate_bird_file(
+    pred_path: Path,
+    found: BirdSplit,
+    *,
+    db_dir: Path | None = None,
+    options: BirdOptions = DEFAULT_BIRD,
+    progress: bool = False,
+) -> Evaluation:
     """Score a prediction file against a BIRD split (its ``dev.sql`` when present, else its
     ``dev.json``; difficulties from ``dev.json``, by position, as officially)."""
     turns = load_bird(found)
@@ -60,12 +73,18 @@ def evaluate_bird_file(pred_path: Path, found: BirdSplit, *, db_dir: Path | None
     preds = read_predictions(pred_path)
     if len(preds) != len(turns):
         fewer = "fewer" if len(preds) < len(turns) else "more"
-        raise UsageError(f"{pred_path} has {len(preds)} predictions for the {len(turns)} questions of "
-                         f"{found.questions} ({fewer}): write one prediction per question, in its order")
+        raise UsageError(
+            f"{pred_path} has {len(preds)} predictions for the {len(turns)} questions of "
+            f"{found.questions} ({fewer}): write one prediction per question, in its order"
+        )
     databases = Path(db_dir).expanduser() if db_dir is not None else found.databases
     result = _score(list(zip(turns, preds, strict=True)), databases, options, progress)
-    result.summary.update({"gold_file": str(found.gold_sql if found.gold_sql.is_file() else found.questions),
-                           "pred_file": str(pred_path)})
+    result.summary.update(
+        {
+            "gold_file": str(found.gold_sql if found.gold_sql.is_file() else found.questions),
+            "pred_file": str(pred_path),
+        }
+    )
     return result
 
 
@@ -78,8 +97,10 @@ def _with_gold(turn: Turn, sql: str, db_id: str) -> Turn:
 def check_databases(turns: Iterable[Turn], databases: Path) -> None:
     """One line naming the first database a question needs that the folder lacks, and where to put it."""
     if not Path(databases).is_dir():
-        raise UsageError(f"BIRD databases folder not found: {databases} (put BIRD's <split>_databases there, "
-                         "or pass --db-dir)")
+        raise UsageError(
+            f"BIRD databases folder not found: {databases} (put BIRD's <split>_databases there, "
+            "or pass --db-dir)"
+        )
     for db_id in dict.fromkeys(turn.db_id for turn in turns):
         path = Path(databases) / db_id / f"{db_id}.sqlite"
         if not path.is_file():
@@ -87,16 +108,30 @@ def check_databases(turns: Iterable[Turn], databases: Path) -> None:
             raise UsageError(f"BIRD database {db_id} ({count} question(s)) is missing: put it at {path}")
 
 
-def score_bird_pairs(pairs: Iterable[tuple[Turn, str]], databases: Path, *, options: BirdOptions = DEFAULT_BIRD,
-                     progress: bool = False) -> Evaluation:
+def score_bird_pairs(
+    pairs: Iterable[tuple[Turn, str]],
+    databases: Path,
+    *,
+    options: BirdOptions = DEFAULT_BIRD,
+    progress: bool = False,
+) -> Evaluation:
     """Score (BIRD turn, predicted SQL) pairs as if the SQL had been written to BIRD's prediction JSON."""
     return _score(list(pairs), databases, options, progress)
 
 
-def _score(pairs: list[tuple[Turn, str]], databases: Path, options: BirdOptions, progress: bool) -> Evaluation:
+def _score(
+    pairs: list[tuple[Turn, str]], databases: Path, options: BirdOptions, progress: bool
+) -> Evaluation:
     check_databases([turn for turn, _ in pairs], databases)
-    rows = [{"db_id": turn.db_id, "db_path": str(Path(databases) / turn.db_id / f"{turn.db_id}.sqlite"),
-             "gold": turn.gold_sql, "pred": sql} for turn, sql in pairs]
+    rows = [
+        {
+            "db_id": turn.db_id,
+            "db_path": str(Path(databases) / turn.db_id / f"{turn.db_id}.sqlite"),
+            "gold": turn.gold_sql,
+            "pred": sql,
+        }
+        for turn, sql in pairs
+    ]
     scores: list[tuple] = [(0, None, 0.0)] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with progress_bar(*columns, transient=True, disable=not progress) as bar:
@@ -104,33 +139,59 @@ def _score(pairs: list[tuple[Turn, str]], databases: Path, options: BirdOptions,
         for index, score in score_bird_rows(rows, options):
             scores[index] = score
             bar.advance(task)
-    items = [{"question_id": turn.extra.get("question_id", turn.interaction_index),
-              "interaction_index": turn.interaction_index, "turn_index": 0,
-              "difficulty": turn.extra.get("difficulty"), "db_id": turn.db_id, "gold": turn.gold_sql, "pred": sql,
-              "exec_match": ex, "error": error}
-             for (turn, sql), (ex, error, _) in zip(pairs, scores, strict=True)]
+    items = [
+        {
+            "question_id": turn.extra.get("question_id", turn.interaction_index),
+            "interaction_index": turn.interaction_index,
+            "turn_index": 0,
+            "difficulty": turn.extra.get("difficulty"),
+            "db_id": turn.db_id,
+            "gold": turn.gold_sql,
+            "pred": sql,
+            "exec_match": ex,
+            "error": error,
+        }
+        for (turn, sql), (ex, error, _) in zip(pairs, scores, strict=True)
+    ]
     return Evaluation(items, bird_summary(items, options))
 
 
 def bird_summary(items: list[dict], options: BirdOptions) -> dict:
     """BIRD's table (``by_difficulty``), and the question tally the evaluate stage reads."""
+
     def tally(selected: list[dict]) -> dict:
         correct = sum(item["exec_match"] for item in selected)
-        return {"count": len(selected), "scored": len(selected), "correct": correct, "unscorable": 0,
-                "left_out": 0, "accuracy": correct / len(selected) if selected else None}
+        return {
+            "count": len(selected),
+            "scored": len(selected),
+            "correct": correct,
+            "unscorable": 0,
+            "left_out": 0,
+            "accuracy": correct / len(selected) if selected else None,
+        }
 
     table = {level: tally([i for i in items if i["difficulty"] == level]) for level in DIFFICULTIES}
     table["total"] = tally(items)
-    return {"dataset": "bird", "turns": len(items), "single_turn": True, "semantics": "bird",
-            "timeout_s": options.timeout_s, "exact": None, "exact_match": NO_EXACT_MATCH,
-            "execution": {"question": table["total"], "by_difficulty": table, "left_out": []},
-            "unscorable": [], "missing": []}
+    return {
+        "dataset": "bird",
+        "turns": len(items),
+        "single_turn": True,
+        "semantics": "bird",
+        "timeout_s": options.timeout_s,
+        "exact": None,
+        "exact_match": NO_EXACT_MATCH,
+        "execution": {"question": table["total"], "by_difficulty": table, "left_out": []},
+        "unscorable": [],
+        "missing": [],
+    }
 
 
 def render_bird(summary: dict, console: Console) -> None:
     """The official layout: counts, then EX in percent with two decimals, by difficulty and total."""
-    table = Table(title=f"bird {summary['turns']} questions (BIRD's execution accuracy, "
-                        f"{summary['timeout_s']:g} s per item)")
+    table = Table(
+        title=f"bird {summary['turns']} questions (BIRD's execution accuracy, "
+        f"{summary['timeout_s']:g} s per item)"
+    )
     table.add_column("")
     for level in LEVELS:
         table.add_column(level, justify="right")

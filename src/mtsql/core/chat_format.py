@@ -91,23 +91,33 @@ class ChatFamily:
 
 
 _CHATML = {
-    "system": f"{IM_START}system\n{{content}}{IM_END}\n", "user": f"{IM_START}user\n{{content}}{IM_END}\n",
+    "system": f"{IM_START}system\n{{content}}{IM_END}\n",
+    "user": f"{IM_START}user\n{{content}}{IM_END}\n",
     "tool": f"{IM_START}user\n<tool_response>\n{{content}}\n</tool_response>{IM_END}\n",
-    "assistant_head": f"{IM_START}assistant\n", "end_of_turn": IM_END, "after_turn": "\n",
+    "assistant_head": f"{IM_START}assistant\n",
+    "end_of_turn": IM_END,
+    "after_turn": "\n",
 }
 _LLAMA3_HEADER = "<|start_header_id|>{role}<|end_header_id|>\n\n"
 FAMILIES = {
     "qwen3_nothink": ChatFamily("qwen3_nothink", **_CHATML),
     "qwen3": ChatFamily("qwen3", **_CHATML, thinking=True),
     "qwen": ChatFamily("qwen", **_CHATML, default_system=QWEN25_DEFAULT_SYSTEM),
-    "smollm2": ChatFamily("smollm2", **{**_CHATML, "tool": _CHATML["user"]},  # a tool result is a user turn
-                          default_system=SMOLLM2_DEFAULT_SYSTEM, hermes_tools=False),
+    "smollm2": ChatFamily(
+        "smollm2",
+        **{**_CHATML, "tool": _CHATML["user"]},  # a tool result is a user turn
+        default_system=SMOLLM2_DEFAULT_SYSTEM,
+        hermes_tools=False,
+    ),
     "llama3": ChatFamily(
-        "llama3", system=_LLAMA3_HEADER.format(role="system") + "{content}<|eot_id|>",
+        "llama3",
+        system=_LLAMA3_HEADER.format(role="system") + "{content}<|eot_id|>",
         user=_LLAMA3_HEADER.format(role="user") + "{content}<|eot_id|>",
         tool=_LLAMA3_HEADER.format(role="ipython") + "{content}<|eot_id|>",
-        assistant_head=_LLAMA3_HEADER.format(role="assistant"), end_of_turn="<|eot_id|>",
-        prefix="<|begin_of_text|>", hermes_tools=False,
+        assistant_head=_LLAMA3_HEADER.format(role="assistant"),
+        end_of_turn="<|eot_id|>",
+        prefix="<|begin_of_text|>",
+        hermes_tools=False,
     ),
 }
 AUTO = "auto"  # the model's own tokenizer.chat_template
@@ -150,8 +160,9 @@ def _check_roles(messages: Sequence[dict]) -> None:
             )
 
 
-def segments(messages: Sequence[dict], tools: Sequence[dict] | None = None,
-             family: str | ChatFamily = "qwen3_nothink") -> list[str]:
+def segments(
+    messages: Sequence[dict], tools: Sequence[dict] | None = None, family: str | ChatFamily = "qwen3_nothink"
+) -> list[str]:
     """The conversation as the text pieces that are tokenized separately (see the module docstring)."""
     family = family_of(family)
     _check_roles(messages)
@@ -179,8 +190,9 @@ def message_segments(message: dict, family: str | ChatFamily = "qwen3_nothink") 
     raise ValueError(f"unknown role '{role}'")
 
 
-def render(messages: Sequence[dict], tools: Sequence[dict] | None = None,
-           family: str | ChatFamily = "qwen3_nothink") -> str:
+def render(
+    messages: Sequence[dict], tools: Sequence[dict] | None = None, family: str | ChatFamily = "qwen3_nothink"
+) -> str:
     """The conversation as one string."""
     return "".join(segments(messages, tools, family))
 
@@ -211,14 +223,17 @@ def chat_template(family: str | ChatFamily) -> str:
         "{%- if messages and messages[0]['role'] == 'system' -%}"
         "{%- if messages[0]['content'] -%}{%- set ns.system = messages[0]['content'] -%}{%- endif -%}"
         "{%- set ns.body = messages[1:] -%}"
-        "{%- endif -%}"
-        + tools
-        + "{%- if ns.system -%}" + emit(family.system, "ns.system") + "{%- endif -%}"
+        "{%- endif -%}" + tools + "{%- if ns.system -%}" + emit(family.system, "ns.system") + "{%- endif -%}"
         "{%- for message in ns.body -%}"
-        "{%- if message['role'] == 'user' -%}" + emit(family.user, "message['content']")
-        + "{%- elif message['role'] == 'tool' -%}" + emit(family.tool, "message['content']")
-        + "{%- elif message['role'] == 'assistant' -%}{{- " + head + " + message['content'] + "
-        + json.dumps(family.end_of_turn + family.after_turn) + " -}}"
+        "{%- if message['role'] == 'user' -%}"
+        + emit(family.user, "message['content']")
+        + "{%- elif message['role'] == 'tool' -%}"
+        + emit(family.tool, "message['content']")
+        + "{%- elif message['role'] == 'assistant' -%}{{- "
+        + head
+        + " + message['content'] + "
+        + json.dumps(family.end_of_turn + family.after_turn)
+        + " -}}"
         "{%- endif -%}"
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}{{- " + head + " -}}{%- endif -%}"
@@ -260,8 +275,9 @@ class ChatFormat:
         """The ids after an assistant's end-of-turn token up to the next generation prompt, for
         ``message``."""
         _check_observation(message)
-        return self._after_turn_ids + [i for piece in message_segments(message, self.family)
-                                       for i in self._encode(piece)]
+        return self._after_turn_ids + [
+            i for piece in message_segments(message, self.family) for i in self._encode(piece)
+        ]
 
 
 class AutoChatFormat:
@@ -277,23 +293,36 @@ class AutoChatFormat:
 
     def __init__(self, tokenizer):
         if not isinstance(getattr(tokenizer, "chat_template", None), str):
-            raise UsageError("model.template=auto: the tokenizer has no chat_template; name a template family")
+            raise UsageError(
+                "model.template=auto: the tokenizer has no chat_template; name a template family"
+            )
         self.tokenizer = tokenizer
         self.thinking = False
         closed = self._render(self.PROBE, add_generation_prompt=False)
-        tail = closed[closed.rindex("PROBE") + len("PROBE"):]
+        tail = closed[closed.rindex("PROBE") + len("PROBE") :]
         tail_ids = self._encode(tail)
-        if not tail_ids or tail_ids[0] not in tokenizer.all_special_ids and \
-                tail_ids[0] not in tokenizer.added_tokens_decoder:
-            raise UsageError(f"model.template=auto: the chat template closes an assistant message with {tail!r}, "
-                             "not a special token a model can generate")
+        if (
+            not tail_ids
+            or tail_ids[0] not in tokenizer.all_special_ids
+            and tail_ids[0] not in tokenizer.added_tokens_decoder
+        ):
+            raise UsageError(
+                f"model.template=auto: the chat template closes an assistant message with {tail!r}, "
+                "not a special token a model can generate"
+            )
         self.end_of_turn_id = tail_ids[0]
         self._closed_probe = closed
-        self.observation_ids({"role": "tool", "content": "?"})  # a template it cannot follow fails here, first
+        self.observation_ids(
+            {"role": "tool", "content": "?"}
+        )  # a template it cannot follow fails here, first
 
     def _render(self, messages, tools=None, add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None,
-                                                  add_generation_prompt=add_generation_prompt, tokenize=False)
+        return self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+        )
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False) if text else []
@@ -314,12 +343,14 @@ class AutoChatFormat:
         _check_observation(message)
         end = self.tokenizer.decode([self.end_of_turn_id])
         closed = self._closed_probe
-        after_end = closed[closed.rindex(end) + len(end):]
+        after_end = closed[closed.rindex(end) + len(end) :]
         opened = self._render([*self.PROBE, message])
         if not opened.startswith(closed):
-            raise UsageError("model.template=auto: the chat template renders earlier messages differently once "
-                             "a message follows; name a template family instead")
-        return self._encode(after_end + opened[len(closed):])
+            raise UsageError(
+                "model.template=auto: the chat template renders earlier messages differently once "
+                "a message follows; name a template family instead"
+            )
+        return self._encode(after_end + opened[len(closed) :])
 
 
 def _special_id(tokenizer, token: str) -> int:

@@ -35,10 +35,18 @@ from mtsql.core.sql.scoring import DataSources
 DEFAULT_OPTIONS = EvaluateOptions()  # both metrics, the test-suite algorithm, the official parser
 
 
-def evaluate_files(dataset: str, pred_path: Path, *, data_root: Path | None = None, gold_path: Path | None = None,
-                   db_dir: Path | None = None, tables_path: Path | None = None,
-                   options: EvaluateOptions = DEFAULT_OPTIONS, allow_mismatch: bool = False,
-                   progress: bool = False) -> Evaluation:
+def evaluate_files(
+    dataset: str,
+    pred_path: Path,
+    *,
+    data_root: Path | None = None,
+    gold_path: Path | None = None,
+    db_dir: Path | None = None,
+    tables_path: Path | None = None,
+    options: EvaluateOptions = DEFAULT_OPTIONS,
+    allow_mismatch: bool = False,
+    progress: bool = False,
+) -> Evaluation:
     """Score an official-format prediction file against a gold file (defaults: those of ``data_root``,
     else of the data folder)."""
     root = data_root or data_dir()
@@ -46,18 +54,34 @@ def evaluate_files(dataset: str, pred_path: Path, *, data_root: Path | None = No
     if own_gold:
         check_present(dataset, dataset_file(dataset, "dev", root), root)
     gold_path = gold_path or gold_file(dataset, root)
-    sources = DataSources(Path(db_dir or root / "database").resolve(), tables_path or tables_file(dataset, root),
-                          (root / "database_schema_only",))
-    result = score_files(gold_path, pred_path, sources, dataset=dataset, single_turn=dataset in SINGLE_TURN_DATASETS,
-                         options=options, allow_mismatch=allow_mismatch, progress=progress)
+    sources = DataSources(
+        Path(db_dir or root / "database").resolve(),
+        tables_path or tables_file(dataset, root),
+        (root / "database_schema_only",),
+    )
+    result = score_files(
+        gold_path,
+        pred_path,
+        sources,
+        dataset=dataset,
+        single_turn=dataset in SINGLE_TURN_DATASETS,
+        options=options,
+        allow_mismatch=allow_mismatch,
+        progress=progress,
+    )
     if own_gold and dataset in TYPE_KEY:  # the gold file's lines are the questions of dev.json, in order
         turns = load_turns(dataset, "dev", root=root, with_hardness=False)
         _add_types(result, {turn.interaction_index: turn.extra["type"] for turn in turns})
     return result
 
 
-def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = None,
-                options: EvaluateOptions = DEFAULT_OPTIONS, progress: bool = False) -> Evaluation:
+def score_pairs(
+    pairs: Iterable[tuple[Turn, str]],
+    *,
+    data_root: Path | None = None,
+    options: EvaluateOptions = DEFAULT_OPTIONS,
+    progress: bool = False,
+) -> Evaluation:
     """Score (turn, predicted SQL) pairs exactly as if the SQL had been written to a prediction file
     (single-turn tables when every turn is of a single-turn dataset)."""
     pairs = list(pairs)
@@ -66,10 +90,16 @@ def score_pairs(pairs: Iterable[tuple[Turn, str]], *, data_root: Path | None = N
     names = {turn.dataset for turn, _ in pairs}
     if len(names) == 1:  # the dataset's own tables.json (Spider-DK's differs from Spider's)
         sources = replace(sources, tables_json=tables_file(names.pop(), root))
-    rows = [{"interaction_index": turn.interaction_index, "turn_index": turn.turn_index, "db_id": turn.db_id,
-             "gold": turn.gold_sql,
-             "pred": replace_value_placeholder(prediction_line(sql))}
-            for turn, sql in pairs]
+    rows = [
+        {
+            "interaction_index": turn.interaction_index,
+            "turn_index": turn.turn_index,
+            "db_id": turn.db_id,
+            "gold": turn.gold_sql,
+            "pred": replace_value_placeholder(prediction_line(sql)),
+        }
+        for turn, sql in pairs
+    ]
     single_turn = bool(pairs) and all(turn.dataset in SINGLE_TURN_DATASETS for turn, _ in pairs)
     result = score_rows(rows, sources, options, progress, single_turn)
     if pairs and all("type" in turn.extra for turn, _ in pairs):
@@ -109,20 +139,34 @@ def render(summary: dict, console: Console) -> None:
 
     def cells_by_level(metric: str) -> list[dict]:
         tables = summary[metric]
-        return [*(tables["by_hardness"][lv] for lv in HARDNESS_LEVELS), tables["question"],
-                *([] if single else [tables["interaction"]])]
+        return [
+            *(tables["by_hardness"][lv] for lv in HARDNESS_LEVELS),
+            tables["question"],
+            *([] if single else [tables["interaction"]]),
+        ]
 
-    shape = (f"{summary['turns']} questions" if single
-             else f"{summary['turns']} turns, {summary['interactions']} interactions")
-    title = (f"{summary.get('dataset', '')} {shape} "
-             f"({summary['exec_semantics']} execution, {summary['semantics']} parser)")
+    shape = (
+        f"{summary['turns']} questions"
+        if single
+        else f"{summary['turns']} turns, {summary['interactions']} interactions"
+    )
+    title = (
+        f"{summary.get('dataset', '')} {shape} "
+        f"({summary['exec_semantics']} execution, {summary['semantics']} parser)"
+    )
     table = _table(title, levels, metrics, cells_by_level)
     if not single:
         table.caption = JOINT_ALL
     console.print(table)
     if not single:
-        console.print(_table("by turn", [f"turn {b}" for b in TURN_BUCKETS], metrics,
-                             lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS]))
+        console.print(
+            _table(
+                "by turn",
+                [f"turn {b}" for b in TURN_BUCKETS],
+                metrics,
+                lambda metric: [summary[metric]["by_turn"][b] for b in TURN_BUCKETS],
+            )
+        )
     for metric in metrics:
         for line in _left_out_lines(_LABELS[metric], summary[metric], single):
             console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line per fact, for grep
@@ -131,7 +175,9 @@ def render(summary: dict, console: Console) -> None:
     if summary["missing"]:
         console.print(f"{len(summary['missing'])} gold turn(s) had no prediction and scored 0")
     if summary.get("extra_predictions"):
-        console.print(f"{summary['extra_predictions']} prediction line(s) had no gold turn and were not scored")
+        console.print(
+            f"{summary['extra_predictions']} prediction line(s) had no gold turn and were not scored"
+        )
 
 
 def _type_table(by_type: dict) -> Table:
@@ -141,7 +187,9 @@ def _type_table(by_type: dict) -> Table:
     for kind in by_type:
         table.add_column(kind, justify="right")
     table.add_row("count", *(str(cell["scored"]) for cell in by_type.values()))
-    table.add_row("execution", *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in by_type.values()))
+    table.add_row(
+        "execution", *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in by_type.values())
+    )
     return table
 
 
@@ -159,7 +207,9 @@ def _table(title: str, columns: list[str], metrics: list[str], cells_of) -> Tabl
             table.add_row(f"count ({_LABELS[metric]})", *counts[metric])
     for metric in metrics:
         cells = cells_of(metric)
-        table.add_row(_LABELS[metric], *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in cells))
+        table.add_row(
+            _LABELS[metric], *("-" if c["accuracy"] is None else f"{c['accuracy']:.3f}" for c in cells)
+        )
         if any(c["left_out"] for c in cells):
             table.add_row(f"{_LABELS[metric]} left out", *(str(c["left_out"]) for c in cells))
     return table
@@ -174,8 +224,10 @@ def _left_out_lines(label: str, tables: dict, single: bool) -> list[str]:
         head = f"{label}: {len(left_out)} question(s) left out, as the official program cannot score them:"
     else:
         turns = sum(entry["turns"] for entry in left_out)
-        head = (f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out, each with a turn the "
-                f"official program skips:")
+        head = (
+            f"{label}: {len(left_out)} interaction(s) ({turns} turns) left out, each with a turn the "
+            f"official program skips:"
+        )
     by_reason: dict[str, list[str]] = {}
     for entry in left_out:
         turns_by_reason: dict[str, list[str]] = {}

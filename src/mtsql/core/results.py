@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 
-HEADLINE = ("turns", "ex", "em", "interaction_ex", "interaction_em", "cost")  # a decoding's figures in ``decodings``
+HEADLINE = (
+    "turns",
+    "ex",
+    "em",
+    "interaction_ex",
+    "interaction_em",
+    "cost",
+)  # a decoding's figures in ``decodings``
 
 
 def _checked(cls, data: dict, what: str) -> dict:
@@ -104,8 +111,10 @@ class EvaluationResult:
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        return out | {"budgets": {f.name: getattr(self.budgets, f.name) for f in fields(Budgets)},
-                      "datasets": {name: block.to_dict() for name, block in self.datasets.items()}}
+        return out | {
+            "budgets": {f.name: getattr(self.budgets, f.name) for f in fields(Budgets)},
+            "datasets": {name: block.to_dict() for name, block in self.datasets.items()},
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> EvaluationResult:
@@ -157,8 +166,10 @@ class TrainingStep:
         if missing := [name for name in ("stage", "step") if name not in data]:
             raise ValueError(f"not an RL step line: no {', '.join(missing)}")
         names = {f.name for f in fields(cls)} - {"extra"}
-        return cls(**{key: value for key, value in data.items() if key in names},
-                   extra={key: value for key, value in data.items() if key not in names})
+        return cls(
+            **{key: value for key, value in data.items() if key in names},
+            extra={key: value for key, value in data.items() if key not in names},
+        )
 
 
 @dataclass(frozen=True)
@@ -181,16 +192,25 @@ class RlStageResult:
     val_reward_picked: float | None = None
 
     @classmethod
-    def of_steps(cls, steps: list[TrainingStep], *, engine: str, items: int, picked_step: int) -> RlStageResult:
+    def of_steps(
+        cls, steps: list[TrainingStep], *, engine: str, items: int, picked_step: int
+    ) -> RlStageResult:
         """The result of a stage that logged ``steps`` and kept the model of step ``picked_step``."""
         first, last = (steps[0], steps[-1]) if steps else (TrainingStep(0, 0), TrainingStep(0, 0))
         signal = [step.groups_with_signal for step in steps if step.groups_with_signal is not None]
         picked = next((step for step in steps if step.step == picked_step), TrainingStep(0, 0))
-        return cls(engine=engine, items=items, steps=len(steps), picked_step=picked_step,
-                   reward_first=first.reward_mean, reward_last=last.reward_mean, ex_last=last.ex,
-                   response_length_last=last.response_length,
-                   steps_without_signal=sum(share == 0 for share in signal) if signal else None,
-                   val_reward_picked=picked.val_reward_mean)
+        return cls(
+            engine=engine,
+            items=items,
+            steps=len(steps),
+            picked_step=picked_step,
+            reward_first=first.reward_mean,
+            reward_last=last.reward_mean,
+            ex_last=last.ex,
+            response_length_last=last.response_length,
+            steps_without_signal=sum(share == 0 for share in signal) if signal else None,
+            val_reward_picked=picked.val_reward_mean,
+        )
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -74,17 +74,20 @@ class RewardConfig:
     clause_f1: float = result(0.8)  # weight of the clause score (clause_score picks which)
     format: float = result(0.0)
     clause_score: Literal["f1", "release"] = result("f1")  # f1: micro F1 of clause items over every proposed
-                                                          # query, the answer included; release: MTSQL-R1's
-                                                          # per-clause 0/1 average of the Spider parse over the
-                                                          # tool calls' SQL
+    # query, the answer included; release: MTSQL-R1's
+    # per-clause 0/1 average of the Spider parse over the
+    # tool calls' SQL
     empty_match_credit: bool = result(True)  # false: a prediction matching a gold with an empty (or all-NULL)
-                                             # result earns no EX / result credit (sql.vacuous)
+    # result earns no EX / result credit (sql.vacuous)
 
 
 EXEC_VERIFY_TABLE = {
-    ("error", "pass"): 0.0, ("error", "no_pass"): 1.0,
-    ("empty", "pass"): 0.0, ("empty", "no_pass"): 0.1,
-    ("ok", "pass"): 1.0, ("ok", "no_pass"): 0.0,
+    ("error", "pass"): 0.0,
+    ("error", "no_pass"): 1.0,
+    ("empty", "pass"): 0.0,
+    ("empty", "no_pass"): 0.1,
+    ("ok", "pass"): 1.0,
+    ("ok", "no_pass"): 0.0,
 }
 LENGTH_CAP = 2048
 CLAUSE_SCORES = ("f1", "release")
@@ -126,24 +129,37 @@ def process_family(s: Scoring) -> dict[str, float]:
     terms = outcome_family(s)
     schema_db = DataSources.from_root(s.root).schema_database(s.trajectory.db_id)
     if s.cfg.clause_score == "release":
+
         def similarity(sql):
             return release_clause_score(sql, s.gold_sql, schema_db)
+
         clause = clause_exact_reward(s.trajectory, s.gold_sql, schema_db)
     else:
+
         def similarity(sql):
             return clause_f1(sql, s.gold_sql)
+
         clause = clause_f1_reward(s.trajectory, s.gold_sql)
     terms["exec_verify"] = exec_verify_reward(s.trajectory)
     terms["coherence"] = coherence_reward(s.trajectory, similarity)
     terms[clause_key(s.cfg)] = clause
-    terms["score"] += (s.cfg.exec_verify * terms["exec_verify"] + s.cfg.coherence * terms["coherence"]
-                       + s.cfg.clause_f1 * clause)
+    terms["score"] += (
+        s.cfg.exec_verify * terms["exec_verify"]
+        + s.cfg.coherence * terms["coherence"]
+        + s.cfg.clause_f1 * clause
+    )
     return terms
 
 
 def sqlr1_family(s: Scoring) -> dict[str, float]:
-    terms = sqlr1_terms(s.trajectory, s.ex, sql_cfg=s.sql_cfg, data_root=s.root,
-                        response_tokens=s.response_tokens, vacuous=s.vacuous)
+    terms = sqlr1_terms(
+        s.trajectory,
+        s.ex,
+        sql_cfg=s.sql_cfg,
+        data_root=s.root,
+        response_tokens=s.response_tokens,
+        vacuous=s.vacuous,
+    )
     return {**terms, "score": sum(terms.values())}
 
 
@@ -164,9 +180,15 @@ def reward_keys(cfg: RewardConfig = RewardConfig()) -> tuple[str, ...]:
     return (*SHARED_KEYS, *_family(cfg).keys(cfg))
 
 
-def compute_rewards(trajectory: Trajectory, gold_sql: str, cfg: RewardConfig = RewardConfig(), *,
-                    sql_cfg: SqlConfig = SqlConfig(), data_root: Path | None = None,
-                    response_tokens: int | None = None) -> dict[str, float]:
+def compute_rewards(
+    trajectory: Trajectory,
+    gold_sql: str,
+    cfg: RewardConfig = RewardConfig(),
+    *,
+    sql_cfg: SqlConfig = SqlConfig(),
+    data_root: Path | None = None,
+    response_tokens: int | None = None,
+) -> dict[str, float]:
     """The ``reward_keys(cfg)`` of ``trajectory``: EX / EM and ``cfg.family``'s terms, ``score`` its total."""
     family = _family(cfg)
     root = data_dir(data_root)
@@ -186,8 +208,9 @@ def _family(cfg: RewardConfig) -> Family:
     return FAMILIES[cfg.family]
 
 
-def outcome_terms(trajectory: Trajectory, gold_sql: str, *, sql_cfg: SqlConfig = SqlConfig(),
-                  data_root: Path | None = None) -> tuple[float, float, float, float]:
+def outcome_terms(
+    trajectory: Trajectory, gold_sql: str, *, sql_cfg: SqlConfig = SqlConfig(), data_root: Path | None = None
+) -> tuple[float, float, float, float]:
     """(EX, EM, EX scorable, EM scorable) of the final SQL; an unscorable item counts 0. A BIRD item is
     scored by BIRD's EX (under ``sql.timeout_s``), has no EM, and is unscorable without its database."""
     if trajectory.dataset == "bird":
@@ -195,11 +218,20 @@ def outcome_terms(trajectory: Trajectory, gold_sql: str, *, sql_cfg: SqlConfig =
         if not db_path.is_file():
             return 0.0, 0.0, 0.0, 0.0
         answered = trajectory.final_sql is not None
-        ex = answered and bird_exec_match(gold_sql, trajectory.final_sql, db_path, timeout_s=sql_cfg.timeout_s)[0]
+        ex = (
+            answered
+            and bird_exec_match(gold_sql, trajectory.final_sql, db_path, timeout_s=sql_cfg.timeout_s)[0]
+        )
         return float(ex), 0.0, 1.0, 0.0
-    score = score_turn(gold_sql, trajectory.final_sql or "", trajectory.db_id, data_root=data_root,
-                       exec_semantics=sql_cfg.exec_semantics, semantics=sql_cfg.semantics,
-                       timeout_s=sql_cfg.timeout_s)
+    score = score_turn(
+        gold_sql,
+        trajectory.final_sql or "",
+        trajectory.db_id,
+        data_root=data_root,
+        exec_semantics=sql_cfg.exec_semantics,
+        semantics=sql_cfg.semantics,
+        timeout_s=sql_cfg.timeout_s,
+    )
     answered = trajectory.final_sql is not None
     ex = float(bool(answered and score.execution))
     em = float(bool(answered and score.exact))
@@ -214,8 +246,11 @@ def vacuous_match(trajectory: Trajectory, gold_sql: str, sql_cfg: SqlConfig, roo
 
 def exec_verify_reward(trajectory: Trajectory) -> float:
     """Mean ``EXEC_VERIFY_TABLE`` value over the executed exec_sql calls (missing verdict: 0)."""
-    values = [EXEC_VERIFY_TABLE.get((step.result_kind, step.verdict), 0.0)
-              for step in trajectory.tool_steps("exec_sql") if step.result_kind is not None]
+    values = [
+        EXEC_VERIFY_TABLE.get((step.result_kind, step.verdict), 0.0)
+        for step in trajectory.tool_steps("exec_sql")
+        if step.result_kind is not None
+    ]
     return sum(values) / len(values) if values else 0.0
 
 
@@ -241,7 +276,9 @@ def clause_f1_reward(trajectory: Trajectory, gold_sql: str) -> float:
 def clause_exact_reward(trajectory: Trajectory, gold_sql: str, schema_db: Path | None) -> float:
     """Mean ``release_clause_score`` of the SQL of every tool call that ran (the answer left out)."""
     called = [s.sql for s in trajectory.steps if s.action == "tool_call" and s.sql]
-    return sum(release_clause_score(sql, gold_sql, schema_db) for sql in called) / len(called) if called else 0.0
+    return (
+        sum(release_clause_score(sql, gold_sql, schema_db) for sql in called) / len(called) if called else 0.0
+    )
 
 
 def release_clause_score(predicted: str, gold_sql: str, schema_db: Path | None) -> float:
@@ -262,9 +299,15 @@ def format_reward(trajectory: Trajectory) -> float:
     return float(trajectory.protocol_valid)
 
 
-def sqlr1_terms(trajectory: Trajectory, ex: float, *, sql_cfg: SqlConfig = SqlConfig(),
-                data_root: Path | None = None, response_tokens: int | None = None,
-                vacuous: bool = False) -> dict[str, float]:
+def sqlr1_terms(
+    trajectory: Trajectory,
+    ex: float,
+    *,
+    sql_cfg: SqlConfig = SqlConfig(),
+    data_root: Path | None = None,
+    response_tokens: int | None = None,
+    vacuous: bool = False,
+) -> dict[str, float]:
     """SQL-R1's format, execution, result and length terms (each gated by the one before); a
     ``vacuous`` match (see ``vacuous_match``) gets neither the result nor the length term."""
     terms = {"sqlr1_format": -1.0, "sqlr1_execution": 0.0, "sqlr1_result": 0.0, "sqlr1_length": 0.0}
@@ -272,7 +315,9 @@ def sqlr1_terms(trajectory: Trajectory, ex: float, *, sql_cfg: SqlConfig = SqlCo
         return terms
     terms["sqlr1_format"] = 1.0
     db_path = database_path(trajectory.db_id, data_dir(data_root))
-    if not execute_cached(db_path, trajectory.final_sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows).ok:
+    if not execute_cached(
+        db_path, trajectory.final_sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows
+    ).ok:
         terms["sqlr1_execution"] = -2.0
         return terms
     terms["sqlr1_execution"] = 2.0
@@ -294,4 +339,4 @@ def _words(trajectory: Trajectory) -> int:
 def _answer_text(trajectory: Trajectory) -> str:
     text = trajectory.steps[-1].text
     closing = text.rfind("</think>")
-    return (text[closing + len("</think>"):] if closing != -1 else text).strip()
+    return (text[closing + len("</think>") :] if closing != -1 else text).strip()

@@ -76,7 +76,10 @@ class ScoredRow:
             raise ValueError(f"not a scored trajectory row: no {', '.join(missing)}")
         if extra := sorted(set(data) - set(names)):
             raise ValueError(f"not a scored trajectory row: unknown {', '.join(extra)}")
-        return cls(**data | {"turn": Turn.from_dict(data["turn"]), "trajectory": Trajectory.from_dict(data["trajectory"])})
+        return cls(
+            **data
+            | {"turn": Turn.from_dict(data["turn"]), "trajectory": Trajectory.from_dict(data["trajectory"])}
+        )
 
 
 def write_rows(path: Path, rows: Iterable[ScoredRow]) -> int:
@@ -92,7 +95,9 @@ def read_rows(path: Path) -> list[ScoredRow]:
         try:
             rows.append(ScoredRow.from_dict(data))
         except ValueError as exc:
-            raise UsageError(f"{path} record {number}: {exc} (written by another mtsql? rerun its stage)") from None
+            raise UsageError(
+                f"{path} record {number}: {exc} (written by another mtsql? rerun its stage)"
+            ) from None
     return rows
 
 
@@ -107,8 +112,14 @@ def score_record(record: dict, *, reward: RewardConfig, sql: SqlConfig, data_roo
     trajectory = Trajectory.from_dict(record["trajectory"])
     turn = Turn.from_dict(record["turn"])
     mask = record.get("response_mask") or []
-    tokens = sum(mask) if mask else sum(len(m["content"].split()) for m in trajectory.messages if m["role"] == "assistant")
-    terms = compute_rewards(trajectory, turn.gold_sql, reward, sql_cfg=sql, data_root=data_root, response_tokens=tokens)
+    tokens = (
+        sum(mask)
+        if mask
+        else sum(len(m["content"].split()) for m in trajectory.messages if m["role"] == "assistant")
+    )
+    terms = compute_rewards(
+        trajectory, turn.gold_sql, reward, sql_cfg=sql, data_root=data_root, response_tokens=tokens
+    )
     exec_steps = trajectory.tool_steps("exec_sql")
     corrected = any(s.verdict == "no_pass" for s in exec_steps[:-1])
     return ScoredRow(
@@ -134,6 +145,7 @@ def is_correct(row: ScoredRow, require: Iterable[str]) -> bool:
 
 def summarize_trajectories(rows: list[ScoredRow]) -> dict:
     """EX, EM, protocol and reward statistics of scored rows, overall and by hardness and turn."""
+
     def block(group: list[ScoredRow]) -> dict:
         scored_ex = [r.execution for r in group if r.execution is not None]
         scored_em = [r.exact for r in group if r.exact is not None]
@@ -178,9 +190,13 @@ def episode_behaviour(trajectory: Trajectory) -> dict[str, float]:
     steps = trajectory.steps
     calls = [s for s in steps if s.action == "tool_call"]
     executed = trajectory.tool_steps("exec_sql")
-    return {"tool_calls": len(calls), "memory_calls": sum(s.tool == "memory_retrieve" for s in calls),
-            "messages": len(steps), "invalid_messages": sum(s.action == "invalid" for s in steps),
-            "self_corrected": float(any(s.verdict == "no_pass" for s in executed[:-1]))}
+    return {
+        "tool_calls": len(calls),
+        "memory_calls": sum(s.tool == "memory_retrieve" for s in calls),
+        "messages": len(steps),
+        "invalid_messages": sum(s.action == "invalid" for s in steps),
+        "self_corrected": float(any(s.verdict == "no_pass" for s in executed[:-1])),
+    }
 
 
 def step_behaviour(episodes: list[dict], response_tokens: list[float]) -> dict[str, float]:
@@ -188,11 +204,14 @@ def step_behaviour(episodes: list[dict], response_tokens: list[float]) -> dict[s
     tool and memory calls, messages per turn, the self-correction rate, the share of assistant
     messages that could not be parsed, and the mean response length in tokens."""
     messages = sum(e["messages"] for e in episodes)
-    return {"tool_calls_per_turn": mean(e["tool_calls"] for e in episodes),
-            "memory_calls_per_turn": mean(e["memory_calls"] for e in episodes),
-            "self_correction_rate": mean(e["self_corrected"] for e in episodes),
-            "invalid_message_rate": sum(e["invalid_messages"] for e in episodes) / messages if messages else 0.0,
-            "messages_per_turn": messages / len(episodes), "response_length": mean(response_tokens)}
+    return {
+        "tool_calls_per_turn": mean(e["tool_calls"] for e in episodes),
+        "memory_calls_per_turn": mean(e["memory_calls"] for e in episodes),
+        "self_correction_rate": mean(e["self_corrected"] for e in episodes),
+        "invalid_message_rate": sum(e["invalid_messages"] for e in episodes) / messages if messages else 0.0,
+        "messages_per_turn": messages / len(episodes),
+        "response_length": mean(response_tokens),
+    }
 
 
 def vote(rows: list[ScoredRow], root: Path, timeout_s: float) -> ScoredRow:

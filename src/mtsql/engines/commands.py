@@ -73,8 +73,15 @@ def run_logged(command: Command, log_path: Path, *, on_output: Callable[[str], N
         log.write(f"\n$ {command.shell()}\n".encode())
         log.flush()
         try:
-            proc = subprocess.Popen(command.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                    cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(
+                command.argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         except OSError as exc:
             raise StageFailed(f"cannot start {command.argv[0]}: {exc.strerror}") from None
         try:
@@ -90,8 +97,10 @@ def run_logged(command: Command, log_path: Path, *, on_output: Callable[[str], N
                 os.killpg(proc.pid, signal.SIGKILL)
             returncode = proc.wait()
     if returncode != 0:
-        raise StageFailed(f"{command.name} failed ({_exit_text(returncode)}): "
-                          f"{error_line(tail.decode(errors='replace'))} (full log: {log_path})")
+        raise StageFailed(
+            f"{command.name} failed ({_exit_text(returncode)}): "
+            f"{error_line(tail.decode(errors='replace'))} (full log: {log_path})"
+        )
 
 
 def die_with_parent() -> None:
@@ -115,8 +124,10 @@ def error_line(text: str) -> str:
     found: list[tuple[int, str]] = []
     for index, line in enumerate(lines):
         if "Traceback (most recent call last)" in line:
-            after = next(((i, ln) for i, ln in enumerate(lines[index + 1:], index + 1) if ln and not ln[0].isspace()),
-                         None)
+            after = next(
+                ((i, ln) for i, ln in enumerate(lines[index + 1 :], index + 1) if ln and not ln[0].isspace()),
+                None,
+            )
             if after:
                 found.append(after)
         elif _EXCEPTION.match(line):

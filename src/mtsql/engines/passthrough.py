@@ -28,5 +28,7 @@ def check_extra(extra_keys: Iterable[str], own_keys: Iterable[str], *, setting: 
     ``allowed`` (its ``extra_override``)."""
     found = clashes(extra_keys, own_keys)
     if found and not allowed:
-        raise UsageError(f"{setting} sets {', '.join(found)}, which mtsql already sets from its own settings: "
-                         f"change those settings instead, or set {setting}_override: true to let {setting} win")
+        raise UsageError(
+            f"{setting} sets {', '.join(found)}, which mtsql already sets from its own settings: "
+            f"change those settings instead, or set {setting}_override: true to let {setting} win"
+        )

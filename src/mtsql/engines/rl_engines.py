@@ -36,11 +36,21 @@ from mtsql.engines.rl_settings import RL_ENGINES, RlConfig
 class RlEngine(Protocol):
     """The contract module of an RL engine (its functions, without ``self``)."""
 
-    def train_curriculum_stage(self, cfg: ConfigView, turns: list[Turn], *, base_model: str, out_dir: Path,
-                               metrics_path: Path, stage: int, trackers: Trackers) -> RlStageResult: ...
+    def train_curriculum_stage(
+        self,
+        cfg: ConfigView,
+        turns: list[Turn],
+        *,
+        base_model: str,
+        out_dir: Path,
+        metrics_path: Path,
+        stage: int,
+        trackers: Trackers,
+    ) -> RlStageResult: ...
 
-    def plan_curriculum_stage(self, cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int,
-                              rows: int | None) -> str: ...
+    def plan_curriculum_stage(
+        self, cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
+    ) -> str: ...
 
     def identity(self, cfg: ConfigView) -> dict: ...
 
@@ -86,8 +96,9 @@ def pick_engine(name: str) -> str:
 def rl_engine(name: str) -> RlEngine:
     """The ``engine`` module of RL engine ``name`` (``auto`` must be resolved first: ``pick_engine``)."""
     if name not in RL_ENGINES:
-        raise UsageError(f"rl.engine={name}: resolve it to one of {', '.join(RL_ENGINES)} before a "
-                         "stage runs")
+        raise UsageError(
+            f"rl.engine={name}: resolve it to one of {', '.join(RL_ENGINES)} before a stage runs"
+        )
     return cast(RlEngine, importlib.import_module(RL_ENGINES[name].module))
 
 

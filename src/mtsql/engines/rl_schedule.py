@@ -56,9 +56,16 @@ def local_rollouts(cfg, backend, *, temperature: float) -> RolloutEngine:
     distribution (top_p 1, as verl samples), each episode within ``rl_engines.RolloutBounds``; no ``sample``
     setting but the backend's own."""
     bounds = RolloutBounds.of(cfg.rl)
-    return RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy="model", temperature=temperature, top_p=1.0,
-                                     max_new_tokens=bounds.message_cap(), max_response_tokens=bounds.response_tokens,
-                                     backend=backend)
+    return RolloutEngine.from_config(
+        cfg,
+        data_root=cfg.data_root,
+        policy="model",
+        temperature=temperature,
+        top_p=1.0,
+        max_new_tokens=bounds.message_cap(),
+        max_response_tokens=bounds.response_tokens,
+        backend=backend,
+    )
 
 
 class LocalValidation:
@@ -82,11 +89,19 @@ class LocalValidation:
 
     def measure(self, step: int) -> dict:
         """Greedy rollout of the validation turns with the current weights, scored."""
-        rows = self.engine.run(self.turns, n=1, seed=derive_seed(self.cfg.seed, "val", self.stage, step),
-                               progress=False, score=scorer(self.cfg, self.cfg.data_root))
-        return {"val_reward_mean": float(np.mean([r.reward["score"] for r in rows])),
-                "val_ex": float(np.mean([r.execution or 0 for r in rows])),
-                "val_em": float(np.mean([r.exact or 0 for r in rows])), "val_turns": len(rows)}
+        rows = self.engine.run(
+            self.turns,
+            n=1,
+            seed=derive_seed(self.cfg.seed, "val", self.stage, step),
+            progress=False,
+            score=scorer(self.cfg, self.cfg.data_root),
+        )
+        return {
+            "val_reward_mean": float(np.mean([r.reward["score"] for r in rows])),
+            "val_ex": float(np.mean([r.execution or 0 for r in rows])),
+            "val_em": float(np.mean([r.exact or 0 for r in rows])),
+            "val_turns": len(rows),
+        }
 
     def finish(self, model) -> int:
         """Put the picked step's weights into ``model``; returns that step."""

@@ -144,15 +144,26 @@ class RolloutEngine:
     threads that run environment steps and scoring.
     """
 
-    def __init__(self, make_env: Callable[[], object], *, backend: Backend | None = None,
-                 chat: ChatFormat | None = None, params: SamplingParams | None = None,
-                 policy: Callable[[list[dict], Turn, random.Random], str] | None = None,
-                 tools: Sequence[dict] = (), memory: str = "gold", batch_size: int = 16,
-                 max_response_tokens: int | None = None, tool_workers: int = TOOL_WORKERS):
+    def __init__(
+        self,
+        make_env: Callable[[], object],
+        *,
+        backend: Backend | None = None,
+        chat: ChatFormat | None = None,
+        params: SamplingParams | None = None,
+        policy: Callable[[list[dict], Turn, random.Random], str] | None = None,
+        tools: Sequence[dict] = (),
+        memory: str = "gold",
+        batch_size: int = 16,
+        max_response_tokens: int | None = None,
+        tool_workers: int = TOOL_WORKERS,
+    ):
         if (backend is None) == (policy is None):
             raise ValueError("give either a model backend (with chat and params) or a scripted policy")
         if backend is not None and (params is None or (chat is None and not backend.takes_messages)):
-            raise ValueError("a model backend needs a chat format (unless it takes messages) and sampling params")
+            raise ValueError(
+                "a model backend needs a chat format (unless it takes messages) and sampling params"
+            )
         if memory not in ("gold", "predicted"):
             raise ValueError(f"memory must be gold or predicted, got {memory!r}")
         if batch_size < 1 or tool_workers < 1:
@@ -167,11 +178,22 @@ class RolloutEngine:
         self.owns_backend = False  # from_config made the backend: close() releases it
 
     @classmethod
-    def from_config(cls, cfg, *, data_root: Path, policy: str, model: str | None = None,
-                    temperature: float | None = None, top_p: float | None = None,
-                    max_new_tokens: int | None = None, backend: Backend | None = None,
-                    max_response_tokens: int | None = None, log_path: Path | None = None,
-                    attempts: dict[str, str] | None = None, items: list[str] | None = None) -> RolloutEngine:
+    def from_config(
+        cls,
+        cfg,
+        *,
+        data_root: Path,
+        policy: str,
+        model: str | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_new_tokens: int | None = None,
+        backend: Backend | None = None,
+        max_response_tokens: int | None = None,
+        log_path: Path | None = None,
+        attempts: dict[str, str] | None = None,
+        items: list[str] | None = None,
+    ) -> RolloutEngine:
         """An engine over ``cfg``'s environment (``env``, ``sql``, ``sample``, ``model``, ``seed``) with a
         model backend (``policy="model"``) or a scripted policy (``policies.SCRIPTED``; ``own_mistakes`` reads
         ``attempts``, uid -> the model's first message; ``items``: the uids to be sampled, for the exact share
@@ -182,29 +204,53 @@ class RolloutEngine:
         it (a managed vLLM server logs to ``log_path``); ``temperature``, ``top_p`` and ``max_new_tokens``
         override ``sample``'s (the RL engines sample by their own settings); ``max_response_tokens`` bounds
         each episode's response (the RL engines' response length). Use it as a context manager: ``with RolloutEngine.from_config(...)``."""
+
         def make_env():
             return SqlAgentEnv(cfg.env, cfg.sql, data_root)
 
         common = {"memory": cfg.env.memory, "batch_size": cfg.sample.batch_size}
         if policy in SCRIPTED:
-            return cls(make_env, policy=make_policy(policy, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=data_root,
-                                                    correction_share=cfg.sample.correction_share,
-                                                    failure_share=cfg.sample.failure_share, attempts=attempts,
-                                                    items=items),
-                       **common)
+            return cls(
+                make_env,
+                policy=make_policy(
+                    policy,
+                    env_cfg=cfg.env,
+                    sql_cfg=cfg.sql,
+                    data_root=data_root,
+                    correction_share=cfg.sample.correction_share,
+                    failure_share=cfg.sample.failure_share,
+                    attempts=attempts,
+                    items=items,
+                ),
+                **common,
+            )
         if policy != "model":
             raise UsageError(f"sample.policy: unknown '{policy}'; choose model, {', '.join(SCRIPTED)}")
         owned = backend is None
         if owned:
             backend = backend_for(cfg, model, log_path=log_path)
         try:
-            params = SamplingParams(temperature=cfg.sample.temperature if temperature is None else temperature,
-                                    top_p=cfg.sample.top_p if top_p is None else top_p,
-                                    max_new_tokens=cfg.sample.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                                    seed=cfg.seed, stop=STOP_STRINGS)
-            chat = None if backend.takes_messages else ChatFormat.for_template(backend.tokenizer, cfg.model.template)
-            engine = cls(make_env, backend=backend, chat=chat, params=params, tools=env_tools(cfg.env),
-                         max_response_tokens=max_response_tokens, **common)
+            params = SamplingParams(
+                temperature=cfg.sample.temperature if temperature is None else temperature,
+                top_p=cfg.sample.top_p if top_p is None else top_p,
+                max_new_tokens=cfg.sample.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                seed=cfg.seed,
+                stop=STOP_STRINGS,
+            )
+            chat = (
+                None
+                if backend.takes_messages
+                else ChatFormat.for_template(backend.tokenizer, cfg.model.template)
+            )
+            engine = cls(
+                make_env,
+                backend=backend,
+                chat=chat,
+                params=params,
+                tools=env_tools(cfg.env),
+                max_response_tokens=max_response_tokens,
+                **common,
+            )
         except BaseException:
             if owned:
                 backend.close()
@@ -225,8 +271,16 @@ class RolloutEngine:
 
     # -----------------------------------------------------------------------------------------
 
-    def run(self, turns: Sequence[Turn], *, n: int = 1, seed: int = 0, out_dir: Path | None = None,
-            progress: bool = True, score: Callable[[dict], object] | None = None) -> list:
+    def run(
+        self,
+        turns: Sequence[Turn],
+        *,
+        n: int = 1,
+        seed: int = 0,
+        out_dir: Path | None = None,
+        progress: bool = True,
+        score: Callable[[dict], object] | None = None,
+    ) -> list:
         """Roll out ``n`` samples of every turn; return the records (resumed ones too) in input order.
 
         ``score``: a function of a record run on the tool workers as each episode ends (resumed
@@ -244,8 +298,11 @@ class RolloutEngine:
             if writer is not None:
                 writer.close()
         self.stats = rollout.stats()
-        log.info("rollout: %(episodes)d episodes, %(generated_tokens)d generated tokens in %(wall_s).1f s, "
-                 "backend busy %(busy)s", {**self.stats, "busy": f"{self.stats['busy_share']:.0%}"})
+        log.info(
+            "rollout: %(episodes)d episodes, %(generated_tokens)d generated tokens in %(wall_s).1f s, "
+            "backend busy %(busy)s",
+            {**self.stats, "busy": f"{self.stats['busy_share']:.0%}"},
+        )
         return [results[key] for key in keys]
 
     def _chains(self, turns: Sequence[Turn], n: int) -> list[_Chain]:
@@ -257,8 +314,10 @@ class RolloutEngine:
         for dialogue in dialogues.values():
             dialogue.sort(key=lambda t: t.turn_index)
             if [t.turn_index for t in dialogue] != list(range(len(dialogue))):
-                raise UsageError(f"{dialogue[0].interaction_id}: predicted memory needs every turn of the "
-                                 f"dialogue from the first, got turns {[t.turn_index for t in dialogue]}")
+                raise UsageError(
+                    f"{dialogue[0].interaction_id}: predicted memory needs every turn of the "
+                    f"dialogue from the first, got turns {[t.turn_index for t in dialogue]}"
+                )
         return [_Chain(list(d), s) for d in dialogues.values() for s in range(n)]
 
     def _record(self, episode: _Episode) -> dict:
@@ -292,8 +351,16 @@ class _Rollout:
     while workers are busy, the backend waits for them at most ``FILL_WAIT`` of its last call's time.
     """
 
-    def __init__(self, engine: RolloutEngine, chains: list[_Chain], done: dict[str, dict], seed: int,
-                 score: Callable[[dict], object] | None, writer: _ShardWriter | None, meter: _Meter):
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        chains: list[_Chain],
+        done: dict[str, dict],
+        seed: int,
+        score: Callable[[dict], object] | None,
+        writer: _ShardWriter | None,
+        meter: _Meter,
+    ):
         self.engine, self.done, self.seed, self.score = engine, done, seed, score
         self.writer, self.meter = writer, meter
         self.waiting: deque[_Chain] = deque(chains)  # chains with a turn to start
@@ -326,8 +393,14 @@ class _Rollout:
 
     def stats(self) -> dict:
         wall = time.perf_counter() - self.started
-        return {"wall_s": wall, "generate_s": self.generate_s, "busy_share": self.generate_s / max(wall, 1e-9),
-                "calls": self.calls, "generated_tokens": self.generated, "episodes": self.episodes}
+        return {
+            "wall_s": wall,
+            "generate_s": self.generate_s,
+            "busy_share": self.generate_s / max(wall, 1e-9),
+            "calls": self.calls,
+            "generated_tokens": self.generated,
+            "episodes": self.episodes,
+        }
 
     # -- scheduling (this thread) ------------------------------------------------------------
 
@@ -347,9 +420,16 @@ class _Rollout:
             memory = None
             if self.engine.memory == "predicted" and chain.position:
                 done_turns = chain.turns[: chain.position]
-                memory = [MemoryEntry(t.question, sql) for t, sql in zip(done_turns, chain.answers, strict=True)]
-            episode = _Episode(chain, turn, episode_key(turn.uid, chain.sample), self.engine.make_env(),
-                               derive_seed(self.seed, episode_key(turn.uid, chain.sample)))
+                memory = [
+                    MemoryEntry(t.question, sql) for t, sql in zip(done_turns, chain.answers, strict=True)
+                ]
+            episode = _Episode(
+                chain,
+                turn,
+                episode_key(turn.uid, chain.sample),
+                self.engine.make_env(),
+                derive_seed(self.seed, episode_key(turn.uid, chain.sample)),
+            )
             self.in_flight += 1
             self.starting += 1
             self._submit(self._reset, episode, memory)
@@ -398,8 +478,12 @@ class _Rollout:
             self.calls += 1
             seed = derive_seed(episode.seed, len(episode.generations))
             if backend.takes_messages:
-                future = backend.submit_messages(list(episode.env.trajectory.messages), self.engine.tools,
-                                                 self._message_params(episode), seed)
+                future = backend.submit_messages(
+                    list(episode.env.trajectory.messages),
+                    self.engine.tools,
+                    self._message_params(episode),
+                    seed,
+                )
             else:
                 future = backend.submit(episode.tokens.sequence, params, seed)
             future.add_done_callback(lambda done, episode=episode: self.events.put((episode, done)))
@@ -426,10 +510,13 @@ class _Rollout:
         completion, prompt = reply.completion_tokens or 0, reply.prompt_tokens
         if prompt is not None and episode.first_prompt is None:
             episode.first_prompt = prompt
-        grown = prompt - episode.first_prompt if prompt is not None and episode.first_prompt is not None else None
+        grown = (
+            prompt - episode.first_prompt if prompt is not None and episode.first_prompt is not None else None
+        )
         episode.spent = (grown if grown is not None else episode.spent) + completion
-        episode.generations.append({"tokens": completion, "prompt_tokens": prompt or 0,
-                                    "finish_reason": reply.finish_reason})
+        episode.generations.append(
+            {"tokens": completion, "prompt_tokens": prompt or 0, "finish_reason": reply.finish_reason}
+        )
         self.generated += completion
         return reply.text
 
@@ -449,8 +536,13 @@ class _Rollout:
         context = len(episode.tokens.sequence)  # the ids this call read (measures.cost's prompt tokens)
         kept = episode.tokens.add_generation(generation.token_ids, generation.logprobs)
         cut = len(kept) < len(generation.token_ids)
-        episode.generations.append({"tokens": len(kept), "prompt_tokens": context,
-                                    "finish_reason": "length" if cut else generation.finish_reason})
+        episode.generations.append(
+            {
+                "tokens": len(kept),
+                "prompt_tokens": context,
+                "finish_reason": "length" if cut else generation.finish_reason,
+            }
+        )
         self.generated += len(kept)
         return episode.tokens.text(kept) if cut else generation.text
 
@@ -505,8 +597,9 @@ class _Rollout:
         messages = episode.env.reset(episode.turn, memory)
         engine = self.engine
         if engine.backend is not None and not engine.backend.takes_messages:
-            episode.tokens = EpisodeTokens(engine.chat, engine.chat.prompt_ids(messages, engine.tools),
-                                           engine.max_response_tokens)
+            episode.tokens = EpisodeTokens(
+                engine.chat, engine.chat.prompt_ids(messages, engine.tools), engine.max_response_tokens
+            )
         return episode
 
     def _step(self, episode: _Episode, text: str) -> _Episode | _Finished:
@@ -570,8 +663,13 @@ class _Meter:
             from mtsql.base.progress import progress_bar
 
             self.progress = progress_bar(
-                TextColumn("rollout"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]} tok/s"),
-                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                TextColumn("rollout"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]} tok/s"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
             )
             self.task = self.progress.add_task("rollout", total=total, completed=already, rate="-")
             self.progress.start()

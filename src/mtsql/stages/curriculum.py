@@ -65,7 +65,9 @@ def label_of(turn: Turn, by: str, rates: dict[str, float]) -> str | None:
     return "high" if rate >= 0.5 else "low" if rate > 0 else "zero"
 
 
-def partition(turns: list[Turn], cfg: CurriculumConfig, rates: dict[str, float] | None = None) -> tuple[list[list[Turn]], dict]:
+def partition(
+    turns: list[Turn], cfg: CurriculumConfig, rates: dict[str, float] | None = None
+) -> tuple[list[list[Turn]], dict]:
     """Ordered stages of turns, and counts of what was dropped and why."""
     if cfg.by == "pass_rate" and rates is None:
         raise UsageError("curriculum.by=pass_rate needs a sample artifact of the SFT model on the RL pool")
@@ -91,7 +93,12 @@ def size_table(stages: list[list[Turn]]) -> dict[str, dict[str, int]]:
     table = {}
     for k, stage in enumerate(stages, 1):
         row = {h: sum(t.hardness == h for t in stage) for h in CURRICULUM_LABELS["hardness"]}
-        row.update({f"turn {b}": sum(turn_bucket(t.turn_index) == b for t in stage) for b in CURRICULUM_LABELS["turn"]})
+        row.update(
+            {
+                f"turn {b}": sum(turn_bucket(t.turn_index) == b for t in stage)
+                for b in CURRICULUM_LABELS["turn"]
+            }
+        )
         row["total"] = len(stage)
         table[f"stage {k}"] = row
     return table
@@ -102,7 +109,9 @@ def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact | None = None) -
     rates = pass_rates(read_rows(sample.path / "trajectories.jsonl")) if sample is not None else None
     stages, dropped = partition(turns, cfg.curriculum, rates)
     if not any(stages):
-        raise UsageError(f"curriculum: every stage is empty ({len(turns)} items in the pool, dropped {dropped})")
+        raise UsageError(
+            f"curriculum: every stage is empty ({len(turns)} items in the pool, dropped {dropped})"
+        )
     for k, stage in enumerate(stages, 1):
         write_jsonl(ctx.out / f"stage-{k}.jsonl", (t.to_dict() for t in stage))
     return {"pool": len(turns), "stages": len(stages), "dropped": dropped, "table": size_table(stages)}

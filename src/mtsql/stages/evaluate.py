@@ -70,12 +70,16 @@ class EvaluateConfig:
 
     vote: Samples = result(1)  # >1: self-consistency voting over this many samples by execution result
     max_response_tokens: Tokens | None = result(None)  # tokens one turn may generate over all its messages
-                                                       # (release: 8000)
-    prompt_filter_tokens: Tokens | None = result(None)  # also report the metrics without the items whose prompt
-                                                        # is longer, as verl's filter_overlong_prompts drops them
-                                                        # (release: 4000)
-    samples: Samples = result(1)  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared
-                                  # with vote)
+    # (release: 8000)
+    prompt_filter_tokens: Tokens | None = result(
+        None
+    )  # also report the metrics without the items whose prompt
+    # is longer, as verl's filter_overlong_prompts drops them
+    # (release: 4000)
+    samples: Samples = result(
+        1
+    )  # >1: pass@k (k = 1, 2, 4, ..., samples) from this many samples per turn (shared
+    # with vote)
 
 
 SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
@@ -84,12 +88,20 @@ INPUTS = {"model": None}
 
 def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
+
     def ex(row: ScoredRow, sql: str) -> int | None:
         if row.turn.dataset == "bird":  # BIRD's own EX (its databases are in BIRD's folder)
             return bird_exec_match(row.turn.gold_sql, sql, database_path(row.turn.db_id, cfg.data_root))[0]
-        return score_turn(row.turn.gold_sql, sql, row.turn.db_id, data_root=cfg.data_root,
-                          exec_semantics=cfg.sql.exec_semantics, semantics=cfg.sql.semantics,
-                          timeout_s=cfg.sql.timeout_s).execution
+        return score_turn(
+            row.turn.gold_sql,
+            sql,
+            row.turn.db_id,
+            data_root=cfg.data_root,
+            exec_semantics=cfg.sql.exec_semantics,
+            semantics=cfg.sql.semantics,
+            timeout_s=cfg.sql.timeout_s,
+        ).execution
+
     return ex
 
 
@@ -107,37 +119,64 @@ def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measu
     (single-turn datasets have no interaction match and no turn buckets: those are None and empty),
     the verdict ``calibration`` and the other ``measures`` (ex_non_empty_gold, propagation, revisions,
     cost)."""
+
     def acc(metric, *path):
         return accuracy(summary, metric, *path)
 
     def breakdown(key: str) -> dict:
         table = (summary["exact"] or {}).get(key, {})
-        return {bucket: {"count": table[bucket]["count"], "ex": acc("execution", key, bucket) or 0.0,
-                         "em": acc("exact", key, bucket) or 0.0} for bucket in table}
+        return {
+            bucket: {
+                "count": table[bucket]["count"],
+                "ex": acc("execution", key, bucket) or 0.0,
+                "em": acc("exact", key, bucket) or 0.0,
+            }
+            for bucket in table
+        }
 
     protocol = summarize_trajectories(rows)
     return DatasetBlock(
-        turns=summary["turns"], interactions=summary.get("interactions"),
-        ex=acc("execution", "question"), em=acc("exact", "question"),
-        interaction_ex=acc("execution", "interaction"), interaction_em=acc("exact", "interaction"),
+        turns=summary["turns"],
+        interactions=summary.get("interactions"),
+        ex=acc("execution", "question"),
+        em=acc("exact", "question"),
+        interaction_ex=acc("execution", "interaction"),
+        interaction_em=acc("exact", "interaction"),
         scored_ex=summary["execution"]["question"]["scored"],
         scored_em=summary["exact"]["question"]["scored"] if summary["exact"] else 0,
         unscorable_ex=summary["execution"]["question"]["unscorable"],
-        by_hardness=breakdown("by_hardness"), by_turn=breakdown("by_turn"),
-        protocol={key: protocol[key] for key in ("protocol_valid", "answered", "tool_calls_per_turn",
-                                                 "self_correction_rate", "self_correction_success")}
+        by_hardness=breakdown("by_hardness"),
+        by_turn=breakdown("by_turn"),
+        protocol={
+            key: protocol[key]
+            for key in (
+                "protocol_valid",
+                "answered",
+                "tool_calls_per_turn",
+                "self_correction_rate",
+                "self_correction_success",
+            )
+        }
         | {"verification_accuracy": calibration["exec_verify"]["accuracy"]},
-        generated_tokens=protocol["generated_tokens"], verdict_calibration=calibration,
-        by_difficulty={level: {"count": cell["count"], "ex": cell["accuracy"]}
-                       for level, cell in summary["execution"]["by_difficulty"].items()}
-        if "by_difficulty" in summary["execution"] else None, **measures)
+        generated_tokens=protocol["generated_tokens"],
+        verdict_calibration=calibration,
+        by_difficulty={
+            level: {"count": cell["count"], "ex": cell["accuracy"]}
+            for level, cell in summary["execution"]["by_difficulty"].items()
+        }
+        if "by_difficulty" in summary["execution"]
+        else None,
+        **measures,
+    )
 
 
 def hashed(cfg: ConfigView) -> dict:
     """What the fingerprint covers: the declared sections, with the sampling settings as the stage uses
     them: the model, max(vote, samples) samples, and greedy decoding alone (temperature 0) when that is 1."""
     sampled = max(cfg.evaluate.vote, cfg.evaluate.samples) > 1
-    return (cfg if sampled else cfg.replace(sample={"temperature": 0.0})).hashed(without=("sample.policy", "sample.n"))
+    return (cfg if sampled else cfg.replace(sample={"temperature": 0.0})).hashed(
+        without=("sample.policy", "sample.n")
+    )
 
 
 def engine_identity(cfg: ConfigView) -> dict:
@@ -150,35 +189,49 @@ def check(cfg: ConfigView, *, model=None) -> None:
     asked for nothing it cannot do (a trained artifact, prompt lengths in the model's tokens)."""
     for name in eval_dataset_names(cfg.data, cfg.data_root):
         if not eval_turns(cfg.data, name, cfg.data_root, with_hardness=False):
-            raise UsageError(f"evaluate: {name} {cfg.data.eval_split} of {cfg.data_root} has no turn to evaluate "
-                             "(with data.eval_pick=spread, only dialogues whose database has a file count)")
+            raise UsageError(
+                f"evaluate: {name} {cfg.data.eval_split} of {cfg.data_root} has no turn to evaluate "
+                "(with data.eval_pick=spread, only dialogues whose database has a file count)"
+            )
     if backends.api_model(cfg, model) is None:
         if model is None:
             stage_model(cfg.model.name, resolve=False)
     elif cfg.evaluate.prompt_filter_tokens is not None:
-        raise UsageError("evaluate.prompt_filter_tokens counts prompt tokens with the model's tokenizer, which a "
-                         f"chat API does not share: leave it unset with sample.backend={cfg.sample.backend}")
+        raise UsageError(
+            "evaluate.prompt_filter_tokens counts prompt tokens with the model's tokenizer, which a "
+            f"chat API does not share: leave it unset with sample.backend={cfg.sample.backend}"
+        )
 
 
 def plan(cfg: ConfigView, out: Path, *, model=None) -> str:
     """What this stage would score (``--dry-run``): each dataset's slice and the decodings."""
     n_vote, n_pass = cfg.evaluate.vote, cfg.evaluate.samples
     names = eval_dataset_names(cfg.data, cfg.data_root)
-    sizes = ", ".join(f"{name} {cfg.data.eval_split} ({len(eval_turns(cfg.data, name, cfg.data_root, with_hardness=False))}"
-                      " questions)" for name in names)
-    decodings = "greedy" + (f" and vote@{n_vote}" if n_vote > 1 else "") + (
-        f", pass@k from {max(n_vote, n_pass)} samples" if n_pass > 1 else "")
+    sizes = ", ".join(
+        f"{name} {cfg.data.eval_split} ({len(eval_turns(cfg.data, name, cfg.data_root, with_hardness=False))}"
+        " questions)"
+        for name in names
+    )
+    decodings = (
+        "greedy"
+        + (f" and vote@{n_vote}" if n_vote > 1 else "")
+        + (f", pass@k from {max(n_vote, n_pass)} samples" if n_pass > 1 else "")
+    )
     absent = [name for name in cfg.data.eval_if_present if name not in names]
-    return (f"# scores {sizes}: {decodings}; into {out}/<dataset>/"
-            + (f"\n# not in the data folder, so not scored: {', '.join(absent)}" if absent else ""))
+    return f"# scores {sizes}: {decodings}; into {out}/<dataset>/" + (
+        f"\n# not in the data folder, so not scored: {', '.join(absent)}" if absent else ""
+    )
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
-    with RolloutEngine.from_config(cfg.replace(sample={"temperature": 0.0}), data_root=cfg.data_root,
-                                   policy="model",
-                                   model=backends.api_model(cfg, model) or stage_model(cfg.model.name, model),
-                                   max_response_tokens=cfg.evaluate.max_response_tokens,
-                                   log_path=ctx.out / SERVER_LOG) as greedy:
+    with RolloutEngine.from_config(
+        cfg.replace(sample={"temperature": 0.0}),
+        data_root=cfg.data_root,
+        policy="model",
+        model=backends.api_model(cfg, model) or stage_model(cfg.model.name, model),
+        max_response_tokens=cfg.evaluate.max_response_tokens,
+        log_path=ctx.out / SERVER_LOG,
+    ) as greedy:
         return _evaluate(ctx, cfg, greedy, model)
 
 
@@ -186,28 +239,41 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     root, n_vote, n_pass = cfg.data_root, cfg.evaluate.vote, cfg.evaluate.samples
     n = max(n_vote, n_pass)  # one sampled rollout serves the vote and pass@k
     budget = cfg.evaluate.max_response_tokens
-    sampler = (RolloutEngine.from_config(cfg, data_root=root, policy="model", backend=greedy.backend,
-                                         max_response_tokens=budget) if n > 1 else None)
+    sampler = (
+        RolloutEngine.from_config(
+            cfg, data_root=root, policy="model", backend=greedy.backend, max_response_tokens=budget
+        )
+        if n > 1
+        else None
+    )
     blocks: dict[str, DatasetBlock] = {}
     by_dataset = {name: eval_turns(cfg.data, name, root) for name in eval_dataset_names(cfg.data, root)}
     every_turn = [turn for turns in by_dataset.values() for turn in turns]
     greedy_rows, greedy_wall = _rollout(greedy, every_turn, 1, cfg, ctx.out / "greedy-rollout")
     greedy_rows = _split(greedy_rows, by_dataset)
-    sampled, sampled_wall = _rollout(sampler, every_turn, n, cfg, ctx.out / "vote-rollout") if sampler else ([], 0.0)
+    sampled, sampled_wall = (
+        _rollout(sampler, every_turn, n, cfg, ctx.out / "vote-rollout") if sampler else ([], 0.0)
+    )
     sampled = _split(sampled, by_dataset)
     for name, turns in by_dataset.items():
         folder, rows = ctx.out / name, greedy_rows[name]
         share = len(turns) / len(every_turn)  # of the rollout's wall time, which served every dataset
-        block = _score(cfg, name, turns, rows, rows, folder / "greedy" if n_vote > 1 else folder, greedy_wall * share)
+        block = _score(
+            cfg, name, turns, rows, rows, folder / "greedy" if n_vote > 1 else folder, greedy_wall * share
+        )
         first = {k: [r for r in sampled.get(name, []) if r.sample < k] for k in (n_vote, n_pass)}
         if n_vote > 1:
             by_uid: dict[str, list[ScoredRow]] = defaultdict(list)
             for row in first[n_vote]:
                 by_uid[row.uid].append(row)
             chosen = [vote(by_uid[t.uid], root, cfg.sql.timeout_s) for t in turns]
-            greedy_block, block = block, _score(cfg, name, turns, chosen, first[n_vote], folder,
-                                                sampled_wall * share * n_vote / n)
-            block = replace(block, decodings={"greedy": greedy_block.headline(), f"vote@{n_vote}": block.headline()})
+            greedy_block, block = (
+                block,
+                _score(cfg, name, turns, chosen, first[n_vote], folder, sampled_wall * share * n_vote / n),
+            )
+            block = replace(
+                block, decodings={"greedy": greedy_block.headline(), f"vote@{n_vote}": block.headline()}
+            )
         elif sampler:
             write_rows(folder / "samples" / "trajectories.jsonl", sampled[name])
         if n_pass > 1:
@@ -215,16 +281,35 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
         if cfg.evaluate.prompt_filter_tokens is not None:
             block = replace(block, prompt_filter=_prompt_filter(cfg, turns, rows, greedy.chat))
         blocks[name] = block
-        ctx.trackers.log_metrics(0, {f"eval/{name}/{key}": value for key, value in  # the dashboards (trackers.*)
-                                     {**block.headline(), "protocol_valid": block.protocol["protocol_valid"]}.items()})
-    budgets = Budgets(max_messages=cfg.env.max_messages, max_new_tokens=cfg.sample.max_new_tokens,
-                      max_response_tokens=budget, prompt_filter_tokens=cfg.evaluate.prompt_filter_tokens,
-                      observation_chars=cfg.env.observation_chars)
-    return EvaluationResult(model=model.label if model else "base",
-                            model_name=backends.api_model(cfg) or cfg.model.name, mode=cfg.env.mode,
-                            protocol=cfg.env.protocol, memory=cfg.env.memory, max_messages=cfg.env.max_messages,
-                            decoding=f"vote@{n_vote}" if n_vote > 1 else "greedy", budgets=budgets,
-                            datasets=blocks, usage=greedy.backend.usage()).to_dict()
+        ctx.trackers.log_metrics(
+            0,
+            {
+                f"eval/{name}/{key}": value
+                for key, value in {  # the dashboards (trackers.*)
+                    **block.headline(),
+                    "protocol_valid": block.protocol["protocol_valid"],
+                }.items()
+            },
+        )
+    budgets = Budgets(
+        max_messages=cfg.env.max_messages,
+        max_new_tokens=cfg.sample.max_new_tokens,
+        max_response_tokens=budget,
+        prompt_filter_tokens=cfg.evaluate.prompt_filter_tokens,
+        observation_chars=cfg.env.observation_chars,
+    )
+    return EvaluationResult(
+        model=model.label if model else "base",
+        model_name=backends.api_model(cfg) or cfg.model.name,
+        mode=cfg.env.mode,
+        protocol=cfg.env.protocol,
+        memory=cfg.env.memory,
+        max_messages=cfg.env.max_messages,
+        decoding=f"vote@{n_vote}" if n_vote > 1 else "greedy",
+        budgets=budgets,
+        datasets=blocks,
+        usage=greedy.backend.usage(),
+    ).to_dict()
 
 
 def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
@@ -232,24 +317,39 @@ def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
     and how many those are (the prompt counted as verl's filter counts it: no tool schemas)."""
     limit = cfg.evaluate.prompt_filter_tokens
     lengths = [len(chat.prompt_ids(row.trajectory.messages[:2])) for row in rows]
-    kept = [(turn, row.final_sql or "") for turn, row, length in zip(turns, rows, lengths, strict=True)
-            if length <= limit]
-    out = {"limit": limit, "turns": len(turns), "dropped": len(turns) - len(kept), "longest_prompt": max(lengths),
-           "kept": None}
+    kept = [
+        (turn, row.final_sql or "")
+        for turn, row, length in zip(turns, rows, lengths, strict=True)
+        if length <= limit
+    ]
+    out = {
+        "limit": limit,
+        "turns": len(turns),
+        "dropped": len(turns) - len(kept),
+        "longest_prompt": max(lengths),
+        "kept": None,
+    }
     if not kept:
         return out
     summary = score_pairs(kept, data_root=cfg.data_root, options=EvaluateOptions.from_config(cfg.sql)).summary
-    return out | {"kept": {"turns": summary["turns"], "interactions": summary.get("interactions"),
-                     "ex": accuracy(summary, "execution", "question"), "em": accuracy(summary, "exact", "question"),
-                     "interaction_ex": accuracy(summary, "execution", "interaction"),
-                     "interaction_em": accuracy(summary, "exact", "interaction")}}
+    return out | {
+        "kept": {
+            "turns": summary["turns"],
+            "interactions": summary.get("interactions"),
+            "ex": accuracy(summary, "execution", "question"),
+            "em": accuracy(summary, "exact", "question"),
+            "interaction_ex": accuracy(summary, "execution", "interaction"),
+            "interaction_em": accuracy(summary, "exact", "interaction"),
+        }
+    }
 
 
-def _rollout(engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path) -> tuple[list[ScoredRow], float]:
+def _rollout(
+    engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path
+) -> tuple[list[ScoredRow], float]:
     """Roll out and score; the resumable shards are removed once every record is scored. Returns the
     rows and the rollout's wall seconds."""
-    rows = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards,
-                      score=scorer(cfg, cfg.data_root))
+    rows = engine.run(turns, n=n, seed=cfg.seed, out_dir=shards, score=scorer(cfg, cfg.data_root))
     shutil.rmtree(shards)
     return rows, engine.stats["wall_s"]
 
@@ -266,8 +366,15 @@ def _split(rows: list[ScoredRow], by_dataset: dict[str, list]) -> dict[str, list
     return split
 
 
-def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: list[ScoredRow], folder: Path,
-           wall_s: float) -> DatasetBlock:
+def _score(
+    cfg: ConfigView,
+    name: str,
+    turns,
+    chosen: list[ScoredRow],
+    rows: list[ScoredRow],
+    folder: Path,
+    wall_s: float,
+) -> DatasetBlock:
     """Score the chosen final queries officially; write items, summary and every trajectory into ``folder``.
     The measures beside the official figures: verdict calibration, revisions and cost over every
     trajectory (``rows``), error propagation and EX without vacuous golds over the official items."""
@@ -281,10 +388,16 @@ def _score(cfg: ConfigView, name: str, turns, chosen: list[ScoredRow], rows: lis
     write_rows(folder / "trajectories.jsonl", rows)
     (render_bird if name == "bird" else render)(evaluation.summary, Console(stderr=True))
     ex_of = judge(cfg)
-    vacuous = {(t.interaction_index, t.turn_index) for t in turns
-               if is_vacuous(database_path(t.db_id, cfg.data_root), t.gold_sql, cfg.sql.timeout_s)}
+    vacuous = {
+        (t.interaction_index, t.turn_index)
+        for t in turns
+        if is_vacuous(database_path(t.db_id, cfg.data_root), t.gold_sql, cfg.sql.timeout_s)
+    }
     left_out = {entry["interaction_index"] for entry in evaluation.summary["execution"]["left_out"]}
-    measures = {"ex_non_empty_gold": non_empty_gold_ex(evaluation.items, vacuous, left_out),
-                "propagation": propagation(evaluation.items), "revisions": revisions(rows, ex_of),
-                "cost": cost_per_turn(rows, len(turns), wall_s)}
+    measures = {
+        "ex_non_empty_gold": non_empty_gold_ex(evaluation.items, vacuous, left_out),
+        "propagation": propagation(evaluation.items),
+        "revisions": revisions(rows, ex_of),
+        "cost": cost_per_turn(rows, len(turns), wall_s),
+    }
     return dataset_block(evaluation.summary, chosen, verdict_calibration(rows, ex_of), measures)

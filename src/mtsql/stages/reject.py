@@ -39,9 +39,11 @@ class RejectConfig:
     require: tuple[Literal["ex", "em"], ...] = result(("ex", "em"))
     keep_easy: Samples = result(2)
     keep_hard: Samples = result(3)
-    keep_recoveries: bool = result(True)  # a model-written recovery (a failed exec_sql, then a query that ran and
-                                          # a right answer) of an item is kept even where the shortest or the
-                                          # most diverse choice left it out (measures.revisions.is_recovery)
+    keep_recoveries: bool = result(
+        True
+    )  # a model-written recovery (a failed exec_sql, then a query that ran and
+    # a right answer) of an item is kept even where the shortest or the
+    # most diverse choice left it out (measures.revisions.is_recovery)
 
 
 SECTIONS = ("reject",)
@@ -55,7 +57,9 @@ def select(rows: list[ScoredRow], cfg: RejectConfig) -> tuple[list[ScoredRow], l
     for row in rows:
         by_item[row.uid].append(row)
     kept, unsolved = [], []
-    table: dict[str, dict[str, int]] = defaultdict(lambda: {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
+    table: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0}
+    )
     for samples in by_item.values():
         samples.sort(key=lambda r: r.sample)
         correct = [r for r in samples if is_correct(r, cfg.require)]
@@ -92,8 +96,16 @@ def diverse(rows: list[ScoredRow], k: int) -> list[ScoredRow]:
     chosen = [ordered[0]]
     while len(chosen) < min(k, len(ordered)):
         rest = [r for r in ordered if r not in chosen]
-        chosen.append(max(rest, key=lambda r: (min(_distance(features[id(r)], features[id(c)]) for c in chosen),
-                                               r.response_tokens, -r.sample)))
+        chosen.append(
+            max(
+                rest,
+                key=lambda r: (
+                    min(_distance(features[id(r)], features[id(c)]) for c in chosen),
+                    r.response_tokens,
+                    -r.sample,
+                ),
+            )
+        )
     return chosen
 
 
@@ -117,8 +129,10 @@ def check(cfg: ConfigView, *, sample) -> None:
     """A sample artifact without trajectories leaves nothing to choose from: refused before anything is
     written."""
     if isinstance(sample, Artifact) and not sample.records("trajectories.jsonl"):
-        raise UsageError(f"{sample.path}: the {sample.label} artifact holds no trajectories, so there is nothing to "
-                         "reject-sample; sample again (sample.n >= 1, on a pool with turns)")
+        raise UsageError(
+            f"{sample.path}: the {sample.label} artifact holds no trajectories, so there is nothing to "
+            "reject-sample; sample again (sample.n >= 1, on a pool with turns)"
+        )
 
 
 def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:
@@ -128,5 +142,10 @@ def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:
     write_jsonl(ctx.out / "pool.jsonl", (turn.to_dict() for turn in unsolved))
     totals = table.get("all", {"sampled": 0, "correct": 0, "kept": 0, "unsolved": 0})
     items = len({r.uid for r in rows})
-    return {"items": items, "solved": items - totals["unsolved"], **totals,
-            "recoveries": sum(recovery(r) for r in kept), "table": table}
+    return {
+        "items": items,
+        "solved": items - totals["unsolved"],
+        **totals,
+        "recoveries": sum(recovery(r) for r in kept),
+        "table": table,
+    }

@@ -49,7 +49,8 @@ def hashed(cfg: ConfigView) -> dict:
     (``sample_settings``; RL samples rl.n times at rl.temperature within its own bounds, and validates
     greedily)."""
     return cfg.hashed([name for name in SECTIONS if name != "sample"]) | {
-        "sample": rl_engine(cfg.rl.engine).sample_settings(cfg)}
+        "sample": rl_engine(cfg.rl.engine).sample_settings(cfg)
+    }
 
 
 def engine_identity(cfg: ConfigView) -> dict:
@@ -57,22 +58,37 @@ def engine_identity(cfg: ConfigView) -> dict:
     return rl_engine(cfg.rl.engine).identity(cfg)
 
 
-def run(ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> dict:
+def run(
+    ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None
+) -> dict:
     turns = read_turns(curriculum.path / f"stage-{stage}.jsonl")
     if not turns:
         raise UsageError(f"rl stage {stage}: curriculum stage {stage} of {curriculum.path} has no items")
-    check_databases(database_path(db, cfg.data_root) for db in sorted({t.db_id for t in turns}))  # named, not 0
+    check_databases(
+        database_path(db, cfg.data_root) for db in sorted({t.db_id for t in turns})
+    )  # named, not 0
     engine = rl_engine(cfg.rl.engine)
     base = stage_model(cfg.model.name, model)
-    result = engine.train_curriculum_stage(cfg, turns, base_model=base, out_dir=ctx.out,
-                                           metrics_path=ctx.out / "metrics.jsonl", stage=stage, trackers=ctx.trackers)
+    result = engine.train_curriculum_stage(
+        cfg,
+        turns,
+        base_model=base,
+        out_dir=ctx.out,
+        metrics_path=ctx.out / "metrics.jsonl",
+        stage=stage,
+        trackers=ctx.trackers,
+    )
     return result.to_dict()
 
 
-def plan(cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:
+def plan(
+    cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None
+) -> str:
     """What this stage would run (``--dry-run``), as its engine plans it."""
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
     rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs
-    return (f"# curriculum stage {stage} of {curriculum.path}\n"
-            + rl_engine(cfg.rl.engine).plan_curriculum_stage(cfg, base_model=stage_model(cfg.model.name, model, resolve=False),
-                                                  out_dir=out, stage=stage, rows=rows))
+    return f"# curriculum stage {stage} of {curriculum.path}\n" + rl_engine(
+        cfg.rl.engine
+    ).plan_curriculum_stage(
+        cfg, base_model=stage_model(cfg.model.name, model, resolve=False), out_dir=out, stage=stage, rows=rows
+    )

@@ -52,17 +52,27 @@ def check(cfg: ConfigView, *, model=None, pool=None, attempts=None) -> None:
     """The training slice has turns on databases that exist, the base model exists when no trained one is
     given, and own_mistakes has the model's attempts to keep."""
     if cfg.sample.policy == "own_mistakes" and attempts is None:
-        raise UsageError("sample.policy own_mistakes keeps a model's first queries: give the attempts input (a sample "
-                         "artifact of that model on the training items; pipelines: the sft-iterate step's attempts)")
+        raise UsageError(
+            "sample.policy own_mistakes keeps a model's first queries: give the attempts input (a sample "
+            "artifact of that model on the training items; pipelines: the sft-iterate step's attempts)"
+        )
     if not train_pool(cfg.data, cfg.data_root, with_hardness=False):
-        raise UsageError(f"sample: {cfg.data.train_dataset} {cfg.data.train_split} of {cfg.data_root} has no turn "
-                         "on a database that exists (data.train_limit, the data folder's database/)")
+        raise UsageError(
+            f"sample: {cfg.data.train_dataset} {cfg.data.train_split} of {cfg.data_root} has no turn "
+            "on a database that exists (data.train_limit, the data folder's database/)"
+        )
     if cfg.sample.policy == "model" and backends.api_model(cfg, model) is None and model is None:
         stage_model(cfg.model.name, resolve=False)
 
 
-def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, pool: Artifact | None = None,
-        attempts: Artifact | None = None) -> dict:
+def run(
+    ctx: StageContext,
+    cfg: ConfigView,
+    *,
+    model: Artifact | None = None,
+    pool: Artifact | None = None,
+    attempts: Artifact | None = None,
+) -> dict:
     turns = train_pool(cfg.data, cfg.data_root)
     if pool is not None:
         unsolved = {turn.uid for turn in read_turns(pool.path / "pool.jsonl")}
@@ -70,16 +80,29 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None, po
     if not turns:
         raise UsageError("sample: no turns to sample (empty split, slice or pool)")
     policy = cfg.sample.policy
-    model_path = (backends.api_model(cfg, model) or stage_model(cfg.model.name, model)) if policy == "model" else None
+    model_path = (
+        (backends.api_model(cfg, model) or stage_model(cfg.model.name, model)) if policy == "model" else None
+    )
     shards = ctx.out / "rollout"
-    with RolloutEngine.from_config(cfg, data_root=cfg.data_root, policy=policy, model=model_path,
-                                   log_path=ctx.out / SERVER_LOG, items=[t.uid for t in turns],
-                                   attempts=first_attempts(read_rows(attempts.path / "trajectories.jsonl"))
-                                   if policy == "own_mistakes" else None) as engine:
-        rows = engine.run(turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards,
-                          score=scorer(cfg, cfg.data_root))
+    with RolloutEngine.from_config(
+        cfg,
+        data_root=cfg.data_root,
+        policy=policy,
+        model=model_path,
+        log_path=ctx.out / SERVER_LOG,
+        items=[t.uid for t in turns],
+        attempts=first_attempts(read_rows(attempts.path / "trajectories.jsonl"))
+        if policy == "own_mistakes"
+        else None,
+    ) as engine:
+        rows = engine.run(
+            turns, n=cfg.sample.n, seed=cfg.seed, out_dir=shards, score=scorer(cfg, cfg.data_root)
+        )
         usage = engine.backend.usage() if engine.backend is not None else None
     write_rows(ctx.out / "trajectories.jsonl", rows)
     shutil.rmtree(shards)  # every record is in trajectories.jsonl now
-    return {"policy": policy, "model": model.label if model else cfg.model.name, **summarize_trajectories(rows)} \
-        | ({"usage": usage} if usage is not None else {})
+    return {
+        "policy": policy,
+        "model": model.label if model else cfg.model.name,
+        **summarize_trajectories(rows),
+    } | ({"usage": usage} if usage is not None else {})

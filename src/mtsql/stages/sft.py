@@ -58,22 +58,39 @@ def engine_identity(cfg: ConfigView) -> dict:
 def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact | None = None) -> dict:
     rows = read_rows(reject.path / "kept.jsonl")
     if not rows:
-        raise StageFailed(f"sft: the reject set {reject.path} kept no trajectory; "
-                          "sample more (sample.n, a scripted first round) or relax reject.require")
+        raise StageFailed(
+            f"sft: the reject set {reject.path} kept no trajectory; "
+            "sample more (sample.n, a scripted first round) or relax reject.require"
+        )
     base = stage_model(cfg.model.name, model)
-    stats = export_sharegpt(({"messages": r.trajectory.messages} for r in rows), ctx.out / "data",
-                            tokenizer_path=base, template=cfg.model.template, cutoff_len=cfg.sft.cutoff_len,
-                            tools=env_tools(cfg.env))
+    stats = export_sharegpt(
+        ({"messages": r.trajectory.messages} for r in rows),
+        ctx.out / "data",
+        tokenizer_path=base,
+        template=cfg.model.template,
+        cutoff_len=cfg.sft.cutoff_len,
+        tools=env_tools(cfg.env),
+    )
     sft_plan = _plan(cfg, ctx.out, base, ctx.trackers)
     result = run_sft(sft_plan, log_path=ctx.log_path, expected_examples=stats.examples)
     for step, logged in training_curve(sft_plan.trainer_dir):  # the HF Trainer's loggers used their own names
         ctx.trackers.log_metrics(step, {f"sft/{name}": value for name, value in logged.items()})
-    metrics = {"examples": stats.examples, "dropped": stats.dropped, "over_cutoff": stats.over_cutoff,
-               "max_tokens": stats.max_tokens, "mean_tokens": stats.mean_tokens, "rewritten": stats.rewritten,
-               "train_loss": result.train_loss, "steps": result.steps, "train_runtime_s": result.runtime_s}
+    metrics = {
+        "examples": stats.examples,
+        "dropped": stats.dropped,
+        "over_cutoff": stats.over_cutoff,
+        "max_tokens": stats.max_tokens,
+        "mean_tokens": stats.mean_tokens,
+        "rewritten": stats.rewritten,
+        "train_loss": result.train_loss,
+        "steps": result.steps,
+        "train_runtime_s": result.runtime_s,
+    }
     if cfg.sft.heldout:
         heldout = eval_turns(cfg.data, cfg.data.eval_datasets[0], cfg.data_root)[: cfg.sft.heldout]
-        metrics["heldout"] = heldout_scores(cfg, heldout, str(sft_plan.model_dir), log_path=ctx.out / SERVER_LOG)
+        metrics["heldout"] = heldout_scores(
+            cfg, heldout, str(sft_plan.model_dir), log_path=ctx.out / SERVER_LOG
+        )
     return metrics
 
 
@@ -84,15 +101,17 @@ def plan(cfg: ConfigView, out: Path, *, reject: Artifact, model: Artifact | None
 
 
 def _plan(cfg: ConfigView, out: Path, base: str, trackers: Trackers) -> SftPlan:
-    return plan_sft(cfg.sft, model_path=base, template=cfg.model.template, work_dir=out, seed=cfg.seed,
-                    trackers=trackers)
+    return plan_sft(
+        cfg.sft, model_path=base, template=cfg.model.template, work_dir=out, seed=cfg.seed, trackers=trackers
+    )
 
 
 def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str, log_path: Path | None = None) -> dict:
     """Greedy EX / EM / protocol-valid rate of ``model`` on ``turns`` (no artifact: a quick check)."""
     greedy = heldout_view(cfg)
-    with RolloutEngine.from_config(greedy, data_root=cfg.data_root, policy=greedy.sample.policy, model=model,
-                                   log_path=log_path) as engine:
+    with RolloutEngine.from_config(
+        greedy, data_root=cfg.data_root, policy=greedy.sample.policy, model=model, log_path=log_path
+    ) as engine:
         rows = engine.run(turns, n=1, seed=cfg.seed, progress=False, score=scorer(cfg, cfg.data_root))
     summary = summarize_trajectories(rows)
     return {k: summary[k] for k in ("count", "ex", "em", "protocol_valid", "tool_calls_per_turn")}

@@ -30,7 +30,7 @@ def verdict_changes(trajectory: Trajectory) -> dict[str, list[bool]]:
         judged = judged_sql(step) if step.action == "tool_call" else None
         if step.verdict not in VERDICTS or not judged:
             continue
-        following = next((sql for later in steps[i + 1:] if (sql := proposed_sql(later))), None)
+        following = next((sql for later in steps[i + 1 :] if (sql := proposed_sql(later))), None)
         if following is not None:
             found[step.verdict].append(normal_sql(following) != normal_sql(judged))
     return found

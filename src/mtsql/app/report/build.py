@@ -19,8 +19,9 @@ from mtsql.app.report.sections import RunView, render
 log = logging.getLogger(__name__)
 
 
-def build_report(run: Path, out: Path | None = None, runs_dir: Path | None = None,
-                 sections: dict[str, Any] | None = None) -> Path:
+def build_report(
+    run: Path, out: Path | None = None, runs_dir: Path | None = None, sections: dict[str, Any] | None = None
+) -> Path:
     """Build the report of ``run`` into ``out`` (default ``<run>/report``, replaced whole); returns the
     path of report.md. ``sections``: the experiment sections to add, with their settings, as a pipeline
     file's ``report`` key names them (``sections.report_spec``; None: the core sections only). Only ``out``
@@ -43,13 +44,21 @@ def _write(tmp: Path, view: RunView, damaged: list[str], sections: dict[str, Any
     """Write report.md and its plots into ``tmp``."""
     view.plots.mkdir()
     model = next((evaluation_of(a).model_name for a in view.evals.values()), None)
-    lines = [f"# mtsql report: {view.run.name}", "",
-             f"Model {model or '(no evaluation)'}; {len(view.arts)} artifacts. Every rate is given in % with its 95 % "
-             "Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval of "
-             "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds "
-             "0, the run does not show a difference.", ""]
+    lines = [
+        f"# mtsql report: {view.run.name}",
+        "",
+        f"Model {model or '(no evaluation)'}; {len(view.arts)} artifacts. Every rate is given in % with its 95 % "
+        "Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval of "
+        "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds "
+        "0, the run does not show a difference.",
+        "",
+    ]
     if damaged:
-        lines += ["Left out, as their manifest is damaged or their files do not verify:", "", *(f"* {problem}" for problem in damaged), ""]
+        lines += [
+            "Left out, as their manifest is damaged or their files do not verify:",
+            "",
+            *(f"* {problem}" for problem in damaged),
+            "",
+        ]
     lines += render(view, sections)
     (tmp / "report.md").write_text("\n".join(lines), encoding="utf-8")
-

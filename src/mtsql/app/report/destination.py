@@ -32,7 +32,9 @@ from mtsql.base.run_folders import REPORT_DIR, run_holding
 
 log = logging.getLogger(__name__)
 
-MARK = ".mtsql-report.json"  # in a report folder: {"files": {path: sha256}, "folders": [path]} the report wrote
+MARK = (
+    ".mtsql-report.json"  # in a report folder: {"files": {path: sha256}, "folders": [path]} the report wrote
+)
 REPORT_MD = "report.md"
 PLOTS = "plots"
 
@@ -48,12 +50,16 @@ def destination(run: Path, out: Path | None, runs_dir: Path | None = None) -> tu
     else:
         absolute = Path(os.path.abspath(Path(out).expanduser()))
         if absolute.is_symlink():
-            raise UsageError(f"{given} is a symlink (to {absolute.resolve()}); the report replaces a folder whole and "
-                             "never writes through a link: give --out a folder")
+            raise UsageError(
+                f"{given} is a symlink (to {absolute.resolve()}); the report replaces a folder whole and "
+                "never writes through a link: give --out a folder"
+            )
         target = absolute.parent.resolve() / absolute.name if absolute.name else absolute
     if out is None and target.is_symlink():
-        raise UsageError(f"{given} is a symlink (to {target.resolve()}); the store never makes one: delete the "
-                         "link and report again, or give --out a folder")
+        raise UsageError(
+            f"{given} is a symlink (to {target.resolve()}); the store never makes one: delete the "
+            "link and report again, or give --out a folder"
+        )
     if target.exists() and not target.is_dir():
         raise UsageError(f"{given} is a file, not a folder: give --out a folder")
     existing = next((folder for folder in target.parents if folder.exists()), None)  # None: target is /
@@ -61,22 +67,30 @@ def destination(run: Path, out: Path | None, runs_dir: Path | None = None) -> tu
         raise UsageError(f"{given}: {existing} is a file, not a folder: give --out a folder")
     cwd = Path.cwd().resolve()
     if not target.name or target == cwd or target in cwd.parents:
-        raise UsageError(f"{given} holds the working folder; the report replaces its folder whole: give --out a "
-                         "folder of its own")
+        raise UsageError(
+            f"{given} holds the working folder; the report replaces its folder whole: give --out a "
+            "folder of its own"
+        )
     if target != own:
         holder = run_holding(target)
         if holder is not None:
             where = "is the run folder" if holder == target else f"is inside the run folder {holder}"
-            raise UsageError(f"{given} {where}; a run's folders are written by its stages only: give --out a "
-                             "folder outside any run")
+            raise UsageError(
+                f"{given} {where}; a run's folders are written by its stages only: give --out a "
+                "folder outside any run"
+            )
         root = Path(runs_dir).expanduser().resolve() if runs_dir is not None else None
         if root is not None and target.is_relative_to(root):
-            raise UsageError(f"{given} is under runs_dir ({root}), where every folder is a run: give --out a folder "
-                             "outside it")
+            raise UsageError(
+                f"{given} is under runs_dir ({root}), where every folder is a run: give --out a folder "
+                "outside it"
+            )
     foreign = not_written(target, legacy=target == own)
     if foreign is not None:
-        raise UsageError(f"{given} holds {foreign}; the report deletes only what it wrote: move that away or give "
-                         "--out a new folder")
+        raise UsageError(
+            f"{given} holds {foreign}; the report deletes only what it wrote: move that away or give "
+            "--out a new folder"
+        )
     return target, target == own
 
 
@@ -92,8 +106,10 @@ def _written(folder: Path, legacy: bool) -> tuple[dict[str, str | None], set[str
             return {}, set()
         return {MARK: None, **files}, folders
     if legacy:
-        return {str(path.relative_to(folder)): None
-                for path in (folder / REPORT_MD, *folder.glob(f"{PLOTS}/*.png"))}, {PLOTS}
+        return {
+            str(path.relative_to(folder)): None
+            for path in (folder / REPORT_MD, *folder.glob(f"{PLOTS}/*.png"))
+        }, {PLOTS}
     return {}, set()
 
 
@@ -120,7 +136,9 @@ def write_mark(folder: Path) -> None:
     entries = sorted(folder.rglob("*"))
     files = {str(path.relative_to(folder)): sha256_file(path) for path in entries if path.is_file()}
     folders = [str(path.relative_to(folder)) for path in entries if path.is_dir()]
-    (folder / MARK).write_text(json.dumps({"files": files, "folders": folders}, indent=1) + "\n", encoding="utf-8")
+    (folder / MARK).write_text(
+        json.dumps({"files": files, "folders": folders}, indent=1) + "\n", encoding="utf-8"
+    )
 
 
 @contextlib.contextmanager
@@ -140,8 +158,10 @@ def building(target: Path, *, legacy: bool) -> Iterator[Path]:
         with _locked(target.parent):
             foreign = not_written(target, legacy)
             if foreign is not None:  # written there since the report started
-                raise UsageError(f"{target} now holds {foreign}; the report deletes only what it wrote: move that "
-                                 "away and report again")
+                raise UsageError(
+                    f"{target} now holds {foreign}; the report deletes only what it wrote: move that "
+                    "away and report again"
+                )
             try:
                 if target.exists():
                     os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))  # the folder keeps its permissions
@@ -157,8 +177,10 @@ def building(target: Path, *, legacy: bool) -> Iterator[Path]:
             except OSError as exc:
                 if exc.errno not in (errno.EBUSY, errno.EINVAL, errno.EXDEV):
                     raise
-                raise UsageError(f"{target} cannot be replaced ({exc.strerror}; a mount point?): give --out a "
-                                 "folder of its own") from None
+                raise UsageError(
+                    f"{target} cannot be replaced ({exc.strerror}; a mount point?): give --out a "
+                    "folder of its own"
+                ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         for folder in made:  # deepest first; one that is not empty holds what another process wrote
@@ -182,8 +204,13 @@ def _sweep(target: Path) -> None:
     folders (``_beside``) of processes that no longer run, of their files a report writes only."""
     for entry in target.parent.iterdir():
         left = _LEFTOVER.match(entry.name)
-        if left and left["name"] == target.name and entry.is_dir() and not entry.is_symlink() \
-                and not _running(int(left["pid"])):
+        if (
+            left
+            and left["name"] == target.name
+            and entry.is_dir()
+            and not entry.is_symlink()
+            and not _running(int(left["pid"]))
+        ):
             _remove_written(entry, legacy=True)
 
 

@@ -38,20 +38,28 @@ def summary_section(heads: dict[str, Artifact]) -> list[str]:
         rates = {p: ex_rate(art, dataset) for p, art in heads.items() if dataset in datasets(art)}
         shown = " → ".join(f"{PHASE_NAMES[p]} {r.cell()}" for p, r in rates.items())
         lines.append(f"* **{dataset}** execution accuracy (%, [95 % interval], correct/scored): {shown}.")
-        pairs = [(a, b) for i, a in enumerate(rates) for b in list(rates)[i + 1:]]
+        pairs = [(a, b) for i, a in enumerate(rates) for b in list(rates)[i + 1 :]]
         for a, b in pairs:
             lines.append(f"  * {_compare(PHASE_NAMES[a], rates[a], PHASE_NAMES[b], rates[b])}")
-        recovered = [(PHASE_NAMES[p], *recoveries(trajectory_rows(art, dataset))) for p, art in heads.items()
-                     if dataset in datasets(art) and is_long_horizon(art)]
+        recovered = [
+            (PHASE_NAMES[p], *recoveries(trajectory_rows(art, dataset)))
+            for p, art in heads.items()
+            if dataset in datasets(art) and is_long_horizon(art)
+        ]
         if recovered:
-            lines.append("  * Failed executions recovered from (a turn whose `exec_sql` failed, then a later "
-                         "query ran and the answer was right): "
-                         + "; ".join(f"{name} {k} of {n}" for name, k, n in recovered) + ".")
+            lines.append(
+                "  * Failed executions recovered from (a turn whose `exec_sql` failed, then a later "
+                "query ran and the answer was right): "
+                + "; ".join(f"{name} {k} of {n}" for name, k, n in recovered)
+                + "."
+            )
         smallest = min(r.n for r in rates.values())
         if smallest < TOO_FEW:
-            lines.append(f"  * With as few as {smallest} scored turns the intervals are wide: this run cannot show "
-                         "differences smaller than they are; it shows the pipeline working, not the method's size "
-                         "of effect.")
+            lines.append(
+                f"  * With as few as {smallest} scored turns the intervals are wide: this run cannot show "
+                "differences smaller than they are; it shows the pipeline working, not the method's size "
+                "of effect."
+            )
     return lines + [""]
 
 
@@ -76,19 +84,51 @@ def evaluation_table(evals: dict[str, Artifact]) -> list[str]:
         for dataset in datasets(art):
             for decoding, summary in decodings(art, dataset):
                 ex, em = summary["execution"], summary["exact"]  # BIRD defines no EM: None
-                joint = [tally_rate(t["interaction"]).cell() if t and "interaction" in t else "–" for t in (ex, em)]
-                rows.append([label, result.mode, result.memory, decoding, dataset, summary["turns"],
-                             tally_rate(ex["question"]).cell(), tally_rate(em["question"]).cell() if em else "–", *joint,
-                             ex["question"]["unscorable"]])
-    return ["## Evaluations", "",
-            "Official metrics on the profile's dev slices, in % with the 95 % Wilson interval and "
-            "correct/scored. EX is execution match (test-suite semantics unless the profile says otherwise), EM "
-            "exact set match; an interaction counts when all its turns do (– for single-turn datasets). Turns "
-            "the evaluator cannot score (last column) are left out of the rate, as the official programs do. "
-            "With self-consistency voting (decoding vote@n) the same model's greedy decoding is the row above "
-            "it.", "",
-            *table(["evaluation", "mode", "memory", "decoding", "dataset", "turns", "EX", "EM", "interaction EX",
-                    "interaction EM", "unscorable"], rows, numeric_from=5)]
+                joint = [
+                    tally_rate(t["interaction"]).cell() if t and "interaction" in t else "–" for t in (ex, em)
+                ]
+                rows.append(
+                    [
+                        label,
+                        result.mode,
+                        result.memory,
+                        decoding,
+                        dataset,
+                        summary["turns"],
+                        tally_rate(ex["question"]).cell(),
+                        tally_rate(em["question"]).cell() if em else "–",
+                        *joint,
+                        ex["question"]["unscorable"],
+                    ]
+                )
+    return [
+        "## Evaluations",
+        "",
+        "Official metrics on the profile's dev slices, in % with the 95 % Wilson interval and "
+        "correct/scored. EX is execution match (test-suite semantics unless the profile says otherwise), EM "
+        "exact set match; an interaction counts when all its turns do (– for single-turn datasets). Turns "
+        "the evaluator cannot score (last column) are left out of the rate, as the official programs do. "
+        "With self-consistency voting (decoding vote@n) the same model's greedy decoding is the row above "
+        "it.",
+        "",
+        *table(
+            [
+                "evaluation",
+                "mode",
+                "memory",
+                "decoding",
+                "dataset",
+                "turns",
+                "EX",
+                "EM",
+                "interaction EX",
+                "interaction EM",
+                "unscorable",
+            ],
+            rows,
+            numeric_from=5,
+        ),
+    ]
 
 
 def breakdown_rates(heads: dict[str, Artifact], key: str) -> dict[str, dict[str, dict[str, Rate]]]:
@@ -124,19 +164,50 @@ def behaviour_section(evals: dict[str, Artifact]) -> list[str]:
             found = trajectory_rows(art, dataset)
             if found:
                 rates = behaviour(found)
-                rows.append([label, dataset, len(found), *(rates[k].cell() for k in (
-                    "answered", "protocol_valid", "memory_checked", "changed_after_no_pass", "changed_after_pass"))])
+                rows.append(
+                    [
+                        label,
+                        dataset,
+                        len(found),
+                        *(
+                            rates[k].cell()
+                            for k in (
+                                "answered",
+                                "protocol_valid",
+                                "memory_checked",
+                                "changed_after_no_pass",
+                                "changed_after_pass",
+                            )
+                        ),
+                    ]
+                )
     if not rows:
         return []
-    return ["## Agent behaviour (long-horizon evaluations)", "",
-            "Counted over every trajectory an evaluation kept (with voting, every sample). *Memory checked*: a "
-            "turn that has earlier turns calls `memory_retrieve` at least once (n = such turns). *Query changed "
-            "after no_pass / pass*: after an `exec_sql` result or a memory check got that verdict, the next "
-            "query the agent proposed (its next `exec_sql` or its answer) differs from the judged one (the "
-            "executed query; for a memory check the latest executed one), ignoring case, spacing and a final "
-            "semicolon (n = such verdicts followed by a query). A change after no_pass is a self-correction.", "",
-            *table(["evaluation", "dataset", "trajectories", "answered", "protocol-valid", "memory checked",
-                    "query changed after no_pass", "query changed after pass"], rows, numeric_from=2)]
+    return [
+        "## Agent behaviour (long-horizon evaluations)",
+        "",
+        "Counted over every trajectory an evaluation kept (with voting, every sample). *Memory checked*: a "
+        "turn that has earlier turns calls `memory_retrieve` at least once (n = such turns). *Query changed "
+        "after no_pass / pass*: after an `exec_sql` result or a memory check got that verdict, the next "
+        "query the agent proposed (its next `exec_sql` or its answer) differs from the judged one (the "
+        "executed query; for a memory check the latest executed one), ignoring case, spacing and a final "
+        "semicolon (n = such verdicts followed by a query). A change after no_pass is a self-correction.",
+        "",
+        *table(
+            [
+                "evaluation",
+                "dataset",
+                "trajectories",
+                "answered",
+                "protocol-valid",
+                "memory checked",
+                "query changed after no_pass",
+                "query changed after pass",
+            ],
+            rows,
+            numeric_from=2,
+        ),
+    ]
 
 
 def _example_source(evals: dict[str, Artifact]) -> tuple[str, list[ScoredRow]] | None:
@@ -154,10 +225,14 @@ def example_section(evals: dict[str, Artifact], run_name: str) -> list[str]:
     if source is None:
         return []
     label, rows = source
-    lines = ["## Example trajectories", "",
-             f"From `{label}`, as the model saw and wrote them (long messages are clipped; `mtsql show {run_name} "
-             f"{label} --dataset DATASET --item UID` prints one whole; the system prompt, the same for all, is "
-             "shown once).", ""]
+    lines = [
+        "## Example trajectories",
+        "",
+        f"From `{label}`, as the model saw and wrote them (long messages are clipped; `mtsql show {run_name} "
+        f"{label} --dataset DATASET --item UID` prints one whole; the system prompt, the same for all, is "
+        "shown once).",
+        "",
+    ]
     for i, (why, row) in enumerate(pick_examples(rows)):
         text = render_trajectory(row, limit=EXAMPLE_CHARS, system=i == 0).rstrip()
         lines += [f"### {row.uid} ({row.turn.dataset}): {why}", "", "```text", text, "```", ""]
@@ -166,12 +241,15 @@ def example_section(evals: dict[str, Artifact], run_name: str) -> list[str]:
 
 def pick_examples(rows: list[ScoredRow], count: int = 3) -> list[tuple[str, ScoredRow]]:
     """Up to ``count`` distinct items: a self-correction, a right answer, a miss (then any others)."""
+
     def corrected(row):
         return any(verdict_changes(row.trajectory)["no_pass"])
 
-    wanted = (("changed its query after a no_pass verdict", corrected),
-              ("answered correctly (EX 1)", lambda r: r.execution == 1),
-              ("a miss (EX 0 or no answer)", lambda r: r.execution != 1))
+    wanted = (
+        ("changed its query after a no_pass verdict", corrected),
+        ("answered correctly (EX 1)", lambda r: r.execution == 1),
+        ("a miss (EX 0 or no answer)", lambda r: r.execution != 1),
+    )
     picks: list[tuple[str, ScoredRow]] = []
     for why, test in wanted:
         row = next((r for r in rows if test(r) and r.uid not in {p.uid for _, p in picks}), None)

@@ -72,8 +72,10 @@ class FindingsSettings:
             return f"models needs the model of every role ({', '.join(ROLES)}); missing: {', '.join(absent)}"
         wrong = next((role for role in ROLES if not model_ref.fullmatch(getattr(self.models, role))), None)
         if wrong:
-            return (f"models.{wrong} '{getattr(self.models, wrong)}' is not a model reference (base, sft, rl, "
-                    "sft-r<k>, sft-<variant>, rl-<variant>)")
+            return (
+                f"models.{wrong} '{getattr(self.models, wrong)}' is not a model reference (base, sft, rl, "
+                "sft-r<k>, sft-<variant>, rl-<variant>)"
+            )
         bad = next((name for name, n in self.dev_turns.items() if type(n) is not int or n < 1), None)
         return f"dev_turns.{bad} must be a whole number of turns, at least 1" if bad is not None else None
 
@@ -112,15 +114,27 @@ class Finding:
     def needed(self) -> int | None:
         """Turns per group at which the same difference would clear 0 (None: shown, or not in the paper's
         direction)."""
-        return None if self.difference is None or self.verdict != NOT_SHOWN else n_to_clear(self.n, self.difference)
+        return (
+            None
+            if self.difference is None or self.verdict != NOT_SHOWN
+            else n_to_clear(self.n, self.difference)
+        )
 
 
-def compare(claim: str, where: str, better_label: str, better: Rate, worse_label: str, worse: Rate) -> Finding:
+def compare(
+    claim: str, where: str, better_label: str, better: Rate, worse_label: str, worse: Rate
+) -> Finding:
     """The row of the claim that ``better`` is above ``worse``."""
     measured = f"{better_label} {better.cell()} vs {worse_label} {worse.cell()}"
     difference = better.minus(worse)
-    return Finding(claim, where, measured, difference, max(better.n, worse.n),
-                   "" if difference is not None else "nothing to compare (n = 0)")
+    return Finding(
+        claim,
+        where,
+        measured,
+        difference,
+        max(better.n, worse.n),
+        "" if difference is not None else "nothing to compare (n = 0)",
+    )
 
 
 def _missing(claim: str, labels: list[str], evals: dict[str, Artifact]) -> Finding | None:
@@ -128,15 +142,20 @@ def _missing(claim: str, labels: list[str], evals: dict[str, Artifact]) -> Findi
     return Finding(claim, "–", "–", note=f"missing: {', '.join(absent)}") if absent else None
 
 
-def _pair(claim: str, better: str, worse: str, evals: dict[str, Artifact], *, buckets: bool = False) -> list[Finding]:
+def _pair(
+    claim: str, better: str, worse: str, evals: dict[str, Artifact], *, buckets: bool = False
+) -> list[Finding]:
     """EX of evaluation ``better`` against ``worse`` per common dataset (and per turn and hardness)."""
     missing = _missing(claim, [better, worse], evals)
     if missing:
         return [missing]
     rows = []
     for dataset in (d for d in datasets(evals[better]) if d in datasets(evals[worse])):
-        rows.append(compare(claim, dataset, better, ex_rate(evals[better], dataset), worse,
-                            ex_rate(evals[worse], dataset)))
+        rows.append(
+            compare(
+                claim, dataset, better, ex_rate(evals[better], dataset), worse, ex_rate(evals[worse], dataset)
+            )
+        )
         if not buckets:
             continue
         cells = {label: official_summary(evals[label], dataset)["execution"] for label in (better, worse)}
@@ -144,8 +163,11 @@ def _pair(claim: str, better: str, worse: str, evals: dict[str, Artifact], *, bu
             for name in names:
                 a, b = (cells[label].get(key, {}).get(name) for label in (better, worse))
                 if a and b and a["scored"] and b["scored"]:
-                    rows.append(compare(claim, f"{dataset}, {prefix}{name}", better, tally_rate(a), worse,
-                                        tally_rate(b)))
+                    rows.append(
+                        compare(
+                            claim, f"{dataset}, {prefix}{name}", better, tally_rate(a), worse, tally_rate(b)
+                        )
+                    )
     return rows
 
 
@@ -181,10 +203,14 @@ def _self_correction(evals: dict[str, Artifact], names: dict[str, str]) -> list[
         share = Rate(fixed, fixed + broke)
         measured = f"wrong → right {fixed}, right → wrong {broke} (of {counts['revised']} revisions)"
         if not share.n:
-            rows.append(Finding(claim, where, measured, note="nothing to compare (no revision changed correctness)"))
+            rows.append(
+                Finding(claim, where, measured, note="nothing to compare (no revision changed correctness)")
+            )
             continue
         low, high = share.interval
-        rows.append(Finding(claim, where, measured, (2 * share.value - 1, 2 * low - 1, 2 * high - 1), share.n))
+        rows.append(
+            Finding(claim, where, measured, (2 * share.value - 1, 2 * low - 1, 2 * high - 1), share.n)
+        )
     return rows
 
 
@@ -202,16 +228,24 @@ def _resolving(evals: dict[str, Artifact], names: dict[str, str]) -> list[Findin
     return rows
 
 
-def _round_two(arts: dict[str, Artifact], evals: dict[str, Artifact], names: dict[str, str],
-               first: int) -> list[Finding]:
+def _round_two(
+    arts: dict[str, Artifact], evals: dict[str, Artifact], names: dict[str, str], first: int
+) -> list[Finding]:
     """The round after the ``sft_r1`` role's round ``first`` against it. When that round kept nothing it
     trained no model, and its evaluation is the same work as round ``first``'s (served under the ``sft``
     role's name): say so rather than call it missing."""
     claim = "A self-taught round improves on the round before"
     kept_nothing = _trained_nothing(arts, first + 1)
     if names["sft_r1"] not in evals and kept_nothing is not None:
-        return [Finding(claim, "–", "–", note=f"round {first + 1} kept {kept_nothing.metrics.get('kept', 0)} "
-                        f"trajectories and trained no model: {names['sft']} scores the round-{first} model")]
+        return [
+            Finding(
+                claim,
+                "–",
+                "–",
+                note=f"round {first + 1} kept {kept_nothing.metrics.get('kept', 0)} "
+                f"trajectories and trained no model: {names['sft']} scores the round-{first} model",
+            )
+        ]
     return _pair(claim, names["sft"], names["sft_r1"], evals)
 
 
@@ -222,8 +256,11 @@ def method_evaluations(arts: dict[str, Artifact], settings: FindingsSettings) ->
     plain = [art for art in evaluations(arts).values() if evaluation_of(art).memory == "gold"]
 
     def pick(phase: str, variant: str | None, round_: int | None = None) -> Artifact | None:
-        found = [art for art in plain if art.key.phase == phase and art.key.model_variant == variant
-                 and round_ in (None, art.key.round)]
+        found = [
+            art
+            for art in plain
+            if art.key.phase == phase and art.key.model_variant == variant and round_ in (None, art.key.round)
+        ]
         return max(found, key=preferred, default=None)
 
     chosen = {role: pick(*settings.key(role)) for role in ROLES}
@@ -237,22 +274,33 @@ def method_evaluations(arts: dict[str, Artifact], settings: FindingsSettings) ->
 def _trained_nothing(arts: dict[str, Artifact], k: int) -> Artifact | None:
     """The main chain's reject artifact of round ``k`` when that round trained no sft model, else None."""
     rounds = {(art.key.stage, art.key.round) for art in arts.values() if art.key.variant is None}
-    return next((art for art in arts.values() if art.key == ArtifactKey("reject", k)), None) \
-        if ("sft", k) not in rounds else None
+    return (
+        next((art for art in arts.values() if art.key == ArtifactKey("reject", k)), None)
+        if ("sft", k) not in rounds
+        else None
+    )
 
 
 def findings(arts: dict[str, Artifact], settings: FindingsSettings) -> list[Finding]:
     """Every row of the section, in the order of the paper's findings."""
     evals, n = method_evaluations(arts, settings), settings.names()
     long = n["sft_r1"] if n["sft_r1"] in evals else n["sft"]
-    first_round = _pair("Round 1 of warm-start SFT improves on the base model", n["sft_r1"], n["base"],
-                        evals) if n["sft_r1"] in evals else []  # a one-round run: the sft role is round 1
-    return [*_pair("Warm-start SFT improves on the base model", n["sft"], n["base"], evals),
-            *first_round, *_round_two(arts, evals, n, settings.key("sft_r1")[2] or 1),
-            *_pair("RL improves on warm-start SFT", n["rl"], n["sft"], evals),
-            *_pair("Long horizon beats short horizon on EX", long, n["short"], evals, buckets=True),
-            *_pair("The process reward beats the outcome reward", n["rl"], n["outcome"], evals),
-            *_verification(evals, n), *_self_correction(evals, n), *_resolving(evals, n)]
+    first_round = (
+        _pair("Round 1 of warm-start SFT improves on the base model", n["sft_r1"], n["base"], evals)
+        if n["sft_r1"] in evals
+        else []
+    )  # a one-round run: the sft role is round 1
+    return [
+        *_pair("Warm-start SFT improves on the base model", n["sft"], n["base"], evals),
+        *first_round,
+        *_round_two(arts, evals, n, settings.key("sft_r1")[2] or 1),
+        *_pair("RL improves on warm-start SFT", n["rl"], n["sft"], evals),
+        *_pair("Long horizon beats short horizon on EX", long, n["short"], evals, buckets=True),
+        *_pair("The process reward beats the outcome reward", n["rl"], n["outcome"], evals),
+        *_verification(evals, n),
+        *_self_correction(evals, n),
+        *_resolving(evals, n),
+    ]
 
 
 def findings_section(arts: dict[str, Artifact], settings: FindingsSettings) -> list[str]:
@@ -260,18 +308,27 @@ def findings_section(arts: dict[str, Artifact], settings: FindingsSettings) -> l
     rows = findings(arts, settings)
     if not any(row.difference is not None for row in rows):
         return []  # not a method run: none of the comparisons has its evaluations
-    body = [[row.claim, row.slice, row.measured, _points(row.difference), row.verdict, row.needed] for row in rows]
-    lines = ["## Paper findings", "",
-             "Each finding of MTSQL-R1 against this run: the rate the paper expects higher first, then the other "
-             "(EX, %, [95 % interval], k/n), their difference in points with its 95 % interval (Newcombe), and "
-             f"the verdict: *{SUPPORTED}* when the interval lies above 0, *{CONTRADICTED}* when it lies below, "
-             f"*{NOT_SHOWN}* when it holds 0. Long against short horizon compares the short-horizon SFT model "
-             "with the long-horizon one trained on the same items with the same budget (round 1, else the last "
-             "round). Verification, self-correction and execution failures are counted in the last phase's "
-             "evaluation (RL, else SFT). *n needed*: turns per evaluation (for the self-correction row, "
-             "revisions that changed correctness) at which the same rates would clear 0.", "",
-             *table(["finding", "slice", "measured", "difference (points)", "verdict", "n needed"], body,
-                    numeric_from=3)]
+    body = [
+        [row.claim, row.slice, row.measured, _points(row.difference), row.verdict, row.needed] for row in rows
+    ]
+    lines = [
+        "## Paper findings",
+        "",
+        "Each finding of MTSQL-R1 against this run: the rate the paper expects higher first, then the other "
+        "(EX, %, [95 % interval], k/n), their difference in points with its 95 % interval (Newcombe), and "
+        f"the verdict: *{SUPPORTED}* when the interval lies above 0, *{CONTRADICTED}* when it lies below, "
+        f"*{NOT_SHOWN}* when it holds 0. Long against short horizon compares the short-horizon SFT model "
+        "with the long-horizon one trained on the same items with the same budget (round 1, else the last "
+        "round). Verification, self-correction and execution failures are counted in the last phase's "
+        "evaluation (RL, else SFT). *n needed*: turns per evaluation (for the self-correction row, "
+        "revisions that changed correctness) at which the same rates would clear 0.",
+        "",
+        *table(
+            ["finding", "slice", "measured", "difference (points)", "verdict", "n needed"],
+            body,
+            numeric_from=3,
+        ),
+    ]
     return lines + _closing(rows, evals_pace(arts), settings.dev_turns)
 
 
@@ -289,21 +346,34 @@ def evals_pace(arts: dict[str, Artifact]) -> float | None:
 
 def _closing(rows: list[Finding], pace: float | None, dev_turns: dict[str, int]) -> list[str]:
     counts = {v: sum(row.verdict == v for row in rows) for v in (SUPPORTED, NOT_SHOWN, CONTRADICTED)}
-    lines = [f"Rows: {counts[SUPPORTED]} supported, {counts[NOT_SHOWN]} not shown at this scale, "
-             f"{counts[CONTRADICTED]} contradicted, {len(rows) - sum(counts.values())} without a comparison.", ""]
+    lines = [
+        f"Rows: {counts[SUPPORTED]} supported, {counts[NOT_SHOWN]} not shown at this scale, "
+        f"{counts[CONTRADICTED]} contradicted, {len(rows) - sum(counts.values())} without a comparison.",
+        "",
+    ]
     trends = [row for row in rows if row.needed is not None]
     for row in trends:
         dataset = row.slice.split(",")[0].split(" ")[0]
         whole = dev_turns.get(dataset)
-        beyond = (f"; more than the {whole:,} turns of {dataset} dev: only a larger difference (more training) "
-                  "can show it" if whole and row.needed > whole else "")
-        lines.append(f"* {row.claim} ({row.slice}): the measured {_points(row.difference)} would clear 0 with about "
-                     f"{row.needed:,} per evaluation (this run: {row.n}){beyond}.")
+        beyond = (
+            f"; more than the {whole:,} turns of {dataset} dev: only a larger difference (more training) "
+            "can show it"
+            if whole and row.needed > whole
+            else ""
+        )
+        lines.append(
+            f"* {row.claim} ({row.slice}): the measured {_points(row.difference)} would clear 0 with about "
+            f"{row.needed:,} per evaluation (this run: {row.n}){beyond}."
+        )
     flat = sum(row.verdict == NOT_SHOWN and row.needed is None for row in rows)
     if flat:
-        lines.append(f"* Rows not shown that measured no difference in the paper's direction: {flat}; no budget "
-                     "follows from them.")
+        lines.append(
+            f"* Rows not shown that measured no difference in the paper's direction: {flat}; no budget "
+            "follows from them."
+        )
     if trends and pace:
-        lines.append(f"* At this run's pace ({pace:.2f} s per evaluated turn, all its evaluations together, on "
-                     "its machine), an evaluation of N turns takes about N x that.")
+        lines.append(
+            f"* At this run's pace ({pace:.2f} s per evaluated turn, all its evaluations together, on "
+            "its machine), an evaluation of N turns takes about N x that."
+        )
     return [*lines, ""]

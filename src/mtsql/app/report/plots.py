@@ -39,15 +39,23 @@ def breakdown_figure(rates: dict[str, dict[str, dict[str, Rate]]], buckets: tupl
         for i, (name, by_bucket) in enumerate(series.items()):
             for j, bucket in enumerate(buckets):
                 x = j - 0.4 + width * (i + 0.5)
-                _bar(ax, x, width, by_bucket.get(bucket, Rate(0, 0)), COLOURS[i % len(COLOURS)],
-                     label=name if j == 0 else None)
+                _bar(
+                    ax,
+                    x,
+                    width,
+                    by_bucket.get(bucket, Rate(0, 0)),
+                    COLOURS[i % len(COLOURS)],
+                    label=name if j == 0 else None,
+                )
         ax.set_xticks(range(len(buckets)), buckets)
         ax.set_xlim(-0.6, len(buckets) - 0.4)
         ax.set_ylim(0, 112)
         ax.set_yticks(range(0, 101, 20))
         ax.set_xlabel(what)
         ax.set_ylabel("execution accuracy (%)")
-        ax.set_title(f"{dataset}: EX by {what}\n(whisker: 95% Wilson interval; label: correct/scored)", fontsize=10)
+        ax.set_title(
+            f"{dataset}: EX by {what}\n(whisker: 95% Wilson interval; label: correct/scored)", fontsize=10
+        )
         _no_items_key(ax)
     return fig
 
@@ -55,15 +63,32 @@ def breakdown_figure(rates: dict[str, dict[str, dict[str, Rate]]], buckets: tupl
 def _bar(ax, x: float, width: float, rate: Rate, colour: str, label: str | None) -> None:
     if not rate.n:
         ax.bar(x, NO_ITEMS_HEIGHT, width, color="none", edgecolor="#999999", hatch="///", linewidth=0.6)
-        ax.text(x, NO_ITEMS_HEIGHT + 1.5, "n=0", ha="center", va="bottom", fontsize=7, color="#666666", rotation=90)
+        ax.text(
+            x,
+            NO_ITEMS_HEIGHT + 1.5,
+            "n=0",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="#666666",
+            rotation=90,
+        )
         if label:
             ax.bar(x, 0, width, color=colour, label=label)
         return
     low, high = rate.interval
     value = 100 * rate.value
     ax.bar(x, value, width, color=colour, edgecolor=colour, linewidth=1.5, label=label)
-    ax.errorbar(x, value, yerr=[[max(0.0, value - 100 * low)], [max(0.0, 100 * high - value)]], color="black", capsize=2, linewidth=0.8,
-                marker="o", markersize=3)
+    ax.errorbar(
+        x,
+        value,
+        yerr=[[max(0.0, value - 100 * low)], [max(0.0, 100 * high - value)]],
+        color="black",
+        capsize=2,
+        linewidth=0.8,
+        marker="o",
+        markersize=3,
+    )
     ax.text(x, 100 * high + 1.5, f"{rate.k}/{rate.n}", ha="center", va="bottom", fontsize=7, rotation=90)
 
 
@@ -72,8 +97,14 @@ def _no_items_key(ax) -> None:
 
     handles, labels = ax.get_legend_handles_labels()
     handles.append(Patch(facecolor="none", edgecolor="#999999", hatch="///", label="no turns (n=0)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(handles), fontsize=8,
-              frameon=False)  # below the axes: inside, it would hide the labels of high whiskers
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=len(handles),
+        fontsize=8,
+        frameon=False,
+    )  # below the axes: inside, it would hide the labels of high whiskers
 
 
 def rl_figure(stages: dict[str, list[TrainingStep]], metrics: dict[str, tuple[str, tuple | None]]):
@@ -88,7 +119,11 @@ def rl_figure(stages: dict[str, list[TrainingStep]], metrics: dict[str, tuple[st
         steps = [offset + row.step for row in rows]
         colour = COLOURS[i % len(COLOURS)]
         for ax, key in zip(axes[0], metrics, strict=True):
-            points = [(s, getattr(row, key)) for s, row in zip(steps, rows, strict=True) if getattr(row, key) is not None]
+            points = [
+                (s, getattr(row, key))
+                for s, row in zip(steps, rows, strict=True)
+                if getattr(row, key) is not None
+            ]
             if not points:
                 continue
             xs, ys = zip(*points, strict=True)
@@ -128,13 +163,24 @@ def curve_figure(rates: dict[str, dict[str, dict[int, Rate]]], xlabel: str):
             ys = [100 * points[x].value for x in xs]
             low = [y - 100 * points[x].interval[0] for x, y in zip(xs, ys, strict=True)]
             high = [100 * points[x].interval[1] - y for x, y in zip(xs, ys, strict=True)]
-            ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, color=COLOURS[i % len(COLOURS)], label=name)
+            ax.errorbar(
+                xs, ys, yerr=[low, high], marker="o", capsize=3, color=COLOURS[i % len(COLOURS)], label=name
+            )
             for x, y in zip(xs, ys, strict=True):
-                ax.annotate(f"{points[x].k}/{points[x].n}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                ax.annotate(
+                    f"{points[x].k}/{points[x].n}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=7,
+                )
         ax.set_xticks(xs_all, [str(x) for x in xs_all])
         ax.set_ylim(0, 105)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("execution accuracy (%)")
-        ax.set_title(f"{dataset}: EX against {xlabel}\n(whisker: 95% Wilson interval; label: correct/scored)", fontsize=10)
+        ax.set_title(
+            f"{dataset}: EX against {xlabel}\n(whisker: 95% Wilson interval; label: correct/scored)",
+            fontsize=10,
+        )
         ax.legend(fontsize=8)
     return fig

@@ -15,7 +15,9 @@ from mtsql.app.status import duration, pipeline_order
 from mtsql.base.artifacts import Artifact
 
 
-def _grouped(arts: dict[str, Artifact], describe: Callable[[Artifact], str | None]) -> list[tuple[str, list[str]]]:
+def _grouped(
+    arts: dict[str, Artifact], describe: Callable[[Artifact], str | None]
+) -> list[tuple[str, list[str]]]:
     """Distinct descriptions and the labels that have each, in pipeline order."""
     groups: dict[str, list[str]] = {}
     for label in sorted(arts, key=lambda label: pipeline_order(arts[label].key)):
@@ -37,7 +39,9 @@ def _code(art: Artifact) -> str:
     code = art.manifest.get("code") or {}
     commit = code.get("git_commit")
     state = {True: "dirty: uncommitted edits", False: "clean", None: "edits unknown"}[code.get("dirty")]
-    return f"mtsql {code.get('version')}, " + (f"git {commit[:12]} ({state})" if commit else "not a git checkout")
+    return f"mtsql {code.get('version')}, " + (
+        f"git {commit[:12]} ({state})" if commit else "not a git checkout"
+    )
 
 
 def _packages(art: Artifact) -> str | None:
@@ -75,8 +79,9 @@ def _data(art: Artifact) -> str | None:
     if not data:
         return None
     train = f"{data.get('train_dataset')} {data.get('train_split')}" + _limit(data.get("train_limit"))
-    evals = (f"{', '.join(data.get('eval_datasets') or [])} {data.get('eval_split')}"
-             + _limit(data.get("eval_limit"), data.get("eval_pick", "first")))
+    evals = f"{', '.join(data.get('eval_datasets') or [])} {data.get('eval_split')}" + _limit(
+        data.get("eval_limit"), data.get("eval_pick", "first")
+    )
     return f"train: {train}; eval: {evals}"
 
 
@@ -98,12 +103,25 @@ def provenance_section(arts: dict[str, Artifact]) -> list[str]:
     rows, seconds = [], 0.0
     for label in sorted(arts, key=lambda label: pipeline_order(arts[label].key)):
         art = arts[label]
-        tokens = sum(block.generated_tokens for block in evaluation_of(art).datasets.values()) \
-            if art.key.stage == "evaluate" else art.metrics.get("generated_tokens")
+        tokens = (
+            sum(block.generated_tokens for block in evaluation_of(art).datasets.values())
+            if art.key.stage == "evaluate"
+            else art.metrics.get("generated_tokens")
+        )
         seconds += art.manifest.get("duration_s") or 0.0
-        rows.append([label, art.manifest["stage"], art.manifest.get("created_at", "")[:16].replace("T", " "),
-                     duration(art.manifest.get("duration_s")), tokens or None, art.fingerprint[:12]])
+        rows.append(
+            [
+                label,
+                art.manifest["stage"],
+                art.manifest.get("created_at", "")[:16].replace("T", " "),
+                duration(art.manifest.get("duration_s")),
+                tokens or None,
+                art.fingerprint[:12],
+            ]
+        )
     rows.append(["**total**", "", "", duration(seconds), "", ""])
-    return lines + table(["artifact", "stage", "created (UTC)", "wall time", "generated tokens", "fingerprint"], rows,
-                         numeric_from=3)
-
+    return lines + table(
+        ["artifact", "stage", "created (UTC)", "wall time", "generated tokens", "fingerprint"],
+        rows,
+        numeric_from=3,
+    )

@@ -26,10 +26,19 @@ PAPER_RESULTS: dict[tuple[str, str, str], tuple[float, float]] = {
 
 # Qwen3-4B EX by hardness and by turn: base → warm-start SFT → RL (the paper's figures).
 PAPER_BREAKDOWN_4B = {
-    "hardness": {"easy": (80.8, 89.0, 89.9), "medium": (56.9, 74.4, 77.5), "hard": (52.1, 75.5, 77.3),
-                 "extra": (26.2, 43.0, 52.3)},
-    "turn": {"1": (62.1, 78.8, 81.2), "2": (67.0, 80.4, 82.8), "3": (63.9, 74.6, 76.6), "4": (57.0, 73.7, 78.9),
-             ">4": (53.5, 73.2, 76.1)},
+    "hardness": {
+        "easy": (80.8, 89.0, 89.9),
+        "medium": (56.9, 74.4, 77.5),
+        "hard": (52.1, 75.5, 77.3),
+        "extra": (26.2, 43.0, 52.3),
+    },
+    "turn": {
+        "1": (62.1, 78.8, 81.2),
+        "2": (67.0, 80.4, 82.8),
+        "3": (63.9, 74.6, 76.6),
+        "4": (57.0, 73.7, 78.9),
+        ">4": (53.5, 73.2, 76.1),
+    },
 }
 
 
@@ -40,8 +49,10 @@ SQL_R1_RESULTS: dict[str, dict[str, float]] = {
 }
 
 
-RELEASE_SETTINGS = ("release protocol (exec_sql(code), memory_retrieve(code)), gold memory, greedy, 8,000 "
-                    "response tokens per turn, prompts over 4,000 tokens dropped (verl validation)")
+RELEASE_SETTINGS = (
+    "release protocol (exec_sql(code), memory_retrieve(code)), gold memory, greedy, 8,000 "
+    "response tokens per turn, prompts over 4,000 tokens dropped (verl validation)"
+)
 
 
 def published_section(datasets: set[str], settings: dict[str, EvaluationResult] | None = None) -> list[str]:
@@ -54,46 +65,71 @@ def published_section(datasets: set[str], settings: dict[str, EvaluationResult] 
         lines += _mtsql_r1() + _settings(settings or {})
     if "spider" in datasets:
         benchmarks = ["Spider dev", "Spider test", "BIRD dev"]
-        rows = [[model, *(f"{scores[b]:.1f}" if b in scores else "–" for b in benchmarks)]
-                for model, scores in SQL_R1_RESULTS.items()]
-        lines += ["## Published numbers from the SQL-R1 paper (not this run)", "",
-                  "Execution accuracy in % as the paper reports it (its final answers by self-consistency voting "
-                  "over 8 samples); this run's model, training data and budgets differ.", "",
-                  *table(["model", *benchmarks], rows, numeric_from=1)]
+        rows = [
+            [model, *(f"{scores[b]:.1f}" if b in scores else "–" for b in benchmarks)]
+            for model, scores in SQL_R1_RESULTS.items()
+        ]
+        lines += [
+            "## Published numbers from the SQL-R1 paper (not this run)",
+            "",
+            "Execution accuracy in % as the paper reports it (its final answers by self-consistency voting "
+            "over 8 samples); this run's model, training data and budgets differ.",
+            "",
+            *table(["model", *benchmarks], rows, numeric_from=1),
+        ]
     return lines
 
 
 def _mtsql_r1() -> list[str]:
-    rows = [[model, recipe, dataset, f"{ex:.1f}", f"{em:.1f}"]
-            for (model, recipe, dataset), (ex, em) in PAPER_RESULTS.items()]
-    lines = ["## Published numbers from the MTSQL-R1 paper (not this run)", "",
-             "EX / EM in % on the full SParC and CoSQL dev sets, as the paper reports them, for scale: this run's "
-             "model, data slices and budgets differ, so its numbers above are not comparable to these.", "",
-             *table(["model", "recipe", "dataset", "EX", "EM"], rows, numeric_from=3),
-             "The paper's Qwen3-4B EX by hardness and by turn (base → warm-start SFT → RL):", ""]
+    rows = [
+        [model, recipe, dataset, f"{ex:.1f}", f"{em:.1f}"]
+        for (model, recipe, dataset), (ex, em) in PAPER_RESULTS.items()
+    ]
+    lines = [
+        "## Published numbers from the MTSQL-R1 paper (not this run)",
+        "",
+        "EX / EM in % on the full SParC and CoSQL dev sets, as the paper reports them, for scale: this run's "
+        "model, data slices and budgets differ, so its numbers above are not comparable to these.",
+        "",
+        *table(["model", "recipe", "dataset", "EX", "EM"], rows, numeric_from=3),
+        "The paper's Qwen3-4B EX by hardness and by turn (base → warm-start SFT → RL):",
+        "",
+    ]
     for kind, buckets in PAPER_BREAKDOWN_4B.items():
-        lines.append(f"* {kind}: " + "; ".join(f"{k} {' → '.join(f'{v:.1f}' for v in values)}"
-                                              for k, values in buckets.items()))
+        lines.append(
+            f"* {kind}: "
+            + "; ".join(f"{k} {' → '.join(f'{v:.1f}' for v in values)}" for k, values in buckets.items())
+        )
     return lines + [""]
 
 
 def _settings(evals: dict[str, EvaluationResult]) -> list[str]:
-    lines = ["Settings of the published numbers (the release's evaluation scripts, docs/paper.md): "
-             f"{RELEASE_SETTINGS}. This run's evaluations:", ""]
+    lines = [
+        "Settings of the published numbers (the release's evaluation scripts, docs/paper.md): "
+        f"{RELEASE_SETTINGS}. This run's evaluations:",
+        "",
+    ]
     for label, result in evals.items():
         budgets = result.budgets
         per_turn, cap = budgets.max_response_tokens, budgets.observation_chars
-        parts = [f"{result.protocol} protocol", f"{result.mode} mode", f"{result.memory} memory", result.decoding,
-                 f"{budgets.max_new_tokens} tokens per message",
-                 f"{per_turn:,} per turn" if per_turn else "no cap per turn",
-                 f"observations cut at {cap:,} characters" if cap else "observations uncut"]
+        parts = [
+            f"{result.protocol} protocol",
+            f"{result.mode} mode",
+            f"{result.memory} memory",
+            result.decoding,
+            f"{budgets.max_new_tokens} tokens per message",
+            f"{per_turn:,} per turn" if per_turn else "no cap per turn",
+            f"observations cut at {cap:,} characters" if cap else "observations uncut",
+        ]
         for name, block in result.datasets.items():
             kept = block.prompt_filter
             if kept:
                 without = kept["kept"] or {}
-                parts.append(f"{name}: {kept['dropped']} of {kept['turns']} turns have a prompt over "
-                             f"{kept['limit']:,} tokens; without them EX {_pct(without.get('ex'))} / EM "
-                             f"{_pct(without.get('em'))} (with them {_pct(block.ex)} / {_pct(block.em)})")
+                parts.append(
+                    f"{name}: {kept['dropped']} of {kept['turns']} turns have a prompt over "
+                    f"{kept['limit']:,} tokens; without them EX {_pct(without.get('ex'))} / EM "
+                    f"{_pct(without.get('em'))} (with them {_pct(block.ex)} / {_pct(block.em)})"
+                )
         lines.append(f"* {label}: " + "; ".join(parts))
     return lines + [""]
 

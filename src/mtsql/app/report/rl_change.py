@@ -26,8 +26,11 @@ def step_means(stages: dict[int, Artifact]) -> list[Mean]:
     for art in stages.values():
         rl_cfg = stage_config(art).get("rl", {})
         samples = rl_cfg.get("batch_size", 0) * rl_cfg.get("n", 0)
-        out += [Mean(row.reward_mean, math.nan if row.reward_std is None else row.reward_std, samples)
-                for row in rl_steps(art) if row.reward_mean is not None]
+        out += [
+            Mean(row.reward_mean, math.nan if row.reward_std is None else row.reward_std, samples)
+            for row in rl_steps(art)
+            if row.reward_mean is not None
+        ]
     return out
 
 
@@ -51,13 +54,21 @@ def change_sentence(name: str, steps: list[Mean]) -> str | None:
     if found is None:
         return None
     block, first, last, difference = found
-    shown = ("no interval (under 2 samples a block)" if difference is None else
-             f"{difference[0]:+.3f}, no interval (a step logged no reward spread)" if math.isnan(difference[1]) else
-             "{:+.3f} [{:+.3f}, {:+.3f}]".format(*difference) + (
-                 ": the interval holds 0, no change shown" if difference[1] <= 0 <= difference[2] else ""))
+    shown = (
+        "no interval (under 2 samples a block)"
+        if difference is None
+        else f"{difference[0]:+.3f}, no interval (a step logged no reward spread)"
+        if math.isnan(difference[1])
+        else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*difference)
+        + (": the interval holds 0, no change shown" if difference[1] <= 0 <= difference[2] else "")
+    )
     needed = n_to_clear(block, difference) if difference is not None else None
     if needed is not None:
-        shown += (f"; a rise this size would clear 0 with about {4 * needed} steps in all (blocks of {needed}, "
-                  f"each step as large as these)")
-    return (f"* {name}: training reward of the first {block} of {len(steps)} steps {first.mean:.3f} ({first.n} "
-            f"samples), of the last {block} {last.mean:.3f} ({last.n} samples); change {shown} (95 % interval).")
+        shown += (
+            f"; a rise this size would clear 0 with about {4 * needed} steps in all (blocks of {needed}, "
+            f"each step as large as these)"
+        )
+    return (
+        f"* {name}: training reward of the first {block} of {len(steps)} steps {first.mean:.3f} ({first.n} "
+        f"samples), of the last {block} {last.mean:.3f} ({last.n} samples); change {shown} (95 % interval)."
+    )

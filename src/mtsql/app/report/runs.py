@@ -48,7 +48,11 @@ def run_artifacts(run: Path, damaged: list[str] | None = None) -> dict[str, Arti
         raise UsageError(f"no run folder {Path(run).resolve()}")
     arts = latest_artifacts(run, damaged)
     if not arts:
-        why = f"; {len(damaged)} left out, as they are damaged or do not verify: {damaged[0]}" if damaged else ""
+        why = (
+            f"; {len(damaged)} left out, as they are damaged or do not verify: {damaged[0]}"
+            if damaged
+            else ""
+        )
         raise UsageError(f"{Path(run).resolve()}: no complete artifacts to report on{why}")
     return arts
 
@@ -58,8 +62,9 @@ def evaluation_of(art: Artifact) -> EvaluationResult:
     try:
         return EvaluationResult.from_dict(art.metrics)
     except ValueError as exc:
-        raise UsageError(f"{art.path}: {exc} (written by another mtsql); delete that folder and rerun its "
-                         "evaluation") from None
+        raise UsageError(
+            f"{art.path}: {exc} (written by another mtsql); delete that folder and rerun its evaluation"
+        ) from None
 
 
 def phase_of(art: Artifact) -> str | None:
@@ -74,7 +79,9 @@ def eval_order(art: Artifact) -> tuple[int, str]:
 
 def evaluations(arts: dict[str, Artifact]) -> dict[str, Artifact]:
     """The evaluation artifacts, base → sft → rl, then by label."""
-    found = sorted((art for art in arts.values() if art.key.stage == "evaluate" and art.key.variant), key=eval_order)
+    found = sorted(
+        (art for art in arts.values() if art.key.stage == "evaluate" and art.key.variant), key=eval_order
+    )
     return {art.label: art for art in found}
 
 
@@ -86,8 +93,13 @@ def preferred(art: Artifact) -> tuple:
     """Sort key of the evaluations of one kind of model, the one to show first last: the main chain's
     model (not a pipeline variant's), greedy decoding, the last round, the most messages, the newest."""
     result = evaluation_of(art)
-    return (art.key.model_variant is None, result.decoding == "greedy", art.key.round or 0, result.max_messages,
-            art.manifest.get("created_at", ""))
+    return (
+        art.key.model_variant is None,
+        result.decoding == "greedy",
+        art.key.round or 0,
+        result.max_messages,
+        art.manifest.get("created_at", ""),
+    )
 
 
 def headline(evals: dict[str, Artifact]) -> dict[str, Artifact]:
@@ -120,7 +132,9 @@ def decodings(art: Artifact, dataset: str) -> list[tuple[str, dict]]:
     (``<dataset>/greedy/summary.json``), then the vote."""
     voted = evaluation_of(art).decoding
     greedy = art.path / dataset / "greedy" / "summary.json"
-    return ([("greedy", read_json(greedy))] if greedy.exists() else []) + [(voted, official_summary(art, dataset))]
+    return ([("greedy", read_json(greedy))] if greedy.exists() else []) + [
+        (voted, official_summary(art, dataset))
+    ]
 
 
 def tally_rate(tally: dict) -> Rate:
@@ -139,8 +153,11 @@ def stage_config(art: Artifact) -> dict:
 def numbered(arts: dict[str, Artifact], stage: str, variant: str | None = None) -> dict[int, Artifact]:
     """The rounds of ``stage`` (SFT rounds of sample, reject, sft; curriculum stages of rl), by round, of
     one variant (None: the main chain; ``outcome``: the ``rl-outcome-c*`` stages)."""
-    found = {art.key.round: art for art in arts.values()
-             if art.key.stage == stage and art.key.round is not None and art.key.variant == variant}
+    found = {
+        art.key.round: art
+        for art in arts.values()
+        if art.key.stage == stage and art.key.round is not None and art.key.variant == variant
+    }
     return dict(sorted(found.items()))
 
 
@@ -157,4 +174,6 @@ def rl_steps(art: Artifact) -> list[TrainingStep]:
     try:
         return [TrainingStep.from_dict(line) for line in read_jsonl(path)] if path.exists() else []
     except ValueError as exc:
-        raise UsageError(f"{path}: {exc} (written by another mtsql); delete that folder and rerun its stage") from None
+        raise UsageError(
+            f"{path}: {exc} (written by another mtsql); delete that folder and rerun its stage"
+        ) from None

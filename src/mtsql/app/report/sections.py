@@ -37,7 +37,9 @@ from mtsql.base.errors import UsageError
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.metrics import TURN_BUCKETS
 
-MODEL_REF = re.compile(r"base|sft|rl|sft-r[1-9][0-9]*|(sft|rl)-[a-z][a-z0-9]*")  # a pipeline's model reference
+MODEL_REF = re.compile(
+    r"base|sft|rl|sft-r[1-9][0-9]*|(sft|rl)-[a-z][a-z0-9]*"
+)  # a pipeline's model reference
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,15 @@ class NoSettings:
 
 def _breakdowns(view: RunView, _settings) -> list[str]:
     """EX by hardness and by turn position of each phase's headline evaluation, as plots."""
-    lines = ["EX by hardness and by turn position, for the headline evaluation of each phase "
-             f"({', '.join(a.label for a in view.heads.values())}):", ""]
-    for key, buckets, what in (("by_hardness", HARDNESS_LEVELS, "hardness"), ("by_turn", TURN_BUCKETS, "turn")):
+    lines = [
+        "EX by hardness and by turn position, for the headline evaluation of each phase "
+        f"({', '.join(a.label for a in view.heads.values())}):",
+        "",
+    ]
+    for key, buckets, what in (
+        ("by_hardness", HARDNESS_LEVELS, "hardness"),
+        ("by_turn", TURN_BUCKETS, "turn"),
+    ):
         rates = evaluation.breakdown_rates(view.heads, key)
         if not rates:  # single-turn datasets have no turn buckets
             continue
@@ -107,15 +115,22 @@ def _breakdowns(view: RunView, _settings) -> list[str]:
 
 
 def _cost(view: RunView, _settings) -> list[str]:
-    curves = [plots.save(plots.curve_figure(rates, what), view.plots / f"ex_by_{name}.png").name
-              for name, what, rates in (("max_messages", "env.max_messages", measures.max_messages_rates(view.evals)),
-                                        ("vote_n", "vote n (1: greedy)", measures.vote_rates(view.evals))) if rates]
+    curves = [
+        plots.save(plots.curve_figure(rates, what), view.plots / f"ex_by_{name}.png").name
+        for name, what, rates in (
+            ("max_messages", "env.max_messages", measures.max_messages_rates(view.evals)),
+            ("vote_n", "vote n (1: greedy)", measures.vote_rates(view.evals)),
+        )
+        if rates
+    ]
     return measures.cost_section(view.evals, curves)
 
 
 def _rl(view: RunView, _settings) -> list[str]:
-    return training.rl_section(view.arts, {variant: _rl_plots(view.arts, variant, view.plots)
-                                           for variant in variants(view.arts, "rl")})
+    return training.rl_section(
+        view.arts,
+        {variant: _rl_plots(view.arts, variant, view.plots) for variant in variants(view.arts, "rl")},
+    )
 
 
 def _rl_plots(arts: dict[str, Artifact], variant: str | None, folder: Path) -> tuple[str | None, str | None]:
@@ -126,24 +141,43 @@ def _rl_plots(arts: dict[str, Artifact], variant: str | None, folder: Path) -> t
         return None, None
     name = ArtifactKey("rl", variant=variant).label
     curve = plots.save(plots.rl_figure(stages, training.CURVES), folder / f"{name}_curves.png").name
-    logged = any(getattr(row, key) is not None for rows in stages.values() for row in rows for key in training.BEHAVIOUR)
-    behaviour = plots.save(plots.rl_figure(stages, training.BEHAVIOUR), folder / f"{name}_behaviour.png").name \
-        if logged else None
+    logged = any(
+        getattr(row, key) is not None
+        for rows in stages.values()
+        for row in rows
+        for key in training.BEHAVIOUR
+    )
+    behaviour = (
+        plots.save(plots.rl_figure(stages, training.BEHAVIOUR), folder / f"{name}_behaviour.png").name
+        if logged
+        else None
+    )
     return curve, behaviour
 
 
 def _published(view: RunView, _settings) -> list[str]:
-    return published_section({name for a in view.evals.values() for name in datasets(a)},
-                             {label: evaluation_of(a) for label, a in view.evals.items()})
+    return published_section(
+        {name for a in view.evals.values() for name in datasets(a)},
+        {label: evaluation_of(a) for label, a in view.evals.items()},
+    )
 
 
 SECTIONS = (
     Section("summary", NOTHING, lambda view, _: evaluation.summary_section(view.heads)),
     Section("evaluations", EVALUATIONS, lambda view, _: evaluation.evaluation_table(view.evals)),
     Section("breakdowns", HEADLINES, _breakdowns),
-    Section("findings", EVALUATIONS, lambda view, settings: findings_section(view.arts, settings), FindingsSettings),
-    Section("warmstart", EVALUATIONS, lambda view, settings: warmstart_section(view.evals, settings),
-            WarmstartSettings),
+    Section(
+        "findings",
+        EVALUATIONS,
+        lambda view, settings: findings_section(view.arts, settings),
+        FindingsSettings,
+    ),
+    Section(
+        "warmstart",
+        EVALUATIONS,
+        lambda view, settings: warmstart_section(view.evals, settings),
+        WarmstartSettings,
+    ),
     Section("behaviour", EVALUATIONS, lambda view, _: evaluation.behaviour_section(view.evals)),
     Section("self_correction", EVALUATIONS, lambda view, _: self_correction_section(view.evals)),
     Section("pass_at_k", EVALUATIONS, lambda view, _: measures.pass_at_k_section(view.evals)),
@@ -152,13 +186,27 @@ SECTIONS = (
     Section("memory", HEADLINES, lambda view, _: measures.memory_section(view.evals, view.heads)),
     Section("cost", EVALUATIONS, _cost),
     Section("examples", EVALUATIONS, lambda view, _: evaluation.example_section(view.evals, view.run.name)),
-    Section("sft_rounds", Need("a self-taught round (sample, reject or sft)",
-                               lambda view: any(art.key.stage in ("sample", "reject", "sft") and art.key.round
-                                                for art in view.arts.values())),
-            lambda view, _: training.sft_rounds_section(view.arts)),
-    Section("self_taught", _stage("reject", "a reject artifact"), lambda view, _: kept_section(view.arts), NoSettings),
-    Section("curriculum", _stage("curriculum", "a curriculum artifact"),
-            lambda view, _: training.curriculum_section(view.arts)),
+    Section(
+        "sft_rounds",
+        Need(
+            "a self-taught round (sample, reject or sft)",
+            lambda view: any(
+                art.key.stage in ("sample", "reject", "sft") and art.key.round for art in view.arts.values()
+            ),
+        ),
+        lambda view, _: training.sft_rounds_section(view.arts),
+    ),
+    Section(
+        "self_taught",
+        _stage("reject", "a reject artifact"),
+        lambda view, _: kept_section(view.arts),
+        NoSettings,
+    ),
+    Section(
+        "curriculum",
+        _stage("curriculum", "a curriculum artifact"),
+        lambda view, _: training.curriculum_section(view.arts),
+    ),
     Section("rl", _stage("rl", "an rl chain"), _rl),
     Section("provenance", NOTHING, lambda view, _: provenance_section(view.arts)),
     Section("sqlr1", EVALUATIONS, lambda view, _: sqlr1_section(view.evals), NoSettings),
@@ -189,17 +237,23 @@ def report_spec(raw: Any, where: str) -> dict[str, Any]:
     named = raw["sections"]
     for name in named:
         if not isinstance(name, str) or name not in EXPERIMENT:
-            raise UsageError(f"{where}: report.sections names '{name}', not a report section of an experiment: "
-                             f"one of {known}")
+            raise UsageError(
+                f"{where}: report.sections names '{name}', not a report section of an experiment: "
+                f"one of {known}"
+            )
     if len(set(named)) < len(named):
         raise UsageError(f"{where}: report.sections names a section twice")
     extra = [key for key in raw if key != "sections" and key not in named]
     if extra:
-        raise UsageError(f"{where}: report.{extra[0]} gives settings of a section report.sections does not name "
-                         f"(it names {', '.join(named) or 'none'})")
+        raise UsageError(
+            f"{where}: report.{extra[0]} gives settings of a section report.sections does not name "
+            f"(it names {', '.join(named) or 'none'})"
+        )
     spec = {}
     for name in named:
-        settings = build(EXPERIMENT[name].settings, raw.get(name) or {}, source=where, prefix=f"report.{name}.")
+        settings = build(
+            EXPERIMENT[name].settings, raw.get(name) or {}, source=where, prefix=f"report.{name}."
+        )
         problem = settings.check(MODEL_REF)
         if problem:
             raise UsageError(f"{where}: report.{name}.{problem}")

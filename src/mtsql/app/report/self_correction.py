@@ -16,10 +16,19 @@ from mtsql.core.agent.env import Trajectory
 from mtsql.core.measures.verdicts import normal_sql
 from mtsql.core.trajectories import ScoredRow
 
-COLUMNS = {"no_pass": "no_pass verdicts", "revised": "revised after no_pass", "wrong_to_right": "wrong → right",
-           "right_to_wrong": "right → wrong", "stayed_wrong": "stayed wrong", "stayed_right": "stayed right",
-           "unscored": "unscored", "with_error": "turns with a failed exec_sql", "ran_after": "a later query ran",
-           "resolved": "answer right all the same", "recovered": "recovered (a later query ran, answer right)"}
+COLUMNS = {
+    "no_pass": "no_pass verdicts",
+    "revised": "revised after no_pass",
+    "wrong_to_right": "wrong → right",
+    "right_to_wrong": "right → wrong",
+    "stayed_wrong": "stayed wrong",
+    "stayed_right": "stayed right",
+    "unscored": "unscored",
+    "with_error": "turns with a failed exec_sql",
+    "ran_after": "a later query ran",
+    "resolved": "answer right all the same",
+    "recovered": "recovered (a later query ran, answer right)",
+}
 
 
 def revision_counts(art: Artifact, dataset: str) -> dict:
@@ -30,8 +39,10 @@ def revision_counts(art: Artifact, dataset: str) -> dict:
 def is_verified(trajectory: Trajectory) -> bool:
     """The final answer was run with ``exec_sql`` and judged ``pass`` before it was given."""
     final = trajectory.final_sql
-    return final is not None and any(step.verdict == "pass" and normal_sql(step.sql or "") == normal_sql(final)
-                                     for step in trajectory.tool_steps("exec_sql"))
+    return final is not None and any(
+        step.verdict == "pass" and normal_sql(step.sql or "") == normal_sql(final)
+        for step in trajectory.tool_steps("exec_sql")
+    )
 
 
 def verified_rates(rows: list[ScoredRow]) -> tuple[Rate, Rate]:
@@ -55,13 +66,20 @@ def self_correction_section(evals: dict[str, Artifact]) -> list[str]:
             rows.append([label, dataset, *(counts[key] for key in COLUMNS), verified.cell(), others.cell()])
     if not rows:
         return []
-    lines = ["## Self-correction and execution errors", "",
-             "Over every trajectory of each long-horizon evaluation (`measures.revisions`): a *revision* is a "
-             "query the agent proposed after judging a tool result no_pass that differs from the judged query; "
-             "it is classed by the EX of the judged query and of the revision against the gold (*unscored*: "
-             "either cannot be scored). A *failed exec_sql* is an execution error; *a later query ran*: a later "
-             "`exec_sql` of the turn gave a result; *answer right all the same*: the turn's final answer has EX "
-             "1. The last two columns give EX of the turns whose answer the agent had run and judged pass "
-             "(*verified*) and of the others (%, [95 % interval], k/n).", ""]
-    return lines + table(["evaluation", "dataset", *COLUMNS.values(), "EX, verified answer", "EX, other answers"],
-                         rows, numeric_from=2)
+    lines = [
+        "## Self-correction and execution errors",
+        "",
+        "Over every trajectory of each long-horizon evaluation (`measures.revisions`): a *revision* is a "
+        "query the agent proposed after judging a tool result no_pass that differs from the judged query; "
+        "it is classed by the EX of the judged query and of the revision against the gold (*unscored*: "
+        "either cannot be scored). A *failed exec_sql* is an execution error; *a later query ran*: a later "
+        "`exec_sql` of the turn gave a result; *answer right all the same*: the turn's final answer has EX "
+        "1. The last two columns give EX of the turns whose answer the agent had run and judged pass "
+        "(*verified*) and of the others (%, [95 % interval], k/n).",
+        "",
+    ]
+    return lines + table(
+        ["evaluation", "dataset", *COLUMNS.values(), "EX, verified answer", "EX, other answers"],
+        rows,
+        numeric_from=2,
+    )

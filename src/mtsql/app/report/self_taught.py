@@ -30,23 +30,37 @@ def sample_of(reject: Artifact, arts: dict[str, Artifact]) -> Artifact | None:
 
 def kept_rows(arts: dict[str, Artifact]) -> list[dict]:
     """One row per reject artifact (main rounds first, then variants, by round): what it kept, by writer."""
-    found = [(art.key.variant or "", art.key.round, art) for art in arts.values()
-             if art.key.stage == "reject" and art.key.round is not None]
+    found = [
+        (art.key.variant or "", art.key.round, art)
+        for art in arts.values()
+        if art.key.stage == "reject" and art.key.round is not None
+    ]
     rows = []
     for variant, k, art in sorted(found, key=lambda item: item[:2]):
         kept = read_rows(art.path / "kept.jsonl") if (art.path / "kept.jsonl").exists() else []
         writers = [written_by(row) for row in kept]
-        recovered = sum(written_by(row) == "model" and is_recovery(row.trajectory, row.execution)
-                        for row in kept)
+        recovered = sum(
+            written_by(row) == "model" and is_recovery(row.trajectory, row.execution) for row in kept
+        )
         sampled = sample_of(art, arts)
         m = sampled.metrics if sampled is not None else {}
         policy = m.get("policy")
-        rows.append({"label": art.label, "round": k, "variant": variant or None, "policy": policy,
-                     "sampled_by": m.get("model") if policy == "model" else policy,
-                     "sampled": art.metrics.get("sampled"), "items": art.metrics.get("items"),
-                     "solved": art.metrics.get("solved"), "kept": len(kept),
-                     "by_scripted": writers.count("scripted"), "by_model": writers.count("model"),
-                     "recoveries": recovered})
+        rows.append(
+            {
+                "label": art.label,
+                "round": k,
+                "variant": variant or None,
+                "policy": policy,
+                "sampled_by": m.get("model") if policy == "model" else policy,
+                "sampled": art.metrics.get("sampled"),
+                "items": art.metrics.get("items"),
+                "solved": art.metrics.get("solved"),
+                "kept": len(kept),
+                "by_scripted": writers.count("scripted"),
+                "by_model": writers.count("model"),
+                "recoveries": recovered,
+            }
+        )
     return rows
 
 
@@ -56,19 +70,52 @@ def kept_section(arts: dict[str, Artifact]) -> list[str]:
     if not rows:
         return []
     own = sum(row["by_model"] for row in rows)
-    lines = ["## Kept trajectories by who wrote them", "",
-             "Per reject-sampling artifact: the policy that sampled (`model`: the model named, at the sampling "
-             "temperature), the trajectories sampled and the items with a correct one, and the kept trajectories "
-             "split by writer: a scripted policy (from the gold SQL) or the model itself, and the model's own "
-             "*recoveries* among them (an `exec_sql` failed, a later query ran, the answer is right: "
-             "`measures.revisions.is_recovery`).", "",
-             *table(["artifact", "sampled by", "trajectories", "items", "items solved", "kept",
-                     "kept, scripted policy", "kept, written by the model", "kept recoveries by the model"],
-                    [[r["label"], r["sampled_by"], r["sampled"], r["items"], r["solved"], r["kept"], r["by_scripted"],
-                      r["by_model"], r["recoveries"]] for r in rows], numeric_from=2)]
+    lines = [
+        "## Kept trajectories by who wrote them",
+        "",
+        "Per reject-sampling artifact: the policy that sampled (`model`: the model named, at the sampling "
+        "temperature), the trajectories sampled and the items with a correct one, and the kept trajectories "
+        "split by writer: a scripted policy (from the gold SQL) or the model itself, and the model's own "
+        "*recoveries* among them (an `exec_sql` failed, a later query ran, the answer is right: "
+        "`measures.revisions.is_recovery`).",
+        "",
+        *table(
+            [
+                "artifact",
+                "sampled by",
+                "trajectories",
+                "items",
+                "items solved",
+                "kept",
+                "kept, scripted policy",
+                "kept, written by the model",
+                "kept recoveries by the model",
+            ],
+            [
+                [
+                    r["label"],
+                    r["sampled_by"],
+                    r["sampled"],
+                    r["items"],
+                    r["solved"],
+                    r["kept"],
+                    r["by_scripted"],
+                    r["by_model"],
+                    r["recoveries"],
+                ]
+                for r in rows
+            ],
+            numeric_from=2,
+        ),
+    ]
     model_rounds = [r["label"] for r in rows if r["policy"] == "model"]
     if model_rounds:
-        lines += [f"The model wrote {own} of the kept trajectories itself ({', '.join(model_rounds)} sampled the "
-                  "model)." if own else f"The model wrote none of the kept trajectories: no sample of "
-                  f"{', '.join(model_rounds)} was correct.", ""]
+        lines += [
+            f"The model wrote {own} of the kept trajectories itself ({', '.join(model_rounds)} sampled the "
+            "model)."
+            if own
+            else f"The model wrote none of the kept trajectories: no sample of "
+            f"{', '.join(model_rounds)} was correct.",
+            "",
+        ]
     return lines

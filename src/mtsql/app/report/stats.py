@@ -59,7 +59,11 @@ class Rate:
             return None
         (p1, (l1, u1)), (p2, (l2, u2)) = (self.value, self.interval), (other.value, other.interval)
         difference = p1 - p2
-        return (difference, difference - math.hypot(p1 - l1, u2 - p2), difference + math.hypot(u1 - p1, p2 - l2))
+        return (
+            difference,
+            difference - math.hypot(p1 - l1, u2 - p2),
+            difference + math.hypot(u1 - p1, p2 - l2),
+        )
 
     def above(self, other: Rate) -> bool:
         """The 95 % interval of this rate minus ``other`` lies wholly above 0 (a difference the data show)."""
@@ -88,7 +92,7 @@ class Mean:
         if not n:
             return cls(0.0, 0.0, 0)
         mean = sum(g.mean * g.n for g in groups) / n
-        variance = sum(g.n * (g.std ** 2 + (g.mean - mean) ** 2) for g in groups) / n
+        variance = sum(g.n * (g.std**2 + (g.mean - mean) ** 2) for g in groups) / n
         return cls(mean, math.sqrt(variance), n)
 
     def minus(self, other: Mean) -> tuple[float, float, float] | None:
@@ -112,4 +116,4 @@ def n_to_clear(n: int, difference: tuple[float, float, float]) -> int | None:
 
 
 def _sample_var(m: Mean) -> float:
-    return m.std ** 2 * m.n / (m.n - 1)
+    return m.std**2 * m.n / (m.n - 1)

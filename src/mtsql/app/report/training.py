@@ -10,16 +10,26 @@ from mtsql.base.artifacts import Artifact, ArtifactKey
 from mtsql.core.results import TrainingStep
 
 STEP_ROWS = 12  # at most this many step rows per curriculum stage; the rest stay in metrics.jsonl
-STEP_COLUMNS = {"reward_mean": "reward mean", "reward_std": "reward std", "pg_loss": "pg_loss", "kl": "kl",
-                "grad_norm": "grad_norm", "response_length": "response length (tokens)"}
-CURVES = {"reward_mean": ("mean reward (whisker: ± std over the step's samples)", None),
-          "groups_with_signal": ("share of groups with signal", (-0.05, 1.05)),
-          "response_length": ("mean response length (tokens)", None)}
-BEHAVIOUR = {"tool_calls_per_turn": ("tool calls per turn", (0, None)),
-             "memory_calls_per_turn": ("memory calls per turn", (0, None)),
-             "self_correction_rate": ("self-correction rate", (-0.05, 1.05)),
-             "invalid_message_rate": ("invalid-message rate", (-0.05, 1.05)),
-             "messages_per_turn": ("assistant messages per turn", (0, None))}
+STEP_COLUMNS = {
+    "reward_mean": "reward mean",
+    "reward_std": "reward std",
+    "pg_loss": "pg_loss",
+    "kl": "kl",
+    "grad_norm": "grad_norm",
+    "response_length": "response length (tokens)",
+}
+CURVES = {
+    "reward_mean": ("mean reward (whisker: ± std over the step's samples)", None),
+    "groups_with_signal": ("share of groups with signal", (-0.05, 1.05)),
+    "response_length": ("mean response length (tokens)", None),
+}
+BEHAVIOUR = {
+    "tool_calls_per_turn": ("tool calls per turn", (0, None)),
+    "memory_calls_per_turn": ("memory calls per turn", (0, None)),
+    "self_correction_rate": ("self-correction rate", (-0.05, 1.05)),
+    "invalid_message_rate": ("invalid-message rate", (-0.05, 1.05)),
+    "messages_per_turn": ("assistant messages per turn", (0, None)),
+}
 
 
 def share(value: float | None, n: int) -> Rate | None:
@@ -41,15 +51,44 @@ def sft_rounds_section(arts: dict[str, Artifact]) -> list[str]:
         solved = Rate(r["solved"], r["items"]) if "items" in r else None
         held = t.get("heldout") or {}
         heldout = share(held.get("ex"), held.get("count", 0))
-        rows.append([k, s.get("policy"), s.get("count"), solved.cell() if solved else None, r.get("kept"),
-                     t.get("examples"), t.get("over_cutoff"), number(t.get("train_loss"), 4), t.get("steps"),
-                     heldout.cell() if heldout else None])
-    return ["## Self-taught SFT rounds", "",
-            "Round k samples the pool (round 1 with the profile's first-round policy, later rounds with the "
-            "previous model), keeps correct and diverse trajectories, and fine-tunes on them. *Solved*: items "
-            "with at least one correct sample (%, [95 % interval], k/n).", "",
-            *table(["round", "policy", "trajectories", "items solved", "kept", "SFT examples", "over cutoff",
-                    "train loss", "optimizer steps", "held-out EX"], rows, numeric_from=2)]
+        rows.append(
+            [
+                k,
+                s.get("policy"),
+                s.get("count"),
+                solved.cell() if solved else None,
+                r.get("kept"),
+                t.get("examples"),
+                t.get("over_cutoff"),
+                number(t.get("train_loss"), 4),
+                t.get("steps"),
+                heldout.cell() if heldout else None,
+            ]
+        )
+    return [
+        "## Self-taught SFT rounds",
+        "",
+        "Round k samples the pool (round 1 with the profile's first-round policy, later rounds with the "
+        "previous model), keeps correct and diverse trajectories, and fine-tunes on them. *Solved*: items "
+        "with at least one correct sample (%, [95 % interval], k/n).",
+        "",
+        *table(
+            [
+                "round",
+                "policy",
+                "trajectories",
+                "items solved",
+                "kept",
+                "SFT examples",
+                "over cutoff",
+                "train loss",
+                "optimizer steps",
+                "held-out EX",
+            ],
+            rows,
+            numeric_from=2,
+        ),
+    ]
 
 
 def curriculum_section(arts: dict[str, Artifact]) -> list[str]:
@@ -61,20 +100,30 @@ def curriculum_section(arts: dict[str, Artifact]) -> list[str]:
     groups = cfg.get("stages") or []
     stage_table = art.metrics["table"]
     columns = list(next(iter(stage_table.values())))
-    rows = [[name, ", ".join(groups[i]) if i < len(groups) else None, *(row[c] for c in columns)]
-            for i, (name, row) in enumerate(stage_table.items())]
+    rows = [
+        [name, ", ".join(groups[i]) if i < len(groups) else None, *(row[c] for c in columns)]
+        for i, (name, row) in enumerate(stage_table.items())
+    ]
     dropped = art.metrics.get("dropped") or {}
     note = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in dropped.items() if v) or "none"
-    return ["## Curriculum", "",
-            f"The RL pool of {art.metrics.get('pool')} turns split by {cfg.get('by', '?')} into stages trained "
-            f"in order; turns per stage (dropped: {note}).", "",
-            *table(["stage", cfg.get("by", "labels"), *columns], rows, numeric_from=2)]
+    return [
+        "## Curriculum",
+        "",
+        f"The RL pool of {art.metrics.get('pool')} turns split by {cfg.get('by', '?')} into stages trained "
+        f"in order; turns per stage (dropped: {note}).",
+        "",
+        *table(["stage", cfg.get("by", "labels"), *columns], rows, numeric_from=2),
+    ]
 
 
 def rl_stages(arts: dict[str, Artifact], variant: str | None = None) -> dict[str, list[TrainingStep]]:
     """``{'stage k (labels)': step rows}`` of every RL stage of ``variant`` that logged steps, in curriculum
     order."""
-    groups = stage_config(arts["curriculum"]).get("curriculum", {}).get("stages", []) if "curriculum" in arts else []
+    groups = (
+        stage_config(arts["curriculum"]).get("curriculum", {}).get("stages", [])
+        if "curriculum" in arts
+        else []
+    )
     out = {}
     for k, art in numbered(arts, "rl", variant).items():
         steps = rl_steps(art)
@@ -84,24 +133,33 @@ def rl_stages(arts: dict[str, Artifact], variant: str | None = None) -> dict[str
     return out
 
 
-def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | None, str | None]]) -> list[str]:
+def rl_section(
+    arts: dict[str, Artifact], figures: dict[str | None, tuple[str | None, str | None]]
+) -> list[str]:
     """The GRPO curves, the agent's behaviour per step and a table of the logged step metrics, for each RL
     variant (``figures``: variant -> (curve plot, behaviour plot), the main chain first)."""
     chains = {variant: numbered(arts, "rl", variant) for variant in figures}
     chains = {variant: stages for variant, stages in chains.items() if stages}
     if not chains:
         return []
-    lines = ["## Curriculum GRPO", "",
-             "One curve per curriculum stage; steps are numbered on through the stages, and each stage starts "
-             "from the previous stage's model. A group is the samples of one question; it has *signal* when "
-             "their rewards differ (equal rewards give no policy gradient). EX here is over the step's "
-             "training samples; *engine* is the one that trained the stage (verl's main_ppo or mtsql's local "
-             "GRPO).", ""]
+    lines = [
+        "## Curriculum GRPO",
+        "",
+        "One curve per curriculum stage; steps are numbered on through the stages, and each stage starts "
+        "from the previous stage's model. A group is the samples of one question; it has *signal* when "
+        "their rewards differ (equal rewards give no policy gradient). EX here is over the step's "
+        "training samples; *engine* is the one that trained the stage (verl's main_ppo or mtsql's local "
+        "GRPO).",
+        "",
+    ]
     if any(behaviour for _, behaviour in figures.values()):
-        lines += ["The behaviour plots follow the agent over the steps, over each step's training samples "
-                  "(`trajectories.step_behaviour`): tool and memory calls per turn, the share of turns with a "
-                  "self-correction (a query revised after its no_pass verdict), the share of assistant messages "
-                  "that could not be parsed, and messages per turn. A collapse of tool calls shows there.", ""]
+        lines += [
+            "The behaviour plots follow the agent over the steps, over each step's training samples "
+            "(`trajectories.step_behaviour`): tool and memory calls per turn, the share of turns with a "
+            "self-correction (a query revised after its no_pass verdict), the share of assistant messages "
+            "that could not be parsed, and messages per turn. A collapse of tool calls shows there.",
+            "",
+        ]
     steps = {art.label: rl_steps(art) for stages in chains.values() for art in stages.values()}
     rows = []
     for variant, stages in chains.items():
@@ -121,34 +179,60 @@ def rl_section(arts: dict[str, Artifact], figures: dict[str | None, tuple[str | 
             for row in thin(steps[art.label], STEP_ROWS):
                 signal = share(row.groups_with_signal, groups)
                 ex = share(row.ex, samples)
-                rows.append([art.label, art.metrics.get("engine"), row.step,
-                             *(number(getattr(row, key)) for key in STEP_COLUMNS),
-                             signal.cell() if signal else None, ex.cell() if ex else None])
+                rows.append(
+                    [
+                        art.label,
+                        art.metrics.get("engine"),
+                        row.step,
+                        *(number(getattr(row, key)) for key in STEP_COLUMNS),
+                        signal.cell() if signal else None,
+                        ex.cell() if ex else None,
+                    ]
+                )
     if any(len(logged) > STEP_ROWS for logged in steps.values()):
-        lines += [f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
-                  "`metrics.jsonl`.", ""]
-    changes = [line for variant, stages in chains.items()
-               if (line := reward_change_line(ArtifactKey("rl", variant=variant).label, stages))]
+        lines += [
+            f"At most {STEP_ROWS} evenly spaced steps per stage are listed; every step is in the stage's "
+            "`metrics.jsonl`.",
+            "",
+        ]
+    changes = [
+        line
+        for variant, stages in chains.items()
+        if (line := reward_change_line(ArtifactKey("rl", variant=variant).label, stages))
+    ]
     if changes:
-        lines += ["Reward change over each chain (`rl_change`: first quarter of the steps against the last):", "",
-                  *changes, ""]
+        lines += [
+            "Reward change over each chain (`rl_change`: first quarter of the steps against the last):",
+            "",
+            *changes,
+            "",
+        ]
     if len(chains) > 1:
         lines += ["### Steps of every chain", ""]
-    return lines + table(["stage", "engine", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows) + \
-        _validation_lines(steps, chains)
+    return (
+        lines
+        + table(["stage", "engine", "step", *STEP_COLUMNS.values(), "groups with signal", "EX"], rows)
+        + _validation_lines(steps, chains)
+    )
 
 
-def _validation_lines(steps: dict[str, list[TrainingStep]], chains: dict[str | None, dict[int, Artifact]]) -> list[str]:
+def _validation_lines(
+    steps: dict[str, list[TrainingStep]], chains: dict[str | None, dict[int, Artifact]]
+) -> list[str]:
     """The dev validations of each stage (``rl.val_every``; ``steps``: its logged rows by label) and the
     step whose model the stage kept."""
     lines = []
     for art in (art for stages in chains.values() for art in stages.values()):
         validated = [row for row in steps[art.label] if row.val_reward_mean is not None]
         if validated:
-            shown = "; ".join(f"step {row.step}: reward {row.val_reward_mean:.3f}"
-                              + (f", EX {100 * row.val_ex:.1f} %" if row.val_ex is not None else "")
-                              for row in validated)
-            lines.append(f"* {art.label} dev validation: {shown}; model kept: step {art.metrics.get('picked_step')}")
+            shown = "; ".join(
+                f"step {row.step}: reward {row.val_reward_mean:.3f}"
+                + (f", EX {100 * row.val_ex:.1f} %" if row.val_ex is not None else "")
+                for row in validated
+            )
+            lines.append(
+                f"* {art.label} dev validation: {shown}; model kept: step {art.metrics.get('picked_step')}"
+            )
     return ["", *lines, ""] if lines else []
 
 

@@ -34,9 +34,14 @@ class WarmstartSettings:
 
     def check(self, model_ref: re.Pattern) -> str | None:
         """What is wrong with these settings, None when nothing."""
-        variant = self.baseline is None or (model_ref.fullmatch(self.baseline) and self.baseline.startswith("sft-")
-                                            and not re.fullmatch(r"sft-r[0-9]+", self.baseline))
-        return None if variant else f"baseline '{self.baseline}' is not an SFT variant's model (sft-<variant>)"
+        variant = self.baseline is None or (
+            model_ref.fullmatch(self.baseline)
+            and self.baseline.startswith("sft-")
+            and not re.fullmatch(r"sft-r[0-9]+", self.baseline)
+        )
+        return (
+            None if variant else f"baseline '{self.baseline}' is not an SFT variant's model (sft-<variant>)"
+        )
 
     @property
     def variant(self) -> str | None:
@@ -46,8 +51,11 @@ class WarmstartSettings:
 
 def variant_evaluations(evals: dict[str, Artifact]) -> dict[str, Artifact]:
     """label -> evaluation, of the long-horizon evaluations of an SFT variant's model (its key's ``model_variant``)."""
-    return {label: art for label, art in evals.items()
-            if phase_of(art) == "sft" and is_long_horizon(art) and art.key.model_variant is not None}
+    return {
+        label: art
+        for label, art in evals.items()
+        if phase_of(art) == "sft" and is_long_horizon(art) and art.key.model_variant is not None
+    }
 
 
 def _upstream(art: Artifact, name: str) -> Artifact | None:
@@ -89,27 +97,52 @@ def warmstart_section(evals: dict[str, Artifact], settings: WarmstartSettings) -
             t, counts = block.verdict_calibration["exec_verify"]["table"], block.revisions
             ex = ex_rate(art, dataset)
             said, wrong = t["no_pass"]["right"] + t["no_pass"]["wrong"], t["no_pass"]["wrong"]
-            calibration = [f"{said} ({wrong})", Rate(wrong, said).cell(), Rate(wrong, wrong + t["pass"]["wrong"]).cell()]
-            failure = [Rate(counts["ran_after"], counts["with_error"]).cell(),
-                       Rate(counts["resolved"], counts["with_error"]).cell(),
-                       f"{counts['wrong_to_right']} / {counts['right_to_wrong']}"]
+            calibration = [
+                f"{said} ({wrong})",
+                Rate(wrong, said).cell(),
+                Rate(wrong, wrong + t["pass"]["wrong"]).cell(),
+            ]
+            failure = [
+                Rate(counts["ran_after"], counts["with_error"]).cell(),
+                Rate(counts["resolved"], counts["with_error"]).cell(),
+                f"{counts['wrong_to_right']} / {counts['right_to_wrong']}",
+            ]
             versus = None
             if short is not None and dataset in datasets(short):
                 difference = ex.minus(ex_rate(short, dataset))
-                versus = None if difference is None else "{:+.1f} [{:+.1f}, {:+.1f}]".format(
-                    *(100 * x for x in difference))
-            rows.append([label, dataset, trained_corrections(art), ex.cell(), *calibration, *failure,
-                         versus])
+                versus = (
+                    None
+                    if difference is None
+                    else "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * x for x in difference))
+                )
+            rows.append([label, dataset, trained_corrections(art), ex.cell(), *calibration, *failure, versus])
     against = f"`{short.label}`" if short is not None else "a short-horizon SFT model (none in this run)"
-    return ["## Warm-start designs side by side", "",
-            "Each long-horizon SFT variant of this run on each dev set (`pipelines/warmstart-ablation.yaml`): the "
-            "sampled trajectories its SFT round chose from that hold a correction (a no_pass, then another query), EX, the `exec_verify` verdicts "
-            "(no_pass said, in brackets those said of wrong queries; *precision no_pass* = wrong among no_pass, "
-            "*recall no_pass* = no_pass among wrong), after a failed `exec_sql` the turns in which another query "
-            "ran and those whose answer was right all the same (`measures.revisions`, n = turns with a failed "
-            f"exec_sql), revisions wrong → right / right → wrong, and EX minus that of {against} on the same "
-            "dev set, in points with the 95 % interval of the difference.", "",
-            *table(["evaluation", "dataset", "training data with a correction", "EX", "no_pass said (on wrong)",
-                    "precision no_pass", "recall no_pass", "another query ran after a failure",
-                    "ended right after a failure", "wrong → right / right → wrong", "long − short EX (points)"],
-                   rows, numeric_from=2)]
+    return [
+        "## Warm-start designs side by side",
+        "",
+        "Each long-horizon SFT variant of this run on each dev set (`pipelines/warmstart-ablation.yaml`): the "
+        "sampled trajectories its SFT round chose from that hold a correction (a no_pass, then another query), EX, the `exec_verify` verdicts "
+        "(no_pass said, in brackets those said of wrong queries; *precision no_pass* = wrong among no_pass, "
+        "*recall no_pass* = no_pass among wrong), after a failed `exec_sql` the turns in which another query "
+        "ran and those whose answer was right all the same (`measures.revisions`, n = turns with a failed "
+        f"exec_sql), revisions wrong → right / right → wrong, and EX minus that of {against} on the same "
+        "dev set, in points with the 95 % interval of the difference.",
+        "",
+        *table(
+            [
+                "evaluation",
+                "dataset",
+                "training data with a correction",
+                "EX",
+                "no_pass said (on wrong)",
+                "precision no_pass",
+                "recall no_pass",
+                "another query ran after a failure",
+                "ended right after a failure",
+                "wrong → right / right → wrong",
+                "long − short EX (points)",
+            ],
+            rows,
+            numeric_from=2,
+        ),
+    ]

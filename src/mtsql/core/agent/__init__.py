@@ -19,5 +19,15 @@ from mtsql.core.agent.policies import GoldPolicy, GoldWithCorrectionPolicy, make
 from mtsql.core.agent.protocol import Action, parse_action
 from mtsql.core.agent.tools import TOOL_SCHEMAS, MemoryEntry
 
-__all__ = ["TOOL_SCHEMAS", "Action", "GoldPolicy", "GoldWithCorrectionPolicy", "MemoryEntry", "SqlAgentEnv", "Step",
-           "Trajectory", "make_policy", "parse_action"]
+__all__ = [
+    "TOOL_SCHEMAS",
+    "Action",
+    "GoldPolicy",
+    "GoldWithCorrectionPolicy",
+    "MemoryEntry",
+    "SqlAgentEnv",
+    "Step",
+    "Trajectory",
+    "make_policy",
+    "parse_action",
+]

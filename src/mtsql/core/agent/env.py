@@ -125,8 +125,10 @@ class Trajectory:
         row = {k: v for k, v in row.items() if k != "num_messages"}
         unknown = sorted(set(row) - {f.name for f in fields(cls)})
         if unknown:
-            raise UsageError(f"a trajectory record holds {', '.join(unknown)}, which this mtsql does not write: an "
-                             "older mtsql made it; rerun the stage that wrote it with --force")
+            raise UsageError(
+                f"a trajectory record holds {', '.join(unknown)}, which this mtsql does not write: an "
+                "older mtsql made it; rerun the stage that wrote it with --force"
+            )
         row["memory"] = [MemoryEntry.from_dict(m) for m in row.get("memory", [])]
         row["steps"] = [Step(**s) for s in row.get("steps", [])]
         return cls(**row)
@@ -135,8 +137,12 @@ class Trajectory:
 class SqlAgentEnv:
     """Episodes of the text-to-SQL agent over one data folder; see the module docstring."""
 
-    def __init__(self, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConfig = SqlConfig(),
-                 data_root: Path | None = None) -> None:
+    def __init__(
+        self,
+        env_cfg: EnvConfig = EnvConfig(),
+        sql_cfg: SqlConfig = SqlConfig(),
+        data_root: Path | None = None,
+    ) -> None:
         if env_cfg.mode not in MODES:
             raise ValueError(f"env.mode must be one of {MODES}, got {env_cfg.mode!r}")
         if env_cfg.memory not in MEMORY_SOURCES:
@@ -146,8 +152,10 @@ class SqlAgentEnv:
         if env_cfg.max_invalid is not None and env_cfg.max_invalid < 1:
             raise ValueError(f"env.max_invalid must be at least 1 (or null), got {env_cfg.max_invalid}")
         if env_cfg.observation_chars is not None and env_cfg.observation_chars < MIN_OBSERVATION_CHARS:
-            raise ValueError(f"env.observation_chars must be at least {MIN_OBSERVATION_CHARS} (or null), "
-                             f"got {env_cfg.observation_chars}")
+            raise ValueError(
+                f"env.observation_chars must be at least {MIN_OBSERVATION_CHARS} (or null), "
+                f"got {env_cfg.observation_chars}"
+            )
         self.env_cfg = env_cfg
         self.sql_cfg = sql_cfg
         self.data_root = data_dir(data_root)
@@ -164,17 +172,33 @@ class SqlAgentEnv:
         (required in predicted mode past the first turn); None uses the gold SQL of earlier turns."""
         memory = self._memory(turn, memory)
         cfg = self.env_cfg
-        system = prompts.system_prompt(mode=cfg.mode, max_messages=cfg.max_messages, result_chars=cfg.result_chars,
-                                       thinking=cfg.thinking, protocol=cfg.protocol)
+        system = prompts.system_prompt(
+            mode=cfg.mode,
+            max_messages=cfg.max_messages,
+            result_chars=cfg.result_chars,
+            thinking=cfg.thinking,
+            protocol=cfg.protocol,
+        )
         user = prompts.user_prompt(
-            schema=render_schema(turn.db_id, self.data_root, cfg.sample_values, turn.dataset), question=turn.question,
-            history=[(m.question, m.sql) for m in memory], show_history_sql=cfg.mode == "short",
-            evidence=turn.evidence)
+            schema=render_schema(turn.db_id, self.data_root, cfg.sample_values, turn.dataset),
+            question=turn.question,
+            history=[(m.question, m.sql) for m in memory],
+            show_history_sql=cfg.mode == "short",
+            evidence=turn.evidence,
+        )
         self._turn, self._pending = turn, None
         self.trajectory = Trajectory(
-            uid=turn.uid, dataset=turn.dataset, db_id=turn.db_id, question=turn.question, mode=cfg.mode,
-            memory_source=cfg.memory, max_messages=self.max_messages, thinking=cfg.thinking, memory=memory,
-            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}])
+            uid=turn.uid,
+            dataset=turn.dataset,
+            db_id=turn.db_id,
+            question=turn.question,
+            mode=cfg.mode,
+            memory_source=cfg.memory,
+            max_messages=self.max_messages,
+            thinking=cfg.thinking,
+            memory=memory,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+        )
         return list(self.trajectory.messages)
 
     def step(self, assistant_text: str) -> tuple[dict | None, bool, dict]:
@@ -185,10 +209,19 @@ class SqlAgentEnv:
         started = time.perf_counter()
         text = assistant_text if isinstance(assistant_text, str) else repr(assistant_text)
         action = parse_action(assistant_text, self.env_cfg.protocol)
-        step = Step(index=len(traj.steps), text=text, action=action.kind, tool=action.tool,
-                    arguments=action.arguments, sql=action.sql, exec_verdict=action.exec_verdict,
-                    memory_verdict=action.memory_verdict, has_think=action.think is not None,
-                    invalid_reason=action.reason, ignored_actions=action.ignored)
+        step = Step(
+            index=len(traj.steps),
+            text=text,
+            action=action.kind,
+            tool=action.tool,
+            arguments=action.arguments,
+            sql=action.sql,
+            exec_verdict=action.exec_verdict,
+            memory_verdict=action.memory_verdict,
+            has_think=action.think is not None,
+            invalid_reason=action.reason,
+            ignored_actions=action.ignored,
+        )
         traj.messages.append({"role": "assistant", "content": text})
         traj.steps.append(step)
         observation = None
@@ -201,9 +234,14 @@ class SqlAgentEnv:
             observation = prompts.cap_observation(observation, self.env_cfg.observation_chars)
             step.observation = observation
             traj.messages.append({"role": "tool", "content": observation})
-        info = {"action": step.action, "tool": step.tool, "invalid_reason": step.invalid_reason,
-                "flow_errors": list(step.flow_errors), "remaining_messages": self.max_messages - len(traj.steps),
-                "finish_reason": traj.finish_reason}
+        info = {
+            "action": step.action,
+            "tool": step.tool,
+            "invalid_reason": step.invalid_reason,
+            "flow_errors": list(step.flow_errors),
+            "remaining_messages": self.max_messages - len(traj.steps),
+            "finish_reason": traj.finish_reason,
+        }
         return (None if observation is None else {"role": "tool", "content": observation}), traj.done, info
 
     # -----------------------------------------------------------------------------------------
@@ -211,12 +249,18 @@ class SqlAgentEnv:
     def _memory(self, turn: Turn, memory: list[MemoryEntry] | None) -> list[MemoryEntry]:
         if memory is None:
             if self.env_cfg.memory == "predicted" and turn.previous_questions:
-                raise ValueError(f"{turn.uid}: predicted memory needs the agent's answers to the "
-                                 f"{len(turn.previous_questions)} earlier turns")
-            return [MemoryEntry(q, s) for q, s in zip(turn.previous_questions, turn.previous_sql, strict=True)]
+                raise ValueError(
+                    f"{turn.uid}: predicted memory needs the agent's answers to the "
+                    f"{len(turn.previous_questions)} earlier turns"
+                )
+            return [
+                MemoryEntry(q, s) for q, s in zip(turn.previous_questions, turn.previous_sql, strict=True)
+            ]
         if len(memory) != len(turn.previous_questions):
-            raise ValueError(f"{turn.uid}: memory has {len(memory)} entries for "
-                             f"{len(turn.previous_questions)} earlier turns")
+            raise ValueError(
+                f"{turn.uid}: memory has {len(memory)} entries for "
+                f"{len(turn.previous_questions)} earlier turns"
+            )
         return list(memory)
 
     def _short(self, step: Step, action: Action) -> None:
@@ -288,22 +332,29 @@ class SqlAgentEnv:
         turn, cfg = self._turn, self.env_cfg
         db_path = database_path(turn.db_id, self.data_root)
         release = cfg.protocol == "release"
-        common = {"db_path": db_path, "question": prompts.with_evidence(turn.question, turn.evidence),
-                  "sql_cfg": self.sql_cfg, "result_chars": cfg.result_chars}
+        common = {
+            "db_path": db_path,
+            "question": prompts.with_evidence(turn.question, turn.evidence),
+            "sql_cfg": self.sql_cfg,
+            "result_chars": cfg.result_chars,
+        }
         if action.tool == "exec_sql":
             run_exec = tools.release_exec_sql if release else tools.exec_sql
-            run, observation = run_exec(sql=action.sql, has_history=bool(turn.previous_questions),
-                                        error_hint=cfg.error_hint, **common)
+            run, observation = run_exec(
+                sql=action.sql, has_history=bool(turn.previous_questions), error_hint=cfg.error_hint, **common
+            )
             step.result_kind, step.error_class, step.row_count = run.kind, run.error_class, run.row_count
         elif release:
             step.checked_sql = action.sql
-            observation = tools.release_memory_retrieve(memory=self.trajectory.memory, candidate=action.sql,
-                                                        **common)
+            observation = tools.release_memory_retrieve(
+                memory=self.trajectory.memory, candidate=action.sql, **common
+            )
         else:
             executed = self.trajectory.tool_steps("exec_sql")
             step.checked_sql = executed[-1].sql if executed else None
-            observation = tools.memory_retrieve(memory=self.trajectory.memory, candidate=step.checked_sql,
-                                                **common)
+            observation = tools.memory_retrieve(
+                memory=self.trajectory.memory, candidate=step.checked_sql, **common
+            )
         step.tool_s = time.perf_counter() - started
         return observation
 
@@ -311,4 +362,5 @@ class SqlAgentEnv:
         traj = self.trajectory
         traj.finish_reason, traj.final_sql = reason, final_sql
         traj.protocol_valid = reason == "answer" and all(
-            s.action != "invalid" and not s.flow_errors for s in traj.steps)
+            s.action != "invalid" and not s.flow_errors for s in traj.steps
+        )

@@ -32,9 +32,16 @@ class Variant:
 def mutations(sql: str, tables: Sequence[Table]) -> list[Variant]:
     """Every applicable wrong variant of ``sql``, in a fixed order (never the query itself)."""
     found = [
-        _drop_where_condition(sql), _drop_distinct(sql), _drop_clause(sql, "order by"), _flip_order(sql),
-        _drop_clause(sql, "group by"), _drop_clause(sql, "limit"), _off_by_one(sql), _swap_aggregate(sql),
-        _neighbour_column(sql, tables), _wrong_table_name(sql, tables),
+        _drop_where_condition(sql),
+        _drop_distinct(sql),
+        _drop_clause(sql, "order by"),
+        _flip_order(sql),
+        _drop_clause(sql, "group by"),
+        _drop_clause(sql, "limit"),
+        _off_by_one(sql),
+        _swap_aggregate(sql),
+        _neighbour_column(sql, tables),
+        _wrong_table_name(sql, tables),
     ]
     out, seen = [], {_squash(sql)}
     for variant in found:
@@ -63,9 +70,11 @@ def _drop_clause(sql: str, name: str) -> Variant | None:
     span = _span(sql, name)
     if span is None:
         return None
-    why = {"order by": "the rows are not sorted the way the question asks",
-           "group by": "the aggregate has to be computed per group, not over all rows",
-           "limit": "the question asks only for the top rows, but every row is returned"}[name]
+    why = {
+        "order by": "the rows are not sorted the way the question asks",
+        "group by": "the aggregate has to be computed per group, not over all rows",
+        "limit": "the question asks only for the top rows, but every row is returned",
+    }[name]
     return Variant(f"drop_{name.replace(' ', '_')}", _cut(sql, *span), why)
 
 
@@ -76,11 +85,15 @@ def _drop_where_condition(sql: str) -> Variant | None:
     start, end = span
     ands = [(s, e) for norm, s, e in _top_level(sql, start, end) if norm == "and"]
     if "between" in sql[start:end].lower() or not ands:
-        return Variant("drop_where", _cut(sql, start, end),
-                       "the result ignores the filter the question asks for")
+        return Variant(
+            "drop_where", _cut(sql, start, end), "the result ignores the filter the question asks for"
+        )
     cut_start, _ = ands[-1]
-    return Variant("drop_where_condition", _cut(sql, cut_start, end),
-                   f"the condition {_squash(sql[ands[-1][1]:end])!r} from the question is missing")
+    return Variant(
+        "drop_where_condition",
+        _cut(sql, cut_start, end),
+        f"the condition {_squash(sql[ands[-1][1] : end])!r} from the question is missing",
+    )
 
 
 def _top_level(sql: str, start: int, end: int) -> list[tuple[str, int, int]]:
@@ -98,8 +111,11 @@ def _top_level(sql: str, start: int, end: int) -> list[tuple[str, int, int]]:
 def _drop_distinct(sql: str) -> Variant | None:
     for norm, start, end in tokens(sql):
         if norm == "distinct":
-            return Variant("drop_distinct", _cut(sql, start, end),
-                           "the result repeats the same value; the question asks for distinct values")
+            return Variant(
+                "drop_distinct",
+                _cut(sql, start, end),
+                "the result repeats the same value; the question asks for distinct values",
+            )
     return None
 
 
@@ -110,17 +126,24 @@ def _flip_order(sql: str) -> Variant | None:
     for norm, start, end in _top_level(sql, *span):
         if norm in ("asc", "desc"):
             flipped = "ASC" if norm == "desc" else "DESC"
-            return Variant("flip_order", _cut(sql, start, end, flipped),
-                           f"the order is reversed: it should be {norm.upper()}")
-    return Variant("flip_order", _cut(sql, span[1], span[1], " DESC"),
-                   "the order is reversed: it should be ascending")
+            return Variant(
+                "flip_order",
+                _cut(sql, start, end, flipped),
+                f"the order is reversed: it should be {norm.upper()}",
+            )
+    return Variant(
+        "flip_order", _cut(sql, span[1], span[1], " DESC"), "the order is reversed: it should be ascending"
+    )
 
 
 def _off_by_one(sql: str) -> Variant | None:
     for norm, start, end in tokens(sql):
         if norm in _FLIP:
-            return Variant("off_by_one", _cut(sql, start, end, f" {_FLIP[norm]} "),
-                           f"the comparison should be {norm!r}, not {_FLIP[norm]!r}")
+            return Variant(
+                "off_by_one",
+                _cut(sql, start, end, f" {_FLIP[norm]} "),
+                f"the comparison should be {norm!r}, not {_FLIP[norm]!r}",
+            )
     return None
 
 
@@ -128,8 +151,11 @@ def _swap_aggregate(sql: str) -> Variant | None:
     toks = tokens(sql)
     for (norm, start, end), (after, _, _) in zip(toks, toks[1:], strict=False):
         if norm in _AGGREGATE and after == "(":
-            return Variant("swap_aggregate", _cut(sql, start, end, _AGGREGATE[norm]),
-                           f"it computes {_AGGREGATE[norm]} where the question asks for {norm.upper()}")
+            return Variant(
+                "swap_aggregate",
+                _cut(sql, start, end, _AGGREGATE[norm]),
+                f"it computes {_AGGREGATE[norm]} where the question asks for {norm.upper()}",
+            )
     return None
 
 
@@ -145,8 +171,11 @@ def _neighbour_column(sql: str, tables: Sequence[Table]) -> Variant | None:
             if norm in lowered and len(names) > 1:
                 position = lowered.index(norm)
                 other = names[(position + 1) % len(names)]
-                return Variant("neighbour_column", _cut(sql, start, end, other),
-                               f"it returns {other} where the question asks for {names[position]}")
+                return Variant(
+                    "neighbour_column",
+                    _cut(sql, start, end, other),
+                    f"it returns {other} where the question asks for {names[position]}",
+                )
     return None
 
 
@@ -158,8 +187,11 @@ def _wrong_table_name(sql: str, tables: Sequence[Table]) -> Variant | None:
             guess = sql[start:end] + ("s" if not name.endswith("s") else "_list")
             if guess.lower() in existing:
                 return None
-            return Variant("wrong_table_name", _cut(sql, start, end, guess),
-                           f"there is no table {guess}; the table is {sql[start:end]}")
+            return Variant(
+                "wrong_table_name",
+                _cut(sql, start, end, guess),
+                f"there is no table {guess}; the table is {sql[start:end]}",
+            )
     return None
 
 
@@ -180,8 +212,13 @@ def misnamed_columns(sql: str, tables: Sequence[Table]) -> list[Variant]:
             table, name = owner[norm]
             guess = _guessed_name(table.name, name)
             if guess.lower() not in owner:
-                out.append(Variant("misnamed_column", _cut(sql, start, end, guess),
-                                   f"there is no column {guess}; the column is {name}"))
+                out.append(
+                    Variant(
+                        "misnamed_column",
+                        _cut(sql, start, end, guess),
+                        f"there is no column {guess}; the column is {name}",
+                    )
+                )
     return out
 
 

@@ -64,26 +64,46 @@ def runnable(sql: str) -> str:
     return _SPACED_OPERATOR.sub(r"\1=", sql).strip()
 
 
-def make_policy(name: str, *, env_cfg: EnvConfig = EnvConfig(), sql_cfg: SqlConfig = SqlConfig(),
-                data_root: Path | None = None, correction_share: float = 1.0,
-                failure_share: float = MEASURED_FAILURE_SHARE, attempts: dict[str, str] | None = None,
-                items: Sequence[str] | None = None) -> Policy:
+def make_policy(
+    name: str,
+    *,
+    env_cfg: EnvConfig = EnvConfig(),
+    sql_cfg: SqlConfig = SqlConfig(),
+    data_root: Path | None = None,
+    correction_share: float = 1.0,
+    failure_share: float = MEASURED_FAILURE_SHARE,
+    attempts: dict[str, str] | None = None,
+    items: Sequence[str] | None = None,
+) -> Policy:
     """A scripted policy by name (``SCRIPTED``); ``own_mistakes`` needs ``attempts`` (uid -> the model's
     first message); ``items``: every uid the run samples, which lets ``gold_grounded`` correct exactly
     ``failure_share`` of them instead of drawing per episode."""
-    common = {"mode": env_cfg.mode, "thinking": env_cfg.thinking, "protocol": env_cfg.protocol, "sql_cfg": sql_cfg,
-              "data_root": data_root}
+    common = {
+        "mode": env_cfg.mode,
+        "thinking": env_cfg.thinking,
+        "protocol": env_cfg.protocol,
+        "sql_cfg": sql_cfg,
+        "data_root": data_root,
+    }
     if name == "gold_grounded":
         return GroundedPolicy(**common, failure_share=failure_share, items=items)
     if name == "own_mistakes":
         if attempts is None:
-            raise ValueError("own_mistakes needs the model's first attempts (the sample stage's attempts input)")
+            raise ValueError(
+                "own_mistakes needs the model's first attempts (the sample stage's attempts input)"
+            )
         return OwnMistakesPolicy(**common, attempts=attempts)
     if name == "gold":
         return GoldPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol)
     if name == "gold_with_correction":
-        return GoldWithCorrectionPolicy(mode=env_cfg.mode, thinking=env_cfg.thinking, protocol=env_cfg.protocol,
-                                        sql_cfg=sql_cfg, data_root=data_root, correction_share=correction_share)
+        return GoldWithCorrectionPolicy(
+            mode=env_cfg.mode,
+            thinking=env_cfg.thinking,
+            protocol=env_cfg.protocol,
+            sql_cfg=sql_cfg,
+            data_root=data_root,
+            correction_share=correction_share,
+        )
     raise ValueError(f"unknown scripted policy {name!r}: choose one of {', '.join(SCRIPTED)}")
 
 
@@ -96,8 +116,9 @@ class GoldPolicy:
     def __call__(self, messages: list[dict], turn: Turn, rng: random.Random) -> str:
         if self.mode == "short":
             gold = runnable(turn.gold_sql)
-            return self._message(f"The question asks: {turn.question}\nQuery: {render_breakdown(gold)}",
-                                 answer=gold)
+            return self._message(
+                f"The question asks: {turn.question}\nQuery: {render_breakdown(gold)}", answer=gold
+            )
         previous = _own_actions(messages, self.protocol)
         if not previous:
             return self._first(turn, rng)
@@ -107,8 +128,10 @@ class GoldPolicy:
         return self._run(turn, runnable(turn.gold_sql))
 
     def _run(self, turn: Turn, sql: str, *, think: str | None = None, exec_verdict: str | None = None) -> str:
-        think = think or (f"The question asks: {turn.question}\n"
-                          f"I will run this query and check its result: {render_breakdown(sql)}")
+        think = think or (
+            f"The question asks: {turn.question}\n"
+            f"I will run this query and check its result: {render_breakdown(sql)}"
+        )
         argument = "code" if self.protocol == "release" else "sql"
         return self._message(think, exec_verdict=exec_verdict, call=("exec_sql", {argument: sql}))
 
@@ -118,20 +141,34 @@ class GoldPolicy:
         if last.tool == "exec_sql":
             think = f"The result was: {result}\n" + (
                 "The query is what the question asks for, even though this database cannot run it."
-                if result.startswith(("ERROR", "Error:")) else "It is what the question asks for.")
+                if result.startswith(("ERROR", "Error:"))
+                else "It is what the question asks for."
+            )
             if turn.previous_questions and not final:
                 arguments = {"code": last.sql} if self.protocol == "release" else {}
-                return self._message(think + " Next I check it against the earlier turns.", exec_verdict="pass",
-                                     call=("memory_retrieve", arguments))
+                return self._message(
+                    think + " Next I check it against the earlier turns.",
+                    exec_verdict="pass",
+                    call=("memory_retrieve", arguments),
+                )
             return self._message(think, exec_verdict="pass", answer=gold)
         if last.tool == "memory_retrieve":
-            think = ("The query keeps what the earlier turns established and changes only what the current "
-                     "question asks for, so it is consistent with the conversation.")
+            think = (
+                "The query keeps what the earlier turns established and changes only what the current "
+                "question asks for, so it is consistent with the conversation."
+            )
             return self._message(think, memory_verdict="pass", answer=gold)
         return self._message("I give the final query.", answer=gold)
 
-    def _message(self, think: str, *, exec_verdict: str | None = None, memory_verdict: str | None = None,
-                 call: tuple[str, dict] | None = None, answer: str | None = None) -> str:
+    def _message(
+        self,
+        think: str,
+        *,
+        exec_verdict: str | None = None,
+        memory_verdict: str | None = None,
+        call: tuple[str, dict] | None = None,
+        answer: str | None = None,
+    ) -> str:
         parts = [f"<think>\n{think}\n</think>\n"] if self.thinking else []
         if exec_verdict:
             parts.append(f"<exec_verify>{exec_verdict}</exec_verify>")
@@ -155,9 +192,17 @@ class GoldWithCorrectionPolicy(GoldPolicy):
     every first query so.
     """
 
-    def __init__(self, *, mode: str = "long", thinking: bool = True, protocol: str = "mtsql",
-                 sql_cfg: SqlConfig = SqlConfig(), data_root: Path | None = None, error_share: float = 0.3,
-                 correction_share: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        mode: str = "long",
+        thinking: bool = True,
+        protocol: str = "mtsql",
+        sql_cfg: SqlConfig = SqlConfig(),
+        data_root: Path | None = None,
+        error_share: float = 0.3,
+        correction_share: float = 1.0,
+    ) -> None:
         super().__init__(mode=mode, thinking=thinking, protocol=protocol)
         self.sql_cfg = sql_cfg
         self.data_root = data_dir(data_root)
@@ -170,12 +215,15 @@ class GoldWithCorrectionPolicy(GoldPolicy):
         gold_sql = runnable(turn.gold_sql)
         gold = self._execute(db_path, gold_sql)
         ordered = "order by" in gold_sql.lower()
-        return [v for v in mutations(gold_sql, load_tables(turn.db_id, self.data_root, turn.dataset))
-                if _differs(gold, self._execute(db_path, v.sql), ordered)]
+        return [
+            v
+            for v in mutations(gold_sql, load_tables(turn.db_id, self.data_root, turn.dataset))
+            if _differs(gold, self._execute(db_path, v.sql), ordered)
+        ]
 
     def _first(self, turn: Turn, rng: random.Random) -> str:
         direct = self.correction_share < 1.0 and rng.random() >= self.correction_share  # no draw at 1.0: the
-        candidates = [] if direct else self.variants(turn)                              # same episodes as before
+        candidates = [] if direct else self.variants(turn)  # same episodes as before
         if not candidates:
             return self._run(turn, runnable(turn.gold_sql))
         db_path = database_path(turn.db_id, self.data_root)
@@ -188,8 +236,10 @@ class GoldWithCorrectionPolicy(GoldPolicy):
         gold = runnable(turn.gold_sql)
         if last.tool == "exec_sql" and last.sql != gold and not observation.endswith(prompts.LAST_MESSAGE):
             why = {v.sql: v.why for v in self.variants(turn)}.get(last.sql, "it does not answer the question")
-            think = (f"The result was: {_result_line(observation)}\nThis is wrong: {why}. "
-                     "I correct the query and run it again.")
+            think = (
+                f"The result was: {_result_line(observation)}\nThis is wrong: {why}. "
+                "I correct the query and run it again."
+            )
             return self._run(turn, gold, think=think, exec_verdict="no_pass")
         return super()._next(last, observation, turn)
 
@@ -220,11 +270,11 @@ def _result_line(observation: str) -> str:
     lines = observation.splitlines()
     recap = [line for line in lines if line.startswith(prompts.RELEASE_RESULT_LINE)]
     if recap:
-        return recap[0][len(prompts.RELEASE_RESULT_LINE):]
+        return recap[0][len(prompts.RELEASE_RESULT_LINE) :]
     if "Result:" not in lines:
         return "(no result shown)"
-    block = lines[lines.index("Result:") + 1:]
-    return "; ".join(block[:block.index("")] if "" in block else block)
+    block = lines[lines.index("Result:") + 1 :]
+    return "; ".join(block[: block.index("")] if "" in block else block)
 
 
 class GroundedPolicy(GoldWithCorrectionPolicy):
@@ -234,12 +284,13 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
     first query, picked by a hash of their uid (the same in every sample of an item); without, each episode
     draws with probability ``failure_share``."""
 
-    def __init__(self, *, failure_share: float = MEASURED_FAILURE_SHARE, items: Sequence[str] | None = None,
-                 **kwargs) -> None:
+    def __init__(
+        self, *, failure_share: float = MEASURED_FAILURE_SHARE, items: Sequence[str] | None = None, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.failure_share = failure_share
         ranked = sorted(dict.fromkeys(items or ()), key=lambda uid: hashlib.sha256(uid.encode()).hexdigest())
-        self.chosen = None if items is None else set(ranked[:round(failure_share * len(ranked))])
+        self.chosen = None if items is None else set(ranked[: round(failure_share * len(ranked))])
 
     def variants(self, turn: Turn) -> list[Variant]:
         """The variants of the gold whose result shows the failure (``observed_failure``)."""
@@ -247,7 +298,11 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
         gold_sql = runnable(turn.gold_sql)
         tables = load_tables(turn.db_id, self.data_root, turn.dataset)
         found = [*mutations(gold_sql, tables), *misnamed_columns(gold_sql, tables)]
-        return [v for v in found if observed_failure(self._run_sql(db_path, v.sql), self._run_sql(db_path, gold_sql))]
+        return [
+            v
+            for v in found
+            if observed_failure(self._run_sql(db_path, v.sql), self._run_sql(db_path, gold_sql))
+        ]
 
     def _first(self, turn: Turn, rng: random.Random) -> str:
         fails = turn.uid in self.chosen if self.chosen is not None else rng.random() < self.failure_share
@@ -267,8 +322,12 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
             if last.sql != gold and observed_failure(seen, self._run_sql(db_path, gold)):
                 why = {v.sql: v.why for v in self.variants(turn)}.get(last.sql)
                 fixed = self._suggestion(observation, db_path, gold) or gold
-                return self._run(turn, fixed, think=_failure_reasoning(observation, seen, why, fixed),
-                                 exec_verdict="no_pass")
+                return self._run(
+                    turn,
+                    fixed,
+                    think=_failure_reasoning(observation, seen, why, fixed),
+                    exec_verdict="no_pass",
+                )
         return GoldPolicy._next(self, last, observation, turn)
 
     def _suggestion(self, observation: str, db_path: Path, gold: str) -> str | None:
@@ -277,7 +336,7 @@ class GroundedPolicy(GoldWithCorrectionPolicy):
         lines = [line for line in observation.splitlines() if line.startswith(prompts.SUGGESTION_PREFIX)]
         if not lines:
             return None
-        suggested = lines[0][len(prompts.SUGGESTION_PREFIX):].strip()
+        suggested = lines[0][len(prompts.SUGGESTION_PREFIX) :].strip()
         return suggested if self._gives_gold(db_path, suggested, gold) else None
 
     def _gives_gold(self, db_path: Path, sql: str, gold_sql: str) -> bool:
@@ -327,12 +386,17 @@ class OwnMistakesPolicy(GroundedPolicy):
             think = f"The result was: {_result_line(observation)}\nIt is what the question asks for."
             if turn.previous_questions:
                 arguments = {"code": last.sql} if self.protocol == "release" else {}
-                return self._message(think + " Next I check it against the earlier turns.", exec_verdict="pass",
-                                     call=("memory_retrieve", arguments))
+                return self._message(
+                    think + " Next I check it against the earlier turns.",
+                    exec_verdict="pass",
+                    call=("memory_retrieve", arguments),
+                )
             return self._message(think, exec_verdict="pass", answer=last.sql)
         if last.tool == "memory_retrieve" and attempt is not None and self.judge(turn, attempt[1]) == "right":
-            think = ("The query keeps what the earlier turns established and changes only what the current "
-                     "question asks for, so it is consistent with the conversation.")
+            think = (
+                "The query keeps what the earlier turns established and changes only what the current "
+                "question asks for, so it is consistent with the conversation."
+            )
             return self._message(think, memory_verdict="pass", answer=attempt[1])
         return super()._next(last, observation, turn)
 
@@ -347,9 +411,17 @@ def _failure_reasoning(observation: str, seen: SqlRun, why: str | None, fixed: s
     """The no_pass reasoning: the result as the observation showed it, what it reveals, then the fixed query
     clause by clause, as a first run spells its query before calling exec_sql (with ``env.thinking`` off no
     reasoning is written)."""
-    shown = "The query failed to run." if seen.kind == "error" else (
-        "The result is empty, but the question asks for rows." if not seen.row_count
-        else "The result holds only NULL values, but the question asks for values.")
+    shown = (
+        "The query failed to run."
+        if seen.kind == "error"
+        else (
+            "The result is empty, but the question asks for rows."
+            if not seen.row_count
+            else "The result holds only NULL values, but the question asks for values."
+        )
+    )
     fix = f" The mistake: {why}." if why else ""
-    return (f"The result was: {_result_line(observation)}\n{shown}{fix} I correct the query and run it again: "
-            f"{render_breakdown(fixed)}")
+    return (
+        f"The result was: {_result_line(observation)}\n{shown}{fix} I correct the query and run it again: "
+        f"{render_breakdown(fixed)}"
+    )

@@ -59,20 +59,26 @@ FAILED_CHECKLIST = """The query did not run: the database refused it (the error 
 Write <exec_verify>pass</exec_verify> or <exec_verify>no_pass</exec_verify>. On no_pass, run a corrected \
 query with exec_sql."""
 
-NO_EARLIER_TURNS = ("There are no earlier turns: this is the first question of the conversation. No verdict is "
-                    "needed; give the final query in <answer_sql>...</answer_sql>.")
+NO_EARLIER_TURNS = (
+    "There are no earlier turns: this is the first question of the conversation. No verdict is "
+    "needed; give the final query in <answer_sql>...</answer_sql>."
+)
 NEXT_MEMORY = "call memory_retrieve to check the query against the earlier turns."
 NEXT_ANSWER = "give the final query in <answer_sql>...</answer_sql>."
 HINT_PREFIX = "Hint: "  # env.error_hint: the line after a missing-name error that names what exists
 SUGGESTION_PREFIX = "With it the query reads: "  # env.error_hint: the next line, when a name was meant
-LAST_MESSAGE = "This is your last message for this question: give the final query in <answer_sql>...</answer_sql>."
+LAST_MESSAGE = (
+    "This is your last message for this question: give the final query in <answer_sql>...</answer_sql>."
+)
 FORMAT_REMINDER = (
     "Write {think}any verdict tag, then exactly one <tool_call>{{...}}</tool_call> or one "
     "<answer_sql>...</answer_sql>."
 )
 
 
-def system_prompt(*, mode: str, max_messages: int, result_chars: int, thinking: bool, protocol: str = "mtsql") -> str:
+def system_prompt(
+    *, mode: str, max_messages: int, result_chars: int, thinking: bool, protocol: str = "mtsql"
+) -> str:
     """The rules of the task: the step-by-step tool protocol (long) or a direct answer (short); under
     the release protocol both tools take the query as ``code``."""
     if mode == "short":
@@ -80,10 +86,13 @@ def system_prompt(*, mode: str, max_messages: int, result_chars: int, thinking: 
     else:
         release = protocol == "release"
         steps = LONG_STEPS.format(
-            think_rule=THINK_RULE if thinking else "", max_messages=max_messages, result_chars=result_chars,
+            think_rule=THINK_RULE if thinking else "",
+            max_messages=max_messages,
+            result_chars=result_chars,
             argument="code" if release else "sql",
             memory_about=" with the query to check" if release else "",
-            memory_arguments='{"code": "SELECT ..."}' if release else "{}")
+            memory_arguments='{"code": "SELECT ..."}' if release else "{}",
+        )
     return f"{ROLE}\n\n{steps}"
 
 
@@ -93,8 +102,14 @@ def with_evidence(question: str, evidence: str) -> str:
     return f"{question}\nEvidence: {evidence.strip()}" if evidence.strip() else question
 
 
-def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str | None]],
-                show_history_sql: bool, evidence: str = "") -> str:
+def user_prompt(
+    *,
+    schema: str,
+    question: str,
+    history: Sequence[tuple[str, str | None]],
+    show_history_sql: bool,
+    evidence: str = "",
+) -> str:
     """Schema, the earlier questions (with their SQL in the short mode), and the current question with
     its evidence (BIRD's external knowledge; none shown when there is none)."""
     parts = [f"Database schema:\n{schema}"]
@@ -111,17 +126,27 @@ def user_prompt(*, schema: str, question: str, history: Sequence[tuple[str, str 
     return "\n\n".join(parts)
 
 
-def exec_observation(*, question: str, sql: str, result: str, has_history: bool, refused: bool = False) -> str:
+def exec_observation(
+    *, question: str, sql: str, result: str, has_history: bool, refused: bool = False
+) -> str:
     """The exec_sql tool response: recap, result or error, then what to verify and do next. ``refused``
     (``env.error_hint``, a query that raised an error): the next step named is a corrected query only, since
     small models copy the tool an observation names last (docs/method.md)."""
-    checklist = FAILED_CHECKLIST if refused else EXEC_CHECKLIST.format(
-        next_step=NEXT_MEMORY if has_history else NEXT_ANSWER)
+    checklist = (
+        FAILED_CHECKLIST
+        if refused
+        else EXEC_CHECKLIST.format(next_step=NEXT_MEMORY if has_history else NEXT_ANSWER)
+    )
     return f"Question: {question}\nSQL: {sql}\nResult:\n{result}\n\n{checklist}"
 
 
-def memory_observation(*, turns: Sequence[tuple[str, str | None, str, str]], question: str,
-                       candidate: str | None, candidate_clauses: str) -> str:
+def memory_observation(
+    *,
+    turns: Sequence[tuple[str, str | None, str, str]],
+    question: str,
+    candidate: str | None,
+    candidate_clauses: str,
+) -> str:
     """The memory_retrieve tool response: each earlier turn (question, SQL, clauses, result), the
     candidate query, then the coherence checklist. ``turns`` holds (question, sql, clauses, result)."""
     if not turns:
@@ -151,8 +176,10 @@ ones the question asks for? Are there unexpected NULL values, an empty result or
 4. On pass, {next_step}"""
 
 RELEASE_RESULT_LINE = "- Result: "
-RELEASE_NEXT_MEMORY = ("call memory_retrieve with this query at least once, to check it against the earlier "
-                       "questions of the dialogue.")
+RELEASE_NEXT_MEMORY = (
+    "call memory_retrieve with this query at least once, to check it against the earlier "
+    "questions of the dialogue."
+)
 RELEASE_MEMORY_STEPS = """Check the candidate query for coherence with the dialogue:
 1. Does it follow from the current question and the earlier ones? Where the current question changes \
 something (columns, conditions, ordering), the query must change with it; elsewhere it must stay as before.
@@ -171,12 +198,18 @@ def release_exec_observation(*, question: str, sql: str, result: str, has_histor
     return f"Recap:\n- Current question: {question}\n- Query: {sql}\n{RELEASE_RESULT_LINE}{result}\n\n{steps}"
 
 
-def release_memory_observation(*, question: str, candidate: str, result: str,
-                               turns: Sequence[tuple[str, str | None, str, str]]) -> str:
+def release_memory_observation(
+    *, question: str, candidate: str, result: str, turns: Sequence[tuple[str, str | None, str, str]]
+) -> str:
     """The memory_retrieve response under the release protocol: the candidate with its result, then
     each earlier turn (question, SQL, Spider parse, first rows), then the coherence steps."""
-    lines = [f"Current question: {question}", f"Candidate query: {candidate}", f"Its result: {result}", "",
-             "Earlier turns, oldest first:" if turns else "Earlier turns: none, this is the first question."]
+    lines = [
+        f"Current question: {question}",
+        f"Candidate query: {candidate}",
+        f"Its result: {result}",
+        "",
+        "Earlier turns, oldest first:" if turns else "Earlier turns: none, this is the first question.",
+    ]
     for number, (question_text, sql, parsed, rows) in enumerate(turns, 1):
         lines.append(f"[Turn {number}] Question: {question_text}")
         if sql:
@@ -194,7 +227,7 @@ def cap_observation(text: str, max_chars: int | None) -> str:
     marker = "\n...(cut)...\n"
     keep = max(0, max_chars - len(marker))
     head = keep - keep // 2
-    return text[:head] + marker + text[len(text) - keep // 2:]
+    return text[:head] + marker + text[len(text) - keep // 2 :]
 
 
 def protocol_error(reason: str, *, thinking: bool) -> str:

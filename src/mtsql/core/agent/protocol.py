@@ -97,14 +97,14 @@ def _split_think(text: str) -> tuple[str | None, str, str | None]:
     if opening == -1 and closing == -1:
         return None, text, None
     if closing != -1 and (opening == -1 or closing < opening):  # opening tag was in the prompt
-        head, body = text[:closing], text[closing + len("</think>"):]
+        head, body = text[:closing], text[closing + len("</think>") :]
         return head.strip(), body, _check_no_more_think(body)
     if text[:opening].strip():
         return None, text, "text before <think>: the reasoning block must come first"
     if closing == -1:
-        return text[opening + len("<think>"):].strip(), "", "<think> is never closed with </think>"
-    body = text[closing + len("</think>"):]
-    return text[opening + len("<think>"):closing].strip(), body, _check_no_more_think(body)
+        return text[opening + len("<think>") :].strip(), "", "<think> is never closed with </think>"
+    body = text[closing + len("</think>") :]
+    return text[opening + len("<think>") : closing].strip(), body, _check_no_more_think(body)
 
 
 def _check_no_more_think(body: str) -> str | None:
@@ -125,7 +125,7 @@ def _blocks(body: str) -> tuple[list[tuple[str, str]], str | None]:
                 return blocks, f"</{tag}> without a matching <{tag}>"
             open_tag, start = tag, match.end()
         elif closing and tag == open_tag:
-            blocks.append((tag, body[start:match.start()]))
+            blocks.append((tag, body[start : match.start()]))
             open_tag = None
         else:
             return blocks, f"<{'/' if closing else ''}{tag}> inside <{open_tag}>: tags cannot be nested"
@@ -146,8 +146,11 @@ def _action(blocks: list[tuple[str, str]], think: str | None, protocol: str) -> 
             return _invalid(f"<{tag}> must contain pass or no_pass, got {_clip(values[0])!r}", think)
         if values:
             verdicts[tag] = values[0]
-    common = {"exec_verdict": verdicts.get(EXEC_VERIFY), "memory_verdict": verdicts.get(MEMORY_VERIFY),
-              "think": think}
+    common = {
+        "exec_verdict": verdicts.get(EXEC_VERIFY),
+        "memory_verdict": verdicts.get(MEMORY_VERIFY),
+        "think": think,
+    }
     if protocol == "release" and calls:
         return _first_call(calls, len(answers), common)
     if calls and answers:
@@ -175,8 +178,14 @@ def _first_call(calls: list[str], answers: int, common: dict) -> Action:
         if problem:
             problems.append(problem)
             continue
-        return Action("tool_call", tool=name, arguments=arguments, sql=arguments["code"],
-                      ignored=len(calls) - index - 1 + answers, **common)
+        return Action(
+            "tool_call",
+            tool=name,
+            arguments=arguments,
+            sql=arguments["code"],
+            ignored=len(calls) - index - 1 + answers,
+            **common,
+        )
     return _invalid(problems[0], common["think"])
 
 

@@ -37,8 +37,9 @@ class Table:
     foreign_keys: tuple[tuple[str, str, str], ...]  # (column, referenced table, referenced column)
 
 
-def render_schema(db_id: str, data_root: Path | None = None, sample_values: int = 3,
-                  dataset: str | None = None) -> str:
+def render_schema(
+    db_id: str, data_root: Path | None = None, sample_values: int = 3, dataset: str | None = None
+) -> str:
     """The ``CREATE TABLE`` text of ``db_id``, each column commented with up to ``sample_values`` values."""
     return _render(db_id, data_dir(data_root), sample_values, dataset)
 
@@ -63,9 +64,12 @@ def _render(db_id: str, root: Path, sample_values: int, dataset: str | None) -> 
         if table.primary_key:
             lines.append((f"  PRIMARY KEY ({', '.join(_quote(c) for c in table.primary_key)})", ""))
         for column, ref_table, ref_column in table.foreign_keys:
-            lines.append((f"  FOREIGN KEY ({_quote(column)}) REFERENCES {_quote(ref_table)}({_quote(ref_column)})", ""))
-        body = "\n".join(text + ("," if i < len(lines) - 1 else "") + comment
-                         for i, (text, comment) in enumerate(lines))
+            lines.append(
+                (f"  FOREIGN KEY ({_quote(column)}) REFERENCES {_quote(ref_table)}({_quote(ref_column)})", "")
+            )
+        body = "\n".join(
+            text + ("," if i < len(lines) - 1 else "") + comment for i, (text, comment) in enumerate(lines)
+        )
         blocks.append(f"CREATE TABLE {_quote(table.name)} (\n{body}\n);")
     return "\n\n".join(blocks)
 
@@ -97,22 +101,27 @@ def _parse_entry(entry: dict) -> tuple[Table, ...]:
     out = []
     for index, table in enumerate(names):
         own = [i for i, (t, _) in enumerate(columns) if t == index]
-        fks = tuple((columns[a][1], names[columns[b][0]], columns[b][1])
-                    for a, b in entry["foreign_keys"] if a in own)
-        out.append(Table(
-            name=table,
-            columns=tuple((columns[i][1], TYPE_NAMES.get(types[i], types[i].upper())) for i in own),
-            primary_key=tuple(columns[i][1] for i in own if i in keys),
-            foreign_keys=fks,
-        ))
+        fks = tuple(
+            (columns[a][1], names[columns[b][0]], columns[b][1]) for a, b in entry["foreign_keys"] if a in own
+        )
+        out.append(
+            Table(
+                name=table,
+                columns=tuple((columns[i][1], TYPE_NAMES.get(types[i], types[i].upper())) for i in own),
+                primary_key=tuple(columns[i][1] for i in own if i in keys),
+                foreign_keys=fks,
+            )
+        )
     return tuple(out)
 
 
 def _sample_values(db_file: Path, table: str, column: str, limit: int) -> list[str]:
     if limit <= 0:
         return []
-    sql = (f"SELECT DISTINCT {_quote(column, always=True)} FROM {_quote(table, always=True)} "
-           f"WHERE {_quote(column, always=True)} IS NOT NULL LIMIT {int(limit)}")
+    sql = (
+        f"SELECT DISTINCT {_quote(column, always=True)} FROM {_quote(table, always=True)} "
+        f"WHERE {_quote(column, always=True)} IS NOT NULL LIMIT {int(limit)}"
+    )
     result = execute(db_file, sql, timeout_s=SAMPLE_TIMEOUT_S, max_rows=limit)
     if not result.ok:
         return []

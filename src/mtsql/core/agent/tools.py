@@ -35,7 +35,7 @@ TOOL_SCHEMAS: list[dict] = [
         "function": {
             "name": "exec_sql",
             "description": "Run one read-only SQLite query on the conversation's database and return its "
-                           "result (or the error), followed by what to verify.",
+            "result (or the error), followed by what to verify.",
             "parameters": {
                 "type": "object",
                 "properties": {"sql": {"type": "string", "description": "One SQLite SELECT query."}},
@@ -48,7 +48,7 @@ TOOL_SCHEMAS: list[dict] = [
         "function": {
             "name": "memory_retrieve",
             "description": "Show the earlier turns of the conversation (questions, their SQL clause by "
-                           "clause, result previews) to check the latest query against them.",
+            "clause, result previews) to check the latest query against them.",
             "parameters": {"type": "object", "properties": {}, "required": []},
         },
     },
@@ -73,11 +73,15 @@ RELEASE_TOOL_SCHEMAS: list[dict] = [
         "function": {
             "name": "memory_retrieve",
             "description": "Retrieve the earlier questions of the dialogue with their SQL, to check a query "
-                           "for coherence with them.",
+            "for coherence with them.",
             "parameters": {
                 "type": "object",
-                "properties": {"code": {"type": "string",
-                                        "description": "The SQL query to check against the dialogue memory."}},
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "description": "The SQL query to check against the dialogue memory.",
+                    }
+                },
                 "required": ["code"],
             },
         },
@@ -128,9 +132,13 @@ class MemoryEntry:
 def run_sql(db_path: Path, sql: str, sql_cfg: SqlConfig, result_chars: int) -> SqlRun:
     """Execute ``sql`` read-only (cached, with the configured timeout and row cap) and classify it."""
     result = execute_cached(db_path, sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
-    return SqlRun(kind=result_kind(result), error_class=None if result.ok else result.error_class,
-                  row_count=len(result.rows) if result.ok else None,
-                  text=render_result(result, result_chars), elapsed_s=result.elapsed_s)
+    return SqlRun(
+        kind=result_kind(result),
+        error_class=None if result.ok else result.error_class,
+        row_count=len(result.rows) if result.ok else None,
+        text=render_result(result, result_chars),
+        elapsed_s=result.elapsed_s,
+    )
 
 
 def render_result(result: ExecResult, max_chars: int) -> str:
@@ -138,15 +146,28 @@ def render_result(result: ExecResult, max_chars: int) -> str:
     return result.preview(max_chars=max_chars)
 
 
-def exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_cfg: SqlConfig,
-             result_chars: int, error_hint: bool = False) -> tuple[SqlRun, str]:
+def exec_sql(
+    *,
+    db_path: Path,
+    sql: str,
+    question: str,
+    has_history: bool,
+    sql_cfg: SqlConfig,
+    result_chars: int,
+    error_hint: bool = False,
+) -> tuple[SqlRun, str]:
     """Run the query; the observation recaps the question, the SQL and the result, then asks to verify.
     ``error_hint``: after a missing table or column, the result names the ones that exist (``schema_hint``),
     and after any error the observation names a corrected query as the next step, no other tool."""
     run = run_sql(db_path, sql, sql_cfg, result_chars)
     result = _with_hint(run, db_path, sql) if error_hint else run.text
-    return run, prompts.exec_observation(question=question, sql=sql, result=result, has_history=has_history,
-                                         refused=error_hint and run.kind == "error")
+    return run, prompts.exec_observation(
+        question=question,
+        sql=sql,
+        result=result,
+        has_history=has_history,
+        refused=error_hint and run.kind == "error",
+    )
 
 
 def schema_hint(db_path: Path, sql: str, error_class: str | None, missing: str | None = None) -> str | None:
@@ -169,8 +190,12 @@ def schema_hint(db_path: Path, sql: str, error_class: str | None, missing: str |
     if not guess:
         return prompts.HINT_PREFIX + hint
     fixed = with_name_replaced(sql, missing, guess)
-    return prompts.HINT_PREFIX + hint + f" Did you mean {guess}?" + (
-        f"\n{prompts.SUGGESTION_PREFIX}{fixed}" if fixed != sql else "")
+    return (
+        prompts.HINT_PREFIX
+        + hint
+        + f" Did you mean {guess}?"
+        + (f"\n{prompts.SUGGESTION_PREFIX}{fixed}" if fixed != sql else "")
+    )
 
 
 _QUOTED = re.compile(r"""('(?:[^']|'')*'|"(?:[^"]|"")*")""")
@@ -184,19 +209,27 @@ def with_name_replaced(sql: str, missing: str, guess: str) -> str:
     pattern = re.compile(rf"{before}{re.escape(name)}(?!\w)", re.IGNORECASE)
     replacement = f"{qualifier}.{guess}" if qualifier else guess
     parts = _QUOTED.split(sql)
-    return "".join(part if index % 2 else pattern.sub(lambda _: replacement, part) for index, part in enumerate(parts))
+    return "".join(
+        part if index % 2 else pattern.sub(lambda _: replacement, part) for index, part in enumerate(parts)
+    )
 
 
 def closest_name(missing: str, names: Sequence[str], tables: Sequence[str] = ()) -> str | None:
     """The existing name ``missing`` was most likely meant to be: the same letters once case, underscores
     and a table-name prefix are set aside (``singer_name`` -> ``Name`` in singer, ``pet_type`` ->
     ``PetType``), else the closest by ``difflib`` (``singers`` -> ``singer``), else None."""
+
     def squash(name: str) -> str:
         return re.sub(r"[^a-z0-9]", "", name.lower())
+
     wanted = squash(missing.rsplit(".", 1)[-1])
     by_squash = {squash(n): n for n in names}
-    stems = [wanted] + [wanted[len(p):] for t in tables for p in {squash(t), squash(t).removesuffix("s")}
-                        if p and wanted.startswith(p) and len(wanted) > len(p)]
+    stems = [wanted] + [
+        wanted[len(p) :]
+        for t in tables
+        for p in {squash(t), squash(t).removesuffix("s")}
+        if p and wanted.startswith(p) and len(wanted) > len(p)
+    ]
     for stem in stems:
         if stem in by_squash:
             return by_squash[stem]
@@ -209,12 +242,23 @@ _MISSING = re.compile(r"no such (?:table|column): (\S+)")
 
 def _with_hint(run: SqlRun, db_path: Path, sql: str) -> str:
     missing = _MISSING.search(run.text)
-    hint = schema_hint(db_path, sql, run.error_class, missing and missing.group(1)) if run.kind == "error" else None
+    hint = (
+        schema_hint(db_path, sql, run.error_class, missing and missing.group(1))
+        if run.kind == "error"
+        else None
+    )
     return f"{run.text}\n{hint}" if hint else run.text
 
 
-def memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: str, candidate: str | None,
-                    sql_cfg: SqlConfig, result_chars: int) -> str:
+def memory_retrieve(
+    *,
+    db_path: Path,
+    memory: Sequence[MemoryEntry],
+    question: str,
+    candidate: str | None,
+    sql_cfg: SqlConfig,
+    result_chars: int,
+) -> str:
     """The dialogue memory with a clause breakdown and result preview per turn, then the checklist."""
     turns = []
     for entry in memory:
@@ -223,37 +267,66 @@ def memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: s
             turns.append((entry.question, entry.sql, render_breakdown(entry.sql), result))
         else:
             turns.append((entry.question, None, "", ""))
-    return prompts.memory_observation(turns=turns, question=question, candidate=candidate,
-                                      candidate_clauses=render_breakdown(candidate) if candidate else "")
+    return prompts.memory_observation(
+        turns=turns,
+        question=question,
+        candidate=candidate,
+        candidate_clauses=render_breakdown(candidate) if candidate else "",
+    )
 
 
-def release_exec_sql(*, db_path: Path, sql: str, question: str, has_history: bool, sql_cfg: SqlConfig,
-                     result_chars: int, error_hint: bool = False) -> tuple[SqlRun, str]:
+def release_exec_sql(
+    *,
+    db_path: Path,
+    sql: str,
+    question: str,
+    has_history: bool,
+    sql_cfg: SqlConfig,
+    result_chars: int,
+    error_hint: bool = False,
+) -> tuple[SqlRun, str]:
     """exec_sql under the release protocol: a recap with the result cut to ``result_chars`` (prefix
     included), then the four verification steps; ``error_hint`` as in ``exec_sql``, on the same line."""
     result = execute_cached(db_path, sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
     text = release_result(result)[:result_chars]
-    run = SqlRun(kind=result_kind(result), error_class=None if result.ok else result.error_class,
-                 row_count=len(result.rows) if result.ok else None, text=text, elapsed_s=result.elapsed_s)
+    run = SqlRun(
+        kind=result_kind(result),
+        error_class=None if result.ok else result.error_class,
+        row_count=len(result.rows) if result.ok else None,
+        text=text,
+        elapsed_s=result.elapsed_s,
+    )
     shown = _with_hint(run, db_path, sql).replace("\n", " ") if error_hint else text
-    return run, prompts.release_exec_observation(question=question, sql=sql, result=shown, has_history=has_history)
+    return run, prompts.release_exec_observation(
+        question=question, sql=sql, result=shown, has_history=has_history
+    )
 
 
-def release_memory_retrieve(*, db_path: Path, memory: Sequence[MemoryEntry], question: str, candidate: str,
-                            sql_cfg: SqlConfig, result_chars: int) -> str:
+def release_memory_retrieve(
+    *,
+    db_path: Path,
+    memory: Sequence[MemoryEntry],
+    question: str,
+    candidate: str,
+    sql_cfg: SqlConfig,
+    result_chars: int,
+) -> str:
     """memory_retrieve under the release protocol: the call's own query run (cut as in exec_sql), then
     each earlier turn with its SQL, its Spider parse and its first ``RELEASE_MEMORY_ROWS`` rows."""
     own = execute_cached(db_path, candidate, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
     turns = []
     for entry in memory:
         if entry.sql:
-            result = execute_cached(db_path, entry.sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows)
+            result = execute_cached(
+                db_path, entry.sql, timeout_s=sql_cfg.timeout_s, max_rows=sql_cfg.max_rows
+            )
             rows = repr(list(result.rows[:RELEASE_MEMORY_ROWS])) if result.ok else release_result(result)
             turns.append((entry.question, entry.sql, _spider_parse(db_path, entry.sql), rows))
         else:
             turns.append((entry.question, None, "", ""))
-    return prompts.release_memory_observation(question=question, candidate=candidate,
-                                              result=release_result(own)[:result_chars], turns=turns)
+    return prompts.release_memory_observation(
+        question=question, candidate=candidate, result=release_result(own)[:result_chars], turns=turns
+    )
 
 
 def release_result(result: ExecResult) -> str:

@@ -30,12 +30,30 @@ from mtsql.core.sql import hardness_of
 from mtsql.core.sql.schema import check_databases
 
 DATASETS = typing.get_args(Dataset)
-SINGLE_TURN_DATASETS = ("spider", *ROBUSTNESS_SETS, "bird")  # no dialogues: no interaction match, no turn buckets
+SINGLE_TURN_DATASETS = (
+    "spider",
+    *ROBUSTNESS_SETS,
+    "bird",
+)  # no dialogues: no interaction match, no turn buckets
 SPLITS = typing.get_args(Split)
 RAW_COSQL_TRAIN = Path("extras") / "cosql_train_full_dialogues_from_QDA-SQL.json"
 
-__all__ = ["DATASETS", "SINGLE_TURN_DATASETS", "SPLITS", "Turn", "data_root", "dataset_file", "eval_turns",
-           "eval_dataset_names", "gold_file", "load_turns", "split_file", "tables_file", "tables_files", "train_pool"]
+__all__ = [
+    "DATASETS",
+    "SINGLE_TURN_DATASETS",
+    "SPLITS",
+    "Turn",
+    "data_root",
+    "dataset_file",
+    "eval_turns",
+    "eval_dataset_names",
+    "gold_file",
+    "load_turns",
+    "split_file",
+    "tables_file",
+    "tables_files",
+    "train_pool",
+]
 
 
 def _check(dataset: str, split: str) -> None:
@@ -50,12 +68,16 @@ def data_root(cfg: DataConfig) -> Path:
     must exist, and with ``data.require_full`` it must not be the fixture."""
     root = data_dir(cfg.root)
     if not root.is_dir():
-        raise UsageError(f"data folder {root} does not exist: point data.root (or MTSQL_DATA) at the folder "
-                         "that holds sparc/, cosql/ and database/")
+        raise UsageError(
+            f"data folder {root} does not exist: point data.root (or MTSQL_DATA) at the folder "
+            "that holds sparc/, cosql/ and database/"
+        )
     if cfg.require_full and root == FIXTURE_DATA:
-        raise UsageError("data.require_full is set: this profile's numbers need the full data, but neither data.root "
-                         "nor MTSQL_DATA is set, so the packaged fixture subset would be used; set MTSQL_DATA to "
-                         "the data folder, or data.require_full=false to try the profile on the fixture")
+        raise UsageError(
+            "data.require_full is set: this profile's numbers need the full data, but neither data.root "
+            "nor MTSQL_DATA is set, so the packaged fixture subset would be used; set MTSQL_DATA to "
+            "the data folder, or data.require_full=false to try the profile on the fixture"
+        )
     return root
 
 
@@ -78,7 +100,11 @@ def has_split(dataset: str, split: str, root: Path | None = None) -> bool:
 def per_dataset_groups(cfg: DataConfig, root: Path) -> list[tuple[str, tuple[str, ...]]]:
     """(train dataset, the eval datasets its model is scored on) for ``data.per_dataset``: one group per
     eval dataset with a ``train_split``, each scored on itself; the others join ``train_dataset``'s."""
-    own = [name for name in cfg.eval_datasets if name != cfg.train_dataset and has_split(name, cfg.train_split, root)]
+    own = [
+        name
+        for name in cfg.eval_datasets
+        if name != cfg.train_dataset and has_split(name, cfg.train_split, root)
+    ]
     rest = tuple(name for name in cfg.eval_datasets if name not in own)
     return [*([(cfg.train_dataset, rest)] if rest else []), *((name, (name,)) for name in own)]
 
@@ -91,7 +117,9 @@ def split_file(dataset: str, split: str, root: Path) -> Path:
     check_present(dataset, path, root)
     if not path.exists():
         hint = "only CoSQL has a raw train split here" if split == "train" else f"is {root} the data folder?"
-        raise UsageError(f"{path}: no official {dataset} {path.name} in this data folder ({hint}); put one at that path")
+        raise UsageError(
+            f"{path}: no official {dataset} {path.name} in this data folder ({hint}); put one at that path"
+        )
     return path
 
 
@@ -112,8 +140,11 @@ def tables_files(root: Path | None = None, dataset: str | None = None) -> list[P
     root = root or data_dir()
 
     def own(name: str) -> list[Path]:
-        return [bird_dir(root) / split / f"{split}_tables.json" for split in SPLITS] if name == "bird" \
+        return (
+            [bird_dir(root) / split / f"{split}_tables.json" for split in SPLITS]
+            if name == "bird"
             else [tables_file(name, root)]
+        )
 
     names = [*([dataset] if dataset else []), *DATASETS]
     return list(dict.fromkeys(path for name in names for path in own(name)))
@@ -124,8 +155,14 @@ def dev_db_ids(dataset: str, root: Path | None = None) -> set[str]:
     return set(path.read_text().split()) if path.exists() else set()
 
 
-def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int | None = None,
-               with_hardness: bool = True) -> list[Turn]:
+def load_turns(
+    dataset: str,
+    split: str,
+    *,
+    root: Path | None = None,
+    limit: int | None = None,
+    with_hardness: bool = True,
+) -> list[Turn]:
     """Every turn of a split in file order, as uniform records (hardness from the parsed gold)."""
     root = root or data_dir()
     path = split_file(dataset, split, root)
@@ -139,7 +176,9 @@ def load_turns(dataset: str, split: str, *, root: Path | None = None, limit: int
 
 
 @functools.lru_cache(maxsize=16)
-def _read_split(path: Path, dataset: str, split: str, exclude_dbs: frozenset[str], digest: str) -> tuple[Turn, ...]:
+def _read_split(
+    path: Path, dataset: str, split: str, exclude_dbs: frozenset[str], digest: str
+) -> tuple[Turn, ...]:
     """The turns of one split file, parsed once per content (``digest``: an edited file is read again): a
     pipeline plans and runs several stages on the same splits."""
     del digest  # the cache key only
@@ -148,8 +187,15 @@ def _read_split(path: Path, dataset: str, split: str, exclude_dbs: frozenset[str
     if dataset == "bird":
         return tuple(load_bird(BirdSplit(path.parent, split)))
     if dataset in SINGLE_TURN_DATASETS:
-        return tuple(load_spider(path, split, dataset=dataset, question_key=question_key(dataset),
-                                 type_key=TYPE_KEY.get(dataset)))
+        return tuple(
+            load_spider(
+                path,
+                split,
+                dataset=dataset,
+                question_key=question_key(dataset),
+                type_key=TYPE_KEY.get(dataset),
+            )
+        )
     return tuple(load_official(path, dataset, split))
 
 
@@ -158,22 +204,29 @@ def train_pool(cfg: DataConfig, root: Path, *, with_hardness: bool = True) -> li
     (a gold the official parser rejects has no hardness and can never score exact match). With
     ``train_flatten`` each turn is a one-turn interaction of its own (single-turn training data).
     Without hardness (a quick look), golds are not parsed, so none is left out for failing to."""
-    turns = load_turns(cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit,
-                       with_hardness=with_hardness)
+    turns = load_turns(
+        cfg.train_dataset, cfg.train_split, root=root, limit=cfg.train_limit, with_hardness=with_hardness
+    )
     if cfg.train_flatten:
         turns = [t.alone() for t in turns]
     databases = {db: database_path(db, root) for db in sorted({t.db_id for t in turns})}
     check_databases(databases.values())  # named, never left out
     present = {db for db, path in databases.items() if path.is_file()}
-    return [t for t in turns if (t.hardness is not None or not with_hardness or t.dataset == "bird")
-            and t.db_id in present]
+    return [
+        t
+        for t in turns
+        if (t.hardness is not None or not with_hardness or t.dataset == "bird") and t.db_id in present
+    ]
 
 
 def eval_dataset_names(cfg: DataConfig, root: Path) -> tuple[str, ...]:
     """The datasets an evaluation scores: ``eval_datasets``, then those of ``eval_if_present`` whose eval
     split is in the data folder (BIRD and Spider-Realistic are not shipped)."""
-    present = (name for name in cfg.eval_if_present
-               if name not in cfg.eval_datasets and has_split(name, cfg.eval_split, root))
+    present = (
+        name
+        for name in cfg.eval_if_present
+        if name not in cfg.eval_datasets and has_split(name, cfg.eval_split, root)
+    )
     return (*cfg.eval_datasets, *present)
 
 
@@ -186,7 +239,9 @@ def eval_turns(cfg: DataConfig, dataset: str, root: Path, *, with_hardness: bool
         turns = load_turns(dataset, cfg.eval_split, root=root, with_hardness=False)
         picked = spread_pick(turns, cfg.eval_limit, root)
         chosen = [t for t in turns if t.interaction_index in picked]
-    check_databases(database_path(db, root) for db in sorted({t.db_id for t in chosen}))  # named, never scored as 0
+    check_databases(
+        database_path(db, root) for db in sorted({t.db_id for t in chosen})
+    )  # named, never scored as 0
     return _with_hardness(chosen, root) if with_hardness and dataset != "bird" else chosen
 
 

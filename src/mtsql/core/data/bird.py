@@ -64,9 +64,11 @@ def bird_split(split: str, root: Path | None = None, folder: Path | None = None)
     where = Path(folder).expanduser() if folder is not None else bird_dir(root) / split
     found = BirdSplit(where, split)
     if not found.questions.is_file():
-        raise UsageError(f"no BIRD {split} set at {where}: put BIRD's {split} folder there ({split}.json, "
-                         f"{split}_tables.json, {split}_databases/<db_id>/<db_id>.sqlite, {split}.sql), "
-                         "or set MTSQL_BIRD to the folder that holds dev/ and train/")
+        raise UsageError(
+            f"no BIRD {split} set at {where}: put BIRD's {split} folder there ({split}.json, "
+            f"{split}_tables.json, {split}_databases/<db_id>/<db_id>.sqlite, {split}.sql), "
+            "or set MTSQL_BIRD to the folder that holds dev/ and train/"
+        )
     return found
 
 
@@ -76,18 +78,33 @@ def load_bird(found: BirdSplit) -> list[Turn]:
     expect(isinstance(data, list), found.questions, "expected a JSON list of questions")
     golds = read_gold(found) if found.gold_sql.is_file() else None
     if golds is not None and len(golds) != len(data):
-        raise UsageError(f"{found.gold_sql} has {len(golds)} lines for the {len(data)} questions of "
-                         f"{found.questions}: one gold line per question, in the same order")
+        raise UsageError(
+            f"{found.gold_sql} has {len(golds)} lines for the {len(data)} questions of "
+            f"{found.questions}: one gold line per question, in the same order"
+        )
     turns = []
     for index, item in enumerate(data):
-        expect(isinstance(item, dict) and all(key in item for key in ("db_id", "question", "SQL")),
-               found.questions, f"question {index} lacks 'db_id', 'question' or 'SQL'")
+        expect(
+            isinstance(item, dict) and all(key in item for key in ("db_id", "question", "SQL")),
+            found.questions,
+            f"question {index} lacks 'db_id', 'question' or 'SQL'",
+        )
         gold = golds[index][0] if golds is not None else item["SQL"].strip()
         extra = {"question_id": item.get("question_id", index), "difficulty": item.get("difficulty")}
-        turns.append(Turn(dataset="bird", split=found.split, interaction_id=f"bird-{found.split}-{index:04d}",
-                          interaction_index=index, turn_index=0, db_id=item["db_id"],
-                          question=item["question"].strip(), gold_sql=gold,
-                          evidence=(item.get("evidence") or "").strip(), extra=extra))
+        turns.append(
+            Turn(
+                dataset="bird",
+                split=found.split,
+                interaction_id=f"bird-{found.split}-{index:04d}",
+                interaction_index=index,
+                turn_index=0,
+                db_id=item["db_id"],
+                question=item["question"].strip(),
+                gold_sql=gold,
+                evidence=(item.get("evidence") or "").strip(),
+                extra=extra,
+            )
+        )
     return turns
 
 
@@ -99,11 +116,11 @@ def read_gold(found: BirdSplit) -> list[tuple[str, str]]:
     for number, line in enumerate(text.splitlines(), 1):
         parts = line.strip().split("\t")
         if len(parts) != 2:
-            raise UsageError(f"{found.gold_sql} line {number}: expected '<SQL><TAB><db_id>', "
-                             f"found {len(parts) - 1} tab(s)")
+            raise UsageError(
+                f"{found.gold_sql} line {number}: expected '<SQL><TAB><db_id>', found {len(parts) - 1} tab(s)"
+            )
         pairs.append((parts[0], parts[1]))
     return pairs
-
 
 
 def read_predictions(path: Path) -> list[str]:
@@ -118,20 +135,30 @@ def read_predictions(path: Path) -> list[str]:
         raise UsageError(f"prediction file not found: {path}")
     text = read_text(path)
     if text.lstrip().startswith("["):
-        raise UsageError(f"{path} holds a JSON list: BIRD's predictions are one JSON object "
-                         '({"0": "<SQL>\\t----- bird -----\\t<db_id>", ...})')
+        raise UsageError(
+            f"{path} holds a JSON list: BIRD's predictions are one JSON object "
+            '({"0": "<SQL>\\t----- bird -----\\t<db_id>", ...})'
+        )
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} line {exc.lineno} column {exc.colno}: malformed JSON ({exc.msg}); "
-                             "BIRD's predictions are one JSON object") from None
+            raise UsageError(
+                f"{path} line {exc.lineno} column {exc.colno}: malformed JSON ({exc.msg}); "
+                "BIRD's predictions are one JSON object"
+            ) from None
         return [prediction_sql(value) for value in data.values()]
     return [turns[0].sql for turns in read_questions(path, gold=False)]
 
 
-def check_bird(split: str, root: Path | None = None, *, progress=None, timeout_s: float = BIRD_TIMEOUT_S,
-               slow_s: float = SLOW_GOLD_S) -> dict:
+def check_bird(
+    split: str,
+    root: Path | None = None,
+    *,
+    progress=None,
+    timeout_s: float = BIRD_TIMEOUT_S,
+    slow_s: float = SLOW_GOLD_S,
+) -> dict:
     """`mtsql data check --dataset bird`: counts, the difficulty mix, questions with evidence, missing
     databases, and golds that fail, return nothing, or run slowly (over ``slow_s``; past ``timeout_s``,
     BIRD's limit for an item, they fail), each run as BIRD's evaluator runs it
@@ -143,8 +170,13 @@ def check_bird(split: str, root: Path | None = None, *, progress=None, timeout_s
     runnable = [t for t in turns if t.db_id not in missing]
     failing, empty, slow = [], [], []
     for turn in progress(runnable) if progress else runnable:
-        result = execute(found.database(turn.db_id), turn.gold_sql, timeout_s=timeout_s, max_rows=MAX_ROWS,
-                         lossy_text=False)
+        result = execute(
+            found.database(turn.db_id),
+            turn.gold_sql,
+            timeout_s=timeout_s,
+            max_rows=MAX_ROWS,
+            lossy_text=False,
+        )
         where = {"question_id": turn.extra["question_id"], "db_id": turn.db_id}
         if not result.ok:
             failing.append(where | {"error": result.error_class, "message": result.error_message})
@@ -152,10 +184,19 @@ def check_bird(split: str, root: Path | None = None, *, progress=None, timeout_s
             empty.append(where)
         if result.elapsed_s > slow_s:
             slow.append(where | {"seconds": round(result.elapsed_s, 1)})
-    return {"dataset": "bird", "split": split, "root": str(found.folder), "unit": "questions",
-            "questions": len(turns), "databases": len(dbs),
-            "difficulty": dict(Counter(str(t.extra["difficulty"]) for t in turns)),
-            "with_evidence": sum(bool(t.evidence) for t in turns),
-            "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
-            "questions_without_database": sum(t.db_id in missing for t in turns),
-            "gold_fail": failing, "gold_empty": empty, "gold_slow": slow, "slow_s": slow_s}
+    return {
+        "dataset": "bird",
+        "split": split,
+        "root": str(found.folder),
+        "unit": "questions",
+        "questions": len(turns),
+        "databases": len(dbs),
+        "difficulty": dict(Counter(str(t.extra["difficulty"]) for t in turns)),
+        "with_evidence": sum(bool(t.evidence) for t in turns),
+        "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
+        "questions_without_database": sum(t.db_id in missing for t in turns),
+        "gold_fail": failing,
+        "gold_empty": empty,
+        "gold_slow": slow,
+        "slow_s": slow_s,
+    }

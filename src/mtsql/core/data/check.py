@@ -49,7 +49,9 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
     unit = "questions" if single else "turns"
     dbs = sorted({t.db_id for t in turns})
     missing = [db for db in dbs if not database_path(db, root).is_file()]
-    unreadable = {db: why for db in dbs if db not in missing and (why := unreadable_why(database_path(db, root)))}
+    unreadable = {
+        db: why for db in dbs if db not in missing and (why := unreadable_why(database_path(db, root)))
+    }
     failing_raw, failing_joined, vacuous = [], [], []
     executable = [t for t in turns if t.db_id not in missing and t.db_id not in unreadable]
     for turn in progress(executable) if progress else executable:
@@ -64,22 +66,35 @@ def check_split(dataset: str, split: str, root: Path | None = None, *, progress=
     report = {"dataset": dataset, "split": split, "root": str(root), "unit": unit}
     if not single:
         report["interactions"] = len({t.interaction_id for t in turns})
-    report.update({
-        unit: len(turns), "databases": len(dbs),
-        "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
-        "unreadable_databases": {db: {unit: sum(t.db_id == db for t in turns), "why": why}
-                                 for db, why in unreadable.items()},
-        f"{unit}_without_database": sum(t.db_id in missing for t in turns),
-        "gold_fail_as_written": len(failing_raw),
-        "gold_vacuous": len(vacuous),
-        "schema_differences": schema_differences(tables_file(dataset, root), dbs, root),
-        "gold_fail_after_joining_operators": [
-            {"interaction": t.interaction_index, "turn": t.turn_index, "db_id": t.db_id,
-             "where": f"question {t.interaction_index}" if single else
-                      f"interaction {t.interaction_index} turn {t.turn_index}",
-             "error": r.error_class, "message": r.error_message} for t, r in failing_joined
-        ],
-    })
+    report.update(
+        {
+            unit: len(turns),
+            "databases": len(dbs),
+            "missing_databases": {db: sum(t.db_id == db for t in turns) for db in missing},
+            "unreadable_databases": {
+                db: {unit: sum(t.db_id == db for t in turns), "why": why} for db, why in unreadable.items()
+            },
+            f"{unit}_without_database": sum(t.db_id in missing for t in turns),
+            "gold_fail_as_written": len(failing_raw),
+            "gold_vacuous": len(vacuous),
+            "schema_differences": schema_differences(tables_file(dataset, root), dbs, root),
+            "gold_fail_after_joining_operators": [
+                {
+                    "interaction": t.interaction_index,
+                    "turn": t.turn_index,
+                    "db_id": t.db_id,
+                    "where": f"question {t.interaction_index}"
+                    if single
+                    else f"interaction {t.interaction_index} turn {t.turn_index}",
+                    "error": r.error_class,
+                    "message": r.error_message,
+                }
+                for t, r in failing_joined
+            ],
+        }
+    )
     if not single:
-        report["turns_per_interaction"] = dict(sorted(Counter(Counter(t.interaction_id for t in turns).values()).items()))
+        report["turns_per_interaction"] = dict(
+            sorted(Counter(Counter(t.interaction_id for t in turns).values()).items())
+        )
     return report

@@ -19,14 +19,19 @@ SKIPPED_USER_ACTS = {"IMPROPER"}
 KEPT_SYSTEM_LABELS = {"CLARIFY"}
 
 
-def load_raw_dialogues(path: Path, *, exclude_dbs: set[str] = frozenset(), split: str = "train") -> list[Turn]:
+def load_raw_dialogues(
+    path: Path, *, exclude_dbs: set[str] = frozenset(), split: str = "train"
+) -> list[Turn]:
     data = read_json(path)
     expect(isinstance(data, list), path, "expected a JSON list of dialogues")
     turns: list[Turn] = []
     kept = 0
     for index, dialogue in enumerate(data):
-        expect(isinstance(dialogue, dict) and "db_name" in dialogue and isinstance(dialogue.get("turns"), list),
-               path, f"dialogue {index} lacks 'db_name' or a 'turns' list")
+        expect(
+            isinstance(dialogue, dict) and "db_name" in dialogue and isinstance(dialogue.get("turns"), list),
+            path,
+            f"dialogue {index} lacks 'db_name' or a 'turns' list",
+        )
         db_id = dialogue["db_name"]
         if db_id in exclude_dbs:
             continue
@@ -34,7 +39,11 @@ def load_raw_dialogues(path: Path, *, exclude_dbs: set[str] = frozenset(), split
         questions: list[str] = []
         sqls: list[str] = []
         for position, turn in enumerate(dialogue["turns"]):
-            expect(isinstance(turn, dict) and "isUser" in turn, path, f"dialogue {index} turn {position} lacks 'isUser'")
+            expect(
+                isinstance(turn, dict) and "isUser" in turn,
+                path,
+                f"dialogue {index} turn {position} lacks 'isUser'",
+            )
             text = (turn.get("text") or "").strip()
             if turn["isUser"]:
                 if text and turn.get("type") not in SKIPPED_USER_ACTS:
@@ -48,11 +57,20 @@ def load_raw_dialogues(path: Path, *, exclude_dbs: set[str] = frozenset(), split
             if not pending:  # an SQL turn with nothing asked since the last one: nothing to learn from
                 continue
             question = " | ".join(pending)
-            turns.append(Turn(
-                dataset="cosql", split=split, interaction_id=f"cosql-{split}-{kept:04d}",
-                interaction_index=kept, turn_index=len(questions), db_id=db_id, question=question,
-                gold_sql=sql, previous_questions=tuple(questions), previous_sql=tuple(sqls),
-            ))
+            turns.append(
+                Turn(
+                    dataset="cosql",
+                    split=split,
+                    interaction_id=f"cosql-{split}-{kept:04d}",
+                    interaction_index=kept,
+                    turn_index=len(questions),
+                    db_id=db_id,
+                    question=question,
+                    gold_sql=sql,
+                    previous_questions=tuple(questions),
+                    previous_sql=tuple(sqls),
+                )
+            )
             questions.append(question)
             sqls.append(sql)
             pending = []

@@ -19,22 +19,39 @@ def load_official(path: Path, dataset: str, split: str) -> list[Turn]:
     expect(isinstance(data, list), path, "expected a JSON list of interactions")
     turns: list[Turn] = []
     for index, item in enumerate(data):
-        expect(isinstance(item, dict) and "interaction" in item and "database_id" in item, path,
-               f"interaction {index} lacks 'interaction' or 'database_id'")
-        expect(isinstance(item["interaction"], list) and bool(item["interaction"]), path,
-               f"interaction {index} has no turn (its 'interaction' list is empty): remove it or fix the file")
+        expect(
+            isinstance(item, dict) and "interaction" in item and "database_id" in item,
+            path,
+            f"interaction {index} lacks 'interaction' or 'database_id'",
+        )
+        expect(
+            isinstance(item["interaction"], list) and bool(item["interaction"]),
+            path,
+            f"interaction {index} has no turn (its 'interaction' list is empty): remove it or fix the file",
+        )
         questions: list[str] = []
         sqls: list[str] = []
         for turn_index, turn in enumerate(item["interaction"]):
-            expect(isinstance(turn, dict) and "utterance" in turn and "query" in turn, path,
-                   f"interaction {index} turn {turn_index} lacks 'utterance' or 'query'")
+            expect(
+                isinstance(turn, dict) and "utterance" in turn and "query" in turn,
+                path,
+                f"interaction {index} turn {turn_index} lacks 'utterance' or 'query'",
+            )
             sql = normalise_sql(turn["query"])
-            turns.append(Turn(
-                dataset=dataset, split=split, interaction_id=f"{dataset}-{split}-{index:04d}",
-                interaction_index=index, turn_index=turn_index, db_id=item["database_id"],
-                question=turn["utterance"].strip(), gold_sql=sql,
-                previous_questions=tuple(questions), previous_sql=tuple(sqls),
-            ))
+            turns.append(
+                Turn(
+                    dataset=dataset,
+                    split=split,
+                    interaction_id=f"{dataset}-{split}-{index:04d}",
+                    interaction_index=index,
+                    turn_index=turn_index,
+                    db_id=item["database_id"],
+                    question=turn["utterance"].strip(),
+                    gold_sql=sql,
+                    previous_questions=tuple(questions),
+                    previous_sql=tuple(sqls),
+                )
+            )
             questions.append(turn["utterance"].strip())
             sqls.append(sql)
     return turns

@@ -44,11 +44,15 @@ def check_present(dataset: str, path: Path, root: Path) -> None:
     if dataset not in ROBUSTNESS_SETS or path.is_file():
         return
     if dataset in SHIPPED:
-        raise UsageError(f"{path}: no {dataset} questions in {root}; is it the data folder? (the shipped one holds "
-                         f"{dataset}/dev.json)")
-    raise UsageError(f"{path}: Spider-Realistic is not shipped with mtsql (it is published outside GitHub): put its "
-                     "questions there in Spider's format (a JSON list of question, query, db_id; "
-                     "and dev_gold.txt, query<TAB>db_id a line, for `mtsql evaluate --pred`)")
+        raise UsageError(
+            f"{path}: no {dataset} questions in {root}; is it the data folder? (the shipped one holds "
+            f"{dataset}/dev.json)"
+        )
+    raise UsageError(
+        f"{path}: Spider-Realistic is not shipped with mtsql (it is published outside GitHub): put its "
+        "questions there in Spider's format (a JSON list of question, query, db_id; "
+        "and dev_gold.txt, query<TAB>db_id a line, for `mtsql evaluate --pred`)"
+    )
 
 
 def ex_by_type(items: list[dict], types: dict[int, object]) -> dict[str, dict]:
@@ -63,6 +67,12 @@ def ex_by_type(items: list[dict], types: dict[int, object]) -> dict[str, dict]:
         if item["exec_match"] is not None:
             scored[kind] += 1
             correct[kind] += item["exec_match"]
-    return {kind: {"count": count[kind], "scored": scored[kind], "correct": correct[kind],
-                   "accuracy": correct[kind] / scored[kind] if scored[kind] else None}
-            for kind in sorted(count, key=lambda k: (len(k), k))}
+    return {
+        kind: {
+            "count": count[kind],
+            "scored": scored[kind],
+            "correct": correct[kind],
+            "accuracy": correct[kind] / scored[kind] if scored[kind] else None,
+        }
+        for kind in sorted(count, key=lambda k: (len(k), k))
+    }

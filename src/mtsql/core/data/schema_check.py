@@ -53,11 +53,20 @@ def _listed(entry: dict) -> dict[str, tuple[str, ...]]:
 
 def _differences(listed: dict[str, tuple[str, ...]], actual: dict[str, tuple[str, ...]]) -> list[str]:
     out = [f"table {table} is in tables.json, not in the database" for table in listed if table not in actual]
-    out += [f"table {table} is in the database, not in tables.json" for table in actual
-            if table not in listed and not table.startswith("sqlite_")]  # SQLite's own (sqlite_sequence)
+    out += [
+        f"table {table} is in the database, not in tables.json"
+        for table in actual
+        if table not in listed and not table.startswith("sqlite_")
+    ]  # SQLite's own (sqlite_sequence)
     for table in (t for t in listed if t in actual):
-        out += [f"column {table}.{c} is in tables.json, not in the database" for c in listed[table]
-                if c not in actual[table]]
-        out += [f"column {table}.{c} is in the database, not in tables.json" for c in actual[table]
-                if c not in listed[table]]
+        out += [
+            f"column {table}.{c} is in tables.json, not in the database"
+            for c in listed[table]
+            if c not in actual[table]
+        ]
+        out += [
+            f"column {table}.{c} is in the database, not in tables.json"
+            for c in actual[table]
+            if c not in listed[table]
+        ]
     return out

@@ -18,10 +18,15 @@ def trajectory_cost(row) -> dict[str, float]:
     trajectory = row.trajectory
     remembered = sum(1 for entry in trajectory.memory if entry.sql)
     executions = sum(1 for s in trajectory.steps if s.tool == "exec_sql" and s.result_kind)
-    executions += sum(remembered for s in trajectory.steps if s.tool == "memory_retrieve" and s.observation is not None)
-    return {"generated_tokens": row.generated_tokens or 0,
-            "prompt_tokens": sum(g.get("prompt_tokens", 0) for g in row.generations or []),
-            "sql_executions": executions, "messages": len(trajectory.steps)}
+    executions += sum(
+        remembered for s in trajectory.steps if s.tool == "memory_retrieve" and s.observation is not None
+    )
+    return {
+        "generated_tokens": row.generated_tokens or 0,
+        "prompt_tokens": sum(g.get("prompt_tokens", 0) for g in row.generations or []),
+        "sql_executions": executions,
+        "messages": len(trajectory.steps),
+    }
 
 
 def cost_per_turn(rows: list, turns: int, wall_s: float | None = None) -> dict[str, float | None]:

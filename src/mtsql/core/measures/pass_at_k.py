@@ -25,7 +25,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def ks_for(n: int) -> list[int]:
     """The k reported for n samples: 1, 2, 4, ... below n, and n."""
-    return sorted({2 ** i for i in range(n.bit_length()) if 2 ** i < n} | {n})
+    return sorted({2**i for i in range(n.bit_length()) if 2**i < n} | {n})
 
 
 def pass_at_k_table(rows: list, samples: int) -> dict:
@@ -44,13 +44,24 @@ def pass_at_k_table(rows: list, samples: int) -> dict:
         if all(r.execution is None for r in group):
             continue
         right = sum(r.execution == 1 for r in group)
-        turns.append((group[0].hardness or "unknown", turn_bucket(group[0].turn.turn_index),
-                      {str(k): pass_at_k(samples, right, k) for k in ks}))
+        turns.append(
+            (
+                group[0].hardness or "unknown",
+                turn_bucket(group[0].turn.turn_index),
+                {str(k): pass_at_k(samples, right, k) for k in ks},
+            )
+        )
 
     def cell(selected: list[dict]) -> dict:
-        return {"turns": len(selected),
-                "pass": {str(k): mean(t[str(k)] for t in selected) for k in ks} if selected else None}
+        return {
+            "turns": len(selected),
+            "pass": {str(k): mean(t[str(k)] for t in selected) for k in ks} if selected else None,
+        }
 
-    return {"samples": samples, "ks": ks, "all": cell([t for _, _, t in turns]),
-            "by_hardness": {level: cell([t for h, _, t in turns if h == level]) for level in HARDNESS_LEVELS},
-            "by_turn": {bucket: cell([t for _, b, t in turns if b == bucket]) for bucket in TURN_BUCKETS}}
+    return {
+        "samples": samples,
+        "ks": ks,
+        "all": cell([t for _, _, t in turns]),
+        "by_hardness": {level: cell([t for h, _, t in turns if h == level]) for level in HARDNESS_LEVELS},
+        "by_turn": {bucket: cell([t for _, b, t in turns if b == bucket]) for bucket in TURN_BUCKETS},
+    }

@@ -30,7 +30,9 @@ OUTCOMES = ("wrong_to_right", "right_to_wrong", "stayed_right", "stayed_wrong", 
 def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | None]) -> dict:
     """``{"no_pass", "revised", <OUTCOMES>, "with_error", "ran_after", "resolved", "recovered"}`` over
     scored rows; ``judge(row, sql)`` is the EX (1, 0 or None) of ``sql`` against ``row``'s gold."""
-    out = dict.fromkeys(("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved", "recovered"), 0)
+    out = dict.fromkeys(
+        ("no_pass", "revised", *OUTCOMES, "with_error", "ran_after", "resolved", "recovered"), 0
+    )
     for row in rows:
         steps = row.trajectory.steps
         for i, step in enumerate(steps):
@@ -47,7 +49,7 @@ def revisions(rows: list[ScoredRow], judge: Callable[[ScoredRow, str], int | Non
         failed = next((k for k, s in enumerate(executed) if s.result_kind == "error"), None)
         if failed is not None:
             out["with_error"] += 1
-            out["ran_after"] += any(s.result_kind in ("ok", "empty") for s in executed[failed + 1:])
+            out["ran_after"] += any(s.result_kind in ("ok", "empty") for s in executed[failed + 1 :])
             out["resolved"] += row.execution == 1
             out["recovered"] += is_recovery(row.trajectory, row.execution)
     return out
@@ -57,8 +59,11 @@ def is_recovery(trajectory: Trajectory, execution: int | None) -> bool:
     """A failed ``exec_sql``, a later one that ran, and a right answer (EX 1) in one trajectory."""
     executed = trajectory.tool_steps("exec_sql")
     failed = next((k for k, s in enumerate(executed) if s.result_kind == "error"), None)
-    return execution == 1 and failed is not None and any(
-        s.result_kind in ("ok", "empty") for s in executed[failed + 1:])
+    return (
+        execution == 1
+        and failed is not None
+        and any(s.result_kind in ("ok", "empty") for s in executed[failed + 1 :])
+    )
 
 
 def _outcome(before: int | None, after: int | None) -> str:

@@ -12,5 +12,8 @@ def non_empty_gold_ex(items: list[dict], vacuous: set[tuple[int, int]], left_out
     "vacuous"}``, ``vacuous`` being how many counted turns were set aside."""
     counted = [i for i in items if i["interaction_index"] not in left_out and i["exec_match"] is not None]
     kept = [i for i in counted if (i["interaction_index"], i["turn_index"]) not in vacuous]
-    return {"correct": sum(i["exec_match"] == 1 for i in kept), "scored": len(kept),
-            "vacuous": len(counted) - len(kept)}
+    return {
+        "correct": sum(i["exec_match"] == 1 for i in kept),
+        "scored": len(kept),
+        "vacuous": len(counted) - len(kept),
+    }

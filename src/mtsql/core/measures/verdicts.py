@@ -45,7 +45,7 @@ def judged_sql(step: Step) -> str | None:
 
 def next_proposal(steps: list[Step], after: int) -> Step | None:
     """The first step after index ``after`` that proposes a query."""
-    return next((later for later in steps[after + 1:] if proposed_sql(later)), None)
+    return next((later for later in steps[after + 1 :] if proposed_sql(later)), None)
 
 
 def followed(steps: list[Step], index: int) -> bool:
@@ -80,8 +80,15 @@ def verdict_calibration(rows: list, judge: Callable[[object, str], int | None]) 
                 unscored[kind] += 1
             else:
                 tables[kind][verdict]["right" if ex == 1 else "wrong"] += 1
-    return {kind: {"table": tables[kind], "unscored": unscored[kind], "followed": follow[kind], **rates(tables[kind])}
-            for kind in KINDS.values()}
+    return {
+        kind: {
+            "table": tables[kind],
+            "unscored": unscored[kind],
+            "followed": follow[kind],
+            **rates(tables[kind]),
+        }
+        for kind in KINDS.values()
+    }
 
 
 def rates(table: dict) -> dict:
@@ -93,5 +100,10 @@ def rates(table: dict) -> dict:
 
 def calibration_counts(a: int, b: int, c: int, d: int) -> dict[str, tuple[int, int]]:
     """(k, n) of each rate from the cells: pass/right a, pass/wrong b, no_pass/right c, no_pass/wrong d."""
-    return {"precision_pass": (a, a + b), "recall_pass": (a, a + c), "precision_no_pass": (d, c + d),
-            "recall_no_pass": (d, b + d), "accuracy": (a + d, a + b + c + d)}
+    return {
+        "precision_pass": (a, a + b),
+        "recall_pass": (a, a + c),
+        "precision_no_pass": (d, c + d),
+        "recall_no_pass": (d, b + d),
+        "accuracy": (a + d, a + b + c + d),
+    }

@@ -17,5 +17,15 @@ from mtsql.core.sql.executor import ERROR_CLASSES, ExecResult, execute, execute_
 from mtsql.core.sql.hardness import HARDNESS_LEVELS
 from mtsql.core.sql.scoring import DataSources, TurnScore, hardness_of, score, score_turn
 
-__all__ = ["ERROR_CLASSES", "HARDNESS_LEVELS", "DataSources", "ExecResult", "TurnScore", "execute",
-           "execute_cached", "hardness_of", "score", "score_turn"]
+__all__ = [
+    "ERROR_CLASSES",
+    "HARDNESS_LEVELS",
+    "DataSources",
+    "ExecResult",
+    "TurnScore",
+    "execute",
+    "execute_cached",
+    "hardness_of",
+    "score",
+    "score_turn",
+]

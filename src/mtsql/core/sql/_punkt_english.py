@@ -33,6 +33,17 @@ _NUMBER_COLLOCATES = (
 
 COLLOCATIONS = frozenset(
     [("##number##", word) for word in _NUMBER_COLLOCATES]
-    + [("b", "edelman"), ("b", "levine"), ("b", "smith"), ("b", "stewart"), ("b", "wigton"), ("i", "magnin"),
-       ("i", "toussie"), ("j", "aron"), ("j", "fialka"), ("j", "walter"), ("o", "ludcke")]
+    + [
+        ("b", "edelman"),
+        ("b", "levine"),
+        ("b", "smith"),
+        ("b", "stewart"),
+        ("b", "wigton"),
+        ("i", "magnin"),
+        ("i", "toussie"),
+        ("j", "aron"),
+        ("j", "fialka"),
+        ("j", "walter"),
+        ("o", "ludcke"),
+    ]
 )

@@ -52,8 +52,14 @@ def prediction_sql(value) -> str:
     return parts[0] if len(parts) == 2 else value.strip()
 
 
-def bird_exec_match(gold_sql: str, pred_sql: str, db_path: Path, *, timeout_s: float = BIRD_TIMEOUT_S,
-                    max_rows: int = MAX_ROWS) -> tuple[int, str | None]:
+def bird_exec_match(
+    gold_sql: str,
+    pred_sql: str,
+    db_path: Path,
+    *,
+    timeout_s: float = BIRD_TIMEOUT_S,
+    max_rows: int = MAX_ROWS,
+) -> tuple[int, str | None]:
     """EX of one item (1 or 0) and, for a 0 that is not a plain mismatch, the reason."""
     gold = gold_cache.executed(db_path, gold_sql, timeout_s=timeout_s, max_rows=max_rows, lossy_text=False)
     if not gold.ok:
@@ -114,5 +120,7 @@ def _score_groups(groups: dict, options: BirdOptions) -> Iterator[tuple[int, tup
         with gold_cache.persisted(db_id, (folder,)) if options.gold_cache else nullcontext():
             for index, row in members:
                 started = time.perf_counter()
-                ex, error = bird_exec_match(row["gold"], row["pred"], Path(row["db_path"]), timeout_s=options.timeout_s)
+                ex, error = bird_exec_match(
+                    row["gold"], row["pred"], Path(row["db_path"]), timeout_s=options.timeout_s
+                )
                 yield index, (ex, error, time.perf_counter() - started)

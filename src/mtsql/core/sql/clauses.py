@@ -28,8 +28,26 @@ _TOKEN = re.compile(
       | \d+(?:\.\d+)? | \w+ | [!<>=]= | <> | \|\| | \S""",
     re.VERBOSE,
 )
-_FROM_STOP = {"join", "on", "inner", "left", "right", "outer", "cross", "natural", "where", "group", "order",
-              "having", "limit", "union", "intersect", "except", "as", "using"}
+_FROM_STOP = {
+    "join",
+    "on",
+    "inner",
+    "left",
+    "right",
+    "outer",
+    "cross",
+    "natural",
+    "where",
+    "group",
+    "order",
+    "having",
+    "limit",
+    "union",
+    "intersect",
+    "except",
+    "as",
+    "using",
+}
 
 
 class _Tok:
@@ -61,7 +79,7 @@ def _lex(sql: str) -> list[_Tok]:
 
 
 def _text(sql: str, toks: list[_Tok]) -> str:
-    return sql[toks[0].start:toks[-1].end] if toks else ""
+    return sql[toks[0].start : toks[-1].end] if toks else ""
 
 
 def _join(words: list[str]) -> str:
@@ -81,7 +99,7 @@ def _split_top(toks: list[_Tok]) -> tuple[list[_Tok], str | None, list[_Tok]]:
         depth += tok.norm == "("
         depth -= tok.norm == ")"
         if depth == 0 and tok.norm in SET_OPS:
-            op, rest = tok.norm, toks[i + 1:]
+            op, rest = tok.norm, toks[i + 1 :]
             if rest and rest[0].norm == "all":
                 op, rest = op + " all", rest[1:]
             return toks[:i], op, rest
@@ -98,7 +116,7 @@ def _clauses(toks: list[_Tok]) -> list[tuple[str, list[_Tok], list[_Tok]]]:
         head: list[_Tok] = []
         if depth == 0:
             pair = tok.norm + " " + toks[i + 1].norm if i + 1 < len(toks) else ""
-            head = toks[i:i + 2] if pair in CLAUSES else [tok] if tok.norm in CLAUSES else []
+            head = toks[i : i + 2] if pair in CLAUSES else [tok] if tok.norm in CLAUSES else []
         depth += tok.norm == "("
         depth -= tok.norm == ")"
         if head:
@@ -149,8 +167,10 @@ def clause_items(sql: str) -> Counter:
     """The multiset of normalised (clause, item) pairs of ``sql`` (see the module docstring)."""
     toks = _lex(sql or "")
     aliases = _aliases(toks)
-    words = [aliases.get(t.norm, t.norm) if i + 1 < len(toks) and toks[i + 1].norm == "." else t.norm
-             for i, t in enumerate(toks)]
+    words = [
+        aliases.get(t.norm, t.norm) if i + 1 < len(toks) and toks[i + 1].norm == "." else t.norm
+        for i, t in enumerate(toks)
+    ]
     tables = _tables(toks)
     if len(tables) == 1:
         (table,) = tables
@@ -181,10 +201,20 @@ def _aliases(toks: list[_Tok]) -> dict[str, str]:
     out: dict[str, str] = {}
     for i in range(1, len(toks) - 1):
         before, tok, after = toks[i - 1], toks[i], toks[i + 1]
-        if tok.norm == "as" and _word(before.norm) and _word(after.norm) and (i < 2 or toks[i - 2].norm != "."):
+        if (
+            tok.norm == "as"
+            and _word(before.norm)
+            and _word(after.norm)
+            and (i < 2 or toks[i - 2].norm != ".")
+        ):
             out[after.norm] = before.norm
-        elif (_word(tok.norm) and _word(after.norm) and after.norm not in _FROM_STOP
-              and before.norm in ("from", "join", ",") and (i + 2 >= len(toks) or toks[i + 2].norm != "(")):
+        elif (
+            _word(tok.norm)
+            and _word(after.norm)
+            and after.norm not in _FROM_STOP
+            and before.norm in ("from", "join", ",")
+            and (i + 2 >= len(toks) or toks[i + 2].norm != "(")
+        ):
             out[after.norm] = tok.norm
     return out
 
@@ -252,7 +282,7 @@ def _from_items(words: list[str], key: str, items: Counter) -> None:
             j = i + 1
             while j < len(words) and words[j] not in ("join", ","):
                 j += 1
-            for cond in _conditions(words[i + 1:j])[0]:
+            for cond in _conditions(words[i + 1 : j])[0]:
                 sides = cond.split(" = ")
                 items[(key, "on " + " = ".join(sorted(sides)) if len(sides) == 2 else "on " + cond)] += 1
             i = j

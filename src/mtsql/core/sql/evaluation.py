@@ -57,8 +57,11 @@ class EvaluateOptions:
     gold_cache: bool = False
 
     def __post_init__(self):
-        for name, value, allowed in (("etype", self.etype, ETYPES), ("exec-semantics", self.exec_semantics,
-                                     EXEC_SEMANTICS), ("semantics", self.semantics, SEMANTICS)):
+        for name, value, allowed in (
+            ("etype", self.etype, ETYPES),
+            ("exec-semantics", self.exec_semantics, EXEC_SEMANTICS),
+            ("semantics", self.semantics, SEMANTICS),
+        ):
             if value not in allowed:
                 raise UsageError(f"--{name} {value!r}: choose one of {', '.join(allowed)}")
         if self.workers < 0:
@@ -68,7 +71,11 @@ class EvaluateOptions:
     def from_config(cls, sql, **overrides) -> EvaluateOptions:
         """The options a config's ``sql`` section sets (``exec_semantics``, ``semantics``, ``timeout_s``),
         with ``overrides`` that are not None."""
-        values = {"exec_semantics": sql.exec_semantics, "semantics": sql.semantics, "timeout_s": sql.timeout_s}
+        values = {
+            "exec_semantics": sql.exec_semantics,
+            "semantics": sql.semantics,
+            "timeout_s": sql.timeout_s,
+        }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -81,9 +88,17 @@ class Evaluation:
     summary: dict = field(default_factory=dict)
 
 
-def score_files(gold_path: Path, pred_path: Path, sources: DataSources, *, dataset: str, single_turn: bool,
-                options: EvaluateOptions = EvaluateOptions(), allow_mismatch: bool = False,
-                progress: bool = False) -> Evaluation:
+def score_files(
+    gold_path: Path,
+    pred_path: Path,
+    sources: DataSources,
+    *,
+    dataset: str,
+    single_turn: bool,
+    options: EvaluateOptions = EvaluateOptions(),
+    allow_mismatch: bool = False,
+    progress: bool = False,
+) -> Evaluation:
     """Score an official-format prediction file against a gold file of ``dataset`` (one question a
     line when ``single_turn``, else interactions that end at a blank line)."""
     _check_inputs(gold_path, pred_path, sources)
@@ -96,13 +111,23 @@ def score_files(gold_path: Path, pred_path: Path, sources: DataSources, *, datas
     for row in rows:
         row["pred"] = replace_value_placeholder(row["pred"])
     result = score_rows(rows, sources, options, progress, single_turn)
-    result.summary.update({"dataset": dataset, "gold_file": str(gold_path), "pred_file": str(pred_path),
-                           "extra_predictions": extra})
+    result.summary.update(
+        {
+            "dataset": dataset,
+            "gold_file": str(gold_path),
+            "pred_file": str(pred_path),
+            "extra_predictions": extra,
+        }
+    )
     return result
 
 
 def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> None:
-    for what, path in (("gold file", gold_path), ("prediction file", pred_path), ("tables file", sources.tables_json)):
+    for what, path in (
+        ("gold file", gold_path),
+        ("prediction file", pred_path),
+        ("tables file", sources.tables_json),
+    ):
         if Path(path).is_dir():
             raise UsageError(f"{what} {path} is a folder: give the file itself")
         if Path(path).exists() and not Path(path).is_file():
@@ -113,11 +138,23 @@ def _check_inputs(gold_path: Path, pred_path: Path, sources: DataSources) -> Non
         raise UsageError(f"database folder not found: {sources.db_dir} (pass --db-dir)")
 
 
-def _align(gold: list[list[FileTurn]], pred: list[list[FileTurn]], gold_path: Path, pred_path: Path,
-           allow_mismatch: bool, single_turn: bool) -> tuple[list[dict], int]:
+def _align(
+    gold: list[list[FileTurn]],
+    pred: list[list[FileTurn]],
+    gold_path: Path,
+    pred_path: Path,
+    allow_mismatch: bool,
+    single_turn: bool,
+) -> tuple[list[dict], int]:
     """One row per gold turn with its prediction; (rows, number of predictions without a gold turn)."""
-    divergence = next((i for i in range(max(len(gold), len(pred)))
-                       if i >= len(gold) or i >= len(pred) or len(gold[i]) != len(pred[i])), None)
+    divergence = next(
+        (
+            i
+            for i in range(max(len(gold), len(pred)))
+            if i >= len(gold) or i >= len(pred) or len(gold[i]) != len(pred[i])
+        ),
+        None,
+    )
     if divergence is not None and not allow_mismatch:
         describe = _count_mismatch_message if single_turn else _mismatch_message
         raise UsageError(describe(gold, pred, gold_path, pred_path, divergence))
@@ -126,8 +163,16 @@ def _align(gold: list[list[FileTurn]], pred: list[list[FileTurn]], gold_path: Pa
         predicted = pred[i] if i < len(pred) else []
         for j, turn in enumerate(interaction):
             missing = j >= len(predicted)
-            rows.append({"interaction_index": i, "turn_index": j, "db_id": turn.db_id, "gold": turn.sql,
-                         "pred": "" if missing else predicted[j].sql, "missing": missing})
+            rows.append(
+                {
+                    "interaction_index": i,
+                    "turn_index": j,
+                    "db_id": turn.db_id,
+                    "gold": turn.sql,
+                    "pred": "" if missing else predicted[j].sql,
+                    "missing": missing,
+                }
+            )
     extra = sum(max(0, len(p) - (len(gold[i]) if i < len(gold) else 0)) for i, p in enumerate(pred))
     return rows, extra
 
@@ -140,10 +185,13 @@ def _mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
         if not turns:
             return f"{path} has an interaction of no turn at line {turns.line} (two blank lines in a row)"
         return f"{path} has {len(turns)} turn(s) from line {turns.line}"
-    return (f"predictions do not line up with the gold at interaction {index} (0-based): "
-            f"{describe(gold, gold_path)}, {describe(pred, pred_path)} "
-            f"({len(gold)} gold vs {len(pred)} predicted interactions in all). Write one line per gold turn "
-            f"and a blank line after each interaction, or pass --allow-mismatch to score missing turns as 0")
+
+    return (
+        f"predictions do not line up with the gold at interaction {index} (0-based): "
+        f"{describe(gold, gold_path)}, {describe(pred, pred_path)} "
+        f"({len(gold)} gold vs {len(pred)} predicted interactions in all). Write one line per gold turn "
+        f"and a blank line after each interaction, or pass --allow-mismatch to score missing turns as 0"
+    )
 
 
 def _count_mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str:
@@ -151,33 +199,50 @@ def _count_mismatch_message(gold, pred, gold_path, pred_path, index: int) -> str
         where = f"line {gold[index][0].line} of {gold_path} has no prediction"
     else:
         where = f"line {pred[index][0].line} of {pred_path} has no gold question"
-    return (f"{pred_path} has {len(pred)} predictions for the {len(gold)} questions of {gold_path}: {where}. "
-            f"Write one prediction per line, in the order of the gold file, or pass --allow-mismatch "
-            f"to score questions without a prediction as 0")
+    return (
+        f"{pred_path} has {len(pred)} predictions for the {len(gold)} questions of {gold_path}: {where}. "
+        f"Write one prediction per line, in the order of the gold file, or pass --allow-mismatch "
+        f"to score questions without a prediction as 0"
+    )
 
 
-def score_rows(rows: list[dict], sources: DataSources, options: EvaluateOptions, progress: bool,
-               single_turn: bool = False) -> Evaluation:
+def score_rows(
+    rows: list[dict],
+    sources: DataSources,
+    options: EvaluateOptions,
+    progress: bool,
+    single_turn: bool = False,
+) -> Evaluation:
     """Score rows of ``interaction_index``, ``turn_index``, ``db_id``, ``gold``, ``pred`` (and ``missing``)
     and summarise them as the official programs do (single-turn tables when ``single_turn``)."""
     metrics = ETYPE_METRICS[options.etype]
     groups: dict[str, list[tuple[int, dict]]] = {}
     for index, row in enumerate(rows):
         groups.setdefault(row["db_id"], []).append((index, row))
-    check_databases(sources.database(db_id) for db_id in groups)  # not scored against nothing (a gold cache hit)
+    check_databases(
+        sources.database(db_id) for db_id in groups
+    )  # not scored against nothing (a gold cache hit)
     workers = min(options.workers or available_cores(), len(groups), len(rows) // MIN_ROWS_PER_PROCESS)
     scores: list[dict] = [{}] * len(rows)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with _scored(groups, sources, options, workers) as results, \
-            progress_bar(*columns, transient=True, disable=not progress) as bar:
+    with (
+        _scored(groups, sources, options, workers) as results,
+        progress_bar(*columns, transient=True, disable=not progress) as bar,
+    ):
         task = bar.add_task("scoring", total=len(rows))
         for index, result in results:
             scores[index] = result
             bar.advance(task)
     items = [_item(row | score_) for row, score_ in zip(rows, scores, strict=True)]
     summary = summarize(items, metrics, single_turn=single_turn)
-    summary.update({"etype": options.etype, "exec_semantics": options.exec_semantics,
-                    "semantics": options.semantics, "timeout_s": options.timeout_s})
+    summary.update(
+        {
+            "etype": options.etype,
+            "exec_semantics": options.exec_semantics,
+            "semantics": options.semantics,
+            "timeout_s": options.timeout_s,
+        }
+    )
     return Evaluation(items, summary)
 
 
@@ -208,18 +273,42 @@ def _score_groups(groups: dict, sources: DataSources, options: EvaluateOptions) 
 def _score_row(row: dict, sources: DataSources, options: EvaluateOptions) -> dict:
     if row.get("missing"):
         metrics = ETYPE_METRICS[options.etype]
-        return {"hardness": hardness_of(row["gold"], row["db_id"], sources=sources),
-                "exact": 0 if "exact" in metrics else None, "execution": 0 if "execution" in metrics else None,
-                "error": "missing prediction"}
-    result = score(row["gold"], row["pred"], row["db_id"], sources, etype=options.etype,
-                   exec_semantics=options.exec_semantics, semantics=options.semantics, timeout_s=options.timeout_s)
-    return {"hardness": result.hardness, "exact": result.exact, "execution": result.execution, "error": result.error}
+        return {
+            "hardness": hardness_of(row["gold"], row["db_id"], sources=sources),
+            "exact": 0 if "exact" in metrics else None,
+            "execution": 0 if "execution" in metrics else None,
+            "error": "missing prediction",
+        }
+    result = score(
+        row["gold"],
+        row["pred"],
+        row["db_id"],
+        sources,
+        etype=options.etype,
+        exec_semantics=options.exec_semantics,
+        semantics=options.semantics,
+        timeout_s=options.timeout_s,
+    )
+    return {
+        "hardness": result.hardness,
+        "exact": result.exact,
+        "execution": result.execution,
+        "error": result.error,
+    }
 
 
 def _item(row: dict) -> dict:
-    item = {"interaction_index": row["interaction_index"], "turn_index": row["turn_index"], "db_id": row["db_id"],
-            "gold": row["gold"], "pred": row["pred"], "hardness": row["hardness"],
-            "exact_match": row["exact"], "exec_match": row["execution"], "error": row["error"]}
+    item = {
+        "interaction_index": row["interaction_index"],
+        "turn_index": row["turn_index"],
+        "db_id": row["db_id"],
+        "gold": row["gold"],
+        "pred": row["pred"],
+        "hardness": row["hardness"],
+        "exact_match": row["exact"],
+        "exec_match": row["execution"],
+        "error": row["error"],
+    }
     if row.get("missing"):
         item["missing"] = True
     return item

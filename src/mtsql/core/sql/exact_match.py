@@ -48,7 +48,9 @@ def _drop_condition_values(condition: list) -> list:
             out.append(item)
             continue
         if not isinstance(item, tuple):
-            raise OfficialCrash(f"{item!r} stands where a condition is expected (the official program crashes)")
+            raise OfficialCrash(
+                f"{item!r} stands where a condition is expected (the official program crashes)"
+            )
         negated, op, unit, first, second = item
         first = _drop_values(first) if isinstance(first, dict) else None
         second = _drop_values(second) if isinstance(second, dict) else None
@@ -81,8 +83,10 @@ def _rebuild_columns(sql: dict | None, in_scope: frozenset[str], fk_map: dict[st
         return op, col_unit(first), col_unit(second)
 
     def condition(cond):
-        return [item if i % 2 else (item[0], item[1], val_unit(item[2]), item[3], item[4])
-                for i, item in enumerate(cond)]
+        return [
+            item if i % 2 else (item[0], item[1], val_unit(item[2]), item[3], item[4])
+            for i, item in enumerate(cond)
+        ]
 
     out = dict(sql)
     out["select"] = (None, [(agg, val_unit(unit)) for agg, unit in sql["select"][1]])
@@ -128,7 +132,9 @@ def exact_match(pred: dict, gold: dict) -> int:
     try:
         return int(sorted(gold["from"]["table_units"]) == sorted(pred["from"]["table_units"]))
     except TypeError:
-        raise OfficialCrash("two FROM subqueries in one query cannot be ordered (the official program crashes)") from None
+        raise OfficialCrash(
+            "two FROM subqueries in one query cannot be ordered (the official program crashes)"
+        ) from None
 
 
 def _same_multiset(pred: Iterable, gold: Iterable) -> bool:
@@ -151,7 +157,9 @@ def _connectors_match(pred: dict, gold: dict) -> bool:
     try:
         return set(pred["where"][1::2]) == set(gold["where"][1::2])
     except TypeError:
-        raise OfficialCrash("a WHERE condition stands where AND/OR is expected (the official program crashes)") from None
+        raise OfficialCrash(
+            "a WHERE condition stands where AND/OR is expected (the official program crashes)"
+        ) from None
 
 
 def _group_names(sql: dict) -> list[str]:
@@ -164,7 +172,9 @@ def _group_and_having_match(pred: dict, gold: dict) -> bool:
         return False
     if not gold["groupBy"]:
         return True
-    return [u[1] for u in pred["groupBy"]] == [u[1] for u in gold["groupBy"]] and pred["having"] == gold["having"]
+    return [u[1] for u in pred["groupBy"]] == [u[1] for u in gold["groupBy"]] and pred["having"] == gold[
+        "having"
+    ]
 
 
 def _order_matches(pred: dict, gold: dict) -> bool:
@@ -178,8 +188,9 @@ def _order_matches(pred: dict, gold: dict) -> bool:
 def _set_operations_match(pred: dict, gold: dict) -> bool:
     pred_count = sum(pred[op] is not None for op in _SET_OPS)
     gold_count = sum(gold[op] is not None for op in _SET_OPS)
-    matched = sum(exact_match(pred[op], gold[op]) for op in _SET_OPS
-                  if pred[op] is not None and gold[op] is not None)
+    matched = sum(
+        exact_match(pred[op], gold[op]) for op in _SET_OPS if pred[op] is not None and gold[op] is not None
+    )
     return pred_count == gold_count and matched == pred_count
 
 

@@ -81,10 +81,13 @@ def testsuite_databases(db_dir: Path) -> tuple[Path, ...]:
     return tuple(sorted(p for p in db_dir.iterdir() if ".sqlite" in p.name and p.is_file()))
 
 
-def testsuite_exec_match(gold_sql: str, pred_sql: str, db_paths: Sequence[Path], *, timeout_s: float) -> tuple[int, str | None]:
+def testsuite_exec_match(
+    gold_sql: str, pred_sql: str, db_paths: Sequence[Path], *, timeout_s: float
+) -> tuple[int, str | None]:
     """(score, error) with the test-suite algorithm; raises :class:`OfficialCrash` when the gold fails."""
-    gold_run, order_matters = gold_cache.derived("testsuite gold", db_paths[0], gold_sql,
-                                                 lambda: _testsuite_query(gold_sql))
+    gold_run, order_matters = gold_cache.derived(
+        "testsuite gold", db_paths[0], gold_sql, lambda: _testsuite_query(gold_sql)
+    )
     try:
         pred_run = _testsuite_query(pred_sql)[0]
     except OfficialCrash as exc:  # the official program stops here too; a bad prediction scores 0
@@ -124,8 +127,9 @@ def results_equal(gold: Sequence[tuple], pred: Sequence[tuple], *, order_matters
     width = len(gold[0])
     if len(pred[0]) != width:
         return False
-    return _some_permutation_matches(gold, pred, width, order_matters) and _quick_check(gold, pred, width,
-                                                                                         order_matters)
+    return _some_permutation_matches(gold, pred, width, order_matters) and _quick_check(
+        gold, pred, width, order_matters
+    )
 
 
 def _some_permutation_matches(gold, pred, width: int, order_matters: bool) -> bool:
@@ -182,8 +186,9 @@ def _column_permutations(gold, pred, width: int):
     yield from extend([], set())
 
 
-def sparc_exec_match(gold_sql: str, pred_sql: str, db_path: Path, gold_select: list, pred_select: list,
-                     *, timeout_s: float) -> tuple[int, str | None]:
+def sparc_exec_match(
+    gold_sql: str, pred_sql: str, db_path: Path, gold_select: list, pred_select: list, *, timeout_s: float
+) -> tuple[int, str | None]:
     """(score, error) with the SParC-script algorithm; ``*_select`` are the rebuilt SELECT item lists.
 
     Raises :class:`OfficialCrash` when the gold fails or a SELECT has more items than its result
@@ -196,7 +201,9 @@ def sparc_exec_match(gold_sql: str, pred_sql: str, db_path: Path, gold_select: l
     gold_result = gold_cache.executed(db_path, gold_sql, timeout_s=timeout_s, max_rows=GOLD_MAX_ROWS)
     if not gold_result.ok:
         raise OfficialCrash(f"gold fails: {gold_result.error_message}")
-    return int(_keyed_columns(pred_result.rows, pred_select) == _keyed_columns(gold_result.rows, gold_select)), None
+    return int(
+        _keyed_columns(pred_result.rows, pred_select) == _keyed_columns(gold_result.rows, gold_select)
+    ), None
 
 
 def _keyed_columns(rows: Sequence[tuple], select_items: list) -> dict:

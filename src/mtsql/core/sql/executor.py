@@ -21,8 +21,17 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from urllib.parse import quote
 
-ERROR_CLASSES = ("syntax", "no_such_table", "no_such_column", "ambiguous_column", "timeout", "too_many_rows",
-                 "write_refused", "no_database", "other")
+ERROR_CLASSES = (
+    "syntax",
+    "no_such_table",
+    "no_such_column",
+    "ambiguous_column",
+    "timeout",
+    "too_many_rows",
+    "write_refused",
+    "no_database",
+    "other",
+)
 
 MAX_SQL_CHARS = 1_000_000  # SQLite refuses longer statements (SQLITE_LIMIT_SQL_LENGTH)
 MAX_VALUE_BYTES = 5_000_000  # largest string or blob a query may build (SQLITE_LIMIT_LENGTH)
@@ -31,14 +40,22 @@ _PROGRESS_STEPS = 1_000_000  # SQLite VM instructions between two deadline check
 _FETCH_CHUNK = 64
 _OPEN_PER_THREAD = 16  # database files a thread keeps a connection open to
 
-_READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
-                           "foreign_key_list"})
-_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
-                              sqlite3.SQLITE_RECURSIVE})
+_READ_PRAGMAS = frozenset(
+    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+)
+_ALLOWED_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
 _DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
 # SQLite's messages for a failure of the machine rather than of the query (a lock, I/O, memory, files)
-_MACHINE_FAILURES = ("database is locked", "database table is locked", "disk i/o error", "out of memory",
-                     "unable to open database file", "interrupted")
+_MACHINE_FAILURES = (
+    "database is locked",
+    "database table is locked",
+    "disk i/o error",
+    "out of memory",
+    "unable to open database file",
+    "interrupted",
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +77,9 @@ class ExecResult:
         if self.ok:
             return False
         message = (self.error_message or "").lower()
-        return self.error_class in ("timeout", "no_database") or any(text in message for text in _MACHINE_FAILURES)
+        return self.error_class in ("timeout", "no_database") or any(
+            text in message for text in _MACHINE_FAILURES
+        )
 
     def preview(self, max_chars: int = 200) -> str:
         """A short rendering: the error, or a header line and rows ("a | b"), cut to ``max_chars``."""
@@ -94,12 +113,15 @@ def result_kind(result: ExecResult) -> str:
     return "ok"
 
 
-def _failure(error_class: str, message: str, started: float, rows: tuple = (), columns: tuple = ()) -> ExecResult:
+def _failure(
+    error_class: str, message: str, started: float, rows: tuple = (), columns: tuple = ()
+) -> ExecResult:
     return ExecResult(False, columns, rows, error_class, message, bool(rows), time.perf_counter() - started)
 
 
-def execute(db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000,
-            lossy_text: bool = True) -> ExecResult:
+def execute(
+    db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000, lossy_text: bool = True
+) -> ExecResult:
     """Run ``sql`` read-only on the SQLite file ``db_path``; never raises, never modifies the file.
 
     More than ``max_rows`` rows (or more than ``MAX_RESULT_BYTES`` bytes) is a ``too_many_rows``
@@ -109,7 +131,9 @@ def execute(db_path, sql: str, *, timeout_s: float = 5.0, max_rows: int = 10_000
     """
     started = time.perf_counter()
     if not isinstance(sql, str):
-        sql = bytes(sql).decode("utf-8", errors="replace") if isinstance(sql, (bytes, bytearray)) else str(sql)
+        sql = (
+            bytes(sql).decode("utf-8", errors="replace") if isinstance(sql, (bytes, bytearray)) else str(sql)
+        )
     if db_path is None or not os.path.isfile(db_path):
         return _failure("no_database", f"no database file at {db_path}", started)
     if len(sql) > MAX_SQL_CHARS:
@@ -176,8 +200,9 @@ def _authorize(action: int, arg1, arg2, _db, _trigger) -> int:
     return sqlite3.SQLITE_DENY
 
 
-def _run(conn: sqlite3.Connection, sql: str, started: float, deadline: float, max_rows: int,
-         lossy_text: bool) -> ExecResult:
+def _run(
+    conn: sqlite3.Connection, sql: str, started: float, deadline: float, max_rows: int, lossy_text: bool
+) -> ExecResult:
     try:
         return _fetch(conn, sql, started, deadline, max_rows)
     except sqlite3.OperationalError as exc:
@@ -205,11 +230,17 @@ def _fetch(conn: sqlite3.Connection, sql: str, started: float, deadline: float, 
             size += len(marshal.dumps(chunk))  # bytes held, measured in C
             rows.extend(chunk)
             if len(rows) > max_rows:
-                return _failure("too_many_rows", f"more than {max_rows} rows", started, tuple(rows[:max_rows]),
-                                columns)
+                return _failure(
+                    "too_many_rows", f"more than {max_rows} rows", started, tuple(rows[:max_rows]), columns
+                )
             if size > MAX_RESULT_BYTES:
-                return _failure("too_many_rows", f"result larger than {MAX_RESULT_BYTES} bytes", started,
-                                tuple(rows), columns)
+                return _failure(
+                    "too_many_rows",
+                    f"result larger than {MAX_RESULT_BYTES} bytes",
+                    started,
+                    tuple(rows),
+                    columns,
+                )
             if time.perf_counter() > deadline:
                 return _failure("timeout", "interrupted: time budget exceeded", started, tuple(rows), columns)
     except sqlite3.OperationalError as exc:
@@ -219,7 +250,9 @@ def _fetch(conn: sqlite3.Connection, sql: str, started: float, deadline: float, 
     except sqlite3.Error as exc:
         return _error(exc, started, deadline)
     except (ValueError, UnicodeError, OverflowError, MemoryError) as exc:
-        error_class = "syntax" if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError) else "other"
+        error_class = (
+            "syntax" if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError) else "other"
+        )
         return _failure(error_class, f"{type(exc).__name__}: {exc}", started)
     finally:
         if cursor is not None:
@@ -237,7 +270,9 @@ def _error(exc: sqlite3.Error, started: float, deadline: float) -> ExecResult:
 def classify_error(message: str) -> str:
     """Error class of a SQLite error message."""
     text = message.lower()
-    if any(word in text for word in ("not authorized", "authorization denied", "readonly database", "read-only")):
+    if any(
+        word in text for word in ("not authorized", "authorization denied", "readonly database", "read-only")
+    ):
         return "write_refused"
     if text.startswith("no such table"):
         return "no_such_table"
@@ -245,8 +280,13 @@ def classify_error(message: str) -> str:
         return "no_such_column"
     if text.startswith("ambiguous column"):
         return "ambiguous_column"
-    if ("syntax error" in text or "incomplete input" in text or "unrecognized token" in text
-            or "one statement at a time" in text or "null character" in text):
+    if (
+        "syntax error" in text
+        or "incomplete input" in text
+        or "unrecognized token" in text
+        or "one statement at a time" in text
+        or "null character" in text
+    ):
         return "syntax"
     return "other"
 

@@ -59,15 +59,21 @@ def _memoised(key: tuple, compute: Callable[[], object]):
 
 def parsed(sql: str, schema_db: Path, semantics: str) -> dict:
     """The parse of a gold query (raises like :func:`mtsql.core.sql.parser.parse_sql`)."""
-    return _memoised(("parse", str(schema_db), sql, semantics),
-                     lambda: parse_sql(sql, load_schema(schema_db), semantics=semantics))
+    return _memoised(
+        ("parse", str(schema_db), sql, semantics),
+        lambda: parse_sql(sql, load_schema(schema_db), semantics=semantics),
+    )
 
 
-def executed(db_path: Path, sql: str, *, timeout_s: float, max_rows: int, lossy_text: bool = True) -> ExecResult:
+def executed(
+    db_path: Path, sql: str, *, timeout_s: float, max_rows: int, lossy_text: bool = True
+) -> ExecResult:
     """The result of a gold query on one database file."""
     kind = "exec" if lossy_text else "exec strict-text"
-    return _memoised((kind, str(db_path), sql, float(timeout_s), int(max_rows)),
-                     lambda: execute(db_path, sql, timeout_s=timeout_s, max_rows=max_rows, lossy_text=lossy_text))
+    return _memoised(
+        (kind, str(db_path), sql, float(timeout_s), int(max_rows)),
+        lambda: execute(db_path, sql, timeout_s=timeout_s, max_rows=max_rows, lossy_text=lossy_text),
+    )
 
 
 def derived(kind: str, db_path: Path, sql: str, compute: Callable[[], object]):
@@ -111,12 +117,24 @@ def _load(path: Path) -> dict:
             saved = pickle.load(handle)
     except FileNotFoundError:
         return {}
-    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError, IndexError,
-            KeyError) as exc:  # what unpickling arbitrary bytes raises
+    except (
+        EOFError,
+        pickle.UnpicklingError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        ImportError,
+        IndexError,
+        KeyError,
+    ) as exc:  # what unpickling arbitrary bytes raises
         saved = exc
     if isinstance(saved, dict):
         return saved
-    why = f"{type(saved).__name__}: {saved}" if isinstance(saved, Exception) else f"holds a {type(saved).__name__}"
+    why = (
+        f"{type(saved).__name__}: {saved}"
+        if isinstance(saved, Exception)
+        else f"holds a {type(saved).__name__}"
+    )
     log.warning("gold cache %s is damaged (%s): deleted, its entries are computed again", path, why)
     path.unlink(missing_ok=True)
     return {}
@@ -143,6 +161,10 @@ def code_digest() -> str:
     digest = hashlib.sha256()
     for source in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    versions = [sqlite3.sqlite_version, sys.version, *(metadata.version(name) for name in ("nltk", "sqlparse"))]
+    versions = [
+        sqlite3.sqlite_version,
+        sys.version,
+        *(metadata.version(name) for name in ("nltk", "sqlparse")),
+    ]
     digest.update(" ".join(versions).encode())
     return digest.hexdigest()

@@ -27,8 +27,11 @@ def hardness(sql: dict) -> str:
         return "easy"
     if (others <= 2 and comp1 <= 1 and comp2 == 0) or (comp1 <= 2 and others < 2 and comp2 == 0):
         return "medium"
-    if ((others > 2 and comp1 <= 2 and comp2 == 0) or (2 < comp1 <= 3 and others <= 2 and comp2 == 0)
-            or (comp1 <= 1 and others == 0 and comp2 <= 1)):
+    if (
+        (others > 2 and comp1 <= 2 and comp2 == 0)
+        or (2 < comp1 <= 3 and others <= 2 and comp2 == 0)
+        or (comp1 <= 1 and others == 0 and comp2 <= 1)
+    ):
         return "hard"
     return "extra"
 
@@ -66,4 +69,6 @@ def count_others(sql: dict) -> int:
         order_units = [u[1] for u in sql["orderBy"][1] if u[1]] + [u[2] for u in sql["orderBy"][1] if u[2]]
         aggregates += sum(_counts_as_aggregate(unit) for unit in order_units)
     aggregates += sum(_counts_as_aggregate(item) for item in sql["having"])
-    return (aggregates > 1) + (len(sql["select"][1]) > 1) + (len(sql["where"]) > 1) + (len(sql["groupBy"]) > 1)
+    return (
+        (aggregates > 1) + (len(sql["select"][1]) > 1) + (len(sql["where"]) > 1) + (len(sql["groupBy"]) > 1)
+    )

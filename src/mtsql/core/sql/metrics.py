@@ -49,31 +49,56 @@ def turn_bucket(turn_index: int) -> str:
 def _tally(scores: Iterable[int | None], counted: Iterable[bool]) -> dict:
     pairs = list(zip(scores, counted, strict=True))
     kept = [s for s, keep in pairs if keep]
-    return {"count": len(pairs), "scored": len(kept), "correct": sum(kept),
-            "unscorable": sum(s is None for s, _ in pairs), "left_out": len(pairs) - len(kept),
-            "accuracy": sum(kept) / len(kept) if kept else None}
+    return {
+        "count": len(pairs),
+        "scored": len(kept),
+        "correct": sum(kept),
+        "unscorable": sum(s is None for s, _ in pairs),
+        "left_out": len(pairs) - len(kept),
+        "accuracy": sum(kept) / len(kept) if kept else None,
+    }
 
 
-def _metric_tables(items: Sequence[dict], groups: dict[int, list[dict]], field: str, single_turn: bool) -> dict:
+def _metric_tables(
+    items: Sequence[dict], groups: dict[int, list[dict]], field: str, single_turn: bool
+) -> dict:
     left_out = {index for index, group in groups.items() if any(i[field] is None for i in group)}
 
     def tally(selected: Iterable[dict]) -> dict:
         selected = list(selected)
-        return _tally((i[field] for i in selected), (i["interaction_index"] not in left_out for i in selected))
+        return _tally(
+            (i[field] for i in selected), (i["interaction_index"] not in left_out for i in selected)
+        )
 
-    tables = {"question": tally(items),
-              "by_hardness": {level: tally(i for i in items if i["hardness"] == level) for level in HARDNESS_LEVELS}}
+    tables = {
+        "question": tally(items),
+        "by_hardness": {
+            level: tally(i for i in items if i["hardness"] == level) for level in HARDNESS_LEVELS
+        },
+    }
     if not single_turn:
-        joint = [None if index in left_out else int(all(i[field] == 1 for i in group))
-                 for index, group in groups.items()]
+        joint = [
+            None if index in left_out else int(all(i[field] == 1 for i in group))
+            for index, group in groups.items()
+        ]
         tables["interaction"] = _tally(joint, (s is not None for s in joint))
-        tables["by_turn"] = {bucket: tally(i for i in items if turn_bucket(i["turn_index"]) == bucket)
-                             for bucket in TURN_BUCKETS}
+        tables["by_turn"] = {
+            bucket: tally(i for i in items if turn_bucket(i["turn_index"]) == bucket)
+            for bucket in TURN_BUCKETS
+        }
     scorable = [i[field] for i in items if i[field] is not None]
     tables["scorable_turns"] = _tally(scorable, [True] * len(scorable))
     tables["left_out"] = [
-        {"interaction_index": index, "db_id": groups[index][0]["db_id"], "turns": len(groups[index]),
-         "unscorable": [{"turn_index": i["turn_index"], "error": i["error"]} for i in groups[index] if i[field] is None]}
+        {
+            "interaction_index": index,
+            "db_id": groups[index][0]["db_id"],
+            "turns": len(groups[index]),
+            "unscorable": [
+                {"turn_index": i["turn_index"], "error": i["error"]}
+                for i in groups[index]
+                if i[field] is None
+            ],
+        }
         for index in sorted(left_out)
     ]
     return tables
@@ -90,10 +115,19 @@ def summarize(items: Sequence[dict], metrics: Sequence[str] = METRICS, *, single
     for metric in metrics:
         summary[metric] = _metric_tables(items, groups, ITEM_FIELDS[metric], single_turn)
     summary["unscorable"] = [
-        {"interaction_index": i["interaction_index"], "turn_index": i["turn_index"], "db_id": i["db_id"],
-         "metrics": [m for m in metrics if i[ITEM_FIELDS[m]] is None], "error": i["error"]}
-        for i in items if any(i[ITEM_FIELDS[m]] is None for m in metrics)
+        {
+            "interaction_index": i["interaction_index"],
+            "turn_index": i["turn_index"],
+            "db_id": i["db_id"],
+            "metrics": [m for m in metrics if i[ITEM_FIELDS[m]] is None],
+            "error": i["error"],
+        }
+        for i in items
+        if any(i[ITEM_FIELDS[m]] is None for m in metrics)
     ]
-    summary["missing"] = [{"interaction_index": i["interaction_index"], "turn_index": i["turn_index"]}
-                          for i in items if i.get("missing")]
+    summary["missing"] = [
+        {"interaction_index": i["interaction_index"], "turn_index": i["turn_index"]}
+        for i in items
+        if i.get("missing")
+    ]
     return summary

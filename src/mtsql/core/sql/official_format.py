@@ -70,8 +70,10 @@ def read_questions(path: Path, *, gold: bool) -> list[list[FileTurn]]:
     questions = []
     for number, text in enumerate(lines, start=1):
         if not text:
-            raise UsageError(f"{path} line {number} is blank: a Spider file has one SQL per line and no blank "
-                             f"lines (write a query, even a wrong one, for every question)")
+            raise UsageError(
+                f"{path} line {number} is blank: a Spider file has one SQL per line and no blank "
+                f"lines (write a query, even a wrong one, for every question)"
+            )
         questions.append([_file_turn(text, number, path, gold)])
     return questions
 
@@ -94,8 +96,10 @@ def _lines(path: Path) -> list[str]:
 def _file_turn(text: str, number: int, path: Path, gold: bool) -> FileTurn:
     fields = text.split("\t")
     if gold and len(fields) != 2:
-        raise UsageError(f"{path} line {number}: a gold line must be 'SQL<TAB>db_id', "
-                         f"found {len(fields)} tab-separated field(s)")
+        raise UsageError(
+            f"{path} line {number}: a gold line must be 'SQL<TAB>db_id', "
+            f"found {len(fields)} tab-separated field(s)"
+        )
     return FileTurn(fields[0], fields[1] if gold else None, number)
 
 

@@ -54,8 +54,18 @@ _STRICT_SPELLING = {"==": "=", "<>": "!="}
 
 def empty_sql() -> dict:
     """The dict the official evaluators use for a prediction that does not parse (it never matches)."""
-    return {"except": None, "from": {"conds": [], "table_units": []}, "groupBy": [], "having": [],
-            "intersect": None, "limit": None, "orderBy": [], "select": [False, []], "union": None, "where": []}
+    return {
+        "except": None,
+        "from": {"conds": [], "table_units": []},
+        "groupBy": [],
+        "having": [],
+        "intersect": None,
+        "limit": None,
+        "orderBy": [],
+        "select": [False, []],
+        "union": None,
+        "where": [],
+    }
 
 
 def parse_sql(sql: str, schema: Schema, *, semantics: str = "official") -> dict:
@@ -71,7 +81,7 @@ def parse_sql(sql: str, schema: Schema, *, semantics: str = "official") -> dict:
     except RecursionError:  # the official parser's bare ``except`` catches this too
         raise SqlParseError("query nested too deeply") from None
     if semantics == "strict" and _skip(tokens, end, ";") < len(tokens):
-        raise SqlParseError(f"unexpected tokens after the query: {' '.join(tokens[end:end + 5])!r}")
+        raise SqlParseError(f"unexpected tokens after the query: {' '.join(tokens[end : end + 5])!r}")
     return parsed
 
 

@@ -85,8 +85,10 @@ def read_schema(db_path: str | Path) -> Schema:
     except sqlite3.OperationalError as exc:
         if "locked" not in str(exc):
             raise UsageError(f"{db_path}: not a readable SQLite database ({exc}); {copy_again}") from None
-        raise UsageError(f"{db_path}: locked by another process that is writing to it ({exc}); let that process "
-                         "finish or stop it, then rerun (do not copy over a database in use)") from None
+        raise UsageError(
+            f"{db_path}: locked by another process that is writing to it ({exc}); let that process "
+            "finish or stop it, then rerun (do not copy over a database in use)"
+        ) from None
     except sqlite3.DatabaseError as exc:  # a truncated or overwritten file
         raise UsageError(f"{db_path}: not a readable SQLite database ({exc}); {copy_again}") from None
     if not tables:
@@ -113,7 +115,9 @@ def foreign_key_map(entry: dict) -> dict[str, str]:
     names = []
     tables = entry["table_names_original"]
     for table_index, column in entry["column_names_original"]:
-        names.append(f"__{tables[table_index].lower()}.{column.lower()}__" if table_index >= 0 else ALL_COLUMNS)
+        names.append(
+            f"__{tables[table_index].lower()}.{column.lower()}__" if table_index >= 0 else ALL_COLUMNS
+        )
     groups: list[set[int]] = []
     for left, right in entry["foreign_keys"]:
         group = next((g for g in groups if left in g or right in g), None)
@@ -142,9 +146,17 @@ TABLES_KEYS = ("db_id", "table_names_original", "column_names_original", "foreig
 
 def check_tables_json(entries, path: str | Path) -> None:
     """A ``UsageError`` naming the file and entry unless ``entries`` is a list of database entries."""
-    expect(isinstance(entries, list), Path(path), f"a tables.json holds a list of databases, not a "
-           f"{type(entries).__name__}; copy it again from the dataset")
+    expect(
+        isinstance(entries, list),
+        Path(path),
+        f"a tables.json holds a list of databases, not a "
+        f"{type(entries).__name__}; copy it again from the dataset",
+    )
     for index, entry in enumerate(entries):
         missing = [key for key in TABLES_KEYS if key not in entry] if isinstance(entry, dict) else TABLES_KEYS
-        expect(not missing, Path(path), f"entry {index} is not a database description (lacks "
-               f"{', '.join(missing)}); copy the file again from the dataset")
+        expect(
+            not missing,
+            Path(path),
+            f"entry {index} is not a database description (lacks "
+            f"{', '.join(missing)}); copy the file again from the dataset",
+        )

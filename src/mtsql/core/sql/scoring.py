@@ -57,7 +57,9 @@ class DataSources:
     def from_root(cls, root: Path | str | None = None) -> DataSources:
         """The layout of the data folder: ``database/``, ``database_schema_only/``, ``*/tables.json``."""
         root = Path(root) if root is not None else data_dir()
-        candidates = [root / name / "tables.json" for name in ("sparc", "cosql", "spider")] + [root / "tables.json"]
+        candidates = [root / name / "tables.json" for name in ("sparc", "cosql", "spider")] + [
+            root / "tables.json"
+        ]
         tables = next((p for p in candidates if p.is_file()), candidates[0])
         return cls(root / "database", tables, (root / "database_schema_only",))
 
@@ -75,8 +77,17 @@ class DataSources:
         return maps[db_id]
 
 
-def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, etype: str = "all",
-          exec_semantics: str = "testsuite", semantics: str = "official", timeout_s: float = 5.0) -> TurnScore:
+def score(
+    gold_sql: str,
+    pred_sql: str,
+    db_id: str,
+    sources: DataSources,
+    *,
+    etype: str = "all",
+    exec_semantics: str = "testsuite",
+    semantics: str = "official",
+    timeout_s: float = 5.0,
+) -> TurnScore:
     """Score ``pred_sql`` against ``gold_sql`` on database ``db_id`` (strings as they are: no file
     normalisation such as the ``value`` replacement, which belongs to reading prediction files)."""
     if etype not in ETYPES or exec_semantics not in EXEC_SEMANTICS or semantics not in SEMANTICS:
@@ -86,17 +97,25 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
         return TurnScore(None, None, None, f"no database or schema for {db_id}")
     try:
         gold = gold_cache.parsed(gold_sql, schema_db, semantics)
-        gold_hardness = gold_cache.derived(f"hardness {semantics}", schema_db, gold_sql, lambda: hardness(gold))
+        gold_hardness = gold_cache.derived(
+            f"hardness {semantics}", schema_db, gold_sql, lambda: hardness(gold)
+        )
     except (SqlParseError, OfficialCrash) as exc:  # the official programs stop on such a gold
         return TurnScore(None, None, None, f"gold: {exc}")
     wants_exact, wants_execution = etype in ("all", "match"), etype in ("all", "exec")
     if len(pred_sql) > MAX_PREDICTION_CHARS:
         runnable = wants_execution and bool(_execution_databases(db_id, sources, exec_semantics))
-        return TurnScore(0 if wants_exact else None, 0 if runnable else None, gold_hardness,
-                         f"prediction longer than {MAX_PREDICTION_CHARS} characters: not run")
+        return TurnScore(
+            0 if wants_exact else None,
+            0 if runnable else None,
+            gold_hardness,
+            f"prediction longer than {MAX_PREDICTION_CHARS} characters: not run",
+        )
     errors: list[str] = []
     if not wants_exact and exec_semantics == "testsuite":  # the test-suite algorithm never parses
-        execution, error = _execution(gold_sql, pred_sql, db_id, sources, exec_semantics, timeout_s, None, None)
+        execution, error = _execution(
+            gold_sql, pred_sql, db_id, sources, exec_semantics, timeout_s, None, None
+        )
         return TurnScore(None, execution, gold_hardness, error)
     schema = load_schema(schema_db)
     try:
@@ -107,10 +126,13 @@ def score(gold_sql: str, pred_sql: str, db_id: str, sources: DataSources, *, ety
     try:
         fk_map = sources.foreign_keys(db_id)
         keys = _foreign_keys_digest(sources.tables_json, db_id)
-        gold_rebuilt = gold_cache.derived(f"rebuilt {semantics} {keys}", schema_db, gold_sql,
-                                          lambda: rebuild(gold, schema, fk_map))
+        gold_rebuilt = gold_cache.derived(
+            f"rebuilt {semantics} {keys}", schema_db, gold_sql, lambda: rebuild(gold, schema, fk_map)
+        )
         pred_rebuilt = gold_rebuilt if pred is gold else rebuild(pred, schema, fk_map)
-    except OfficialCrash as exc:  # no exact match; the SParC script, which needs the rebuilt SELECTs, stops too
+    except (
+        OfficialCrash
+    ) as exc:  # no exact match; the SParC script, which needs the rebuilt SELECTs, stops too
         gold_rebuilt = pred_rebuilt = None
         errors.append(str(exc))
     exact = execution = None
@@ -145,7 +167,9 @@ def _execution(gold_sql, pred_sql, db_id, sources, exec_semantics, timeout_s, go
         return 0, "empty prediction"
     try:
         if exec_semantics == "sparc":
-            return sparc_exec_match(gold_sql, pred_sql, db_paths[0], gold_select, pred_select, timeout_s=timeout_s)
+            return sparc_exec_match(
+                gold_sql, pred_sql, db_paths[0], gold_select, pred_select, timeout_s=timeout_s
+            )
         return testsuite_exec_match(gold_sql, pred_sql, db_paths, timeout_s=timeout_s)
     except OfficialCrash as exc:
         return None, str(exc)
@@ -164,14 +188,31 @@ def _first_database(folders: tuple[Path, ...], db_id: str) -> Path | None:
 @functools.lru_cache(maxsize=1024)
 def _foreign_keys_digest(tables_json: Path, db_id: str) -> str:
     """A short name for a database's foreign-key map: the same from any copy of tables.json."""
-    return hashlib.sha256(repr(sorted(load_foreign_key_maps(tables_json)[db_id].items())).encode()).hexdigest()[:16]
+    return hashlib.sha256(
+        repr(sorted(load_foreign_key_maps(tables_json)[db_id].items())).encode()
+    ).hexdigest()[:16]
 
 
-def score_turn(gold_sql: str, pred_sql: str, db_id: str, *, data_root=None, exec_semantics: str = "testsuite",
-               semantics: str = "official", timeout_s: float = 5.0) -> TurnScore:
+def score_turn(
+    gold_sql: str,
+    pred_sql: str,
+    db_id: str,
+    *,
+    data_root=None,
+    exec_semantics: str = "testsuite",
+    semantics: str = "official",
+    timeout_s: float = 5.0,
+) -> TurnScore:
     """Exact match, execution match and hardness of one prediction, from the data folder's files."""
-    return score(gold_sql, pred_sql, db_id, DataSources.from_root(data_root), exec_semantics=exec_semantics,
-                 semantics=semantics, timeout_s=timeout_s)
+    return score(
+        gold_sql,
+        pred_sql,
+        db_id,
+        DataSources.from_root(data_root),
+        exec_semantics=exec_semantics,
+        semantics=semantics,
+        timeout_s=timeout_s,
+    )
 
 
 def hardness_of(sql: str, db_id: str, *, data_root=None, sources: DataSources | None = None) -> str | None:

@@ -39,7 +39,9 @@ def available_cores() -> int:
 class GroupWorkers:
     """Processes that run ``task`` on groups taken from a queue and stream the results back."""
 
-    def __init__(self, task: Callable[..., Iterator[tuple[int, object]]], groups: dict, args: tuple, *, workers: int):
+    def __init__(
+        self, task: Callable[..., Iterator[tuple[int, object]]], groups: dict, args: tuple, *, workers: int
+    ):
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if "fork" in methods else None)
         queue = context.SimpleQueue()

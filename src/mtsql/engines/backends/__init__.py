@@ -47,12 +47,16 @@ def api_model(cfg, trained=None) -> str | None:
         return None
     settings = cfg.sample.owned[cfg.sample.backend]
     if trained is not None:
-        raise UsageError(f"sample.backend={cfg.sample.backend} generates with the model its API serves "
-                         f"(sample.{cfg.sample.backend}.model), not a trained artifact: evaluate or sample that with "
-                         "hf, vllm or openai")
+        raise UsageError(
+            f"sample.backend={cfg.sample.backend} generates with the model its API serves "
+            f"(sample.{cfg.sample.backend}.model), not a trained artifact: evaluate or sample that with "
+            "hf, vllm or openai"
+        )
     if not settings.model:
-        raise UsageError(f"sample.backend={cfg.sample.backend}: set sample.{cfg.sample.backend}.model to the model "
-                         "name the API serves")
+        raise UsageError(
+            f"sample.backend={cfg.sample.backend}: set sample.{cfg.sample.backend}.model to the model "
+            "name the API serves"
+        )
     return settings.model
 
 
@@ -66,8 +70,15 @@ def training_backend(cfg, model: str | Path, *, dtype: str, log_path: Path | Non
 def server_options(cfg) -> dict:
     """The managed vLLM server's settings in a config (sections ``model``, ``sample``, ``seed``)."""
     sample = cfg.sample
-    return {"dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "python": sample.vllm.python,
-            "kv_cache_gib": sample.vllm.kv_cache_gib, "eager": sample.vllm.eager, "extra_args": sample.vllm.args}
+    return {
+        "dtype": cfg.model.dtype,
+        "device": cfg.model.device,
+        "seed": cfg.seed,
+        "python": sample.vllm.python,
+        "kv_cache_gib": sample.vllm.kv_cache_gib,
+        "eager": sample.vllm.eager,
+        "extra_args": sample.vllm.args,
+    }
 
 
 def engine_identity(cfg) -> dict:

@@ -96,8 +96,9 @@ class Backend(ABC):
         """One continuation, computed in the background (backends that ``schedules_requests``)."""
         raise NotImplementedError(f"{type(self).__name__} generates in batches: call generate")
 
-    def submit_messages(self, messages: Sequence[dict], tools: Sequence[dict], params: SamplingParams,
-                        seed: int) -> Future[Reply]:
+    def submit_messages(
+        self, messages: Sequence[dict], tools: Sequence[dict], params: SamplingParams, seed: int
+    ) -> Future[Reply]:
         """The next assistant message of a conversation (``system``, ``user``, ``assistant``, ``tool``
         messages; ``tools``: the schemas the agent may call), computed in the background
         (``takes_messages``)."""
@@ -122,8 +123,10 @@ class Backend(ABC):
     def training_options(cls, cfg, *, dtype: str, log_path: Path | None = None) -> dict:
         """Constructor options for the local RL engine's rollouts (``rl``, ``model``, ``sample``, ``seed``),
         ``dtype``: the one the model trains in. Default: this backend cannot roll out for training."""
-        raise UsageError(f"the {cls.__name__} backend cannot take the weights being trained: "
-                         "set rl.local.rollout_backend to hf or vllm")
+        raise UsageError(
+            f"the {cls.__name__} backend cannot take the weights being trained: "
+            "set rl.local.rollout_backend to hf or vllm"
+        )
 
     def in_process_model(self):
         """The transformers model this backend generates with in this process, for a trainer to train in
@@ -149,7 +152,9 @@ class Backend(ABC):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         return list(seeds)
 
-    def _generation(self, token_ids: list[int], finish_reason: str, logprobs: list[float] | None = None) -> Generation:
+    def _generation(
+        self, token_ids: list[int], finish_reason: str, logprobs: list[float] | None = None
+    ) -> Generation:
         """A ``Generation`` of ids already cut at their stop; the text leaves out a final end-of-turn id."""
         body = token_ids[:-1] if token_ids and token_ids[-1] in self.end_of_turn_ids else token_ids
         text = self.tokenizer.decode(body, skip_special_tokens=False)

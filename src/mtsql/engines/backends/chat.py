@@ -44,11 +44,25 @@ from mtsql.engines.backends.base import Backend, Generation, Reply, SamplingPara
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})  # busy or failing for now: worth another try
 MAX_WAIT_S = 60.0  # the longest pause between two attempts
-SET_BY_MTSQL = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-                          "stop", "n", "stream"})
+SET_BY_MTSQL = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "n",
+        "stream",
+    }
+)
 
 
-def api_messages(messages: Sequence[dict], tools: Sequence[dict], observation_role: str = "user") -> list[dict]:
+def api_messages(
+    messages: Sequence[dict], tools: Sequence[dict], observation_role: str = "user"
+) -> list[dict]:
     """The agent's conversation as chat-API messages (see the module docstring)."""
     out = []
     for message in messages:
@@ -78,8 +92,11 @@ def reply_text(message: dict, finish_reason: str, stop_reason, stop: Sequence[st
             arguments = json.loads(function.get("arguments") or "{}")
         except json.JSONDecodeError:
             arguments = function.get("arguments")
-        text += "<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": arguments},
-                                             ensure_ascii=False) + "\n</tool_call>"
+        text += (
+            "<tool_call>\n"
+            + json.dumps({"name": function.get("name"), "arguments": arguments}, ensure_ascii=False)
+            + "\n</tool_call>"
+        )
     if finish_reason != "stop" or any(text.endswith(s) for s in stop):
         return text
     if isinstance(stop_reason, str) and stop_reason in stop:
@@ -105,11 +122,21 @@ class ChatBackend(Backend):
     schedules_requests = True
     takes_messages = True
 
-    def __init__(self, model: str | Path, base_url: str = "https://api.openai.com/v1", *,
-                 api_key_env: str | None = "OPENAI_API_KEY", observation_role: str = "user",
-                 concurrency: int = 8, timeout_s: float = 120.0, max_retries: int = 6, backoff_s: float = 1.0,
-                 price_input_per_mtok: float | None = None, price_output_per_mtok: float | None = None,
-                 extra_body: dict | None = None):
+    def __init__(
+        self,
+        model: str | Path,
+        base_url: str = "https://api.openai.com/v1",
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        observation_role: str = "user",
+        concurrency: int = 8,
+        timeout_s: float = 120.0,
+        max_retries: int = 6,
+        backoff_s: float = 1.0,
+        price_input_per_mtok: float | None = None,
+        price_output_per_mtok: float | None = None,
+        extra_body: dict | None = None,
+    ):
         import httpx
 
         if not model:
@@ -117,13 +144,17 @@ class ChatBackend(Backend):
         if observation_role not in ("user", "tool"):
             raise UsageError(f"sample.chat.observation_role: '{observation_role}': choose user or tool")
         if taken := sorted(set(extra_body or {}) & SET_BY_MTSQL):
-            raise UsageError(f"sample.chat.extra_body sets {', '.join(taken)}, which mtsql sets itself (the model, the "
-                             "messages and the sampling settings of sample)")
+            raise UsageError(
+                f"sample.chat.extra_body sets {', '.join(taken)}, which mtsql sets itself (the model, the "
+                "messages and the sampling settings of sample)"
+            )
         self.extra_body = dict(extra_body or {})
         self._key = os.environ.get(api_key_env) if api_key_env else None
         if api_key_env and not self._key:
-            raise UsageError(f"the chat backend reads its API key from ${api_key_env}, which is not set: export it, "
-                             "or set sample.chat.api_key_env=null for a server that needs no key")
+            raise UsageError(
+                f"the chat backend reads its API key from ${api_key_env}, which is not set: export it, "
+                "or set sample.chat.api_key_env=null for a server that needs no key"
+            )
         self.httpx = httpx
         self.tokenizer, self.end_of_turn_ids = None, frozenset()
         self.base_url, self.served_model = base_url.rstrip("/"), str(model)
@@ -131,7 +162,9 @@ class ChatBackend(Backend):
         self.observation_role, self.max_retries, self.backoff_s = observation_role, max_retries, backoff_s
         self.prices = (price_input_per_mtok, price_output_per_mtok)
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        self.client = httpx.Client(timeout=timeout_s, headers=headers, limits=httpx.Limits(max_connections=concurrency))
+        self.client = httpx.Client(
+            timeout=timeout_s, headers=headers, limits=httpx.Limits(max_connections=concurrency)
+        )
         self._lock = threading.Lock()
         self._counts = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "unreported": 0}
         try:
@@ -144,20 +177,35 @@ class ChatBackend(Backend):
     @classmethod
     def options(cls, cfg, *, log_path: Path | None = None) -> dict:
         chat = cfg.sample.chat
-        return {"base_url": chat.base_url, "api_key_env": chat.api_key_env, "observation_role": chat.observation_role,
-                "concurrency": chat.concurrency, "timeout_s": chat.timeout_s, "max_retries": chat.max_retries,
-                "price_input_per_mtok": chat.price_input_per_mtok, "price_output_per_mtok": chat.price_output_per_mtok,
-                "extra_body": chat.extra_body}
+        return {
+            "base_url": chat.base_url,
+            "api_key_env": chat.api_key_env,
+            "observation_role": chat.observation_role,
+            "concurrency": chat.concurrency,
+            "timeout_s": chat.timeout_s,
+            "max_retries": chat.max_retries,
+            "price_input_per_mtok": chat.price_input_per_mtok,
+            "price_output_per_mtok": chat.price_output_per_mtok,
+            "extra_body": chat.extra_body,
+        }
 
     def generate(self, prompts, params, seeds=None) -> list[Generation]:
-        raise UsageError("the chat backend takes messages, not token ids: it samples and evaluates through the "
-                         "rollout engine, and cannot roll out for RL training")
+        raise UsageError(
+            "the chat backend takes messages, not token ids: it samples and evaluates through the "
+            "rollout engine, and cannot roll out for RL training"
+        )
 
-    def submit_messages(self, messages: Sequence[dict], tools: Sequence[dict], params: SamplingParams,
-                        seed: int) -> Future[Reply]:
-        body = {"model": self.served_model, "messages": api_messages(messages, tools, self.observation_role),
-                "max_tokens": params.max_new_tokens, "temperature": params.temperature, "top_p": params.top_p,
-                "seed": seed}
+    def submit_messages(
+        self, messages: Sequence[dict], tools: Sequence[dict], params: SamplingParams, seed: int
+    ) -> Future[Reply]:
+        body = {
+            "model": self.served_model,
+            "messages": api_messages(messages, tools, self.observation_role),
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "seed": seed,
+        }
         if params.stop:
             body["stop"] = list(params.stop)
         body |= self.extra_body
@@ -172,8 +220,13 @@ class ChatBackend(Backend):
         cost = None
         if price_in is not None and price_out is not None:
             cost = (counts["prompt_tokens"] * price_in + counts["completion_tokens"] * price_out) / 1e6
-        return counts | {"model": self.served_model, "base_url": self.base_url,
-                         "price_input_per_mtok": price_in, "price_output_per_mtok": price_out, "cost_usd": cost}
+        return counts | {
+            "model": self.served_model,
+            "base_url": self.base_url,
+            "price_input_per_mtok": price_in,
+            "price_output_per_mtok": price_out,
+            "cost_usd": cost,
+        }
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -189,8 +242,10 @@ class ChatBackend(Backend):
             if not isinstance(message, dict):
                 raise TypeError
         except (KeyError, IndexError, TypeError):
-            raise StageFailed(f"{self.url}: not a chat completion (no choices[0].message / finish_reason): "
-                              f"{self._snippet(str(answer))}") from None
+            raise StageFailed(
+                f"{self.url}: not a chat completion (no choices[0].message / finish_reason): "
+                f"{self._snippet(str(answer))}"
+            ) from None
         usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         with self._lock:
@@ -201,23 +256,34 @@ class ChatBackend(Backend):
             else:
                 self._counts["unreported"] += 1
         text = reply_text(message, reason, choice.get("stop_reason"), stop)
-        return Reply(text, "length" if reason == "length" else "stop",
-                     prompt if isinstance(prompt, int) else None, completion if isinstance(completion, int) else None)
+        return Reply(
+            text,
+            "length" if reason == "length" else "stop",
+            prompt if isinstance(prompt, int) else None,
+            completion if isinstance(completion, int) else None,
+        )
 
     def _post(self, body: dict) -> dict:
         backoff = wait_random_exponential(multiplier=self.backoff_s, max=MAX_WAIT_S)
-        retrying = Retrying(retry=retry_if_exception_type(_Retry), stop=stop_after_attempt(self.max_retries + 1),
-                            wait=lambda state: max(backoff(state), state.outcome.exception().wait_s))
+        retrying = Retrying(
+            retry=retry_if_exception_type(_Retry),
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=lambda state: max(backoff(state), state.outcome.exception().wait_s),
+        )
         try:
             response = retrying(self._send, body)
         except RetryError as exc:
             problem = exc.last_attempt.exception()
-            raise StageFailed(f"{self.url}: no answer after {self.max_retries + 1} attempts: {problem}") from None
+            raise StageFailed(
+                f"{self.url}: no answer after {self.max_retries + 1} attempts: {problem}"
+            ) from None
         try:
             return response.json()
         except ValueError:
-            raise StageFailed(f"{self.url}: the server answered with something that is not JSON: "
-                              f"{self._snippet(response.text)}") from None
+            raise StageFailed(
+                f"{self.url}: the server answered with something that is not JSON: "
+                f"{self._snippet(response.text)}"
+            ) from None
 
     def _send(self, body: dict):
         """One request: the response, ``_Retry`` for what may pass, ``UsageError`` for any other 4xx."""
@@ -238,11 +304,15 @@ class ChatBackend(Backend):
         try:
             answer = self.client.get(self.base_url + "/models", timeout=30.0)
         except self.httpx.TransportError as exc:
-            raise UsageError(f"cannot reach the chat API at {self.base_url} ({type(exc).__name__}): start the server "
-                             "or fix sample.chat.base_url") from None
+            raise UsageError(
+                f"cannot reach the chat API at {self.base_url} ({type(exc).__name__}): start the server "
+                "or fix sample.chat.base_url"
+            ) from None
         if answer.status_code in (401, 403):
-            raise UsageError(f"{self.base_url}/models: HTTP {answer.status_code}{_hint(answer.status_code)}: "
-                             f"{self._snippet(answer.text)}")
+            raise UsageError(
+                f"{self.base_url}/models: HTTP {answer.status_code}{_hint(answer.status_code)}: "
+                f"{self._snippet(answer.text)}"
+            )
         if answer.status_code != 200:
             return  # an API without a model list: the first request will tell
         try:
@@ -251,8 +321,10 @@ class ChatBackend(Backend):
             return
         if served and self.served_model not in served:
             listed = ", ".join(served[:8]) + (f" and {len(served) - 8} more" if len(served) > 8 else "")
-            raise UsageError(f"the chat API at {self.base_url} serves {listed}, not '{self.served_model}': "
-                             "set sample.chat.model")
+            raise UsageError(
+                f"the chat API at {self.base_url} serves {listed}, not '{self.served_model}': "
+                "set sample.chat.model"
+            )
 
     def _snippet(self, text: str, limit: int = 200) -> str:
         """``text`` on one line, cut to ``limit`` characters, with the key (or any part an API echoed)
@@ -274,6 +346,8 @@ def _retry_after(response) -> float:
 
 
 def _hint(status: int) -> str:
-    return {401: " (the key was refused: check the variable sample.chat.api_key_env names)",
-            403: " (the key may not use this model)", 404: " (check sample.chat.base_url and sample.chat.model)",
-            }.get(status, "")
+    return {
+        401: " (the key was refused: check the variable sample.chat.api_key_env names)",
+        403: " (the key may not use this model)",
+        404: " (check sample.chat.base_url and sample.chat.model)",
+    }.get(status, "")

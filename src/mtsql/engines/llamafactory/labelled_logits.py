@@ -33,8 +33,12 @@ def keep_labelled(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[t
     ``logits_to_keep`` or ``shift_labels``, eval mode, or a batch without any label.
     """
     labels = kwargs.get("labels")
-    if (labels is None or not module.training or kwargs.get("logits_to_keep") is not None
-            or kwargs.get("shift_labels") is not None):
+    if (
+        labels is None
+        or not module.training
+        or kwargs.get("logits_to_keep") is not None
+        or kwargs.get("shift_labels") is not None
+    ):
         return None
     shifted = torch.nn.functional.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
     keep = (shifted != IGNORE_INDEX).any(dim=0).nonzero().squeeze(1)

@@ -38,9 +38,21 @@ FINETUNING_TYPES = ("lora", "full", "freeze")
 LABELLED_LOGITS_ENTRY = "mtsql.engines.llamafactory.labelled_logits"
 MISSING = "LLaMA-Factory (llamafactory-cli) not found: install llamafactory==0.9.5 in this environment"
 # keys train_config sets only in some configurations: sft.extra may not set them either
-CONDITIONAL_KEYS = ("max_steps", "num_train_epochs", "use_cpu", "disable_gradient_checkpointing", "save_only_model",
-                    "lora_rank", "lora_alpha", "lora_target", "freeze_trainable_layers", "freeze_trainable_modules",
-                    "deepspeed", "run_name", "ddp_backend")
+CONDITIONAL_KEYS = (
+    "max_steps",
+    "num_train_epochs",
+    "use_cpu",
+    "disable_gradient_checkpointing",
+    "save_only_model",
+    "lora_rank",
+    "lora_alpha",
+    "lora_target",
+    "freeze_trainable_layers",
+    "freeze_trainable_modules",
+    "deepspeed",
+    "run_name",
+    "ddp_backend",
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,16 @@ class SftPlan:
         return "\n".join(parts) + "\n"
 
 
-def plan_sft(sft_cfg: SftConfig, *, model_path: str | Path, template: str, work_dir: Path,
-             dataset: str = "mtsql_sft", seed: int = 0, trackers: Trackers | None = None) -> SftPlan:
+def plan_sft(
+    sft_cfg: SftConfig,
+    *,
+    model_path: str | Path,
+    template: str,
+    work_dir: Path,
+    dataset: str = "mtsql_sft",
+    seed: int = 0,
+    trackers: Trackers | None = None,
+) -> SftPlan:
     """The files and commands that fine-tune ``model_path`` on ``work_dir/data/<dataset>``; ``trackers``: the
     stage's dashboards, which the HF Trainer's loggers (``report_to``) write to as well."""
     trackers = trackers or Trackers.off()
@@ -93,31 +113,62 @@ def plan_sft(sft_cfg: SftConfig, *, model_path: str | Path, template: str, work_
     trainer_dir = work_dir / "adapter" if sft_cfg.finetuning_type == "lora" else model_dir
     ds_config = deepspeed_config(sft_cfg.deepspeed)
     ds_json = work_dir / "deepspeed.json" if ds_config else None
-    config = train_config(sft_cfg, model_path=model_path, template=template, dataset_dir=dataset_dir,
-                          dataset=dataset, output_dir=trainer_dir, seed=seed, deepspeed_json=ds_json, trackers=trackers)
+    config = train_config(
+        sft_cfg,
+        model_path=model_path,
+        template=template,
+        dataset_dir=dataset_dir,
+        dataset=dataset,
+        output_dir=trainer_dir,
+        seed=seed,
+        deepspeed_json=ds_json,
+        trackers=trackers,
+    )
     train_yaml = work_dir / "train.yaml"
-    plan = SftPlan(dataset_dir=dataset_dir, dataset=dataset, train_yaml=train_yaml, train_config=config,
-                   train=train_command(train_yaml, sft_cfg, model_path=model_path, trackers=trackers),
-                   trainer_dir=trainer_dir,
-                   model_dir=model_dir, deepspeed_json=ds_json, deepspeed_config=ds_config)
+    plan = SftPlan(
+        dataset_dir=dataset_dir,
+        dataset=dataset,
+        train_yaml=train_yaml,
+        train_config=config,
+        train=train_command(train_yaml, sft_cfg, model_path=model_path, trackers=trackers),
+        trainer_dir=trainer_dir,
+        model_dir=model_dir,
+        deepspeed_json=ds_json,
+        deepspeed_config=ds_config,
+    )
     if sft_cfg.finetuning_type != "lora":  # full and freeze write a whole model: nothing to merge
         return plan
     merge_yaml = work_dir / "merge.yaml"
     return replace(
-        plan, merge_yaml=merge_yaml, merge=export_command(merge_yaml, model_path=model_path),
-        merge_config=merge_config(model_path=model_path, adapter_dir=trainer_dir, template=template,
-                                  export_dir=model_dir))
+        plan,
+        merge_yaml=merge_yaml,
+        merge=export_command(merge_yaml, model_path=model_path),
+        merge_config=merge_config(
+            model_path=model_path, adapter_dir=trainer_dir, template=template, export_dir=model_dir
+        ),
+    )
 
 
-def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, dataset_dir: Path,
-                 dataset: str, output_dir: Path, seed: int = 0, deepspeed_json: Path | None = None,
-                 trackers: Trackers | None = None) -> dict:
+def train_config(
+    sft_cfg: SftConfig,
+    *,
+    model_path: str | Path,
+    template: str,
+    dataset_dir: Path,
+    dataset: str,
+    output_dir: Path,
+    seed: int = 0,
+    deepspeed_json: Path | None = None,
+    trackers: Trackers | None = None,
+) -> dict:
     """The ``llamafactory-cli train`` YAML as a dict: loss on every assistant turn, none on prompts;
     ``report_to`` the trackers that are on (their run named as the stage's); ``sft.extra`` merged in last."""
     trackers = trackers or Trackers.off()
     if sft_cfg.finetuning_type not in FINETUNING_TYPES:
-        raise UsageError(f"sft.finetuning_type must be one of {', '.join(FINETUNING_TYPES)}, "
-                         f"got {sft_cfg.finetuning_type!r}")
+        raise UsageError(
+            f"sft.finetuning_type must be one of {', '.join(FINETUNING_TYPES)}, "
+            f"got {sft_cfg.finetuning_type!r}"
+        )
     if not 0 <= sft_cfg.warmup_ratio < 1:
         raise UsageError(f"sft.warmup_ratio must be in [0, 1), got {sft_cfg.warmup_ratio}")
     if not isinstance(sft_cfg.extra, dict):
@@ -129,11 +180,15 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         "finetuning_type": sft_cfg.finetuning_type,
     }
     if sft_cfg.finetuning_type == "lora":
-        config.update(lora_rank=sft_cfg.lora_rank, lora_alpha=sft_cfg.lora_alpha, lora_target=sft_cfg.lora_target)
+        config.update(
+            lora_rank=sft_cfg.lora_rank, lora_alpha=sft_cfg.lora_alpha, lora_target=sft_cfg.lora_target
+        )
     if sft_cfg.finetuning_type == "freeze":
         if sft_cfg.trainable_layers < 1:
-            raise UsageError(f"sft.finetuning_type=freeze trains the last sft.trainable_layers decoder layers: "
-                             f"set it to 1 or more, got {sft_cfg.trainable_layers}")
+            raise UsageError(
+                f"sft.finetuning_type=freeze trains the last sft.trainable_layers decoder layers: "
+                f"set it to 1 or more, got {sft_cfg.trainable_layers}"
+            )
         config.update(freeze_trainable_layers=sft_cfg.trainable_layers, freeze_trainable_modules="all")
     config.update(
         dataset=dataset,
@@ -165,7 +220,9 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         config["num_train_epochs"] = sft_cfg.epochs
     if sft_cfg.use_cpu:
         config["use_cpu"] = True
-        if sft_cfg.nnodes * sft_cfg.nproc_per_node > 1:  # said, not left to accelerate's guess (ccl, MPI, gloo)
+        if (
+            sft_cfg.nnodes * sft_cfg.nproc_per_node > 1
+        ):  # said, not left to accelerate's guess (ccl, MPI, gloo)
             config["ddp_backend"] = "gloo"
     if not sft_cfg.gradient_checkpointing:
         config["disable_gradient_checkpointing"] = True
@@ -175,7 +232,9 @@ def train_config(sft_cfg: SftConfig, *, model_path: str | Path, template: str, d
         config["deepspeed"] = str(deepspeed_json)
     if trackers:
         config["run_name"] = trackers.run_name
-    check_extra(sft_cfg.extra, [*config, *CONDITIONAL_KEYS], setting="sft.extra", allowed=sft_cfg.extra_override)
+    check_extra(
+        sft_cfg.extra, [*config, *CONDITIONAL_KEYS], setting="sft.extra", allowed=sft_cfg.extra_override
+    )
     return {**config, **sft_cfg.extra}
 
 
@@ -198,17 +257,29 @@ def deepspeed_config(stage: str) -> dict | None:
         "fp16": {"enabled": "auto"},
         "zero_allow_untested_optimizer": True,
     }
-    zero: dict = {"stage": 2 if stage == "z2" else 3, "overlap_comm": True, "contiguous_gradients": True,
-                  "reduce_bucket_size": "auto"}
+    zero: dict = {
+        "stage": 2 if stage == "z2" else 3,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": "auto",
+    }
     if stage == "z2":
         zero.update(allgather_partitions=True, reduce_scatter=True)
     else:
-        zero.update(stage3_prefetch_bucket_size="auto", stage3_param_persistence_threshold="auto",
-                    stage3_gather_16bit_weights_on_model_save=True)
+        zero.update(
+            stage3_prefetch_bucket_size="auto",
+            stage3_param_persistence_threshold="auto",
+            stage3_gather_16bit_weights_on_model_save=True,
+        )
     if stage == "z3_offload":
-        zero.update(offload_optimizer={"device": "cpu", "pin_memory": True},
-                    offload_param={"device": "cpu", "pin_memory": True})
-        config["optimizer"] = {"type": "AdamW", "params": dict.fromkeys(("lr", "betas", "eps", "weight_decay"), "auto")}
+        zero.update(
+            offload_optimizer={"device": "cpu", "pin_memory": True},
+            offload_param={"device": "cpu", "pin_memory": True},
+        )
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": dict.fromkeys(("lr", "betas", "eps", "weight_decay"), "auto"),
+        }
     config["zero_optimization"] = zero
     return config
 
@@ -226,31 +297,39 @@ def merge_config(*, model_path: str | Path, adapter_dir: Path, template: str, ex
     }
 
 
-def train_command(yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path,
-                  trackers: Trackers | None = None) -> Command:
+def train_command(
+    yaml_path: Path, sft_cfg: SftConfig, *, model_path: str | Path, trackers: Trackers | None = None
+) -> Command:
     """``llamafactory-cli train YAML``, through torchrun when more than one process is asked for or
     DeepSpeed is on (LLaMA-Factory runs DeepSpeed only under torchrun). A single CPU process runs
     LLaMA-Factory's trainer through ``labelled_logits`` instead (same YAML, same trainer). Its environment
     holds where the ``trackers`` write (``Trackers.env``)."""
     env = engine_env(model_path) | (trackers or Trackers.off()).env()
     if sft_cfg.deepspeed != "none" and sft_cfg.use_cpu:
-        raise UsageError(f"sft.deepspeed={sft_cfg.deepspeed} trains on GPUs: set sft.use_cpu: false "
-                         "(or sft.deepspeed: none on a CPU machine)")
+        raise UsageError(
+            f"sft.deepspeed={sft_cfg.deepspeed} trains on GPUs: set sft.use_cpu: false "
+            "(or sft.deepspeed: none on a CPU machine)"
+        )
     if sft_cfg.nnodes > 1 or sft_cfg.nproc_per_node > 1 or sft_cfg.deepspeed != "none":
         if any(ch.isspace() for ch in str(yaml_path)):  # llamafactory splits the torchrun line on spaces
             raise UsageError(f"{yaml_path}: a multi-process launch needs a path without spaces")
         if not 0 <= sft_cfg.node_rank < sft_cfg.nnodes:
             raise UsageError(f"sft.node_rank must be in [0, {sft_cfg.nnodes}), got {sft_cfg.node_rank}")
         env.update(
-            FORCE_TORCHRUN="1", NNODES=str(sft_cfg.nnodes), NODE_RANK=str(sft_cfg.node_rank),
-            MASTER_ADDR=sft_cfg.master_addr, MASTER_PORT=str(sft_cfg.master_port),
+            FORCE_TORCHRUN="1",
+            NNODES=str(sft_cfg.nnodes),
+            NODE_RANK=str(sft_cfg.node_rank),
+            MASTER_ADDR=sft_cfg.master_addr,
+            MASTER_PORT=str(sft_cfg.master_port),
             NPROC_PER_NODE=str(sft_cfg.nproc_per_node),
         )
         return Command("llamafactory-cli train", (cli_path(), "train", str(yaml_path)), env)
     if sft_cfg.use_cpu:  # the same trainer, in one process, with logits only at labelled positions
         if importlib.util.find_spec("llamafactory") is None:
             raise StageFailed(MISSING)
-        return Command("llamafactory train", (sys.executable, "-m", LABELLED_LOGITS_ENTRY, str(yaml_path)), env)
+        return Command(
+            "llamafactory train", (sys.executable, "-m", LABELLED_LOGITS_ENTRY, str(yaml_path)), env
+        )
     return Command("llamafactory-cli train", (cli_path(), "train", str(yaml_path)), env)
 
 
@@ -277,7 +356,6 @@ def cli_path() -> str:
 
 def yaml_text(config: dict) -> str:
     return yaml.safe_dump(config, sort_keys=False)
-
 
 
 def _template_key(template: str) -> dict:

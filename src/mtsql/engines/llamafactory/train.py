@@ -42,16 +42,18 @@ def run_sft(plan: SftPlan, *, log_path: Path, expected_examples: int | None = No
     """Write the plan's files, train, merge (LoRA), and check ``plan.model_dir``."""
     for path, text in plan.files().items():
         write_text(path, text)
-    result = run_train(plan.train, output_dir=plan.trainer_dir, log_path=log_path,
-                       expected_examples=expected_examples)
+    result = run_train(
+        plan.train, output_dir=plan.trainer_dir, log_path=log_path, expected_examples=expected_examples
+    )
     if plan.merge is not None:
         merge_lora(plan.merge, export_dir=plan.model_dir, log_path=log_path)
     check_model_dir(plan.model_dir)
     return result
 
 
-def run_train(command: Command, *, output_dir: Path, log_path: Path,
-              expected_examples: int | None = None) -> TrainResult:
+def run_train(
+    command: Command, *, output_dir: Path, log_path: Path, expected_examples: int | None = None
+) -> TrainResult:
     """Run ``llamafactory-cli train`` with a progress bar; read the metrics it saved in ``output_dir``.
 
     ``expected_examples``: fail when LLaMA-Factory reports training on a different number.
@@ -61,8 +63,13 @@ def run_train(command: Command, *, output_dir: Path, log_path: Path,
     from mtsql.base.progress import progress_bar
 
     started = time.perf_counter()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-               TextColumn("loss {task.fields[loss]}"))
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+    )
     watcher = TrainWatcher()
     with progress_bar(*columns) as progress:
         task = progress.add_task("llamafactory: loading", total=None, loss="-")
@@ -70,13 +77,24 @@ def run_train(command: Command, *, output_dir: Path, log_path: Path,
         def show(text: str) -> None:
             watcher.feed(text)
             if watcher.total:
-                progress.update(task, description="llamafactory: training", completed=watcher.step,
-                                total=watcher.total, loss=watcher.loss or "-")
+                progress.update(
+                    task,
+                    description="llamafactory: training",
+                    completed=watcher.step,
+                    total=watcher.total,
+                    loss=watcher.loss or "-",
+                )
 
         run_logged(command, log_path, on_output=show)
-    if expected_examples is not None and watcher.examples is not None and watcher.examples != expected_examples:
-        raise StageFailed(f"LLaMA-Factory trained on {watcher.examples} of {expected_examples} examples "
-                          f"(it skipped some: see 'Invalid' / 'Dropped' lines in {log_path})")
+    if (
+        expected_examples is not None
+        and watcher.examples is not None
+        and watcher.examples != expected_examples
+    ):
+        raise StageFailed(
+            f"LLaMA-Factory trained on {watcher.examples} of {expected_examples} examples "
+            f"(it skipped some: see 'Invalid' / 'Dropped' lines in {log_path})"
+        )
     return read_train_result(output_dir, examples=watcher.examples, wall_s=time.perf_counter() - started)
 
 
@@ -115,19 +133,29 @@ def read_train_result(output_dir: Path, *, examples: int | None = None, wall_s: 
     try:
         results = json.loads((output_dir / "train_results.json").read_text())
         state = json.loads((output_dir / "trainer_state.json").read_text())
-        return TrainResult(train_loss=float(results["train_loss"]), steps=int(state["global_step"]),
-                           runtime_s=float(results["train_runtime"]), examples=examples, wall_s=round(wall_s, 1))
+        return TrainResult(
+            train_loss=float(results["train_loss"]),
+            steps=int(state["global_step"]),
+            runtime_s=float(results["train_runtime"]),
+            examples=examples,
+            wall_s=round(wall_s, 1),
+        )
     except (OSError, ValueError, KeyError) as exc:
-        raise StageFailed(f"llamafactory-cli train exited 0 but left no usable metrics in {output_dir}: "
-                          f"{type(exc).__name__}: {exc}") from None
+        raise StageFailed(
+            f"llamafactory-cli train exited 0 but left no usable metrics in {output_dir}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
 
 
 def training_curve(output_dir: Path) -> list[tuple[int, dict]]:
     """What the trainer logged each step (loss, grad_norm, learning_rate, epoch), from ``trainer_state.json``
     of a finished ``output_dir``: ``[(step, {name: value}), ...]``; the final summary entry is left out."""
     state = json.loads((Path(output_dir) / "trainer_state.json").read_text())
-    return [(int(entry["step"]), {key: value for key, value in entry.items() if key != "step"})
-            for entry in state.get("log_history", []) if "loss" in entry]
+    return [
+        (int(entry["step"]), {key: value for key, value in entry.items() if key != "step"})
+        for entry in state.get("log_history", [])
+        if "loss" in entry
+    ]
 
 
 def check_model_dir(folder: Path) -> None:

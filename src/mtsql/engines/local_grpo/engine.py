@@ -12,21 +12,40 @@ from mtsql.engines import backends
 from mtsql.engines.rl_schedule import epochs_note
 
 
-def train_curriculum_stage(cfg: ConfigView, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path,
-                           stage: int, trackers: Trackers) -> RlStageResult:
+def train_curriculum_stage(
+    cfg: ConfigView,
+    turns: list[Turn],
+    *,
+    base_model: str,
+    out_dir: Path,
+    metrics_path: Path,
+    stage: int,
+    trackers: Trackers,
+) -> RlStageResult:
     """GRPO in this process (``trainer.train_curriculum_stage``; imports torch)."""
     from mtsql.engines.local_grpo.trainer import train_curriculum_stage as train
 
-    return train(cfg, turns, base_model=base_model, out_dir=out_dir, metrics_path=metrics_path, stage=stage,
-                 trackers=trackers)
+    return train(
+        cfg,
+        turns,
+        base_model=base_model,
+        out_dir=out_dir,
+        metrics_path=metrics_path,
+        stage=stage,
+        trackers=trackers,
+    )
 
 
-def plan_curriculum_stage(cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
+def plan_curriculum_stage(
+    cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
+) -> str:
     """One comment line: the steps, the batch and which weights train."""
     layers = cfg.rl.local.trainable_layers
     weights = f"the last {layers} decoder layers of " if layers else ""
-    return (f"# local GRPO in this process: {epochs_note(cfg.rl)} of {cfg.rl.batch_size} questions "
-            f"x {cfg.rl.n} samples, training {weights}{base_model}\n")
+    return (
+        f"# local GRPO in this process: {epochs_note(cfg.rl)} of {cfg.rl.batch_size} questions "
+        f"x {cfg.rl.n} samples, training {weights}{base_model}\n"
+    )
 
 
 def identity(cfg: ConfigView) -> dict:

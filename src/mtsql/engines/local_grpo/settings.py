@@ -12,6 +12,10 @@ from mtsql.base.config import Layers, result
 class LocalSettings:
     """GRPO in this process (CPU or one GPU, no Ray)."""
 
-    trainable_layers: Layers = result(0)  # only the last trainable_layers decoder layers train (0: every weight)
-    rollout_backend: Literal["hf", "vllm"] = result("hf")  # vllm restarts a managed server on each step's weights
-                                                           # (sample.vllm settings)
+    trainable_layers: Layers = result(
+        0
+    )  # only the last trainable_layers decoder layers train (0: every weight)
+    rollout_backend: Literal["hf", "vllm"] = result(
+        "hf"
+    )  # vllm restarts a managed server on each step's weights
+    # (sample.vllm settings)

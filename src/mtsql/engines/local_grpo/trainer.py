@@ -35,8 +35,16 @@ from mtsql.engines.rl_schedule import LocalValidation, local_rollouts, stage_ste
 from mtsql.engines.rollout import SERVER_LOG, derive_seed
 
 
-def train_curriculum_stage(cfg: ConfigView, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path,
-                           stage: int = 1, trackers: Trackers | None = None) -> RlStageResult:
+def train_curriculum_stage(
+    cfg: ConfigView,
+    turns: list[Turn],
+    *,
+    base_model: str,
+    out_dir: Path,
+    metrics_path: Path,
+    stage: int = 1,
+    trackers: Trackers | None = None,
+) -> RlStageResult:
     """GRPO on ``turns`` for ``stage_steps`` steps (``rl.steps_per_stage``, or ``rl.epochs_per_stage``
     epochs) from ``base_model``; saves ``out_dir/model``: the last step's weights, or with
     ``rl.val_pick: best`` those of the best step validated every ``rl.val_every`` steps (``rl_schedule``).
@@ -57,8 +65,16 @@ def train_curriculum_stage(cfg: ConfigView, turns: list[Turn], *, base_model: st
     backend = training_backend(cfg, base_model, dtype=dtype, log_path=Path(out_dir) / SERVER_LOG)
     try:
         model = trained_model(cfg, backend, base_model, dtype, Path(out_dir) / "rollout-weights")
-        return _train(cfg, turns, backend, model, out_dir=Path(out_dir), metrics_path=metrics_path, stage=stage,
-                      trackers=trackers or Trackers.off())
+        return _train(
+            cfg,
+            turns,
+            backend,
+            model,
+            out_dir=Path(out_dir),
+            metrics_path=metrics_path,
+            stage=stage,
+            trackers=trackers or Trackers.off(),
+        )
     finally:
         backend.close()
 
@@ -82,7 +98,9 @@ def trained_model(cfg, backend, base_model: str, dtype: str, folder: Path):
     return model
 
 
-def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: int, trackers: Trackers) -> RlStageResult:
+def _train(
+    cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: int, trackers: Trackers
+) -> RlStageResult:
     ref_model = copy.deepcopy(model).eval() if cfg.rl.kl_coef > 0 else None
     pad_id = backend.tokenizer.pad_token_id
     pad_id = min(backend.end_of_turn_ids) if pad_id is None else pad_id
@@ -97,8 +115,13 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
     rng = random.Random(derive_seed(cfg.seed, "rl", stage))
     history: list[TrainingStep] = []
     Path(metrics_path).write_text("")
-    columns = (TextColumn(f"rl stage {stage}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn(f"rl stage {stage}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]}"),
+        TimeElapsedColumn(),
+    )
     with progress_bar(*columns) as progress:
         task = progress.add_task("rl", total=steps, reward="-")
         for step in range(1, steps + 1):
@@ -106,23 +129,45 @@ def _train(cfg, turns, backend, model, *, out_dir: Path, metrics_path, stage: in
             if len(order) < cfg.rl.batch_size:
                 order += rng.sample(turns, len(turns))
             batch, order = order[: cfg.rl.batch_size], order[cfg.rl.batch_size :]
-            rows = engine.run(batch, n=cfg.rl.n, seed=derive_seed(cfg.seed, stage, step), progress=False,
-                              score=scorer(cfg, root))
+            rows = engine.run(
+                batch,
+                n=cfg.rl.n,
+                seed=derive_seed(cfg.seed, stage, step),
+                progress=False,
+                score=scorer(cfg, root),
+            )
             episodes, over = drop_long_prompts(
-                [Episode(r.uid, r.prompt_ids, r.response_ids, r.response_mask, r.reward["score"])
-                 for r in rows if r.response_ids], max_prompt_len=cfg.rl.max_prompt_len)
+                [
+                    Episode(r.uid, r.prompt_ids, r.response_ids, r.response_mask, r.reward["score"])
+                    for r in rows
+                    if r.response_ids
+                ],
+                max_prompt_len=cfg.rl.max_prompt_len,
+            )
             stats = grpo_update(model, optimizer, episodes, settings, pad_id=pad_id, ref_model=ref_model)
             if step < steps or validation:  # the next rollouts (or the validation) sample the updated weights
                 backend.load_weights(model, out_dir / "rollout-weights")
             rewards = [r.reward["score"] for r in rows]
             line = TrainingStep(
-                stage=stage, step=step, reward_mean=float(np.mean(rewards)), reward_std=float(np.std(rewards)),
-                **step_behaviour([episode_behaviour(r.trajectory) for r in rows], [r.response_tokens for r in rows]),
-                ex=float(np.mean([r.execution or 0 for r in rows])), em=float(np.mean([r.exact or 0 for r in rows])),
+                stage=stage,
+                step=step,
+                reward_mean=float(np.mean(rewards)),
+                reward_std=float(np.std(rewards)),
+                **step_behaviour(
+                    [episode_behaviour(r.trajectory) for r in rows], [r.response_tokens for r in rows]
+                ),
+                ex=float(np.mean([r.execution or 0 for r in rows])),
+                em=float(np.mean([r.exact or 0 for r in rows])),
                 protocol_valid=float(np.mean([r.protocol_valid for r in rows])),
-                groups_with_signal=signal_share(episodes), **stats,
+                groups_with_signal=signal_share(episodes),
+                **stats,
                 **(validation.after_step(step, model) if validation else {}),
-                extra={"episodes_trained": len(episodes), **over, "wall_s": round(time.perf_counter() - started, 2)})
+                extra={
+                    "episodes_trained": len(episodes),
+                    **over,
+                    "wall_s": round(time.perf_counter() - started, 2),
+                },
+            )
             history.append(line)
             with open(metrics_path, "a") as handle:
                 handle.write(json.dumps(line.to_dict()) + "\n")

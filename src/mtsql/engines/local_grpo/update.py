@@ -60,9 +60,13 @@ class GrpoSettings:
 def grpo_settings(rl) -> GrpoSettings:
     """The update settings of an ``RlConfig``: ``batch_size / mini_batch_size`` optimizer steps per
     batch, ``micro_batch_size_per_gpu`` episodes per pass, the rollout's temperature."""
-    return GrpoSettings(clip_ratio=rl.clip_ratio, kl_coef=rl.kl_coef, temperature=rl.temperature,
-                        mini_batches=max(1, rl.batch_size // max(1, rl.mini_batch_size)),
-                        micro_batch=max(1, rl.micro_batch_size_per_gpu))
+    return GrpoSettings(
+        clip_ratio=rl.clip_ratio,
+        kl_coef=rl.kl_coef,
+        temperature=rl.temperature,
+        mini_batches=max(1, rl.batch_size // max(1, rl.mini_batch_size)),
+        micro_batch=max(1, rl.micro_batch_size_per_gpu),
+    )
 
 
 def drop_long_prompts(episodes: list[Episode], *, max_prompt_len: int) -> tuple[list[Episode], dict]:
@@ -75,11 +79,20 @@ def drop_long_prompts(episodes: list[Episode], *, max_prompt_len: int) -> tuple[
 def _actor_config(settings: GrpoSettings, batch_tokens: int):
     from omegaconf import OmegaConf
 
-    return OmegaConf.create({"clip_ratio": settings.clip_ratio, "clip_ratio_low": None, "clip_ratio_high": None,
-                             "clip_ratio_c": 3.0, "global_batch_info": {"batch_num_tokens": batch_tokens}})
+    return OmegaConf.create(
+        {
+            "clip_ratio": settings.clip_ratio,
+            "clip_ratio_low": None,
+            "clip_ratio_high": None,
+            "clip_ratio_c": 3.0,
+            "global_batch_info": {"batch_num_tokens": batch_tokens},
+        }
+    )
 
 
-def pad_batch(episodes: list[Episode], pad_id: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+def pad_batch(
+    episodes: list[Episode], pad_id: int, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
     """Left-pad prompts and right-pad responses so every response starts at the same column."""
     p_len = max(len(e.prompt_ids) for e in episodes)
     r_len = max(len(e.response_ids) for e in episodes)
@@ -92,8 +105,12 @@ def pad_batch(episodes: list[Episode], pad_id: int, device: str | torch.device =
         ids[row, p_len : p_len + r] = torch.tensor(ep.response_ids)
         attention[row, p_len - p : p_len + r] = 1
         mask[row, :r] = torch.tensor(ep.response_mask, dtype=torch.float32)
-    return {"input_ids": ids.to(device), "attention_mask": attention.to(device), "response_mask": mask.to(device),
-            "prompt_len": p_len}
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": attention.to(device),
+        "response_mask": mask.to(device),
+        "prompt_len": p_len,
+    }
 
 
 def response_logprobs(model, batch: dict, temperature: float = 1.0) -> torch.Tensor:
@@ -106,8 +123,9 @@ def response_logprobs(model, batch: dict, temperature: float = 1.0) -> torch.Ten
     mask = batch["response_mask"]
     columns = mask.any(0).nonzero().squeeze(-1)  # response columns with a model token in some row
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                   logits_to_keep=columns + p_len - 1).logits  # the logits at t predict the token at t + 1
+    logits = model(
+        input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=columns + p_len - 1
+    ).logits  # the logits at t predict the token at t + 1
     picked = logprobs_from_logits(logits.float() / temperature, ids[:, p_len + columns]) * mask[:, columns]
     return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).index_copy(1, columns, picked)
 
@@ -127,8 +145,9 @@ def signal_share(episodes: list[Episode]) -> float:
     return groups_with_signal((ep.group, ep.reward) for ep in episodes)
 
 
-def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSettings, *, pad_id: int,
-                ref_model=None) -> dict[str, float]:
+def grpo_update(
+    model, optimizer, episodes: list[Episode], settings: GrpoSettings, *, pad_id: int, ref_model=None
+) -> dict[str, float]:
     """One rollout batch of GRPO: advantages, then ``mini_batches`` optimizer steps, each
     accumulating gradients over micro-batches of ``micro_batch`` episodes. Returns the mean over
     steps of the token-mean policy loss, KL, gradient norm and clip fraction."""
@@ -154,10 +173,21 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
 
     model.eval()
     with torch.no_grad():  # before any optimizer step: with one step, the new log-probs detached are the old
-        olds = [[None] * len(micro_batches(step)) if len(steps) == 1 else
-                [logprobs(model, batch_of(part)) for part in micro_batches(step)] for step in steps]
-        refs = [[logprobs(ref_model, batch_of(part)) if ref_model is not None and settings.kl_coef > 0
-                 else None for part in micro_batches(step)] for step in steps]
+        olds = [
+            [None] * len(micro_batches(step))
+            if len(steps) == 1
+            else [logprobs(model, batch_of(part)) for part in micro_batches(step)]
+            for step in steps
+        ]
+        refs = [
+            [
+                logprobs(ref_model, batch_of(part))
+                if ref_model is not None and settings.kl_coef > 0
+                else None
+                for part in micro_batches(step)
+            ]
+            for step in steps
+        ]
     stats: dict[str, list[float]] = {key: [] for key in STATS}
     model.train()
     for step, step_olds, step_refs in zip(steps, olds, refs, strict=True):
@@ -171,14 +201,23 @@ def grpo_update(model, optimizer, episodes: list[Episode], settings: GrpoSetting
             batch = batch_of(part)
             mask = batch["response_mask"]
             new = logprobs(model, batch)
-            loss, metrics = policy_loss(old_log_prob=new.detach() if old is None else old, log_prob=new,
-                                        advantages=adv[part].unsqueeze(-1) * mask, response_mask=mask,
-                                        loss_agg_mode=LOSS_AGG_MODE, config=config)
+            loss, metrics = policy_loss(
+                old_log_prob=new.detach() if old is None else old,
+                log_prob=new,
+                advantages=adv[part].unsqueeze(-1) * mask,
+                response_mask=mask,
+                loss_agg_mode=LOSS_AGG_MODE,
+                config=config,
+            )
             totals["pg_loss"] += float(loss.detach())
             totals["clipfrac"] += metrics["actor/pg_clipfrac"] * float(mask.sum()) / tokens
             if ref is not None:
-                kl = agg_loss(loss_mat=kl_penalty(new, ref, settings.kl_type), loss_mask=mask,
-                              loss_agg_mode=LOSS_AGG_MODE, batch_num_tokens=tokens)
+                kl = agg_loss(
+                    loss_mat=kl_penalty(new, ref, settings.kl_type),
+                    loss_mask=mask,
+                    loss_agg_mode=LOSS_AGG_MODE,
+                    batch_num_tokens=tokens,
+                )
                 loss = loss + settings.kl_coef * kl
                 totals["kl"] += float(kl.detach())
             loss.backward()  # frees this micro-batch's graph; gradients add up in .grad

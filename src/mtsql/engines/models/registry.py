@@ -33,8 +33,11 @@ INFO_FILE = "mtsql_model.json"
 # How an alias is built; a cached folder of an older recipe is rebuilt. tiny-qwen3 2: head_dim 32, the
 # smallest vLLM's CPU attention runs (it refused 16).
 RECIPES = {"tiny-qwen3": 2}
-TEMPLATE_OF = {"tiny-qwen25": "qwen", "tiny-llama3": "llama3",  # an alias's chat family (else qwen3_nothink)
-               "tiny-smollm2": "smollm2"}
+TEMPLATE_OF = {
+    "tiny-qwen25": "qwen",
+    "tiny-llama3": "llama3",  # an alias's chat family (else qwen3_nothink)
+    "tiny-smollm2": "smollm2",
+}
 
 
 def models_dir() -> Path:
@@ -57,7 +60,9 @@ def make_tiny(family: str = "qwen3", force: bool = False) -> Path:
     ``smollm2``)."""
     alias = f"tiny-{family}"
     if alias not in _MAKEABLE:
-        raise UsageError(f"no tiny model for '{family}': choose {', '.join(a.removeprefix('tiny-') for a in _MAKEABLE)}")
+        raise UsageError(
+            f"no tiny model for '{family}': choose {', '.join(a.removeprefix('tiny-') for a in _MAKEABLE)}"
+        )
     return _ensure(alias, _MAKEABLE[alias], force)
 
 
@@ -84,7 +89,9 @@ def model_folder(name: str) -> Path:
     if is_hub_id(name):
         return hub_model_dir(name)
     known = ", ".join([*_PULLABLE, *_MAKEABLE])
-    raise UsageError(f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}")
+    raise UsageError(
+        f"model '{name}' is neither a folder that exists, an HF id (org/name), nor one of {known}"
+    )
 
 
 def local_model_folder(name: str) -> Path | None:
@@ -143,13 +150,17 @@ def fetch_hub_model(repo_id: str) -> Path:
         snapshot_download(repo_id=repo_id, local_dir=partial)
     except (OSError, ValueError, httpx.HTTPError) as exc:  # offline, unreachable, unknown or gated repo
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise UsageError(f"cannot fetch model '{repo_id}' from the Hugging Face Hub ({type(exc).__name__}: {reason}); "
-                         "run once where the Hub is reachable (HF_TOKEN for a gated model, HF_ENDPOINT for a "
-                         "mirror), or set model.name to a local model folder") from None
+        raise UsageError(
+            f"cannot fetch model '{repo_id}' from the Hugging Face Hub ({type(exc).__name__}: {reason}); "
+            "run once where the Hub is reachable (HF_TOKEN for a gated model, HF_ENDPOINT for a "
+            "mirror), or set model.name to a local model folder"
+        ) from None
     missing = missing_model_files(partial)
     if missing:
-        raise UsageError(f"the download of '{repo_id}' in {partial} lacks {', '.join(missing)}; "
-                         "delete that folder and fetch again where the Hub is reachable")
+        raise UsageError(
+            f"the download of '{repo_id}' in {partial} lacks {', '.join(missing)}; "
+            "delete that folder and fetch again where the Hub is reachable"
+        )
     os.replace(partial, dest)
     return dest
 
@@ -196,9 +207,15 @@ def _ensure(alias: str, build: Callable[[Path], dict], force: bool) -> Path:
     if dest.exists() and not force and _recipe_of(dest) == RECIPES.get(alias, 1):
         missing = missing_model_files(dest)
         if missing:
-            how = f"mtsql models make-tiny {alias.removeprefix('tiny-')}" if alias in _MAKEABLE else f"mtsql models pull {alias}"
-            raise UsageError(f"model folder {dest}: file missing: {', '.join(missing)} (deleted?); rebuild it with "
-                             f"`{how} --force`")
+            how = (
+                f"mtsql models make-tiny {alias.removeprefix('tiny-')}"
+                if alias in _MAKEABLE
+                else f"mtsql models pull {alias}"
+            )
+            raise UsageError(
+                f"model folder {dest}: file missing: {', '.join(missing)} (deleted?); rebuild it with "
+                f"`{how} --force`"
+            )
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias}.", dir=dest.parent))
@@ -243,22 +260,35 @@ def verify_model(folder: Path, template: str = "qwen3_nothink") -> None:
     chat = ChatFormat(tokenizer, template)
     prompt = chat.prompt_ids([{"role": "user", "content": "Say hello."}])
     if chat.render_ids([{"role": "user", "content": "Say hello."}]) != tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Say hello."}], add_generation_prompt=True, tokenize=True, return_dict=False
+        [{"role": "user", "content": "Say hello."}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
     ):
         raise MtsqlError(f"{folder}: the tokenizer's chat template disagrees with mtsql.core.chat_format")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     with torch.inference_mode():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=8, do_sample=False)
+        out = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=8,
+            do_sample=False,
+        )
     if out.shape[1] <= len(prompt):
         raise MtsqlError(f"{folder}: the model generated nothing for a chat prompt")
 
 
 _PULLABLE: dict[str, Callable[[Path], dict]] = {"smollm2-135m": smollm2.build}
 _MAKEABLE: dict[str, Callable[[Path], dict]] = {
-    "tiny-qwen3": tiny_qwen3.build, "tiny-qwen25": tiny_qwen3.build_qwen25, "tiny-llama3": tiny_llama3.build,
+    "tiny-qwen3": tiny_qwen3.build,
+    "tiny-qwen25": tiny_qwen3.build_qwen25,
+    "tiny-llama3": tiny_llama3.build,
     "tiny-smollm2": tiny_smollm2.build,
 }
-_RECIPE_CONTEXT = {"smollm2-135m": smollm2.CONTEXT, "tiny-qwen3": tiny_qwen3.CONTEXT,  # before it is built
-                   "tiny-qwen25": tiny_qwen3.CONTEXT, "tiny-llama3": tiny_llama3.CONTEXT,
-                   "tiny-smollm2": smollm2.CONTEXT}
+_RECIPE_CONTEXT = {
+    "smollm2-135m": smollm2.CONTEXT,
+    "tiny-qwen3": tiny_qwen3.CONTEXT,  # before it is built
+    "tiny-qwen25": tiny_qwen3.CONTEXT,
+    "tiny-llama3": tiny_llama3.CONTEXT,
+    "tiny-smollm2": smollm2.CONTEXT,
+}

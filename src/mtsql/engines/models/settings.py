@@ -25,7 +25,9 @@ class ModelConfig:
     # auto: bfloat16 on CUDA, float32 on CPU (resolve_dtype), but vLLM also takes bfloat16 on CPUs that compute
     # it natively and the local RL engine trains in float32 everywhere (each says why where it decides)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = result("auto")
-    device: str = result("cpu")  # hf backend: cpu | cuda | cuda:N (the device picks dtype auto's dtype and kernels)
+    device: str = result(
+        "cpu"
+    )  # hf backend: cpu | cuda | cuda:N (the device picks dtype auto's dtype and kernels)
 
 
 def resolve_dtype(dtype: str, device: str, *, auto: str | None = None) -> str:

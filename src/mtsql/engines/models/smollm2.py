@@ -27,8 +27,10 @@ def build(folder: Path) -> dict:
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
         )
     if model.config.max_position_embeddings != CONTEXT:  # the config reads CONTEXT before the model is built
-        raise MtsqlError(f"{member}: a context of {model.config.max_position_embeddings} tokens, not the {CONTEXT} "
-                         "of smollm2.CONTEXT")
+        raise MtsqlError(
+            f"{member}: a context of {model.config.max_position_embeddings} tokens, not the {CONTEXT} "
+            "of smollm2.CONTEXT"
+        )
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(folder)
@@ -54,11 +56,17 @@ def smollm2_tokenizer(gguf_path: Path, template: str = CHAT_TEMPLATE):
     merges = [tuple(pair.split(" ", 1)) for pair in value("tokenizer.ggml.merges")]
     backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
     backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True),
-         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
     )
     backend.decoder = decoders.ByteLevel()
-    control = [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types, strict=True) if kind == 3]
+    control = [
+        AddedToken(t, special=True, normalized=False)
+        for t, kind in zip(tokens, types, strict=True)
+        if kind == 3
+    ]
     backend.add_special_tokens(control)
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,

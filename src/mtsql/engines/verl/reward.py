@@ -25,15 +25,25 @@ from mtsql.core.trajectories import BEHAVIOUR, episode_behaviour
 TRAJECTORY_KEY = "mtsql_trajectory"
 RESPONSE_TOKENS_KEY = "mtsql_response_tokens"
 OK_KEY = "trajectory_ok"
-BEHAVIOUR_KEYS = (*BEHAVIOUR, "response_tokens")  # what the episode did: read back per step by main_ppo.step_samples_of
+BEHAVIOUR_KEYS = (
+    *BEHAVIOUR,
+    "response_tokens",
+)  # what the episode did: read back per step by main_ppo.step_samples_of
 VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 logger = logging.getLogger(__name__)
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None,
-                  reward: Mapping | None = None, sql: Mapping | None = None, data_root: str | None = None,
-                  **verl_kwargs: Any) -> dict[str, float]:
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: Any = None,
+    reward: Mapping | None = None,
+    sql: Mapping | None = None,
+    data_root: str | None = None,
+    **verl_kwargs: Any,
+) -> dict[str, float]:
     """The ``score_keys`` of the reward config: the rewards (``score`` = the configured family's
     total), the episode's behaviour (``trajectories.episode_behaviour`` and its model tokens, which
     verl's rollout dump keeps per step for the report) and ``trajectory_ok``.
@@ -44,7 +54,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     """
     unknown = set(verl_kwargs) - VERL_KWARGS
     if unknown:
-        raise TypeError(f"compute_score got unknown reward_kwargs {sorted(unknown)}: use reward, sql, data_root")
+        raise TypeError(
+            f"compute_score got unknown reward_kwargs {sorted(unknown)}: use reward, sql, data_root"
+        )
     reward_cfg = config_section(RewardConfig, reward, source="reward_kwargs", prefix="reward")
     sql_cfg = config_section(SqlConfig, sql, source="reward_kwargs", prefix="sql")
     trajectory, problem = read_trajectory(extra_info)
@@ -52,8 +64,14 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
         logger.warning("compute_score(%s): %s; scoring 0", data_source, problem)
         return dict.fromkeys(score_keys(reward_cfg), 0.0)
     tokens = _int_or_none(extra_info.get(RESPONSE_TOKENS_KEY))
-    scores = compute_rewards(trajectory, ground_truth, reward_cfg, sql_cfg=sql_cfg,
-                             data_root=Path(data_root) if data_root else None, response_tokens=tokens)
+    scores = compute_rewards(
+        trajectory,
+        ground_truth,
+        reward_cfg,
+        sql_cfg=sql_cfg,
+        data_root=Path(data_root) if data_root else None,
+        response_tokens=tokens,
+    )
     behaviour = {key: float(value) for key, value in episode_behaviour(trajectory).items()}
     return {**scores, **behaviour, "response_tokens": float(tokens or 0), OK_KEY: 1.0}
 

@@ -16,8 +16,12 @@ class VerlSettings:
     nnodes: Devices = result(1)
     ray_address: str | None = operational(None)  # a Ray cluster to join (None: start one for the stage)
     rollout_name: Literal["vllm", "sglang"] = result("vllm")
-    rollout_tp: Devices = operational(1)  # tensor parallel size of the rollout server: the same model split over
-                                          # GPUs
+    rollout_tp: Devices = operational(
+        1
+    )  # tensor parallel size of the rollout server: the same model split over
+    # GPUs
     extra: tuple[str, ...] = result(())  # more Hydra overrides for main_ppo, appended to the command
-    extra_override: bool = operational(False)  # let rl.verl.extra replace overrides mtsql sets (else that is an
-                                               # error); extra, hashed, holds the values that win
+    extra_override: bool = operational(
+        False
+    )  # let rl.verl.extra replace overrides mtsql sets (else that is an
+    # error); extra, hashed, holds the values that win
