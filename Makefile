@@ -71,6 +71,7 @@ reproduce: setup
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV)

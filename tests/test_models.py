@@ -229,8 +229,8 @@ def test_tiny_smollm2_carries_smollm2s_tokens_and_template(tiny_smollm2):
     assert tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]) == [1, 2]
     hello = [{"role": "user", "content": "Hi"}]
     assert tokenizer.apply_chat_template(hello, tokenize=False, add_generation_prompt=True) == (
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face.<|im_end|>\n"
-        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face."
+        "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     )
     assert AutoConfig.from_pretrained(tiny_smollm2).vocab_size == 49_152
 

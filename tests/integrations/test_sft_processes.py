@@ -82,7 +82,8 @@ def examples() -> list[dict]:
 
 
 def train(tmp_path: Path, model: Path, name: str, **layout):
-    """Full fine-tuning of ``model`` on ``examples()``: two steps of SGD, seed 3; ``layout``: batch and processes."""
+    """Full fine-tuning of ``model`` on ``examples()``: two steps of SGD, seed 3; ``layout``: batch and
+    processes."""
     cfg = SftConfig(
         finetuning_type="full",
         max_steps=2,
@@ -106,14 +107,15 @@ def train(tmp_path: Path, model: Path, name: str, **layout):
 
 @pytest.mark.slow
 def test_two_cpu_processes_train_as_one_process_of_the_same_global_batch(tmp_path, tiny_qwen3):
-    """``sft.nproc_per_node=2`` (torchrun, gloo, a batch of 1 per process) against one process with a batch of 2:
-    the same examples in each step, so the same loss, gradient norm and weights up to float32 summation order.
+    """``sft.nproc_per_node=2`` (torchrun, gloo, a batch of 1 per process) against one process with a batch of
+    2: the same examples in each step, so the same loss, gradient norm and weights up to float32 summation
+    order.
 
-    Tolerances: the per-step loss and gradient norm to 1e-5 relative, the change of every weight tensor to 1e-4
-    of its norm. What differs is only the order of float32 sums (a padded batch of 2 against two batches of 1
-    whose gradients gloo averages); on the 2-core machine the two agreed to ~1e-7 (docs/results.md). A process
-    given the other's examples, a loss averaged per process instead of over the global batch, or gradients
-    summed instead of averaged changes both by far more."""
+    Tolerances: the per-step loss and gradient norm to 1e-5 relative, the change of every weight tensor to
+    1e-4 of its norm. What differs is only the order of float32 sums (a padded batch of 2 against two batches
+    of 1 whose gradients gloo averages); on the 2-core machine the two agreed to ~1e-7 (docs/results.md). A
+    process given the other's examples, a loss averaged per process instead of over the global batch, or
+    gradients summed instead of averaged changes both by far more."""
     from safetensors.torch import load_file
 
     one = train(tmp_path, tiny_qwen3, "one", batch_size=2)

@@ -1,5 +1,5 @@
-"""verl with more than one worker on the CPUs: ``rl.verl.n_gpus_per_node`` worker processes (each an FSDP2 rank
-over gloo with a vLLM engine of its own) against one worker of the same global batch."""
+"""verl with more than one worker on the CPUs: ``rl.verl.n_gpus_per_node`` worker processes (each an FSDP2
+rank over gloo with a vLLM engine of its own) against one worker of the same global batch."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def overrides(tmp_path: Path, *settings: str) -> dict[str, str]:
 
 
 def test_each_cpu_worker_is_a_gpu_of_the_private_ray_cluster(tmp_path):
-    """verl places one worker per GPU bundle: on the CPUs ``rl.verl.n_gpus_per_node`` workers, and the private Ray
-    cluster says it has that many GPUs (else the placement group never schedules)."""
+    """verl places one worker per GPU bundle: on the CPUs ``rl.verl.n_gpus_per_node`` workers, and the private
+    Ray cluster says it has that many GPUs (else the placement group never schedules)."""
     for workers in (1, 2):
         pairs = overrides(tmp_path, f"rl.verl.n_gpus_per_node={workers}")
         assert (pairs["trainer.n_gpus_per_node"], pairs["+ray_kwargs.ray_init.num_gpus"]) == (
@@ -114,15 +114,16 @@ def train_rl(runs: Path, workers: int, *more: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.timeout(2 * RUN_S + 120)
 def test_two_cpu_workers_update_as_one_worker_of_the_same_global_batch(verl_python, tiny_qwen3, tmp_path):
-    """``rl.verl.n_gpus_per_node=2`` (two FSDP2 ranks over gloo, each with a vLLM engine, the batch split between
-    them) against one worker: the same rollouts, rewards and advantages, and the same update up to float32
-    summation order.
+    """``rl.verl.n_gpus_per_node=2`` (two FSDP2 ranks over gloo, each with a vLLM engine, the batch split
+    between them) against one worker: the same rollouts, rewards and advantages, and the same update up to
+    float32 summation order.
 
-    Tolerances: the gradient norm to 1e-4 relative, the loss to 1e-5 absolute, each weight tensor's change to
-    1e-3 of its norm. What differs is the order of float32 sums (verl divides each rank's token sum by the global token
-    count and gloo adds the ranks' gradients) and the padding of each micro-batch; a rank given the other's
-    samples, a loss averaged per rank, or gradients summed instead of averaged changes the update by far more.
-    The one-worker run also logs to TensorBoard and MLflow: verl's own step reward and mtsql's are read back."""
+    Tolerances: the gradient norm to 1e-4 relative, the loss to 1e-5 absolute, each weight tensor's change
+    to 1e-3 of its norm. What differs is the order of float32 sums (verl divides each rank's token sum by the
+    global token count and gloo adds the ranks' gradients) and the padding of each micro-batch; a rank given
+    the other's samples, a loss averaged per rank, or gradients summed instead of averaged changes the update
+    by far more. The one-worker run also logs to TensorBoard and MLflow: verl's own step reward and mtsql's
+    are read back."""
     from safetensors.torch import load_file
 
     from ..tracker_files import mlflow_run, tensorboard_scalars
@@ -149,7 +150,8 @@ def test_two_cpu_workers_update_as_one_worker_of_the_same_global_batch(verl_pyth
     assert first["critic/advantages/max"] > 0 > first["critic/advantages/min"]
     assert math.isclose(first["actor/grad_norm"], second["actor/grad_norm"], rel_tol=1e-4)
     assert first["actor/grad_norm"] > 0
-    # the loss is a mean of whitened advantages (x ratio 1), ~0 by construction: to 1e-5 of the advantages' scale
+    # the loss is a mean of whitened advantages (x ratio 1), ~0 by construction: to 1e-5 of the advantages'
+    # scale
     assert math.isclose(first["actor/pg_loss"], second["actor/pg_loss"], abs_tol=1e-5)
 
     base = load_file(tiny_qwen3 / "model.safetensors")

@@ -1,4 +1,5 @@
-"""The verl layout test's reward: mtsql's own ``compute_score`` plus the share of ASCII letters in the gold SQL.
+"""The verl layout test's reward: mtsql's own ``compute_score`` plus the share of ASCII letters in the gold
+SQL.
 
 Its rollouts are greedy (so that one and two vLLM engines generate the same tokens), and the tiny random
 model then writes the same text for every prompt; a term of the gold query still differs between prompts, so

@@ -11,7 +11,8 @@ from mtsql.core.trajectories import ScoredRow, read_rows
 
 
 def scored(**fields) -> ScoredRow:
-    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields`` changed."""
+    """A real scored row (the scripted episode of tests/fixtures/scored_rows.jsonl) with ``fields``
+    changed."""
     return replace(
         read_rows(Path(__file__).resolve().parents[1] / "fixtures" / "scored_rows.jsonl")[0], **fields
     )
@@ -93,8 +94,9 @@ def test_nothing_to_divide_is_none():
 
 
 def test_scripted_self_corrections_are_calibrated_and_followed():
-    """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the gold,
-    says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and acted on."""
+    """gold_with_correction runs a wrong variant (a different result or an error), says no_pass, runs the
+    gold, says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and
+    acted on."""
     from mtsql.app.config import Config
     from mtsql.base.config import ConfigView
     from mtsql.base.paths import FIXTURE_DATA

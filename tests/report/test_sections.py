@@ -36,8 +36,8 @@ def test_experiment_sections_show_only_where_the_pipeline_names_them(tmp_path):
 
 
 def test_sections_whose_needs_the_run_lacks_are_left_out(tmp_path):
-    """A run with no evaluation, no round and no RL chain: the summary says so, provenance lists what it holds,
-    and no section renders an empty table, whichever experiment sections are named."""
+    """A run with no evaluation, no round and no RL chain: the summary says so, provenance lists what it
+    holds, and no section renders an empty table, whichever experiment sections are named."""
     named = {name: section.settings() for name, section in EXPERIMENT.items()}
     view = RunView(tmp_path, {}, {}, {}, tmp_path / "plots")
     text = "\n".join(render(view, named))

@@ -137,7 +137,8 @@ def test_a_single_rl_step_reads_as_one():
     assert summary(many) == "3 steps, reward 0.5 → 0.7, 1 without signal"
     assert (
         summary({"stage": "rl", "metrics": {"steps": 3, "reward_last": 0.7}})
-        == "not an RL stage's metrics: no engine, items, picked_step (written by another mtsql): rerun its stage"
+        == "not an RL stage's metrics: no engine, items, picked_step (written by another mtsql): "
+        "rerun its stage"
     )
 
 

@@ -83,7 +83,8 @@ REMOVED = {  # keys mtsql no longer reads: the error says what to use instead
         )
     },
     **{
-        old: "moved: trackers.tensorboard / trackers.wandb / trackers.mlflow turn each dashboard on, for every stage"
+        old: "moved: trackers.tensorboard / trackers.wandb / trackers.mlflow turn each dashboard on, "
+        "for every stage"
         for old in ("sft.logger", "rl.logger", "rl.verl.logger")
     },
     # settings that moved into the sub-section of the engine that reads them

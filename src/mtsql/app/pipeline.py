@@ -233,7 +233,8 @@ def rl(
 
 
 def rl_result_of(art: Artifact) -> RlStageResult:
-    """The typed metrics of an rl artifact, either engine's; one written in another shape is refused in one line."""
+    """The typed metrics of an rl artifact, either engine's; one written in another shape is refused in
+    one line."""
     try:
         return RlStageResult.from_dict(art.metrics)
     except ValueError as exc:

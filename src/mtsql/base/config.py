@@ -108,9 +108,9 @@ def operational(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
 # of an engine the stage does not run never reruns it.
 @dataclass(frozen=True)
 class Engine:
-    """One line of a family's registry: the engine's settings (``cfg.<section>.<name>``) and its code, a module
-    named in full (imported only when the engine is used; the code digest of a stage follows the name) and,
-    for a family of classes, the class in it."""
+    """One line of a family's registry: the engine's settings (``cfg.<section>.<name>``) and its code, a
+    module named in full (imported only when the engine is used; the code digest of a stage follows the name)
+    and, for a family of classes, the class in it."""
 
     settings: type
     module: str
@@ -126,7 +126,8 @@ def engines_of(section: type[EngineOwned]) -> dict[str, type]:
 class EngineOwned:
     """A section whose ``SELECTOR`` field names one of the engines of its family's registry (``ENGINES``);
     ``owned[name]`` is engine ``name``'s settings (its defaults where the config sets none), which the section
-    also gives as a typed property, ``cfg.<section>.<engine>``, so that readers and type checkers see its fields."""
+    also gives as a typed property, ``cfg.<section>.<engine>``, so that readers and type checkers see its
+    fields."""
 
     SELECTOR: typing.ClassVar[str]
     ENGINES: typing.ClassVar[Mapping[str, Engine]]  # the family's registry
@@ -416,7 +417,8 @@ class ConfigView:
         )
 
     def replace(self, **sections: dict) -> ConfigView:
-        """A view of a config with some fields of declared sections changed: ``view.replace(sample={"n": 1})``."""
+        """A view of a config with some fields of declared sections changed:
+        ``view.replace(sample={"n": 1})``."""
         for name in sections:
             getattr(self, name)  # only declared sections may change
         return ConfigView(

@@ -46,7 +46,8 @@ def validation_turns(cfg) -> list:
 
 
 def best_step(steps: list[TrainingStep]) -> int | None:
-    """The step of the highest ``val_reward_mean`` among ``steps`` that were validated (None when none was)."""
+    """The step of the highest ``val_reward_mean`` among ``steps`` that were validated (None when none
+    was)."""
     scored = [(step.val_reward_mean, -step.step) for step in steps if step.val_reward_mean is not None]
     return -max(scored)[1] if scored else None
 

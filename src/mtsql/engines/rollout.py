@@ -203,7 +203,8 @@ class RolloutEngine:
         caller closes it), else the engine makes ``sample.backend`` for ``model`` and ``close`` releases
         it (a managed vLLM server logs to ``log_path``); ``temperature``, ``top_p`` and ``max_new_tokens``
         override ``sample``'s (the RL engines sample by their own settings); ``max_response_tokens`` bounds
-        each episode's response (the RL engines' response length). Use it as a context manager: ``with RolloutEngine.from_config(...)``."""
+        each episode's response (the RL engines' response length). Use it as a context manager:
+        ``with RolloutEngine.from_config(...)``."""
 
         def make_env():
             return SqlAgentEnv(cfg.env, cfg.sql, data_root)

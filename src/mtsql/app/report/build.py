@@ -47,10 +47,10 @@ def _write(tmp: Path, view: RunView, damaged: list[str], sections: dict[str, Any
     lines = [
         f"# mtsql report: {view.run.name}",
         "",
-        f"Model {model or '(no evaluation)'}; {len(view.arts)} artifacts. Every rate is given in % with its 95 % "
-        "Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval of "
-        "their difference (Newcombe's score interval, built from the two Wilson intervals): where it holds "
-        "0, the run does not show a difference.",
+        f"Model {model or '(no evaluation)'}; {len(view.arts)} artifacts. Every rate is given in % with its "
+        "95 % Wilson interval in brackets and its count (k/n). Two phases are compared by the 95 % interval "
+        "of their difference (Newcombe's score interval, built from the two Wilson intervals): where it "
+        "holds 0, the run does not show a difference.",
         "",
     ]
     if damaged:

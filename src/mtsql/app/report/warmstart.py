@@ -1,11 +1,11 @@
 """The warm-start ablation side by side (``pipelines/warmstart-ablation.yaml``, docs/method.md).
 
-One row per long-horizon evaluation of an SFT *variant*'s model (its key's ``model_variant``: the model of
-a labelled ``sft-iterate`` step) and dev set: what that model trained on
-(sampled trajectories holding a correction, from the sample artifact its reject input read), EX, the ``exec_verify`` calibration (no_pass said, of them
-on wrong queries; precision and recall of no_pass), after a failed ``exec_sql`` how often another query
-ran and how often the turn still ended right, the revisions that made a wrong query right against a
-right one wrong, and EX against the short-horizon SFT model of the same items and budget (the sft
+One row per long-horizon evaluation of an SFT *variant*'s model (its key's ``model_variant``: the model of a
+labelled ``sft-iterate`` step) and dev set: what that model trained on (sampled trajectories holding a
+correction, from the sample artifact its reject input read), EX, the ``exec_verify`` calibration (no_pass
+said, of them on wrong queries; precision and recall of no_pass), after a failed ``exec_sql`` how often
+another query ran and how often the turn still ended right, the revisions that made a wrong query right
+against a right one wrong, and EX against the short-horizon SFT model of the same items and budget (the sft
 evaluation in short mode, that of the pipeline's ``report.warmstart.baseline`` model when it names one) with
 the 95 % interval of the difference. Shown when the pipeline file names the section and the run holds such an
 evaluation.
@@ -27,8 +27,9 @@ from mtsql.base.files import read_json
 
 @dataclass(frozen=True)
 class WarmstartSettings:
-    """``report.warmstart`` of a pipeline file: ``baseline``, the SFT model (``sft-<variant>``) whose short-horizon
-    evaluation every design is set against (None: the preferred short-horizon SFT evaluation)."""
+    """``report.warmstart`` of a pipeline file: ``baseline``, the SFT model (``sft-<variant>``) whose
+    short-horizon evaluation every design is set against (None: the preferred short-horizon SFT
+    evaluation)."""
 
     baseline: str | None = None
 
@@ -50,7 +51,8 @@ class WarmstartSettings:
 
 
 def variant_evaluations(evals: dict[str, Artifact]) -> dict[str, Artifact]:
-    """label -> evaluation, of the long-horizon evaluations of an SFT variant's model (its key's ``model_variant``)."""
+    """label -> evaluation, of the long-horizon evaluations of an SFT variant's model (its key's
+    ``model_variant``)."""
     return {
         label: art
         for label, art in evals.items()
@@ -74,8 +76,8 @@ def short_baseline(evals: dict[str, Artifact], variant: str | None) -> Artifact 
 
 
 def trained_corrections(evaluation: Artifact) -> str | None:
-    """``k/n``: the sampled trajectories the scored model's SFT round chose from that hold a correction (a no_pass,
-    then another query), following the manifests: evaluation -> sft -> reject -> sample."""
+    """``k/n``: the sampled trajectories the scored model's SFT round chose from that hold a correction (a
+    no_pass, then another query), following the manifests: evaluation -> sft -> reject -> sample."""
     sampled = evaluation
     for name in ("model", "reject", "sample"):
         sampled = _upstream(sampled, name) if sampled is not None else None
@@ -120,8 +122,9 @@ def warmstart_section(evals: dict[str, Artifact], settings: WarmstartSettings) -
     return [
         "## Warm-start designs side by side",
         "",
-        "Each long-horizon SFT variant of this run on each dev set (`pipelines/warmstart-ablation.yaml`): the "
-        "sampled trajectories its SFT round chose from that hold a correction (a no_pass, then another query), EX, the `exec_verify` verdicts "
+        "Each long-horizon SFT variant of this run on each dev set (`pipelines/warmstart-ablation.yaml`): "
+        "the sampled trajectories its SFT round chose from that hold a correction (a no_pass, then another "
+        "query), EX, the `exec_verify` verdicts "
         "(no_pass said, in brackets those said of wrong queries; *precision no_pass* = wrong among no_pass, "
         "*recall no_pass* = no_pass among wrong), after a failed `exec_sql` the turns in which another query "
         "ran and those whose answer was right all the same (`measures.revisions`, n = turns with a failed "

@@ -50,7 +50,8 @@ class EnvConfig:
     # calls (exec_sql(code), memory_retrieve(code)) and
     # observation shape, first call of a message run
     # (docs/paper.md)
-    # cap on a whole observation, cut in the middle (release RL: 8000); at least agent.env.MIN_OBSERVATION_CHARS
+    # cap on a whole observation, cut in the middle (release RL: 8000); at least
+    # agent.env.MIN_OBSERVATION_CHARS
     observation_chars: Annotated[int, Range(100, most=10**7)] | None = result(None)
     error_hint: bool = result(False)  # an exec_sql error for a missing table / column also names the tables /
     # columns that exist, as a database client would; default off until the

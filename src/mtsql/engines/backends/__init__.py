@@ -2,10 +2,10 @@
 
     backend = make_backend("hf", model_path, dtype="float32", device="cpu")
 
-``BACKENDS`` (``backends/settings.py``) names the settings, module and class of each; a backend's module is imported only when it is
-made. A class reads its own settings from a config (``options``, ``training_options``):
-``backend_for`` makes the one ``sample.backend`` names, ``training_backend`` the one
-``rl.local.rollout_backend`` names. ``engine_identity`` is what a generating stage's fingerprint
+``BACKENDS`` (``backends/settings.py``) names the settings, module and class of each; a backend's module
+is imported only when it is made. A class reads its own settings from a config (``options``,
+``training_options``): ``backend_for`` makes the one ``sample.backend`` names, ``training_backend`` the
+one ``rl.local.rollout_backend`` names. ``engine_identity`` is what a generating stage's fingerprint
 records of its engine beyond the config: for the ``vllm`` backend, the vLLM version and the server
 settings that change tokens.
 """

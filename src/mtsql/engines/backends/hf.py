@@ -68,9 +68,9 @@ RECENT_NEW = 16  # earlier new conversations a new one is compared with for a co
 class HFBackend(Backend):
     """A transformers causal LM on one device (CPU by default).
 
-    ``dtype="auto"``: float32 on CPU, bfloat16 on CUDA (``models.settings.resolve_dtype``). The prefix cache keeps up to
-    ``PREFIX_CACHE_SHARE`` of the free memory (``max_cached_tokens=None``). On CUDA the backend also
-    sizes its own batches from free memory (``batch_limit``; a larger call is run in parts)
+    ``dtype="auto"``: float32 on CPU, bfloat16 on CUDA (``models.settings.resolve_dtype``). The prefix
+    cache keeps up to ``PREFIX_CACHE_SHARE`` of the free memory (``max_cached_tokens=None``). On CUDA the
+    backend also sizes its own batches from free memory (``batch_limit``; a larger call is run in parts)
     and lets the batch call prefill rows whose new part has at most ``batched_prefill`` ids
     (default: ``CUDA_BATCHED_PREFILL`` on CUDA, 0 on CPU, where rows are prefilled alone, unpadded).
     """

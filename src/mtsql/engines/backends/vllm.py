@@ -60,8 +60,8 @@ def server_spec(
     if kind == "cpu" and kv_cache_gib is None:
         kv_cache_gib = min(MAX_AUTO_KV_GIB, max(1, psutil.virtual_memory().available * KV_RAM_SHARE // 2**30))
     # auto differs from every other engine's on a CPU with native bf16 products (AVX512-BF16, AMX): vLLM's CPU
-    # kernels use them, halving an evaluation's time, at the cost of some greedy ids; model.dtype: float32 gives the
-    # hf backend's ids exactly (docs/engines.md)
+    # kernels use them, halving an evaluation's time, at the cost of some greedy ids; model.dtype: float32
+    # gives the hf backend's ids exactly (docs/engines.md)
     auto = "bfloat16" if kind == "cpu" and cpu_has_fast_bf16() else None
     return ServerSpec(
         model=str(model),

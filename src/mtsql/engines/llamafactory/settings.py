@@ -54,8 +54,8 @@ class SftConfig:
     heldout: Items0 = result(32)  # eval turns scored after each round
     nnodes: Devices = result(1)  # the world size (nnodes x nproc_per_node) multiplies the examples of a step
     nproc_per_node: Devices = result(1)
-    # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1); every rank must compute the same
-    # fingerprint, hence the same folder
+    # this machine's rank when nnodes > 1 (override per node: sft.node_rank=1); every rank must compute the
+    # same fingerprint, hence the same folder
     node_rank: Annotated[int, Range(0, most=1023)] = operational(0)
     master_addr: str = operational("127.0.0.1")
     master_port: Port = operational(29500)

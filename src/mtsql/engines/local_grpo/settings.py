@@ -1,4 +1,5 @@
-"""The local GRPO engine's own settings: ``rl.local`` in a config (registered in ``engines/rl_settings.py``)."""
+"""The local GRPO engine's own settings: ``rl.local`` in a config (registered in
+``engines/rl_settings.py``)."""
 
 from __future__ import annotations
 

@@ -52,9 +52,9 @@ def train_curriculum_stage(
     Each step draws ``rl.batch_size`` questions (a seeded shuffle, cycling), samples ``rl.n``
     trajectories of each with the current weights at ``rl.temperature`` (``rl_schedule.local_rollouts``:
     within ``rl.max_message_tokens`` a message and ``rl.max_response_len`` a response, as verl's rollouts),
-    scores them with the configured reward family and applies one GRPO update (``rl.mini_batch_size`` questions per
-    optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). Within a step, the backend's
-    prefix cache spares recomputing each conversation's earlier messages; every update clears it.
+    scores them with the configured reward family and applies one GRPO update (``rl.mini_batch_size``
+    questions per optimizer step, ``rl.micro_batch_size_per_gpu`` episodes per pass). Within a step, the
+    backend's prefix cache spares recomputing each conversation's earlier messages; every update clears it.
     One ``TrainingStep`` line per step goes to ``metrics_path``, which starts empty (this engine keeps no
     checkpoint: a rerun starts again at step 1) and to ``trackers`` (``rl_engines.step_metrics``); a
     progress bar shows the step and its mean reward.

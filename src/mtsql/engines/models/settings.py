@@ -18,12 +18,13 @@ class ModelConfig:
     tiny-smollm2), an HF id or a folder."""
 
     name: str = result("smollm2-135m")
-    # the chat family (mtsql.core.chat_format), by the name of LLaMA-Factory's template SFT uses: qwen3_nothink /
-    # qwen3 (Qwen3 without / with thinking), qwen (Qwen2.5, Qwen2.5-Coder, OmniSQL), smollm2, llama3; auto:
-    # the model's own tokenizer.chat_template (LLaMA-Factory parses it)
+    # the chat family (mtsql.core.chat_format), by the name of LLaMA-Factory's template SFT uses:
+    # qwen3_nothink / qwen3 (Qwen3 without / with thinking), qwen (Qwen2.5, Qwen2.5-Coder, OmniSQL), smollm2,
+    # llama3; auto: the model's own tokenizer.chat_template (LLaMA-Factory parses it)
     template: Literal["qwen3_nothink", "qwen3", "qwen", "smollm2", "llama3", "auto"] = result("qwen3_nothink")
-    # auto: bfloat16 on CUDA, float32 on CPU (resolve_dtype), but vLLM also takes bfloat16 on CPUs that compute
-    # it natively and the local RL engine trains in float32 everywhere (each says why where it decides)
+    # auto: bfloat16 on CUDA, float32 on CPU (resolve_dtype), but vLLM also takes bfloat16 on CPUs that
+    # compute it natively and the local RL engine trains in float32 everywhere (each says why where it
+    # decides)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = result("auto")
     device: str = result(
         "cpu"
