@@ -5,7 +5,7 @@
 Each section is declared beside the code that reads it; this module composes them (so it sits above
 every owner), says which keys mtsql no longer reads (``REMOVED``) and checks the settings that are only
 valid together. A profile may start with ``base: other.yaml`` (relative to itself) to inherit and
-override (``base.config.read_raw``)."""
+override (``base.config_files.read_raw``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from mtsql.base.config import Origins, Range, build, operational, read_raw, result
+from mtsql.base.config import Range, build, operational, result
+from mtsql.base.config_files import Origins, read_raw
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import folder_name
 from mtsql.base.slices import CURRICULUM_LABELS
