@@ -6,13 +6,11 @@ import json
 import os
 
 import pytest
-import torch
 
 from mtsql.base.errors import UsageError
 from mtsql.core.chat_format import ChatFormat
-from mtsql.engines.backends import hf, make_backend
+from mtsql.engines.backends import make_backend
 from mtsql.engines.backends.base import Generation, SamplingParams
-from mtsql.engines.backends.hf import HFBackend, _PrefixCache
 
 QUESTIONS = [
     "Hi.",
@@ -50,6 +48,8 @@ def test_batched_greedy_equals_one_prompt_at_a_time(tiny_backend, prompts):
 
 
 def test_greedy_ids_are_those_of_transformers_generate(tiny_backend, prompts, monkeypatch):
+    import torch
+
     monkeypatch.setattr(tiny_backend, "cache", None)
     ours = tiny_backend.generate(prompts, SamplingParams(max_new_tokens=10))
     for prompt, got in zip(prompts, ours, strict=True):
@@ -64,6 +64,8 @@ def test_greedy_ids_are_those_of_transformers_generate(tiny_backend, prompts, mo
 
 
 def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backend, prompts, monkeypatch):
+    from mtsql.engines.backends import hf
+
     params, seeds = SamplingParams(max_new_tokens=12, temperature=1.0), [1, 2, 3, 4]
     monkeypatch.setattr(tiny_backend, "end_of_turn_ids", frozenset())
     free = ids_of(tiny_backend.generate(prompts, params, seeds=seeds))
@@ -105,6 +107,9 @@ def test_rows_that_end_leave_the_batch_and_the_others_go_on_unchanged(tiny_backe
 def test_every_step_writes_into_the_reserved_cache(tiny_backend, prompts, monkeypatch):
     """With or without a cached prefix, new keys/values go into the preallocated buffers; none is
     concatenated (a copy of the whole cache per layer and step)."""
+    from mtsql.engines.backends import hf
+    from mtsql.engines.backends.hf import _PrefixCache
+
     concatenated = []
     update = hf.DynamicLayer.update
     monkeypatch.setattr(
@@ -127,6 +132,8 @@ def test_every_step_writes_into_the_reserved_cache(tiny_backend, prompts, monkey
 def test_rows_leave_a_plain_transformers_cache_too(tiny_backend, prompts, monkeypatch):
     """Models with other than full-attention layers decode in transformers' own cache; rows that
     end leave it the same way."""
+    from mtsql.engines.backends import hf
+
     params, seeds = SamplingParams(max_new_tokens=8, temperature=1.0), [5, 6, 7, 8]
     monkeypatch.setattr(tiny_backend, "cache", None)
     monkeypatch.setattr(tiny_backend, "end_of_turn_ids", frozenset())
@@ -205,6 +212,8 @@ def test_logprobs_are_the_model_log_probabilities(tiny_backend, prompts):
 
 
 def test_prefix_cache_reuses_earlier_turns_without_changing_results(tiny_backend, prompts, chat, monkeypatch):
+    from mtsql.engines.backends.hf import _PrefixCache
+
     params = SamplingParams(max_new_tokens=6)
     cache = _PrefixCache(max_tokens=100_000)
     monkeypatch.setattr(tiny_backend, "cache", cache)
@@ -222,6 +231,11 @@ def test_prefix_cache_reuses_earlier_turns_without_changing_results(tiny_backend
 
 
 def test_new_conversations_start_from_their_shared_opening(tiny_backend, chat, monkeypatch):
+    import torch
+
+    from mtsql.engines.backends import hf
+    from mtsql.engines.backends.hf import _PrefixCache
+
     system = "You write SQLite for the concert_singer database. " * 12  # an opening of > MIN_SHARED ids
     opened = [
         chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
@@ -247,6 +261,8 @@ def test_new_conversations_start_from_their_shared_opening(tiny_backend, chat, m
 
 
 def test_interleaved_dialogues_each_share_their_own_opening(tiny_backend, chat, monkeypatch):
+    from mtsql.engines.backends.hf import _PrefixCache
+
     system = "You write SQLite queries for the database below. " * 8
 
     def opening(db):
@@ -277,6 +293,9 @@ def test_interleaved_dialogues_each_share_their_own_opening(tiny_backend, chat, 
 
 
 def test_shared_openings_are_bounded_and_need_a_long_common_start(tiny_backend, chat, monkeypatch):
+    from mtsql.engines.backends import hf
+    from mtsql.engines.backends.hf import _PrefixCache
+
     cache = _PrefixCache(max_tokens=100_000)
     monkeypatch.setattr(tiny_backend, "cache", cache)
     for db in range(hf.MAX_SHARED + 2):
@@ -299,6 +318,8 @@ def test_shared_openings_are_bounded_and_need_a_long_common_start(tiny_backend, 
 
 
 def test_forget_drops_a_finished_conversation_but_not_the_shared_opening(tiny_backend, chat, monkeypatch):
+    from mtsql.engines.backends.hf import _PrefixCache
+
     system = "You write SQLite for the concert_singer database. " * 12
     opened = [
         chat.prompt_ids([{"role": "system", "content": system}, {"role": "user", "content": q}])
@@ -318,6 +339,9 @@ def test_forget_drops_a_finished_conversation_but_not_the_shared_opening(tiny_ba
 
 
 def test_the_prefix_cache_takes_a_share_of_the_available_memory(tiny_qwen3, monkeypatch):
+    from mtsql.engines.backends import hf
+    from mtsql.engines.backends.hf import HFBackend
+
     class Memory:
         available = 3 * 2**30
 
@@ -330,6 +354,8 @@ def test_the_prefix_cache_takes_a_share_of_the_available_memory(tiny_qwen3, monk
 
 
 def test_prefix_cache_is_bounded(tiny_backend, prompts, monkeypatch):
+    from mtsql.engines.backends.hf import _PrefixCache
+
     cache = _PrefixCache(max_tokens=max(map(len, prompts)) + 10)
     monkeypatch.setattr(tiny_backend, "cache", cache)
     tiny_backend.generate(prompts, SamplingParams(max_new_tokens=3))
@@ -337,6 +363,8 @@ def test_prefix_cache_is_bounded(tiny_backend, prompts, monkeypatch):
 
 
 def test_prefix_cache_can_be_off_or_cleared(tiny_qwen3, tiny_backend, prompts, monkeypatch):
+    from mtsql.engines.backends.hf import HFBackend, _PrefixCache
+
     assert HFBackend(tiny_qwen3, prefix_cache=False).cache is None
     monkeypatch.setattr(tiny_backend, "cache", _PrefixCache(max_tokens=1000))
     tiny_backend.generate(prompts[:1], SamplingParams(max_new_tokens=2))
@@ -389,6 +417,8 @@ def test_grouped_attention_equals_sdpa_under_padding(tiny_qwen3, tiny_backend):
 
 
 def test_batched_prefill_gives_the_row_by_row_results(tiny_backend, prompts, chat, monkeypatch):
+    from mtsql.engines.backends.hf import HFBackend, _PrefixCache
+
     params = SamplingParams(max_new_tokens=6)
     monkeypatch.setattr(tiny_backend, "cache", _PrefixCache(max_tokens=100_000))
     first = tiny_backend.generate(prompts, params)
@@ -413,6 +443,7 @@ def test_a_call_larger_than_free_memory_runs_in_parts_with_the_same_results(
     tiny_backend, prompts, monkeypatch
 ):
     from mtsql.engines.backends import hf
+    from mtsql.engines.backends.hf import HFBackend
 
     params = SamplingParams(temperature=1.0, max_new_tokens=5)
     whole = tiny_backend.generate(prompts, params, seeds=[1, 2, 3, 4])
@@ -476,6 +507,10 @@ def test_load_weights_generates_with_the_trained_model_and_drops_old_keys_values
     """The local RL engine trains the backend's own model in place (``in_process_model``) and hands it
     back after each update: the next message is a fresh backend's on the new weights, also for a
     conversation whose keys/values were kept under the old ones."""
+    import torch
+
+    from mtsql.engines.backends.hf import HFBackend
+
     backend = HFBackend(tiny_qwen3, dtype="float32")
     model = backend.in_process_model()
     params = SamplingParams(max_new_tokens=8)

@@ -11,14 +11,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
 
 from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.core.chat_format import ChatFormat
 from mtsql.engines.backends import engine_identity, make_backend
 from mtsql.engines.backends.base import SamplingParams
-from mtsql.engines.backends.hf import HFBackend
 from mtsql.engines.backends.openai import OpenAIBackend
 from mtsql.engines.backends.vllm import UNVERIFIED, VLLMBackend, server_spec
 from mtsql.engines.backends.vllm_server import SERVED_NAME, signal_group
@@ -65,6 +63,8 @@ def test_tiny_model_greedy_ids_and_logprobs_match_the_hf_backend(tiny_server, ti
 
 
 def test_smollm2_greedy_ids_match_and_close_stops_every_server_process(smollm2, vllm_python, tmp_path):
+    from mtsql.engines.backends.hf import HFBackend
+
     backend = VLLMBackend(
         smollm2, python=str(vllm_python), dtype="float32", kv_cache_gib=1, log_path=tmp_path / "server.log"
     )
@@ -152,7 +152,10 @@ def test_the_server_renders_chats_as_mtsql_does(tiny_server):
 
 
 def test_load_weights_serves_new_weights_as_a_fresh_model_would(tiny_qwen3, vllm_python, tmp_path):
+    import torch
     from transformers import AutoModelForCausalLM
+
+    from mtsql.engines.backends.hf import HFBackend
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
     with torch.no_grad():

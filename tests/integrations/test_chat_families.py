@@ -11,7 +11,6 @@ from pathlib import Path
 
 import hydra
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from mtsql.app.config import load_config
@@ -146,6 +145,7 @@ class ReplayServer:
 
 def verl_output(tmp_path: Path, cfg, model: Path, tokenizer, trajectory):
     """verl's agent loop on the episode's parquet row, registered and instantiated as verl does."""
+    import torch
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.utils.ray_utils import get_event_loop

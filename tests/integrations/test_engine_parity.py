@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import mtsql
 from mtsql.engines.local_grpo.update import Episode, GrpoSettings, grpo_update, pad_batch, response_logprobs
@@ -48,6 +47,8 @@ DEADLINE_S = 600
 
 
 def parity_batch(model: Path) -> dict:
+    import torch
+
     g = torch.Generator().manual_seed(7)
     prompts = torch.randint(200, 150_000, (4, 6), generator=g)
     responses = torch.randint(200, 150_000, (4, 8), generator=g)
@@ -91,6 +92,7 @@ def episodes(batch: dict) -> list[Episode]:
 @pytest.fixture(scope="module")
 def runs(tiny_qwen3, tmp_path_factory):
     """verl's update (a process of its own, started first) and the local one on the same batch."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     folder = tmp_path_factory.mktemp("parity")
@@ -135,6 +137,8 @@ def test_log_probs_agree(runs):
 
 def test_advantages_agree(runs):
     """The local engine's group-normalised advantage is verl's trainer's, on every model token."""
+    import torch
+
     from mtsql.engines.local_grpo.update import episode_advantages
 
     mask = runs["batch"]["response_mask"]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import torch
-from transformers import AutoModelForCausalLM
+from typing import TYPE_CHECKING
 
-from mtsql.engines.llamafactory.labelled_logits import IGNORE_INDEX, LabelledLogits, keep_labelled
+if TYPE_CHECKING:
+    import torch
 
 
 def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Two rows of 40 ids whose labels (assistant spans) cover a few positions, at different places."""
+    import torch
+
+    from mtsql.engines.llamafactory.labelled_logits import IGNORE_INDEX
+
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (2, 40), generator=generator)
     labels = torch.full_like(ids, IGNORE_INDEX)
@@ -20,6 +24,7 @@ def batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def loss_and_grads(model, ids, labels) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+
     model.zero_grad()
     out = model(input_ids=ids, labels=labels)
     out.loss.backward()
@@ -27,6 +32,11 @@ def loss_and_grads(model, ids, labels) -> tuple[torch.Tensor, torch.Tensor, list
 
 
 def test_logits_only_at_labelled_positions_give_the_same_loss_and_gradients(tiny_qwen3):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mtsql.engines.llamafactory.labelled_logits import LabelledLogits
+
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
     model.train()
     ids, labels = batch(model.config.vocab_size)
@@ -43,6 +53,11 @@ def test_logits_only_at_labelled_positions_give_the_same_loss_and_gradients(tiny
 
 
 def test_the_hook_leaves_inference_and_unlabelled_batches_alone(tiny_qwen3):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mtsql.engines.llamafactory.labelled_logits import IGNORE_INDEX, keep_labelled
+
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
     ids, labels = batch(model.config.vocab_size)
     model.eval()

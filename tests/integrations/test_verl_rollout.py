@@ -13,7 +13,6 @@ from pathlib import Path
 import hydra
 import numpy as np
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from mtsql.app.config import load_config
@@ -107,6 +106,8 @@ def rows(stage, tokenizer):
 
 def loop_kwargs(row: dict) -> dict:
     """What verl's AgentLoopWorker passes to ``run``: the row's non-tensor fields but ``agent_name``."""
+    import torch
+
     return {k: v for k, v in row.items() if k != "agent_name" and not isinstance(v, torch.Tensor)}
 
 
@@ -142,6 +143,7 @@ class TinyModelServer:
     """Stand-in for verl's server_manager: greedy transformers ``generate`` on the exact prompt ids."""
 
     def __init__(self, model_dir: str, end_of_turn: int) -> None:
+        import torch
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -149,6 +151,7 @@ class TinyModelServer:
         self.calls: list[tuple[list[int], list[int]]] = []  # (prompt ids, generated ids)
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        import torch
         from verl.workers.rollout.replica import TokenOutput
 
         with torch.no_grad():
@@ -403,6 +406,7 @@ def test_a_prompt_the_export_did_not_produce_is_refused(stage, rows, tokenizer, 
 def naive_reward_input(out, row):
     """The single-sample batch AgentLoopWorker._compute_score sends to the reward loop (verl 0.9.1).
     The row is copied as Ray's serialization copies it: the naive manager updates ``extra_info`` in place."""
+    import torch
     from tensordict import TensorDict
     from verl.protocol import DataProto
 
@@ -489,6 +493,7 @@ def test_plans_merge_command_turns_an_fsdp_checkpoint_into_the_next_stages_model
     (``model_world_size_1_rank_0.pt``, ``fsdp_config.json``, ``huggingface/``)."""
     import shutil
 
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mtsql.engines.commands import run_logged

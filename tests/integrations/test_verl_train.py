@@ -19,8 +19,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from mtsql.engines.verl.cleanup import TAG, stop_tagged
 
@@ -112,6 +110,8 @@ def finish(proc: subprocess.Popen, timeout: float = RUN_S) -> tuple[int, str]:
 
 
 def test_a_killed_verl_stage_resumes_trains_merges_and_is_scored(verl_python, tiny_qwen3, tmp_path):
+    from safetensors.torch import load_file
+
     runs = tmp_path / "runs"
     first = mtsql(runs, "rl", "--curriculum", "--engine", "verl")
     wait_for(has(runs, "raylet"), START_S, "no Ray started")
@@ -238,6 +238,8 @@ def test_a_changed_version_under_a_patch_fails_loudly(monkeypatch):
 def test_a_packed_layer_is_not_dispatched_again():
     """A bucket's weight reload re-runs vLLM's CPU linear dispatch on layers it already packed (their weight
     an empty 1-D tensor): the patch leaves those alone and passes every other layer on."""
+    import torch
+
     from mtsql.engines.verl.cpu_platform import keep_packed
 
     seen = []
@@ -255,6 +257,8 @@ def test_a_packed_layer_is_not_dispatched_again():
 
 
 def test_cpu_platform_does_nothing_where_cuda_is_visible(monkeypatch):
+    import torch
+
     from mtsql.engines.verl import cpu_platform
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

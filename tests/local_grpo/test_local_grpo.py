@@ -1,10 +1,12 @@
 """The local GRPO update on a tiny real model: verl's core_algos, the response mask respected,
 gradients accumulated over micro-batches equal to the one-shot token-mean gradient."""
 
+from __future__ import annotations
+
 import copy
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
 from mtsql.base.errors import UsageError
 from mtsql.engines.local_grpo.update import (
@@ -21,9 +23,13 @@ from mtsql.engines.local_grpo.update import (
 from mtsql.engines.local_grpo.weights import trainable, with_lora
 from mtsql.engines.rl_settings import RlConfig
 
+if TYPE_CHECKING:
+    import torch
+
 
 @pytest.fixture(scope="module")
 def tiny_model(tiny_qwen3):
+    import torch
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(tiny_qwen3, dtype=torch.float32)
@@ -48,6 +54,8 @@ def mixed_episodes():
 
 
 def gradient(model, eps, settings, ref_model=None) -> torch.Tensor:
+    import torch
+
     model = copy.deepcopy(model)
     grpo_update(
         model, torch.optim.SGD(model.parameters(), lr=0.0), eps, settings, pad_id=0, ref_model=ref_model
@@ -57,6 +65,7 @@ def gradient(model, eps, settings, ref_model=None) -> torch.Tensor:
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
     """float32 sums in another order differ by ~1e-5 of the norm; a wrong loss scale by far more."""
+
     return float((got - expected).norm() / expected.norm())
 
 
@@ -82,6 +91,8 @@ def test_signal_share_counts_groups_whose_rewards_differ():
 
 
 def test_logprobs_at_model_tokens_match_the_full_forward(tiny_model):
+    import torch
+
     batch = pad_batch(mixed_episodes(), pad_id=0)
     p_len, mask = batch["prompt_len"], batch["response_mask"]
     with torch.no_grad():
@@ -107,6 +118,8 @@ def test_logprobs_at_model_tokens_match_the_full_forward(tiny_model):
 def test_accumulated_gradient_equals_the_one_shot_token_mean_gradient(tiny_model):
     """On-policy (one optimizer step), the clipped loss has the gradient of
     -sum(advantage * logp over model tokens) / model tokens: computed here directly, in one pass."""
+    import torch
+
     eps = mixed_episodes()
     batch = pad_batch(eps, pad_id=0)
     model = copy.deepcopy(tiny_model)
@@ -120,6 +133,8 @@ def test_accumulated_gradient_equals_the_one_shot_token_mean_gradient(tiny_model
 
 
 def test_micro_batch_size_does_not_change_kl_or_off_policy_steps(tiny_model):
+    import torch
+
     ref = copy.deepcopy(tiny_model)
     with torch.no_grad():
         for param in ref.parameters():
@@ -135,6 +150,8 @@ def test_micro_batch_size_does_not_change_kl_or_off_policy_steps(tiny_model):
 
 def test_each_micro_batch_is_backpropagated_before_the_next_forward(tiny_model):
     """What keeps memory flat: no graph outlives its micro-batch."""
+    import torch
+
     model = copy.deepcopy(tiny_model)
     events = []
     model.register_forward_hook(lambda *args: events.append("forward"))
@@ -150,6 +167,8 @@ def test_each_micro_batch_is_backpropagated_before_the_next_forward(tiny_model):
 
 
 def test_update_moves_probability_towards_the_rewarded_episode(tiny_model):
+    import torch
+
     model = copy.deepcopy(tiny_model)
     eps = episodes()
     batch = pad_batch(eps, 0)
@@ -166,6 +185,8 @@ def test_update_moves_probability_towards_the_rewarded_episode(tiny_model):
 
 def test_observation_tokens_get_no_gradient(tiny_model):
     """Changing an observation token's *target* must not change the loss gradient."""
+    import torch
+
     grads = []
     for obs in ([900, 901], [500, 501]):
         eps = [
@@ -213,6 +234,8 @@ def test_lora_uses_rl_lora_alpha(tiny_model):
 
 
 def named_gradients(model, eps) -> dict[str, torch.Tensor]:
+    import torch
+
     unclipped = GrpoSettings(max_grad_norm=float("inf"))  # clipping scales by the norm over what trains
     grpo_update(
         model,
@@ -227,6 +250,8 @@ def named_gradients(model, eps) -> dict[str, torch.Tensor]:
 def test_trainable_layers_trains_the_last_layers_with_their_full_model_gradient(tiny_model):
     """Freezing what lies below changes no gradient above it: the last layer gets exactly the
     gradient it gets in full training, and nothing else gets one."""
+    import torch
+
     layers = len(tiny_model.base_model.layers)
     frozen = trainable(copy.deepcopy(tiny_model), RlConfig().with_engine("local", trainable_layers=1))
     grads = named_gradients(frozen, mixed_episodes())
@@ -240,6 +265,8 @@ def test_trainable_layers_trains_the_last_layers_with_their_full_model_gradient(
 
 
 def test_trainable_layers_outside_the_model_or_beside_lora_is_refused(tiny_model):
+    import torch
+
     layers = len(tiny_model.base_model.layers)
     with pytest.raises(
         UsageError, match=rf"rl.local.trainable_layers={layers + 1}: the model has {layers} decoder layers"

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 
-import pandas as pd
-
 from mtsql.base.artifacts import ArtifactKey, Store
 from mtsql.base.files import read_jsonl
 from mtsql.core.trajectories import write_rows
@@ -52,6 +50,8 @@ def with_items(root):
 
 
 def test_items_and_turns_come_back_from_parquet_as_the_artifacts_hold_them(tmp_path):
+    import pandas as pd
+
     run, items = with_items(tmp_path / "tiny")
     done = export(str(run))
     assert done.returncode == 0, done.stderr
@@ -69,6 +69,8 @@ def test_items_and_turns_come_back_from_parquet_as_the_artifacts_hold_them(tmp_p
 
 
 def test_every_evaluation_and_decoding_of_a_run_stacks_into_one_csv_table(shared_run, tmp_path):
+    import pandas as pd
+
     out = tmp_path / "tables"
     done = export(str(shared_run), "--format", "csv", "--out", str(out))
     assert done.returncode == 0, done.stderr
