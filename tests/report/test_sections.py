@@ -35,6 +35,17 @@ def test_experiment_sections_show_only_where_the_pipeline_names_them(tmp_path):
     assert [t for t in named if t not in plain] == ["## Paper findings"]
 
 
+def test_a_rebuilt_report_keeps_the_sections_it_was_built_with(tmp_path):
+    """`mtsql report RUN` after the pipeline's report step keeps the experiment's sections (their record is
+    one of the report's own files: edited, the folder is refused like any other changed file)."""
+    run = build(tmp_path / "method")
+    first = titles(build_report(run, tmp_path / "out", sections=METHOD).read_text())
+    assert "## Paper findings" in first and (tmp_path / "out" / "sections.json").is_file()
+    assert titles(build_report(run, tmp_path / "out").read_text()) == first
+    assert "## Paper findings" not in titles(build_report(run, tmp_path / "plain").read_text())
+    assert not (tmp_path / "plain" / "sections.json").exists()
+
+
 def test_sections_whose_needs_the_run_lacks_are_left_out(tmp_path):
     """A run with no evaluation, no round and no RL chain: the summary says so, provenance lists what it
     holds, and no section renders an empty table, whichever experiment sections are named."""
