@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,19 @@ REPO = Path(__file__).resolve().parents[1]
 # would keep that size for good, where tests/inprocess.py gives each command the COLUMNS it asks for.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+
+
+def _leave_at_once() -> None:
+    """An xdist worker has sent every result by the time its interpreter exits, and tearing down what the
+    tests imported (torch, verl, ray, matplotlib) then held each worker for seconds before the run could
+    end: the worker leaves once the exit handlers registered after this one (by the libraries) have run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    atexit.register(_leave_at_once)  # registered first, run last
 
 
 MODEL_FIXTURES = {

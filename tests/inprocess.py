@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import subprocess
@@ -84,3 +85,28 @@ def mtsql_in_process(
             err.write(traceback.format_exc())
             code = 1
     return subprocess.CompletedProcess(["mtsql", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+_STEPS = """
+{prelude}
+import json, os, sys, types
+from pathlib import Path
+tests = types.ModuleType("mtsql_tests")  # this folder as a package: site-packages may hold a "tests"
+tests.__path__ = [sys.argv[1]]
+sys.modules["mtsql_tests"] = tests
+from mtsql_tests.inprocess import mtsql_in_process
+for name, args in json.loads(sys.argv[2]).items():
+    done = mtsql_in_process(args, env=dict(os.environ))
+    for suffix, text in (("rc", str(done.returncode)), ("out", done.stdout), ("err", done.stderr)):
+        Path(f"{name}.{suffix}").write_text(text)
+"""
+
+
+def steps_in_one_process(steps: Mapping[str, Sequence[str]], prelude: str = "") -> list[str]:
+    """argv of one Python process that runs each named ``mtsql`` command in turn, as ``mtsql_in_process``
+    does, and leaves ``NAME.rc``, ``NAME.out`` and ``NAME.err`` in its folder: for a test that needs a
+    process of its own (a mount namespace, import hooks: ``prelude``, run first) without paying the
+    start-up of one per command."""
+    steps_json = json.dumps({name: list(args) for name, args in steps.items()})
+    script = _STEPS.replace("{prelude}", prelude)
+    return [sys.executable, "-c", script, str(Path(__file__).parent), steps_json]

@@ -14,10 +14,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ import mtsql
 from mtsql.base.paths import FIXTURE_DATA
 
 from .held import ctrl_c_reaches_it, held_command, wait_for
-from .inprocess import mtsql_in_process
+from .inprocess import mtsql_in_process, steps_in_one_process
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "profiles" / "tiny.yaml"
@@ -334,15 +334,22 @@ def in_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
 def test_full_disk_is_one_line(tmp_path):
     copy_data(tmp_path)
     (tmp_path / "small").mkdir()
-    py = f"{sys.executable} -m mtsql"
-    result = in_namespace(
-        "set -e; mount -t tmpfs -o size=64k tmpfs small\n"
-        f"{py} evaluate --pred pred.txt --dataset sparc --out small/out --workers 1 >/dev/null 2>eval.err || "
-        "echo $? > eval.rc\n"
-        f"{py} sample --policy gold data.train_limit=40 runs_dir=small/runs >/dev/null 2>sample.err || "
-        "echo $? > sample.rc\n",
-        tmp_path,
-    )
+    steps = {
+        "eval": [
+            "evaluate",
+            "--pred",
+            "pred.txt",
+            "--dataset",
+            "sparc",
+            "--out",
+            "small/out",
+            "--workers",
+            "1",
+        ],
+        "sample": ["sample", "--policy", "gold", "data.train_limit=40", "runs_dir=small/runs"],
+    }
+    run_steps = shlex.join(steps_in_one_process(steps))
+    result = in_namespace(f"set -e; mount -t tmpfs -o size=64k tmpfs small\n{run_steps}\n", tmp_path)
     assert result.returncode == 0, result.stderr
     for command in ("eval", "sample"):
         err = (tmp_path / f"{command}.err").read_text()
@@ -359,20 +366,19 @@ def test_read_only_run_can_be_read(tmp_path):
     copy_data(tmp_path)
     args = ("sample", "--policy", "gold", "data.train_limit=2", "runs_dir=runs", "run=r")
     assert mtsql_run(*args, cwd=tmp_path).returncode == 0
-    py = f"{sys.executable} -m mtsql"
     steps = {
-        "cached": f"{py} {' '.join(args)}",
-        "status": f"{py} status r runs_dir=runs",
-        "show": f"{py} show r sample runs_dir=runs",
-        "verify": f"{py} data verify r runs_dir=runs",
-        "report": f"{py} report r runs_dir=runs --out elsewhere/report",
-        "evaluate": f"{py} evaluate --pred pred.txt --dataset sparc --out elsewhere/eval --workers 1",
-        "report_inside": f"{py} report r runs_dir=runs",
+        "cached": args,
+        "status": ("status", "r", "runs_dir=runs"),
+        "show": ("show", "r", "sample", "runs_dir=runs"),
+        "verify": ("data", "verify", "r", "runs_dir=runs"),
+        "report": ("report", "r", "runs_dir=runs", "--out", "elsewhere/report"),
+        "evaluate": ("evaluate", "--pred", "pred.txt", "--dataset", "sparc", "--out", "elsewhere/eval")
+        + ("--workers", "1"),
+        "report_inside": ("report", "r", "runs_dir=runs"),
     }
-    script = "mount --bind -o ro runs runs\n" + "".join(
-        f"{command} >{name}.out 2>{name}.err; echo $? >{name}.rc\n" for name, command in steps.items()
-    )
-    assert in_namespace(script, tmp_path).returncode == 0
+    script = f"mount --bind -o ro runs runs\n{shlex.join(steps_in_one_process(steps))}\n"
+    result = in_namespace(script, tmp_path)
+    assert result.returncode == 0, result.stderr
 
     def outcome(name):
         return int((tmp_path / f"{name}.rc").read_text()), (tmp_path / f"{name}.err").read_text()

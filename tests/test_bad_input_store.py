@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from mtsql.engines.backends.vllm_server import ManagedServer
 from mtsql.engines.models import registry
 
 from .held import wait_for
+from .local_server import start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = str(REPO / "configs" / "profiles" / "tiny.yaml")
@@ -500,9 +500,7 @@ class _FileServer(http.server.SimpleHTTPRequestHandler):
 
 
 def test_l17_a_server_that_does_not_infer_is_named(tmp_path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FileServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = start_server(_FileServer)
     try:
         client = OpenAIBackend.__new__(OpenAIBackend)
         client.httpx, client.client = httpx, httpx.Client(timeout=10)
@@ -513,8 +511,7 @@ def test_l17_a_server_that_does_not_infer_is_named(tmp_path):
         ):
             client._post({"prompt": [1]})
     finally:
-        server.shutdown()
-        server.server_close()
+        stop_server(server)
 
 
 def test_l18_the_root_cause_is_quoted_not_the_line_that_points_at_it(tmp_path):

@@ -18,6 +18,8 @@ import pytest
 from mtsql.base.paths import FIXTURE_DATA
 
 from .backends.test_chat import Server, completion
+from .inprocess import steps_in_one_process
+from .source_code import modules, source_nodes
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "mtsql"
@@ -54,8 +56,8 @@ def imported_distributions() -> dict[str, set[str]]:
     """distribution -> the src files that import one of its modules (top level or inside a function)."""
     owners = importlib.metadata.packages_distributions()
     found: dict[str, set[str]] = {}
-    for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path in modules(SRC):
+        for node in source_nodes(path):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -104,72 +106,76 @@ class Refuse:
             print("REFUSED " + name, file=sys.stderr)
             raise ImportError("an engine package in the light install: " + name)
 sys.meta_path.insert(0, Refuse())
-from mtsql.app.cli import main
-sys.argv = ["mtsql", *sys.argv[1:]]
-main()
 """
 
 
-def light_mtsql(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    """``mtsql ARGS`` in a process where every package of the engines extra fails to import."""
-    code = REFUSE.format(names=sorted(set(ENGINE_IMPORTS.values())))
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "MTSQL_DATA": str(FIXTURE_DATA), "COLUMNS": "200", **env},
-    )
-
-
-def test_scoring_a_prediction_file_and_exporting_need_no_engine(tmp_path):
-    gold = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines()
-    (tmp_path / "pred.txt").write_text("\n".join(line.split("\t")[0] for line in gold) + "\n")
-    scored = light_mtsql(
-        "evaluate",
-        "--dataset",
-        "sparc",
-        "--pred",
-        str(tmp_path / "pred.txt"),
-        "--out",
-        str(tmp_path / "scored"),
-        cwd=tmp_path,
-    )
-    assert scored.returncode == 0 and "REFUSED" not in scored.stderr, scored.stderr
-    summary = json.loads((tmp_path / "scored" / "summary.json").read_text())
-    assert summary["exact"]["question"]["accuracy"] == 1.0
-
+@pytest.fixture(scope="module")
+def light(tmp_path_factory) -> tuple[Path, Server]:
+    """The light commands, each run once in one process where every package of the engines extra fails to
+    import: scoring the gold queries as a prediction file, exporting a run, and the whole evaluate stage
+    (rollouts, tools, official scoring) against a chat API that always answers."""
     from .report.test_export import with_items
 
-    run, _ = with_items(tmp_path / "runs" / "tiny")
-    exported = light_mtsql("export", str(run), "--format", "csv", cwd=tmp_path)
-    assert exported.returncode == 0 and "REFUSED" not in exported.stderr, exported.stderr
-    assert (run / "export" / "items.csv").read_text().count("\n") == 4  # the header and 3 items
-
-
-def test_a_chat_api_evaluation_needs_no_engine(tmp_path):
-    """The whole evaluate stage (rollouts, tools, official scoring) against a chat API that always answers."""
+    here = tmp_path_factory.mktemp("light")
+    gold = (FIXTURE_DATA / "sparc" / "dev_gold.txt").read_text().splitlines()
+    (here / "pred.txt").write_text("\n".join(line.split("\t")[0] for line in gold) + "\n")
+    run, _ = with_items(here / "runs" / "tiny")
     server = Server(
         [(200, completion("<answer_sql>SELECT count(*) FROM singer"))], models=("gpt-test",), key=None
     )
-    try:
-        done = light_mtsql(
+    steps = {
+        "score": ("evaluate", "--dataset", "sparc", "--pred", here / "pred.txt", "--out", here / "scored"),
+        "export": ("export", run, "--format", "csv"),
+        "chat": (
             "evaluate",
             "--config",
-            str(REPO / "configs" / "profiles" / "tiny.yaml"),
-            f"runs_dir={tmp_path / 'runs'}",
+            REPO / "configs" / "profiles" / "tiny.yaml",
+            f"runs_dir={here / 'chat'}",
             "data.eval_limit=1",
             "sample.backend=chat",
             f"sample.chat.base_url={server.url}",
             "sample.chat.model=gpt-test",
             "sample.chat.api_key_env=null",
-            cwd=tmp_path,
+        ),
+    }
+    argv = steps_in_one_process(
+        {name: [str(a) for a in args] for name, args in steps.items()},
+        prelude=REFUSE.format(names=sorted(set(ENGINE_IMPORTS.values()))),
+    )
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "MTSQL_DATA": str(FIXTURE_DATA), "COLUMNS": "200"},
         )
     finally:
         server.close()
-    assert done.returncode == 0 and "REFUSED" not in done.stderr, done.stderr
-    metrics = json.loads(next((tmp_path / "runs").rglob("metrics.json")).read_text())
+    assert done.returncode == 0, done.stderr
+    return here, server
+
+
+def light_step(here: Path, name: str) -> None:
+    """Assert that step ``name`` of ``light`` ended well without importing an engine package."""
+    code, err = int((here / f"{name}.rc").read_text()), (here / f"{name}.err").read_text()
+    assert code == 0 and "REFUSED" not in err, err
+
+
+def test_scoring_a_prediction_file_and_exporting_need_no_engine(light):
+    here, _ = light
+    light_step(here, "score")
+    summary = json.loads((here / "scored" / "summary.json").read_text())
+    assert summary["exact"]["question"]["accuracy"] == 1.0
+    light_step(here, "export")
+    assert (here / "runs" / "tiny" / "export" / "items.csv").read_text().count("\n") == 4  # header, 3 items
+
+
+def test_a_chat_api_evaluation_needs_no_engine(light):
+    here, server = light
+    light_step(here, "chat")
+    metrics = json.loads(next((here / "chat").rglob("metrics.json")).read_text())
     assert metrics["model_name"] == "gpt-test" and metrics["usage"]["requests"] == len(server.requests) > 0
     assert {name: block["turns"] > 0 for name, block in metrics["datasets"].items()} == {
         "cosql": True,

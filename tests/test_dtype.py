@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-import mtsql
 from mtsql.app.config import load_config
 from mtsql.base.errors import UsageError
 from mtsql.engines.backends.vllm import server_spec
 from mtsql.engines.models.settings import resolve_dtype
+
+from .source_code import SRC, modules, source_nodes
 
 
 def test_auto_is_bfloat16_on_cuda_and_float32_on_cpu_unless_the_engine_says_otherwise():
@@ -37,11 +38,10 @@ def test_each_engine_resolves_auto_through_the_one_resolver(monkeypatch):
 
 
 def test_one_function_is_named_resolve_dtype():
-    root = Path(mtsql.__file__).parent
     found = [
-        str(path.relative_to(root))
-        for path in root.rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        str(path.relative_to(SRC))
+        for path in modules()
+        for node in source_nodes(path)
         if isinstance(node, ast.FunctionDef) and node.name == "resolve_dtype"
     ]
     assert found == ["engines/models/settings.py"]

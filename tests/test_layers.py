@@ -12,6 +12,8 @@ from pathlib import Path
 
 import mtsql
 
+from .source_code import source_nodes
+
 ROOT = Path(mtsql.__file__).parent
 SRC = ROOT.parent
 LAYERS = ("base", "core", "engines", "stages", "app")
@@ -42,7 +44,7 @@ def imports(path: Path) -> set[str]:
     """The mtsql modules a module imports: at its top, inside functions, and by name in a string (a
     registry's ``"mtsql.engines.backends.hf"``, imported with importlib when it is used)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in source_nodes(path):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -144,9 +146,7 @@ def section_classes(path: Path) -> list[str]:
         )
 
     return sorted(
-        node.name
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.ClassDef) and declares_settings(node)
+        node.name for node in source_nodes(path) if isinstance(node, ast.ClassDef) and declares_settings(node)
     )
 
 

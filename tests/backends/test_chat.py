@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.engines.backends.base import SamplingParams
 from mtsql.engines.backends.chat import ChatBackend, api_messages, reply_text
+
+from ..local_server import start_server, stop_server
 
 KEY = "sk-test-0123456789abcdefXYZ"
 STOP = ("</tool_call>", "</answer_sql>")
@@ -79,13 +81,11 @@ class Server:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = start_server(Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop_server(self.httpd)
 
 
 @pytest.fixture

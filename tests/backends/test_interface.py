@@ -4,21 +4,19 @@ concrete backend module, tests no backend's type and assigns no backend attribut
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-import mtsql
+from ..source_code import SRC as ROOT
+from ..source_code import modules, source_nodes
 
-ROOT = Path(mtsql.__file__).parent
 BACKENDS = ROOT / "engines" / "backends"
 PACKAGE = "mtsql.engines.backends"
 CONCRETE = {"hf", "vllm", "openai", "vllm_server"}  # the modules of concrete backends and their server
 
 
-def outside_backends() -> dict[str, ast.Module]:
+def outside_backends() -> dict[str, tuple[ast.AST, ...]]:
+    """Each module outside ``engines/backends``: its nodes."""
     return {
-        str(path.relative_to(ROOT)): ast.parse(path.read_text())
-        for path in sorted(ROOT.rglob("*.py"))
-        if BACKENDS not in path.parents
+        str(path.relative_to(ROOT)): source_nodes(path) for path in modules() if BACKENDS not in path.parents
     }
 
 
@@ -26,15 +24,15 @@ def backend_classes() -> set[str]:
     """Every class defined in ``engines/backends`` (the interface, the backends, their helpers)."""
     return {
         node.name
-        for path in BACKENDS.glob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for path in modules(BACKENDS)
+        for node in source_nodes(path)
         if isinstance(node, ast.ClassDef)
     }
 
 
-def concrete_imports(tree: ast.Module) -> list[str]:
+def concrete_imports(nodes) -> list[str]:
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             found += [
                 a.name
@@ -50,10 +48,10 @@ def concrete_imports(tree: ast.Module) -> list[str]:
     return found
 
 
-def type_tests(tree: ast.Module, classes: set[str]) -> list[str]:
+def type_tests(nodes, classes: set[str]) -> list[str]:
     """``isinstance``/``issubclass``/``type(...) is`` against a class of ``engines/backends``."""
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -71,8 +69,8 @@ def type_tests(tree: ast.Module, classes: set[str]) -> list[str]:
 def backend_attributes() -> set[str]:
     """The attributes the classes of ``engines/backends`` set (``self.model = ...``) or declare."""
     names = set()
-    for path in BACKENDS.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path in modules(BACKENDS):
+        for node in source_nodes(path):
             if (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.ctx, ast.Store)
@@ -89,11 +87,11 @@ def backend_attributes() -> set[str]:
     return names
 
 
-def backend_attribute_writes(tree: ast.Module, attributes: set[str]) -> list[str]:
+def backend_attribute_writes(nodes, attributes: set[str]) -> list[str]:
     """Assignments to one of a backend's ``attributes`` through a name ``backend``
     (``backend.model = ...``, ``self.engine.backend.cache = ...``)."""
     found = []
-    for node in ast.walk(tree):
+    for node in nodes:
         targets = (
             node.targets
             if isinstance(node, ast.Assign)
@@ -117,21 +115,21 @@ def backend_attribute_writes(tree: ast.Module, attributes: set[str]) -> list[str
 
 
 def test_no_module_outside_the_backends_imports_a_concrete_backend():
-    wrong = {name: concrete_imports(tree) for name, tree in outside_backends().items()}
+    wrong = {name: concrete_imports(nodes) for name, nodes in outside_backends().items()}
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
 def test_no_module_outside_the_backends_tests_a_backend_type():
     classes = backend_classes()
     assert {"HFBackend", "VLLMBackend", "OpenAIBackend", "Backend"} <= classes
-    wrong = {name: type_tests(tree, classes) for name, tree in outside_backends().items()}
+    wrong = {name: type_tests(nodes, classes) for name, nodes in outside_backends().items()}
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
 def test_no_module_outside_the_backends_assigns_a_backend_attribute():
     attributes = backend_attributes()
     assert {"model", "cache", "server", "tokenizer", "end_of_turn_ids"} <= attributes
-    wrong = {name: backend_attribute_writes(tree, attributes) for name, tree in outside_backends().items()}
+    wrong = {name: backend_attribute_writes(nodes, attributes) for name, nodes in outside_backends().items()}
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
@@ -148,6 +146,7 @@ def test_the_checks_see_what_they_look_for():
         "self.backend = backend\n"
         "if isinstance(backend, (HFBackend, vllm.VLLMBackend)):\n    pass\n"
     )
+    old = tuple(ast.walk(old))
     assert concrete_imports(old) == [
         "mtsql.engines.backends.hf",
         "mtsql.engines.backends.vllm",

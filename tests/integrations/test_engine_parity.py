@@ -30,16 +30,21 @@ from pathlib import Path
 import pytest
 
 import mtsql
-from mtsql.engines.local_grpo.update import Episode, GrpoSettings, grpo_update, pad_batch, response_logprobs
 
 pytestmark = pytest.mark.verl
 
 VERL_SIDE = Path(__file__).with_name("verl_actor_step.py")
 LR = 10.0  # SGD on gradients clipped to norm 1: an update of norm 10 per step, far above rounding
 # temperature: the tiny profile's rl.temperature; both engines divide the logits by it
-SETTINGS = GrpoSettings(
-    clip_ratio=0.2, kl_coef=0.5, mini_batches=2, micro_batch=2, max_grad_norm=1.0, temperature=0.7
-)
+# (GrpoSettings' fields, kept plain: its module imports torch, which collecting this file should not)
+SETTINGS = {
+    "clip_ratio": 0.2,
+    "kl_coef": 0.5,
+    "mini_batches": 2,
+    "micro_batch": 2,
+    "max_grad_norm": 1.0,
+    "temperature": 0.7,
+}
 LOGPROB_ATOL = 2e-5  # 10 ulp at |log p| in [16, 32)
 STAT_RTOL = 1e-5  # of the largest per-step value: the steps' sum may cancel
 UPDATE_RTOL = {"model": 1e-5, "tensor": 1e-4}
@@ -63,19 +68,21 @@ def parity_batch(model: Path) -> dict:
         "rewards": torch.tensor([1.0, 0.0, 0.2, 0.9]),
         "groups": ["a", "a", "b", "b"],
         "settings": {
-            "micro_batch": SETTINGS.micro_batch,
-            "mini_batch_size": 4 // SETTINGS.mini_batches,
-            "clip_ratio": SETTINGS.clip_ratio,
-            "kl_coef": SETTINGS.kl_coef,
-            "temperature": SETTINGS.temperature,
+            "micro_batch": SETTINGS["micro_batch"],
+            "mini_batch_size": 4 // SETTINGS["mini_batches"],
+            "clip_ratio": SETTINGS["clip_ratio"],
+            "kl_coef": SETTINGS["kl_coef"],
+            "temperature": SETTINGS["temperature"],
             "loss_agg_mode": "token-mean",
             "lr": LR,
-            "max_grad_norm": SETTINGS.max_grad_norm,
+            "max_grad_norm": SETTINGS["max_grad_norm"],
         },
     }
 
 
-def episodes(batch: dict) -> list[Episode]:
+def episodes(batch: dict) -> list:
+    from mtsql.engines.local_grpo.update import Episode
+
     return [
         Episode(group, p.tolist(), r.tolist(), m.tolist(), float(reward))
         for group, p, r, m, reward in zip(
@@ -94,6 +101,8 @@ def runs(tiny_qwen3, tmp_path_factory):
     """verl's update (a process of its own, started first) and the local one on the same batch."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    from mtsql.engines.local_grpo.update import GrpoSettings, grpo_update, pad_batch, response_logprobs
 
     folder = tmp_path_factory.mktemp("parity")
     batch = parity_batch(tiny_qwen3)
@@ -115,10 +124,9 @@ def runs(tiny_qwen3, tmp_path_factory):
         eps = episodes(batch)
         model.eval()
         with torch.no_grad():
-            log_probs = response_logprobs(model, pad_batch(eps, pad_id=0), SETTINGS.temperature)
-        stats = grpo_update(
-            model, torch.optim.SGD(model.parameters(), lr=LR), eps, SETTINGS, pad_id=0, ref_model=reference
-        )
+            log_probs = response_logprobs(model, pad_batch(eps, pad_id=0), SETTINGS["temperature"])
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        stats = grpo_update(model, optimizer, eps, GrpoSettings(**SETTINGS), pad_id=0, ref_model=reference)
         verl.wait(timeout=DEADLINE_S)
     finally:
         verl.kill()
@@ -158,7 +166,7 @@ STATISTICS = [
 def test_losses_gradient_norm_and_clip_fraction_agree(runs, local_key, verl_key):
     """The local engine reports each statistic's mean over the optimizer steps; verl one per step."""
     per_step = runs["verl"]["metrics"][verl_key]
-    assert len(per_step) == SETTINGS.mini_batches
+    assert len(per_step) == SETTINGS["mini_batches"]
     expected = sum(per_step) / len(per_step)
     bound = STAT_RTOL * max(map(abs, per_step))
     assert runs["local"]["stats"][local_key] == pytest.approx(expected, abs=bound)
