@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -291,24 +292,38 @@ def classify_error(message: str) -> str:
     return "other"
 
 
-_CACHED: OrderedDict[tuple, ExecResult] = OrderedDict()
-_CACHED_MOST = 16_384
+class ResultMemo:
+    """Values computed from queries whose results never change (gold queries), by key, the least recently
+    used dropped past ``most``. A transient ``ExecResult`` (a timeout, a lock, I/O, memory, a missing
+    file: the machine, not the query) is returned but never kept, so the next call runs again."""
+
+    def __init__(self, most: int):
+        self._values: OrderedDict[tuple, object] = OrderedDict()
+        self._most = most
+
+    def get(self, key: tuple, compute: Callable[[], object]) -> object:
+        """The value kept under ``key``, else ``compute()`` (an exception propagates, nothing is kept)."""
+        if key in self._values:
+            self._values.move_to_end(key)
+            return self._values[key]
+        value = compute()
+        if not (isinstance(value, ExecResult) and value.transient):
+            self._values[key] = value
+            if len(self._values) > self._most:
+                self._values.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._values.clear()
+
+
+_CACHED = ResultMemo(16_384)
 
 
 def execute_cached(db_path, sql, *, timeout_s=5.0, max_rows=10_000) -> ExecResult:
-    """``execute`` memoised per (database, query, limits), least recently used out: for gold queries,
-    whose results never change. A transient failure is returned but not kept."""
+    """``execute`` memoised per (database, query, limits) in a ``ResultMemo``: for gold queries."""
     key = (str(db_path), sql, float(timeout_s), int(max_rows))
-    result = _CACHED.get(key)
-    if result is not None:
-        _CACHED.move_to_end(key)
-        return result
-    result = execute(key[0], sql, timeout_s=timeout_s, max_rows=max_rows)
-    if not result.transient:
-        _CACHED[key] = result
-        if len(_CACHED) > _CACHED_MOST:
-            _CACHED.popitem(last=False)
-    return result
+    return _CACHED.get(key, lambda: execute(key[0], sql, timeout_s=timeout_s, max_rows=max_rows))
 
 
 def forget_cached() -> None:

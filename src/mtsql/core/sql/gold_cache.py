@@ -22,7 +22,6 @@ import os
 import pickle
 import sqlite3
 import sys
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import metadata
@@ -30,29 +29,18 @@ from pathlib import Path
 
 from mtsql.base.files import write_bytes
 from mtsql.base.paths import home_dir
-from mtsql.core.sql.executor import ExecResult, execute
+from mtsql.core.sql.executor import ExecResult, ResultMemo, execute
 from mtsql.core.sql.parser import parse_sql
 from mtsql.core.sql.schema import load_schema
 
 log = logging.getLogger(__name__)
-MAX_ENTRIES = 16_384
-_MEMO: OrderedDict[tuple, object] = OrderedDict()
-_MISSING = object()
+_MEMO = ResultMemo(16_384)
 _used: dict[tuple, object] | None = None  # inside persisted(): every entry looked up or computed
 
 
 def _memoised(key: tuple, compute: Callable[[], object]):
-    value = _MEMO.get(key, _MISSING)
-    if value is _MISSING:
-        value = compute()  # an exception propagates and nothing is stored
-        if isinstance(value, ExecResult) and value.transient:  # a timeout, a lock, I/O: may run next time
-            return value
-        _MEMO[key] = value
-        if len(_MEMO) > MAX_ENTRIES:
-            _MEMO.popitem(last=False)
-    else:
-        _MEMO.move_to_end(key)
-    if _used is not None:
+    value = _MEMO.get(key, compute)
+    if _used is not None and not (isinstance(value, ExecResult) and value.transient):
         _used[key] = value
     return value
 
