@@ -471,12 +471,12 @@ def test_a_bird_episode_is_rewarded_with_birds_ex_and_no_em(tmp_path):
 
 def test_a_bird_folder_outside_the_data_folder_counts_in_the_fingerprint(tmp_path, monkeypatch):
     from mtsql.app.config import load_config
-    from mtsql.base.config import ConfigView
+    from mtsql.stages.curriculum import CurriculumView
 
     monkeypatch.setenv("MTSQL_HOME", str(tmp_path / "home"))
     shutil.copytree(BIRD, tmp_path / "elsewhere" / "dev")
     cfg = load_config(None, [f"runs_dir={tmp_path / 'runs'}"])
-    view = ConfigView(cfg, ("data",), owner="test", data_root=FIXTURE_DATA)
+    view = CurriculumView.of(cfg, data_root=FIXTURE_DATA)
     assert "bird_digest" not in view.hashed(), "the packaged fixture's bird/ is inside the data folder"
     monkeypatch.setenv("MTSQL_BIRD", str(tmp_path / "elsewhere"))
     before = view.hashed()["bird_digest"]

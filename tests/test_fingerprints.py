@@ -1,5 +1,6 @@
 """What decides whether a stage reruns: the config sections it reads, the seed, its inputs and its code."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -13,7 +14,7 @@ from mtsql.app.config import load_config
 from mtsql.app.runner import STAGES, run_stage, store_for, view_for
 from mtsql.base import provenance
 from mtsql.base.artifacts import ArtifactKey, Store
-from mtsql.base.config import ConfigView, UndeclaredSection, engines_of
+from mtsql.base.config import StageView, engines_of
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import FIXTURE_DATA, data_dir
 from mtsql.engines.backends.settings import BACKENDS, SampleConfig
@@ -26,23 +27,32 @@ def cfg_for(tmp_path, *overrides):
     )
 
 
-def test_a_stage_cannot_read_a_section_it_does_not_declare():
-    view = ConfigView(load_config(), ("reject",), owner="stage 'reject'", data_root=data_dir())
-    assert view.reject.keep_easy == 2 and view.run == "default"
-    with pytest.raises(UndeclaredSection, match="stage 'reject' reads config section 'sample'"):
+def test_a_stage_cannot_read_a_section_its_view_does_not_declare():
+    view = view_for("reject", load_config())
+    assert view.reject.keep_easy == 2 and view.run == "default" and view.data_root is None
+    with pytest.raises(AttributeError, match="sample"):
         _ = view.sample
-    with pytest.raises(UndeclaredSection):
+    with pytest.raises(AttributeError, match="sample"):
         view.replace(sample={"n": 2})
+    assert view.replace(reject={"keep_easy": 5}).reject.keep_easy == 5
+
+
+def test_a_view_of_a_section_the_config_has_not_is_refused():
+    @dataclasses.dataclass(frozen=True)
+    class Misspelt(StageView):
+        rejct: dict
+
+    with pytest.raises(ValueError, match=r"Misspelt declares unknown config sections \['rejct'\]"):
+        Misspelt.of(load_config(), data_root=data_dir())
 
 
 @pytest.mark.parametrize("name", list(STAGES))
 def test_every_stage_declares_what_it_reads_and_the_view_hashes_it(name):
     view = view_for(name, load_config())
-    sections = STAGES[name].SECTIONS
+    sections = STAGES[name].VIEW.sections()
+    assert isinstance(view, STAGES[name].VIEW) and sections
     assert set(view.hashed()) == {*sections, *(["data_digest"] if "data" in sections else [])}
-    if "data" not in sections:
-        with pytest.raises(UndeclaredSection, match="section 'data'"):
-            _ = view.data_root
+    assert (view.data_root is not None) == ("data" in sections)
 
 
 def planned(name: str, cfg, params: dict | None = None, **inputs) -> str:

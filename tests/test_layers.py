@@ -190,5 +190,5 @@ def test_every_stage_has_every_hook_and_the_runner_asks_no_module_what_it_has():
 
     assert [name for name, module in STAGES.items() if not isinstance(module, Stage)] == []
     hooks = {name for name in Stage.__annotations__ if not name.startswith("__")}
-    assert hooks == {"SECTIONS", "INPUTS", "plan", "hashed", "engine_identity", "check"}
+    assert hooks == {"VIEW", "INPUTS", "plan", "hashed", "engine_identity", "check"}
     assert "hasattr(" not in (ROOT / "app" / "runner.py").read_text()

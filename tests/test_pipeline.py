@@ -419,10 +419,9 @@ def test_evaluate_samples_without_a_vote_keep_greedy_as_the_headline(tiny_cfg):
 
 
 def test_the_calibration_judge_scores_a_query_against_the_rows_gold(tmp_path):
-    from mtsql.base.config import ConfigView
-    from mtsql.stages.evaluate import judge
+    from mtsql.stages.evaluate import EvaluateView, judge
 
-    cfg = ConfigView(cfg_for(tmp_path), ("data", "sql"), owner="test", data_root=data_dir())
+    cfg = EvaluateView.of(cfg_for(tmp_path), data_root=data_dir())
     row = dataclasses.replace(
         read_rows(REPO / "tests" / "fixtures" / "scored_rows.jsonl")[0],
         turn=Turn("sparc", "dev", "i", 0, 0, "pets_1", "q", "SELECT count(*) FROM pets"),

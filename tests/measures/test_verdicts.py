@@ -98,13 +98,12 @@ def test_scripted_self_corrections_are_calibrated_and_followed():
     gold, says pass and, on later turns, checks the memory (pass) before answering: every verdict is right and
     acted on."""
     from mtsql.app.config import Config
-    from mtsql.base.config import ConfigView
     from mtsql.base.paths import FIXTURE_DATA
     from mtsql.core.agent.env import SqlAgentEnv
     from mtsql.core.agent.policies import GoldWithCorrectionPolicy
     from mtsql.core.agent.settings import EnvConfig
     from mtsql.core.data import load_turns
-    from mtsql.stages.evaluate import judge
+    from mtsql.stages.evaluate import EvaluateView, judge
 
     from ..episodes import run_episode
 
@@ -117,9 +116,7 @@ def test_scripted_self_corrections_are_calibrated_and_followed():
     corrected = sum(len(r.trajectory.tool_steps("exec_sql")) == 2 for r in rows)
     later = sum(bool(t.previous_questions) for t in turns)
     assert corrected >= 4 and later >= 4, "the slice holds both kinds"
-    out = verdict_calibration(
-        rows, judge(ConfigView(Config(), ("data", "sql"), owner="test", data_root=FIXTURE_DATA))
-    )
+    out = verdict_calibration(rows, judge(EvaluateView.of(Config(), data_root=FIXTURE_DATA)))
     exec_cell, memory_cell = out["exec_verify"], out["memory_verify"]
     assert exec_cell["table"] == {
         "pass": {"right": len(turns), "wrong": 0},

@@ -2,12 +2,13 @@
 
 A stage is a module in ``mtsql.stages`` with:
 
-* ``SECTIONS``: the config sections it reads. It gets a ``ConfigView`` that raises on any other
-  section, and its fingerprint covers the ``result`` settings of exactly these (with ``data``, the
-  content of the data folder too), so what a stage reads and what decides whether it reruns are the
-  same thing; ``operational`` settings (batch sizes, ports, timeouts, loggers) rerun nothing;
+* ``VIEW``: its typed view of a config (a ``base.config.StageView`` whose fields are the sections it
+  reads). It gets an instance of it, nothing else of the config, and its fingerprint covers the
+  ``result`` settings of exactly those sections (with ``data``, the content of the data folder too), so
+  what a stage reads and what decides whether it reruns are the same thing; ``operational`` settings
+  (batch sizes, ports, timeouts, loggers) rerun nothing;
 * ``hashed(cfg) -> dict`` or None: a narrower ``cfg.hashed()``, for a stage that reads less of its
-  ``SECTIONS`` with this config (SFT without its held-out check) or sets some settings itself (the
+  sections with this config (SFT without its held-out check) or sets some settings itself (the
   sampling temperature of RL and of greedy evaluation);
 * ``INPUTS``: ``{name: default label or None}``, the artifacts it reads (None: optional);
 * ``run(ctx, cfg, **inputs, **params) -> metrics``: writes into ``ctx.out``;
@@ -39,7 +40,7 @@ from rich.markup import escape
 
 from mtsql.app.config import Config
 from mtsql.base.artifacts import Artifact, ArtifactKey, StageContext, Store, check_inputs, fingerprint
-from mtsql.base.config import ConfigView, to_dict
+from mtsql.base.config import StageView, to_dict
 from mtsql.base.errors import UsageError
 from mtsql.base.files import check_folder
 from mtsql.base.paths import folder_name, label_name, user_path
@@ -47,6 +48,7 @@ from mtsql.base.provenance import code_digest, data_digest
 from mtsql.base.trackers import Trackers
 from mtsql.core.data import data_root
 from mtsql.engines.models.registry import local_model_folder
+from mtsql.engines.views import RolloutView
 from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
 
 
@@ -54,15 +56,15 @@ from mtsql.stages import curriculum, evaluate, reject, rl, sample, sft
 class Stage(Protocol):
     """What a stage module has (the module docstring says what each is)."""
 
-    SECTIONS: tuple[str, ...]
+    VIEW: type[StageView]
     INPUTS: dict[str, str | None]
     __name__: str
 
-    def run(self, ctx: StageContext, cfg: ConfigView, **inputs_and_params: Any) -> dict: ...
+    def run(self, ctx: StageContext, cfg: StageView, **inputs_and_params: Any) -> dict: ...
 
     plan: Callable[..., str] | None
-    hashed: Callable[[ConfigView], dict] | None
-    engine_identity: Callable[[ConfigView], dict] | None
+    hashed: Callable[[StageView], dict] | None
+    engine_identity: Callable[[StageView], dict] | None
     check: Callable[..., None] | None
 
 
@@ -113,9 +115,9 @@ def store_for(cfg: Config) -> Store:
     return Store(runs_root(cfg).resolve() / folder_name(cfg.run, "run"))
 
 
-def view_for(name: str, cfg: Config) -> ConfigView:
-    """The config as stage ``name`` sees it (its ``SECTIONS`` only)."""
-    return ConfigView(cfg, STAGES[name].SECTIONS, owner=f"stage '{name}'", data_root=data_root(cfg.data))
+def view_for(name: str, cfg: Config) -> StageView:
+    """The config as stage ``name`` sees it (its ``VIEW``: the sections it reads)."""
+    return STAGES[name].VIEW.of(cfg, data_root=data_root(cfg.data))
 
 
 def run_stage(
@@ -152,7 +154,7 @@ def run_stage(
     store = store_for(cfg)
     if dry_run:
         return _plan(key, module, view, store, config, inputs, params, code, force)
-    local = _local_model(module, view)
+    local = _local_model(view)
     unhashed = {**view.unhashed(), **({"model_folder": str(local)} if local else {})}
     work = _tracked(
         key.stage,
@@ -204,11 +206,11 @@ def _tracked(stage: str, cfg: Config, fp: str, inputs: dict, params: dict, work)
     return tracked
 
 
-def fingerprinted(module: Stage, view: ConfigView, params: dict, *, dry_run: bool = False) -> dict:
+def fingerprinted(module: Stage, view: StageView, params: dict, *, dry_run: bool = False) -> dict:
     """The config a stage's fingerprint covers (and its config.yaml shows): its hashed settings
     (``hashed``, else ``view.hashed()``), ``params`` and, if it generates tokens, its engine."""
     config = {**(module.hashed(view) if module.hashed is not None else view.hashed()), "params": params}
-    local = _local_model(module, view)
+    local = _local_model(view)
     if local is not None:  # a model folder of the user's: what it holds, not where it is (as for the data)
         config["model_digest"] = data_digest(local)
         if isinstance(config.get("model"), dict) and "name" in config["model"]:
@@ -219,12 +221,12 @@ def fingerprinted(module: Stage, view: ConfigView, params: dict, *, dry_run: boo
     return config
 
 
-def _local_model(module: Stage, view: ConfigView) -> Path | None:
+def _local_model(view: StageView) -> Path | None:
     """The model folder of the user's a stage loads (``model.name`` a folder, not an alias or Hub id)."""
-    return local_model_folder(view.model.name) if "model" in module.SECTIONS else None
+    return local_model_folder(view.model.name) if isinstance(view, RolloutView) else None
 
 
-def _engine_identity(module: Stage, view: ConfigView, dry_run: bool) -> dict:
+def _engine_identity(module: Stage, view: StageView, dry_run: bool) -> dict:
     """The stage's generation engine (``engine_identity``). A dry run on a machine without that engine
     (planning a GPU run from a CPU one) still plans, with the engine's version marked unknown."""
     if module.engine_identity is None:
@@ -232,7 +234,7 @@ def _engine_identity(module: Stage, view: ConfigView, dry_run: bool) -> dict:
     try:
         return module.engine_identity(view)
     except UsageError:
-        if not dry_run:
+        if not dry_run or not isinstance(view, RolloutView):
             raise
         return {"engine": view.sample.backend, "version": "not installed here"}
 

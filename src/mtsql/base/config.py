@@ -7,7 +7,7 @@ bounds (``Range`` and the size aliases), the ``result`` / ``operational`` call o
 engine-owned sub-sections, validating what ``config_files.read_raw`` read (YAML profiles with ``base:``
 inheritance and dotted overrides) into dataclasses (``build``: an unknown key, a value of the wrong type
 or outside its bounds is a ``UsageError`` naming the key, where it came from and the closest valid key
-or the bound), and the stage's view of a config (``ConfigView``).
+or the bound), and the typed view a stage has of a config (``StageView``).
 """
 
 from __future__ import annotations
@@ -298,49 +298,46 @@ def _coerce(
     return value
 
 
-class UndeclaredSection(AttributeError):
-    """A stage read a config section it did not declare: its fingerprint would miss that input."""
+@dataclass(frozen=True)
+class StageView:
+    """A stage's typed view of a config. A subclass declares, as typed fields, the sections the stage reads
+    (``sample: SampleConfig``, ``seed: int``); a stage gets an instance of it (``of``) and nothing else
+    of the config, so what a stage reads and what its fingerprint covers (``hashed``: the ``result``
+    settings of those fields) are the same thing by construction, and an undeclared section is an
+    ``AttributeError`` at run time and for a type checker. Every view also has where results are stored
+    (``run``, ``runs_dir``) and shown (``trackers``), which are not what they are, and ``data_root``, the
+    resolved data folder: with a ``data`` field the fingerprint covers what it holds
+    (``data_digest``), not where it is; without one it is None."""
 
+    run: str
+    runs_dir: str
+    trackers: Any  # app.config.TrackersConfig, composed above base
+    data_root: Path | None
 
-class ConfigView:
-    """A stage's view of a config: only the sections the stage declares (``SECTIONS``) can be read.
+    @classmethod
+    def sections(cls) -> tuple[str, ...]:
+        """The sections the stage reads: the fields a subclass declares, in their order."""
+        own = {f.name for f in dataclasses.fields(StageView)}
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in own)
 
-    What a stage reads and what its fingerprint covers are the same thing by construction: the runner
-    hashes ``view.hashed()`` (the ``result`` settings of those sections), and reading any other section
-    raises ``UndeclaredSection``. ``run``, ``runs_dir`` (where results are stored, not what they are) and
-    ``trackers`` (where they are shown) are always readable. ``data_root``, the resolved data folder, is
-    readable with section ``data``, whose fingerprint covers what the folder holds (``data_digest``), not
-    where it is.
-    """
-
-    STORAGE = ("run", "runs_dir", "trackers")
-
-    def __init__(self, cfg: Any, sections: typing.Iterable[str], *, owner: str, data_root: Path):
-        unknown = set(sections) - {f.name for f in dataclasses.fields(cfg)}
+    @classmethod
+    def of(cls, cfg: Any, *, data_root: Path) -> typing.Self:
+        """The view of config ``cfg`` (``data_root``: its resolved data folder)."""
+        names = cls.sections()
+        unknown = set(names) - {f.name for f in dataclasses.fields(cfg)}
         if unknown:
-            raise ValueError(f"{owner}: SECTIONS names unknown config sections {sorted(unknown)}")
-        self._cfg, self._sections, self._owner = cfg, tuple(sections), owner
-        self._data_root = Path(data_root)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        section = "data" if name == "data_root" else name  # the data folder is read through section data
-        if section in self._sections or name in self.STORAGE:
-            return self._data_root if name == "data_root" else getattr(self._cfg, name)
-        raise UndeclaredSection(
-            f"{self._owner} reads config section '{section}' but its SECTIONS "
-            f"{self._sections} do not declare it, so its fingerprint would not cover it"
+            raise ValueError(f"{cls.__name__} declares unknown config sections {sorted(unknown)}")
+        return cls(
+            run=cfg.run,
+            runs_dir=cfg.runs_dir,
+            trackers=cfg.trackers,
+            data_root=Path(data_root) if "data" in names else None,
+            **{name: getattr(cfg, name) for name in names},
         )
 
-    def replace(self, **sections: dict) -> ConfigView:
-        """A view of a config with some fields of declared sections changed:
-        ``view.replace(sample={"n": 1})``."""
-        for name in sections:
-            getattr(self, name)  # only declared sections may change
-        return ConfigView(
-            replace(self._cfg, **sections), self._sections, owner=self._owner, data_root=self._data_root
-        )
+    def replace(self, **sections: dict) -> typing.Self:
+        """This view with some fields of its sections changed: ``view.replace(sample={"n": 1})``."""
+        return replace(self, **sections)
 
     def hashed(
         self, sections: typing.Iterable[str] | None = None, *, without: typing.Iterable[str] = ()
@@ -348,15 +345,15 @@ class ConfigView:
         """What a fingerprint covers: the ``result`` settings of the declared sections (or of some of them,
         ``sections``) but the dotted settings ``without`` (that the stage overrides), and, with section
         ``data``, the digest of the data folder's content."""
-        names = self._sections if sections is None else tuple(sections)
+        names = self.sections() if sections is None else tuple(sections)
         covered = {name: hashed_settings(getattr(self, name)) for name in names}
         for dotted in without:
             section, _, key = dotted.partition(".")
             del covered[section][key]
-        if "data" in names:
-            covered["data_digest"] = data_digest(self._data_root)
-            bird = bird_dir(Path(self._data_root))
-            if bird.is_dir() and not bird.resolve().is_relative_to(Path(self._data_root).resolve()):
+        if "data" in names and self.data_root is not None:
+            covered["data_digest"] = data_digest(self.data_root)
+            bird = bird_dir(self.data_root)
+            if bird.is_dir() and not bird.resolve().is_relative_to(self.data_root.resolve()):
                 covered["bird_digest"] = data_digest(bird)  # BIRD kept elsewhere ($MTSQL_BIRD) counts too
         return covered
 
@@ -365,12 +362,12 @@ class ConfigView:
         settings of the declared sections and, with section ``data``, the data folder's path."""
         kept = {
             name: _operational(getattr(self, name))
-            for name in self._sections
+            for name in self.sections()
             if dataclasses.is_dataclass(getattr(self, name))
         }
         kept = {name: fields for name, fields in kept.items() if fields}
-        if "data" in self._sections:
-            kept["data_root"] = str(self._data_root)
+        if self.data_root is not None:
+            kept["data_root"] = str(self.data_root)
         return kept
 
 

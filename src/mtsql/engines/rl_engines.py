@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, cast
 
-from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
 from mtsql.base.trackers import Trackers
 from mtsql.core.data.records import Turn
 from mtsql.core.results import RlStageResult, TrainingStep
 from mtsql.engines.rl_settings import RL_ENGINES, RlConfig
+from mtsql.engines.views import RlView
 
 
 class RlEngine(Protocol):
@@ -38,7 +38,7 @@ class RlEngine(Protocol):
 
     def train_curriculum_stage(
         self,
-        cfg: ConfigView,
+        cfg: RlView,
         turns: list[Turn],
         *,
         base_model: str,
@@ -49,12 +49,12 @@ class RlEngine(Protocol):
     ) -> RlStageResult: ...
 
     def plan_curriculum_stage(
-        self, cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
+        self, cfg: RlView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
     ) -> str: ...
 
-    def identity(self, cfg: ConfigView) -> dict: ...
+    def identity(self, cfg: RlView) -> dict: ...
 
-    def sample_settings(self, cfg: ConfigView) -> dict: ...
+    def sample_settings(self, cfg: RlView) -> dict: ...
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView, result
+from mtsql.base.config import StageView, result
 from mtsql.base.errors import UsageError
 from mtsql.base.files import write_jsonl
 from mtsql.base.slices import CURRICULUM_LABELS
 from mtsql.core.data import train_pool
 from mtsql.core.data.records import Turn
+from mtsql.core.data.settings import DataConfig
 from mtsql.core.sql.metrics import turn_bucket
 from mtsql.core.trajectories import ScoredRow, is_correct, read_rows
 
@@ -41,7 +42,13 @@ class CurriculumConfig:
     drop_solved: bool = result(True)
 
 
-SECTIONS = ("data", "curriculum")
+@dataclass(frozen=True)
+class CurriculumView(StageView):
+    data: DataConfig
+    curriculum: CurriculumConfig
+
+
+VIEW = CurriculumView
 INPUTS = {"sample": None}
 plan = hashed = engine_identity = check = None  # hooks this stage has not (app/runner.Stage)
 
@@ -104,7 +111,7 @@ def size_table(stages: list[list[Turn]]) -> dict[str, dict[str, int]]:
     return table
 
 
-def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact | None = None) -> dict:
+def run(ctx: StageContext, cfg: CurriculumView, *, sample: Artifact | None = None) -> dict:
     turns = train_pool(cfg.data, cfg.data_root)
     rates = pass_rates(read_rows(sample.path / "trajectories.jsonl")) if sample is not None else None
     stages, dropped = partition(turns, cfg.curriculum, rates)

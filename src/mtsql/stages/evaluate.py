@@ -41,7 +41,7 @@ from pathlib import Path
 from rich.console import Console
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView, Samples, Tokens, result
+from mtsql.base.config import Samples, Tokens, result
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import bird_databases, database_path
 from mtsql.core.bird_evaluation import render_bird, score_bird_pairs
@@ -62,6 +62,7 @@ from mtsql.core.trajectories import ScoredRow, scorer, summarize_trajectories, v
 from mtsql.engines import backends
 from mtsql.engines.models.registry import stage_model
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
+from mtsql.engines.views import RolloutView
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,16 @@ class EvaluateConfig:
     # with vote)
 
 
-SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "evaluate", "seed")
+@dataclass(frozen=True)
+class EvaluateView(RolloutView):
+    evaluate: EvaluateConfig
+
+
+VIEW = EvaluateView
 INPUTS = {"model": None}
 
 
-def judge(cfg: ConfigView) -> Callable[[ScoredRow, str], int | None]:
+def judge(cfg: EvaluateView) -> Callable[[ScoredRow, str], int | None]:
     """The EX (1, 0 or None) of a query against a scored row's gold, with ``cfg``'s SQL settings."""
 
     def ex(row: ScoredRow, sql: str) -> int | None:
@@ -170,7 +176,7 @@ def dataset_block(summary: dict, rows: list[ScoredRow], calibration: dict, measu
     )
 
 
-def hashed(cfg: ConfigView) -> dict:
+def hashed(cfg: EvaluateView) -> dict:
     """What the fingerprint covers: the declared sections, with the sampling settings as the stage uses
     them: the model, max(vote, samples) samples, and greedy decoding alone (temperature 0) when that is 1."""
     sampled = max(cfg.evaluate.vote, cfg.evaluate.samples) > 1
@@ -179,12 +185,12 @@ def hashed(cfg: ConfigView) -> dict:
     )
 
 
-def engine_identity(cfg: ConfigView) -> dict:
+def engine_identity(cfg: EvaluateView) -> dict:
     """The generation engine, for the fingerprint."""
     return backends.engine_identity(cfg)
 
 
-def check(cfg: ConfigView, *, model=None) -> None:
+def check(cfg: EvaluateView, *, model=None) -> None:
     """Every eval slice has turns, the base model exists when no trained one is given, and a chat API is
     asked for nothing it cannot do (a trained artifact, prompt lengths in the model's tokens)."""
     for name in eval_dataset_names(cfg.data, cfg.data_root):
@@ -203,7 +209,7 @@ def check(cfg: ConfigView, *, model=None) -> None:
         )
 
 
-def plan(cfg: ConfigView, out: Path, *, model=None) -> str:
+def plan(cfg: EvaluateView, out: Path, *, model=None) -> str:
     """What this stage would score (``--dry-run``): each dataset's slice and the decodings."""
     n_vote, n_pass = cfg.evaluate.vote, cfg.evaluate.samples
     names = eval_dataset_names(cfg.data, cfg.data_root)
@@ -223,7 +229,7 @@ def plan(cfg: ConfigView, out: Path, *, model=None) -> str:
     )
 
 
-def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) -> dict:
+def run(ctx: StageContext, cfg: EvaluateView, *, model: Artifact | None = None) -> dict:
     with RolloutEngine.from_config(
         cfg.replace(sample={"temperature": 0.0}),
         data_root=cfg.data_root,
@@ -235,7 +241,7 @@ def run(ctx: StageContext, cfg: ConfigView, *, model: Artifact | None = None) ->
         return _evaluate(ctx, cfg, greedy, model)
 
 
-def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: Artifact | None) -> dict:
+def _evaluate(ctx: StageContext, cfg: EvaluateView, greedy: RolloutEngine, model: Artifact | None) -> dict:
     root, n_vote, n_pass = cfg.data_root, cfg.evaluate.vote, cfg.evaluate.samples
     n = max(n_vote, n_pass)  # one sampled rollout serves the vote and pass@k
     budget = cfg.evaluate.max_response_tokens
@@ -312,7 +318,7 @@ def _evaluate(ctx: StageContext, cfg: ConfigView, greedy: RolloutEngine, model: 
     ).to_dict()
 
 
-def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
+def _prompt_filter(cfg: EvaluateView, turns, rows: list[ScoredRow], chat) -> dict:
     """The greedy headline without the turns whose prompt is over ``evaluate.prompt_filter_tokens``,
     and how many those are (the prompt counted as verl's filter counts it: no tool schemas)."""
     limit = cfg.evaluate.prompt_filter_tokens
@@ -345,7 +351,7 @@ def _prompt_filter(cfg: ConfigView, turns, rows: list[ScoredRow], chat) -> dict:
 
 
 def _rollout(
-    engine: RolloutEngine, turns, n: int, cfg: ConfigView, shards: Path
+    engine: RolloutEngine, turns, n: int, cfg: EvaluateView, shards: Path
 ) -> tuple[list[ScoredRow], float]:
     """Roll out and score; the resumable shards are removed once every record is scored. Returns the
     rows and the rollout's wall seconds."""
@@ -367,7 +373,7 @@ def _split(rows: list[ScoredRow], by_dataset: dict[str, list]) -> dict[str, list
 
 
 def _score(
-    cfg: ConfigView,
+    cfg: EvaluateView,
     name: str,
     turns,
     chosen: list[ScoredRow],

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView, Samples, result
+from mtsql.base.config import Samples, StageView, result
 from mtsql.base.errors import UsageError
 from mtsql.base.files import write_jsonl
 from mtsql.core.measures.revisions import is_recovery
@@ -46,7 +46,12 @@ class RejectConfig:
     # most diverse choice left it out (measures.revisions.is_recovery)
 
 
-SECTIONS = ("reject",)
+@dataclass(frozen=True)
+class RejectView(StageView):
+    reject: RejectConfig
+
+
+VIEW = RejectView
 INPUTS = {"sample": "sample"}
 plan = hashed = engine_identity = None  # hooks this stage has not (app/runner.Stage)
 
@@ -125,7 +130,7 @@ def _distance(a: tuple[set, set], b: tuple[set, set]) -> float:
     return sum(1 - len(x & y) / len(x | y) if x | y else 0.0 for x, y in zip(a, b, strict=True)) / 2
 
 
-def check(cfg: ConfigView, *, sample) -> None:
+def check(cfg: RejectView, *, sample) -> None:
     """A sample artifact without trajectories leaves nothing to choose from: refused before anything is
     written."""
     if isinstance(sample, Artifact) and not sample.records("trajectories.jsonl"):
@@ -135,7 +140,7 @@ def check(cfg: ConfigView, *, sample) -> None:
         )
 
 
-def run(ctx: StageContext, cfg: ConfigView, *, sample: Artifact) -> dict:
+def run(ctx: StageContext, cfg: RejectView, *, sample: Artifact) -> dict:
     rows = read_rows(sample.path / "trajectories.jsonl")
     kept, unsolved, table = select(rows, cfg.reject)
     write_rows(ctx.out / "kept.jsonl", kept)

@@ -31,35 +31,35 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
 from mtsql.base.paths import database_path
 from mtsql.core.data.records import read_turns
 from mtsql.core.sql.schema import check_databases
 from mtsql.engines.models.registry import stage_model
 from mtsql.engines.rl_engines import rl_engine
+from mtsql.engines.views import RlView
 
-SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "rl", "seed")
+VIEW = RlView
 INPUTS = {"curriculum": "curriculum", "model": None}
 check = None  # hooks this stage has not (app/runner.Stage)
 
 
-def hashed(cfg: ConfigView) -> dict:
+def hashed(cfg: RlView) -> dict:
     """What the fingerprint covers: the declared sections, of ``sample`` only what the selected engine reads
     (``sample_settings``; RL samples rl.n times at rl.temperature within its own bounds, and validates
     greedily)."""
-    return cfg.hashed([name for name in SECTIONS if name != "sample"]) | {
+    return cfg.hashed([name for name in VIEW.sections() if name != "sample"]) | {
         "sample": rl_engine(cfg.rl.engine).sample_settings(cfg)
     }
 
 
-def engine_identity(cfg: ConfigView) -> dict:
+def engine_identity(cfg: RlView) -> dict:
     """What generates the engine's rollouts beyond the config."""
     return rl_engine(cfg.rl.engine).identity(cfg)
 
 
 def run(
-    ctx: StageContext, cfg: ConfigView, *, curriculum: Artifact, stage: int, model: Artifact | None = None
+    ctx: StageContext, cfg: RlView, *, curriculum: Artifact, stage: int, model: Artifact | None = None
 ) -> dict:
     turns = read_turns(curriculum.path / f"stage-{stage}.jsonl")
     if not turns:
@@ -81,9 +81,7 @@ def run(
     return result.to_dict()
 
 
-def plan(
-    cfg: ConfigView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None
-) -> str:
+def plan(cfg: RlView, out: Path, *, curriculum: Artifact, stage: int, model: Artifact | None = None) -> str:
     """What this stage would run (``--dry-run``), as its engine plans it."""
     stage_file = Path(curriculum.path) / f"stage-{stage}.jsonl"
     rows = len(read_turns(stage_file)) if stage_file.exists() else None  # unknown before the curriculum runs

@@ -19,7 +19,6 @@ from __future__ import annotations
 import shutil
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView
 from mtsql.base.errors import UsageError
 from mtsql.core.data import train_pool
 from mtsql.core.data.records import read_turns
@@ -27,13 +26,14 @@ from mtsql.core.trajectories import read_rows, scorer, summarize_trajectories, w
 from mtsql.engines import backends
 from mtsql.engines.models.registry import stage_model
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
+from mtsql.engines.views import RolloutView
 
-SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "seed")
+VIEW = RolloutView
 INPUTS = {"model": None, "pool": None, "attempts": None}
 plan = hashed = None  # hooks this stage has not (app/runner.Stage)
 
 
-def engine_identity(cfg: ConfigView) -> dict:
+def engine_identity(cfg: RolloutView) -> dict:
     """The generation engine, for the fingerprint (none for a scripted policy)."""
     return backends.engine_identity(cfg) if cfg.sample.policy == "model" else {}
 
@@ -48,7 +48,7 @@ def first_attempts(rows) -> dict[str, str]:
     return out
 
 
-def check(cfg: ConfigView, *, model=None, pool=None, attempts=None) -> None:
+def check(cfg: RolloutView, *, model=None, pool=None, attempts=None) -> None:
     """The training slice has turns on databases that exist, the base model exists when no trained one is
     given, and own_mistakes has the model's attempts to keep."""
     if cfg.sample.policy == "own_mistakes" and attempts is None:
@@ -67,7 +67,7 @@ def check(cfg: ConfigView, *, model=None, pool=None, attempts=None) -> None:
 
 def run(
     ctx: StageContext,
-    cfg: ConfigView,
+    cfg: RolloutView,
     *,
     model: Artifact | None = None,
     pool: Artifact | None = None,

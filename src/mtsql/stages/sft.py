@@ -17,10 +17,10 @@ Logs (``trackers.*``): the HF Trainer's own loggers as it trains (``report_to``)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from mtsql.base.artifacts import Artifact, StageContext
-from mtsql.base.config import ConfigView
 from mtsql.base.errors import StageFailed
 from mtsql.base.trackers import Trackers
 from mtsql.core.agent.tools import env_tools
@@ -29,15 +29,23 @@ from mtsql.core.data.records import Turn
 from mtsql.core.trajectories import read_rows, scorer, summarize_trajectories
 from mtsql.engines import backends
 from mtsql.engines.llamafactory import SftPlan, export_sharegpt, plan_sft, run_sft, training_curve
+from mtsql.engines.llamafactory.settings import SftConfig
 from mtsql.engines.models.registry import stage_model
 from mtsql.engines.rollout import SERVER_LOG, RolloutEngine
+from mtsql.engines.views import RolloutView
 
-SECTIONS = ("data", "sql", "env", "reward", "model", "sample", "sft", "seed")
+
+@dataclass(frozen=True)
+class SftView(RolloutView):
+    sft: SftConfig
+
+
+VIEW = SftView
 INPUTS = {"reject": "reject", "model": None}
 check = None  # hooks this stage has not (app/runner.Stage)
 
 
-def hashed(cfg: ConfigView) -> dict:
+def hashed(cfg: SftView) -> dict:
     """What the fingerprint covers: model, sft, env and the seed; with a held-out check, also the
     data, SQL, reward and sampling settings of that check as it runs (``heldout_view``: greedy, once)."""
     if not cfg.sft.heldout:
@@ -45,17 +53,17 @@ def hashed(cfg: ConfigView) -> dict:
     return heldout_view(cfg).hashed()
 
 
-def heldout_view(cfg: ConfigView) -> ConfigView:
+def heldout_view(cfg: SftView) -> SftView:
     """The config of the held-out check: the model's greedy answer, once per turn."""
     return cfg.replace(sample={"policy": "model", "n": 1, "temperature": 0.0})
 
 
-def engine_identity(cfg: ConfigView) -> dict:
+def engine_identity(cfg: SftView) -> dict:
     """The generation engine of the held-out check, for the fingerprint (none without one)."""
     return backends.engine_identity(cfg) if cfg.sft.heldout else {}
 
 
-def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact | None = None) -> dict:
+def run(ctx: StageContext, cfg: SftView, *, reject: Artifact, model: Artifact | None = None) -> dict:
     rows = read_rows(reject.path / "kept.jsonl")
     if not rows:
         raise StageFailed(
@@ -94,19 +102,19 @@ def run(ctx: StageContext, cfg: ConfigView, *, reject: Artifact, model: Artifact
     return metrics
 
 
-def plan(cfg: ConfigView, out: Path, *, reject: Artifact, model: Artifact | None = None) -> str:
+def plan(cfg: SftView, out: Path, *, reject: Artifact, model: Artifact | None = None) -> str:
     """The files and commands this stage would write and run (``--dry-run``)."""
     trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=out)
     return _plan(cfg, out, stage_model(cfg.model.name, model, resolve=False), trackers).describe()
 
 
-def _plan(cfg: ConfigView, out: Path, base: str, trackers: Trackers) -> SftPlan:
+def _plan(cfg: SftView, out: Path, base: str, trackers: Trackers) -> SftPlan:
     return plan_sft(
         cfg.sft, model_path=base, template=cfg.model.template, work_dir=out, seed=cfg.seed, trackers=trackers
     )
 
 
-def heldout_scores(cfg: ConfigView, turns: list[Turn], model: str, log_path: Path | None = None) -> dict:
+def heldout_scores(cfg: SftView, turns: list[Turn], model: str, log_path: Path | None = None) -> dict:
     """Greedy EX / EM / protocol-valid rate of ``model`` on ``turns`` (no artifact: a quick check)."""
     greedy = heldout_view(cfg)
     with RolloutEngine.from_config(

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtsql.base.config import ConfigView, hashed_settings
+from mtsql.base.config import hashed_settings
 from mtsql.base.trackers import Trackers
 from mtsql.core.data.records import Turn
 from mtsql.core.results import RlStageResult
 from mtsql.engines import backends
 from mtsql.engines.rl_schedule import epochs_note
+from mtsql.engines.views import RlView
 
 
 def train_curriculum_stage(
-    cfg: ConfigView,
+    cfg: RlView,
     turns: list[Turn],
     *,
     base_model: str,
@@ -37,7 +38,7 @@ def train_curriculum_stage(
 
 
 def plan_curriculum_stage(
-    cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
+    cfg: RlView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
 ) -> str:
     """One comment line: the steps, the batch and which weights train."""
     layers = cfg.rl.local.trainable_layers
@@ -48,14 +49,14 @@ def plan_curriculum_stage(
     )
 
 
-def identity(cfg: ConfigView) -> dict:
+def identity(cfg: RlView) -> dict:
     """The managed vLLM server that rolls out with ``rl.local.rollout_backend: vllm``; {} with hf."""
     if cfg.rl.local.rollout_backend == "vllm":
         return backends.engine_identity(cfg.replace(sample={"backend": "vllm"}))
     return {}
 
 
-def sample_settings(cfg: ConfigView) -> dict:
+def sample_settings(cfg: RlView) -> dict:
     """The managed vLLM server's settings (``sample.vllm``) with ``rl.local.rollout_backend: vllm``; nothing
     else of ``sample``: the rollouts sample at ``rl.temperature``, bounded by ``rl_engines.RolloutBounds``."""
     if cfg.rl.local.rollout_backend == "vllm":

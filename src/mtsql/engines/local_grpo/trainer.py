@@ -14,7 +14,6 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from mtsql.base.config import ConfigView
 from mtsql.base.progress import progress_bar
 from mtsql.base.trackers import Trackers
 from mtsql.core.data.records import Turn
@@ -33,10 +32,11 @@ from mtsql.engines.models.settings import ModelConfig, resolve_dtype
 from mtsql.engines.rl_engines import step_metrics
 from mtsql.engines.rl_schedule import LocalValidation, local_rollouts, stage_steps
 from mtsql.engines.rollout import SERVER_LOG, derive_seed
+from mtsql.engines.views import RlView
 
 
 def train_curriculum_stage(
-    cfg: ConfigView,
+    cfg: RlView,
     turns: list[Turn],
     *,
     base_model: str,

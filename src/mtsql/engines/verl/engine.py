@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 from mtsql.base.artifacts import MODEL_DIR
-from mtsql.base.config import ConfigView
 from mtsql.base.trackers import Trackers
 from mtsql.core.chat_format import ChatFormat
 from mtsql.core.data.records import Turn
@@ -37,6 +36,7 @@ from mtsql.engines.verl.main_ppo import (
     run_stage_plan,
     step_samples_of,
 )
+from mtsql.engines.views import RlView
 
 VERL_KEYS = {
     "reward_mean": "critic/score/mean",
@@ -50,7 +50,7 @@ VERL_VAL_REWARD = re.compile(r"^val-core/.+/reward/mean@\d+$")  # one per data s
 
 
 def train_curriculum_stage(
-    cfg: ConfigView,
+    cfg: RlView,
     turns: list[Turn],
     *,
     base_model: str,
@@ -98,7 +98,7 @@ def train_curriculum_stage(
 
 
 def plan_curriculum_stage(
-    cfg: ConfigView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
+    cfg: RlView, *, base_model: str, out_dir: Path, stage: int, rows: int | None
 ) -> str:
     """The verl files and commands of one stage as a shell script (``rows``: None when not known yet)."""
     trackers = Trackers.for_folder(cfg.trackers, run=cfg.run, folder=Path(out_dir))
@@ -112,12 +112,12 @@ def plan_curriculum_stage(
     )
 
 
-def identity(cfg: ConfigView) -> dict:
+def identity(cfg: RlView) -> dict:
     """{}: verl's rollouts are verl's own, pinned with it (docs/engines.md)."""
     return {}
 
 
-def sample_settings(cfg: ConfigView) -> dict:
+def sample_settings(cfg: RlView) -> dict:
     """{}: verl's rollouts read no ``sample`` setting (they sample at ``rl.temperature``, bounded by
     ``rl_engines.RolloutBounds``)."""
     return {}

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from mtsql.base.config import ConfigView, to_dict
+from mtsql.base.config import to_dict
 from mtsql.base.errors import StageFailed, UsageError
 from mtsql.base.files import read_jsonl
 from mtsql.base.trackers import Trackers
@@ -59,6 +59,7 @@ from mtsql.engines.rl_schedule import stage_steps
 from mtsql.engines.verl.cleanup import stop_tagged, tagged_env
 from mtsql.engines.verl.dataset import AGENT_NAME
 from mtsql.engines.verl.reward import OK_KEY
+from mtsql.engines.views import RlView
 
 AGENT_LOOP_TARGET = "mtsql.engines.verl.agent_loop.SqlAgentLoop"
 REWARD_MODULE = "pkg://mtsql.engines.verl.reward"
@@ -166,7 +167,7 @@ class CurriculumParquet:
 
 
 def build_stage_plan(
-    cfg: ConfigView,
+    cfg: RlView,
     stages: Sequence[CurriculumParquet],
     *,
     model_path: str,
@@ -270,7 +271,7 @@ def merge_command(
     )
 
 
-def agent_loop_yaml(cfg: ConfigView, data_root: Path) -> str:
+def agent_loop_yaml(cfg: RlView, data_root: Path) -> str:
     """verl's agent-loop registry file: ``SqlAgentLoop`` under ``AGENT_NAME`` with mtsql's settings."""
     entry = {
         "name": AGENT_NAME,
@@ -285,7 +286,7 @@ def agent_loop_yaml(cfg: ConfigView, data_root: Path) -> str:
 
 
 def train_overrides(
-    cfg: ConfigView,
+    cfg: RlView,
     stage: CurriculumParquet,
     *,
     model_path: str,
@@ -636,7 +637,7 @@ class StepWatcher:
         return True
 
 
-def _check(cfg: ConfigView, stages: Sequence[CurriculumParquet]) -> None:
+def _check(cfg: RlView, stages: Sequence[CurriculumParquet]) -> None:
     if not stages:
         raise UsageError("no curriculum stage to train")
     if cfg.rl.verl.nnodes > 1 and not cfg.rl.verl.ray_address:
@@ -652,14 +653,14 @@ def _check(cfg: ConfigView, stages: Sequence[CurriculumParquet]) -> None:
             )
 
 
-def _train_env(cfg: ConfigView, cpu: bool) -> dict[str, str]:
+def _train_env(cfg: RlView, cpu: bool) -> dict[str, str]:
     env = {"HYDRA_FULL_ERROR": "1", **(cpu_env() if cpu else {})}
     if cfg.rl.verl.ray_address:
         env["RAY_ADDRESS"] = cfg.rl.verl.ray_address
     return env
 
 
-def _ray_note(cfg: ConfigView) -> str:
+def _ray_note(cfg: RlView) -> str:
     if not cfg.rl.verl.ray_address:
         return ""
     port = cfg.rl.verl.ray_address.rsplit(":", 1)[-1] if ":" in cfg.rl.verl.ray_address else "6379"
