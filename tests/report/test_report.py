@@ -428,3 +428,16 @@ def test_notebook_default_run_resolves_from_notebooks_and_fails_loudly(shared_ru
     outputs = run_notebook(tmp_path / "notebooks", None)
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert len([o for o in outputs if "image/png" in o.get("data", {})]) >= 3
+
+
+def test_the_kept_step_is_read_from_the_typed_rl_result():
+    from types import SimpleNamespace
+
+    from mtsql.app.report.training import _kept_step
+    from mtsql.core.results import RlStageResult, TrainingStep
+
+    steps = [TrainingStep(1, 1, reward_mean=0.1), TrainingStep(1, 2, reward_mean=0.3)]
+    result = RlStageResult.of_steps(steps, engine="verl", items=4, picked_step=1)
+    assert _kept_step(SimpleNamespace(metrics=result.to_dict())) == "step 1"
+    other = {**result.to_dict(), "written_by": "another mtsql"}
+    assert _kept_step(SimpleNamespace(metrics=other)) == "not recorded (metrics in another shape)"

@@ -7,7 +7,7 @@ from mtsql.app.report.rl_change import reward_change_line
 from mtsql.app.report.runs import numbered, rl_steps, stage_config
 from mtsql.app.report.stats import Rate
 from mtsql.base.artifacts import Artifact, ArtifactKey
-from mtsql.core.results import TrainingStep
+from mtsql.core.results import RlStageResult, TrainingStep
 
 STEP_ROWS = 12  # at most this many step rows per curriculum stage; the rest stay in metrics.jsonl
 STEP_COLUMNS = {
@@ -230,10 +230,17 @@ def _validation_lines(
                 + (f", EX {100 * row.val_ex:.1f} %" if row.val_ex is not None else "")
                 for row in validated
             )
-            lines.append(
-                f"* {art.label} dev validation: {shown}; model kept: step {art.metrics.get('picked_step')}"
-            )
+            lines.append(f"* {art.label} dev validation: {shown}; model kept: {_kept_step(art)}")
     return ["", *lines, ""] if lines else []
+
+
+def _kept_step(art: Artifact) -> str:
+    """The step whose model an rl stage kept, from its typed result (an artifact whose metrics another
+    mtsql wrote in another shape says so instead of failing the report)."""
+    try:
+        return f"step {RlStageResult.from_dict(art.metrics).picked_step}"
+    except ValueError:
+        return "not recorded (metrics in another shape)"
 
 
 def thin(rows: list, limit: int) -> list:
