@@ -26,9 +26,10 @@ class ModelConfig:
     # compute it natively and the local RL engine trains in float32 everywhere (each says why where it
     # decides)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = result("auto")
-    device: str = result(
-        "cpu"
-    )  # hf backend: cpu | cuda | cuda:N (the device picks dtype auto's dtype and kernels)
+    # cpu | cuda | cuda:N, where the model runs in mtsql's processes: the hf backend, the local RL trainer and
+    # the vLLM server mtsql starts all read it (it picks dtype auto's dtype and the kernels), so it is the
+    # model's setting rather than one engine's
+    device: str = result("cpu")
 
 
 def resolve_dtype(dtype: str, device: str, *, auto: str | None = None) -> str:
