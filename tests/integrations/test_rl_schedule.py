@@ -67,6 +67,7 @@ def test_best_without_validation_and_bad_values_are_usage_errors():
         load_config(None, ["rl.epochs_per_stage=0"])
 
 
+@pytest.mark.verl
 def test_verl_validates_on_the_dev_parquet_every_n_steps_and_keeps_checkpoints_to_pick_from(tmp_path):
     cfg = load_config(None, ["rl.val_every=10", "rl.val_pick=best", "rl.epochs_per_stage=60"])
     stage = CurriculumParquet("stage-1", tmp_path / "stage-1.parquet", 600, val_file=tmp_path / "val.parquet")

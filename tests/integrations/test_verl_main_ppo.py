@@ -52,6 +52,7 @@ def composed(tmp_path_factory):
     return plan, compose_train_config(plan[0].argv[3:])
 
 
+@pytest.mark.verl
 def test_every_override_is_a_verl_key_with_the_intended_value(composed):
     plan, config = composed
     train = plan[0]
@@ -103,6 +104,7 @@ def test_every_override_is_a_verl_key_with_the_intended_value(composed):
     )
 
 
+@pytest.mark.verl
 def test_main_ppo_starts_the_classic_trainer_mtsql_is_built_for(composed, monkeypatch):
     """main_ppo itself, with the composed config: which TaskRunner would it hand to Ray?"""
     import verl.trainer.main_ppo as main_ppo
@@ -116,6 +118,7 @@ def test_main_ppo_starts_the_classic_trainer_mtsql_is_built_for(composed, monkey
     assert started == [TaskRunner], "trainer.use_v1=true would start TaskRunnerV1, which needs transfer_queue"
 
 
+@pytest.mark.verl
 def test_switches_verl_defaults_would_pick_are_pinned(composed):
     from omegaconf import OmegaConf
 
@@ -129,6 +132,7 @@ def test_switches_verl_defaults_would_pick_are_pinned(composed):
     assert not config.trainer.use_v1 and config.reward.reward_manager.name == "naive"
 
 
+@pytest.mark.verl
 def test_rl_extra_is_appended_but_cannot_silently_replace_an_override(tmp_path):
     plan = plan_for(
         tmp_path, "rl.verl.extra=[actor_rollout_ref.actor.optim.weight_decay=0.05, +trainer.wandb_proxy=x]"
@@ -155,6 +159,7 @@ def test_rl_extra_is_appended_but_cannot_silently_replace_an_override(tmp_path):
         plan_for(tmp_path, "rl.verl.extra=[trainer.use_v1]")
 
 
+@pytest.mark.verl
 def test_trackers_reach_verls_own_loggers_in_the_stages_folder_and_mlflow_run(tmp_path):
     cfg = load_config(
         None, ["run=paper", "trackers.tensorboard=true", "trackers.mlflow=true", "trackers.project=p"]
@@ -190,6 +195,7 @@ def test_trackers_reach_verls_own_loggers_in_the_stages_folder_and_mlflow_run(tm
     )
 
 
+@pytest.mark.verl
 def test_a_misspelt_or_inconsistent_override_is_rejected_before_launch(composed):
     plan, _ = composed
     with pytest.raises(UsageError, match="adv_estimatr"):
@@ -198,6 +204,7 @@ def test_a_misspelt_or_inconsistent_override_is_rejected_before_launch(composed)
         compose_train_config([*plan[0].argv[3:], "actor_rollout_ref.actor.ppo_mini_batch_size=512"])
 
 
+@pytest.mark.verl
 def test_the_reward_function_verl_loads_is_mtsql_compute_score(composed):
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
@@ -246,6 +253,7 @@ def test_stages_chain_through_merged_checkpoints(tmp_path):
         )
 
 
+@pytest.mark.verl
 def test_merge_command_is_accepted_by_verls_model_merger(tmp_path, monkeypatch):
     from verl.model_merger.base_model_merger import generate_config_from_args, parse_args
 
@@ -260,6 +268,7 @@ def test_merge_command_is_accepted_by_verls_model_merger(tmp_path, monkeypatch):
     )
 
 
+@pytest.mark.verl
 def test_lora_stages_continue_the_previous_adapter(tmp_path):
     # sglang: verl checks a LoRA rank against the installed vllm, which a CPU machine does not have
     plan = plan_for(tmp_path, "rl.lora_rank=16", "rl.lora_alpha=32", "rl.verl.rollout_name=sglang")
@@ -403,6 +412,7 @@ def fake_verl_plan(tmp_path: Path, write: str) -> list[Command]:
     ]
 
 
+@pytest.mark.verl
 def test_run_stage_plan_keeps_every_attempts_metrics(tmp_path):
     for _ in range(2):
         run_stage_plan(fake_verl_plan(tmp_path, "write"), tmp_path / "log.txt", steps=2)
@@ -415,6 +425,7 @@ def test_run_stage_plan_keeps_every_attempts_metrics(tmp_path):
     assert "step:2 - critic/score/mean:0.2" in (tmp_path / "log.txt").read_text()
 
 
+@pytest.mark.verl
 def test_run_stage_plan_fails_when_reported_steps_left_no_metrics(tmp_path):
     with pytest.raises(StageFailed) as caught:
         run_stage_plan(fake_verl_plan(tmp_path, "drop"), tmp_path / "log.txt", steps=2)
@@ -423,6 +434,7 @@ def test_run_stage_plan_fails_when_reported_steps_left_no_metrics(tmp_path):
     assert "storage every node shares" in message
 
 
+@pytest.mark.verl
 def test_run_stage_plan_checks_the_overrides_before_starting_anything(tmp_path):
     train, merge = fake_verl_plan(tmp_path, "write")
     broken = dataclasses.replace(train, argv=(*train.argv, "trainer.no_such_key=1"))

@@ -76,6 +76,7 @@ def test_padding_aligns_responses():
     assert batch["attention_mask"][1].tolist() == [1, 1, 1, 1, 1, 1, 1, 0, 0]
 
 
+@pytest.mark.verl
 def test_group_normalised_advantages():
     adv = episode_advantages(mixed_episodes())
     assert adv[0] > 0 > adv[1] and abs(float(adv[2])) < 1e-6 and adv[4] > 0 > adv[3]  # group a's mean is 0.5
