@@ -28,6 +28,9 @@ from mtsql.base.errors import UsageError
 from mtsql.base.paths import bird_dir
 from mtsql.base.provenance import data_digest
 
+if typing.TYPE_CHECKING:
+    from mtsql.base.trackers import TrackerSettings
+
 
 @dataclass(frozen=True)
 class Range:
@@ -311,7 +314,7 @@ class StageView:
 
     run: str
     runs_dir: str
-    trackers: Any  # app.config.TrackersConfig, composed above base
+    trackers: TrackerSettings
     data_root: Path | None
 
     @classmethod
